@@ -1,0 +1,131 @@
+# cython: freethreading_compatible = True
+"""Buffers handed from the core to Arrow, and bit packing of validity/bool bytes.
+
+The decoder keeps one byte per slot for validity and bools (a byte store on the hot path is
+cheaper than a read-modify-write of a bit); packing them into Arrow bitmaps happens once per
+batch here.
+"""
+from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memcpy, memset
+
+
+cdef class OwnedBuffer:
+    def __cinit__(self):
+        self.data = NULL
+        self.size = 0
+        self.exports = 0
+
+    def __dealloc__(self):
+        if self.data != NULL:
+            PyMem_RawFree(self.data)
+            self.data = NULL
+
+    @staticmethod
+    cdef OwnedBuffer adopt(uint8_t* data, int64_t size):
+        cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
+        b.data = data
+        b.size = size
+        return b
+
+    def __len__(self):
+        return self.size
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("wirearrow buffers are read-only once handed out")
+        self.shape[0] = self.size
+        self.strides[0] = 1
+        view.buf = <void*>(self.data if self.data != NULL else <uint8_t*>"")
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
+
+
+def pack_bits(const uint8_t[::1] flags, int64_t n):
+    """Pack n bytes (0 / non-zero) into an LSB-first Arrow bitmap.
+
+    Returns (bitmap, zeros): zeros is the number of zero bytes, so a validity caller can
+    drop the bitmap when it is 0.
+    """
+    if n > flags.shape[0]:
+        raise ValueError("pack_bits: n exceeds the input")
+    cdef int64_t nbytes = (n + 7) // 8
+    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(nbytes if nbytes > 0 else 1)
+    if out == NULL:
+        raise MemoryError()
+    cdef int64_t i, j, ones = 0
+    cdef uint8_t byte
+    cdef const uint8_t* src = &flags[0] if n > 0 else NULL
+    with nogil:
+        memset(out, 0, nbytes)
+        for i in range(n // 8):
+            byte = 0
+            for j in range(8):
+                byte |= (src[i * 8 + j] != 0) << j
+            out[i] = byte
+        i = n // 8
+        if n % 8:
+            byte = 0
+            for j in range(n % 8):
+                byte |= (src[i * 8 + j] != 0) << j
+            out[i] = byte
+        for i in range(nbytes):
+            ones += popcount8(out[i])
+    return OwnedBuffer.adopt(out, nbytes), n - ones
+
+
+cdef inline int popcount8(uint8_t v) noexcept nogil:
+    v = v - ((v >> 1) & 0x55)
+    v = (v & 0x33) + ((v >> 2) & 0x33)
+    return (v + (v >> 4)) & 0x0F
+
+
+def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_t[::1] valid,
+                 int64_t n):
+    """Copy the byte ranges named by n view slots out of the batch data.
+
+    A view slot is 16 bytes: int64 offset into `data`, int64 length (both written by the
+    decoder after bounds checks). Null slots (valid == 0) become empty values. Returns
+    (offsets, values) buffers of an Arrow binary/utf8 array with int32 offsets.
+    """
+    if views.shape[0] < n * 16 or valid.shape[0] < n:
+        raise ValueError("gather_views: n exceeds the view buffers")
+    cdef const int64_t* v = <const int64_t*>&views[0] if n > 0 else NULL
+    cdef int64_t i, total = 0, size = data.shape[0]
+    for i in range(n):
+        if valid[i]:
+            if v[2 * i] < 0 or v[2 * i + 1] < 0 or v[2 * i] + v[2 * i + 1] > size:
+                raise ValueError("gather_views: a view points outside the data")
+            total += v[2 * i + 1]
+    if total > 0x7FFFFFFF:
+        raise OverflowError("a string column exceeds 2 GiB in one batch: use smaller batches")
+    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((n + 1) * sizeof(int32_t))
+    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
+    if offsets == NULL or out == NULL:
+        PyMem_RawFree(offsets)
+        PyMem_RawFree(out)
+        raise MemoryError()
+    cdef const uint8_t* src = &data[0] if size > 0 else NULL
+    cdef int64_t pos = 0
+    with nogil:
+        offsets[0] = 0
+        for i in range(n):
+            if valid[i] and v[2 * i + 1] > 0:
+                memcpy(out + pos, src + v[2 * i], v[2 * i + 1])
+                pos += v[2 * i + 1]
+            offsets[i + 1] = <int32_t>pos
+    return (OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t)),
+            OwnedBuffer.adopt(out, total))

@@ -1,0 +1,941 @@
+# cython: freethreading_compatible = True
+"""The table-driven protobuf wire decoder.
+
+One call decodes a whole batch with the GIL released. It executes a Program (flat tables
+compiled from a descriptor and a plan, see tables.pxd) and appends into column slots and
+element groups; it never sees a descriptor, a dict or a string.
+
+Invariants:
+- every read is checked against the end of the innermost enclosing length-delimited region
+  (the record, or a sub-message); a length prefix is checked against that end before use,
+  so no allocation or pointer is ever derived from an unchecked length;
+- a column slot belongs to the current element of its group; an element is opened by a
+  repeated field occurrence and is never reopened, so every write lands in the newest
+  element of its group (this is what makes rollback of a bad record a matter of counts);
+- a record that fails leaves no trace: groups are cut back to their counts before it and
+  the slots past those counts are zeroed.
+"""
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from wirearrow._core.buffers cimport OwnedBuffer
+from wirearrow._core.tables cimport (
+    ColumnStore, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore, K_BOOL, K_BYTES,
+    K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32, K_ZIGZAG64,
+    Node,
+)
+
+# Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
+cdef enum Status:
+    OK = 0
+    E_TRUNCATED = 1
+    E_VARINT_OVERFLOW = 2
+    E_LENGTH = 3
+    E_FIELD_ZERO = 4
+    E_WIRE_TYPE_RESERVED = 5
+    E_STRAY_END_GROUP = 6
+    E_END_GROUP_MISMATCH = 7
+    E_UNTERMINATED_GROUP = 8
+    E_WIRE_TYPE = 9
+    E_UTF8 = 10
+    E_DEPTH = 11
+    E_TAG_OVERFLOW = 12
+    E_NO_MEMORY = 13
+    E_PACKED_LENGTH = 14
+
+STATUS_TEXT = {
+    E_TRUNCATED: "truncated: the record ends inside a value",
+    E_VARINT_OVERFLOW: "varint longer than 10 bytes",
+    E_LENGTH: "length prefix runs past the end of the enclosing message",
+    E_FIELD_ZERO: "invalid field number 0",
+    E_WIRE_TYPE_RESERVED: "reserved wire type (6 or 7)",
+    E_STRAY_END_GROUP: "end-group tag without a matching start-group",
+    E_END_GROUP_MISMATCH: "end-group tag does not match the open group",
+    E_UNTERMINATED_GROUP: "group not terminated before the end of the message",
+    E_WIRE_TYPE: "wrong wire type for the field",
+    E_UTF8: "invalid UTF-8 in a string field",
+    E_DEPTH: "nesting deeper than the limit",
+    E_TAG_OVERFLOW: "tag larger than 32 bits",
+    E_NO_MEMORY: "out of memory",
+    E_PACKED_LENGTH: "packed fixed-width field length is not a multiple of the value size",
+}
+
+# Error policies of decode().
+POLICY_RAISE = 0
+POLICY_SKIP = 1
+
+cdef enum:
+    MAX_STACK = 1024
+
+
+ctypedef struct Ctx:
+    const FieldEntry* entries
+    const Node* nodes
+    const int32_t* dense
+    const int32_t* default_cols
+    const uint8_t* default_values    # 16 bytes per default
+    const int32_t* clear_cols
+    ColumnStore* cols
+    GroupStore* groups
+    int64_t* cur                     # current element of each group
+    const uint8_t* data              # batch data; views are offsets from here
+    const uint8_t* record            # start of the record being decoded
+    int32_t n_cols
+    int32_t n_groups
+    int32_t max_depth
+    # error report, filled on the way out of a failing record
+    int32_t err_status
+    int64_t err_offset
+    int32_t err_depth                # levels recorded in the stacks below
+    int32_t stack_node[MAX_STACK]
+    uint32_t stack_field[MAX_STACK]
+    int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
+    const uint8_t* resume            # after a group: first byte past its end-group tag
+
+
+cdef class Program:
+    """Compiled tables of one (schema, plan); immutable and shared by every decode call.
+
+    Built by wirearrow.plan from plain Python lists; checked here once so the decoder can
+    index without checks.
+    """
+    cdef FieldEntry* entries
+    cdef Node* nodes
+    cdef int32_t* dense
+    cdef int32_t* default_cols
+    cdef uint8_t* default_values
+    cdef int32_t* clear_cols
+    cdef int32_t* col_width
+    cdef int32_t* col_group
+    cdef int32_t* group_parent
+    cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, max_depth
+
+    def __cinit__(self):
+        self.entries = NULL
+        self.nodes = NULL
+        self.dense = NULL
+        self.default_cols = NULL
+        self.default_values = NULL
+        self.clear_cols = NULL
+        self.col_width = NULL
+        self.col_group = NULL
+        self.group_parent = NULL
+
+    def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
+                 int max_depth):
+        """entries: (number, wire_type, kind, flags, column, child, group, clear, n_clear);
+        nodes: (entries, n_entries, dense, dense_len, group, presence, defaults, n_defaults);
+        dense: entry index or -1; defaults: (column, 16-byte default value);
+        clear_cols: column indices; columns: (width, group); groups: parent group (-1 root).
+        """
+        cdef int32_t i
+        if not 0 < max_depth < MAX_STACK:
+            raise ValueError(f"max_depth must be in 1..{MAX_STACK - 1}")
+        self.max_depth = max_depth
+        self.n_entries = len(entries)
+        self.n_nodes = len(nodes)
+        self.n_cols = len(columns)
+        self.n_groups = len(groups)
+        if self.n_nodes == 0 or self.n_groups == 0:
+            raise ValueError("a program needs a root node and a root group")
+        self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
+        self.nodes = <Node*>PyMem_RawCalloc(self.n_nodes, sizeof(Node))
+        self.dense = <int32_t*>PyMem_RawCalloc(max(len(dense), 1), sizeof(int32_t))
+        self.default_cols = <int32_t*>PyMem_RawCalloc(max(len(defaults), 1), sizeof(int32_t))
+        self.default_values = <uint8_t*>PyMem_RawCalloc(max(len(defaults), 1), 16)
+        self.clear_cols = <int32_t*>PyMem_RawCalloc(max(len(clear_cols), 1), sizeof(int32_t))
+        self.col_width = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
+        self.col_group = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
+        self.group_parent = <int32_t*>PyMem_RawCalloc(self.n_groups, sizeof(int32_t))
+        if (self.entries == NULL or self.nodes == NULL or self.dense == NULL
+                or self.default_cols == NULL or self.default_values == NULL
+                or self.clear_cols == NULL or self.col_width == NULL or self.col_group == NULL
+                or self.group_parent == NULL):
+            raise MemoryError()
+        for i, (width, group) in enumerate(columns):
+            if width not in (0, 1, 4, 8, 16) or not 0 <= group < self.n_groups:
+                raise ValueError(f"bad column {i}")
+            self.col_width[i] = width
+            self.col_group[i] = group
+        for i, parent in enumerate(groups):
+            if not (-1 <= parent < i) or (parent == -1) != (i == 0):
+                raise ValueError(f"bad group {i}: parents precede children, only group 0 is root")
+            self.group_parent[i] = parent
+        for i, d in enumerate(dense):
+            if not -1 <= d < self.n_entries:
+                raise ValueError(f"bad dense slot {i}")
+            self.dense[i] = d
+        for i, c in enumerate(clear_cols):
+            self._check_col(c, "clear column")
+            self.clear_cols[i] = c
+        for i, (c, value) in enumerate(defaults):
+            self._check_col(c, "default column")
+            if len(value) != 16:
+                raise ValueError("default values are 16 bytes")
+            self.default_cols[i] = c
+            memcpy(self.default_values + 16 * i, <const char*>value, 16)
+        for i, (number, wire_type, kind, flags, column, child, group, clear, n_clear) in \
+                enumerate(entries):
+            self._set_entry(i, number, wire_type, kind, flags, column, child, group, clear,
+                            n_clear)
+        for i, (first, count, dense_at, dense_len, group, presence, dflt, n_dflt) in \
+                enumerate(nodes):
+            self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
+                           len(dense), len(defaults))
+
+    cdef _check_col(self, int64_t c, str what):
+        if not 0 <= c < self.n_cols:
+            raise ValueError(f"bad {what} {c}")
+
+    cdef _set_entry(self, int32_t i, uint32_t number, int wire_type, int kind, int flags,
+                    int32_t column, int32_t child, int32_t group, int32_t clear,
+                    int32_t n_clear):
+        if number == 0 or wire_type not in (0, 1, 2, 3, 5) or not 0 <= kind <= K_GROUP:
+            raise ValueError(f"bad entry {i}")
+        if column != -1:
+            self._check_col(column, "entry column")
+        if kind >= K_MESSAGE and not 0 <= child < self.n_nodes:
+            raise ValueError(f"entry {i}: message kinds need a child node")
+        if group != -1 and not 0 < group < self.n_groups:
+            raise ValueError(f"entry {i}: bad group")
+        if (flags & F_REPEATED) and kind < K_MESSAGE and (group == -1 or column == -1):
+            raise ValueError(f"entry {i}: a repeated scalar needs a group and a column")
+        if column != -1 and kind < K_MESSAGE:
+            if self.col_width[column] != scalar_width(kind):
+                raise ValueError(f"entry {i}: column width does not fit the kind")
+        if clear != -1 and (clear < 0 or n_clear < 0):
+            raise ValueError(f"entry {i}: bad clear list")
+        cdef FieldEntry* e = &self.entries[i]
+        e.number = number
+        e.wire_type = wire_type
+        e.kind = kind
+        e.flags = flags
+        e.column = column
+        e.child = child
+        e.group = group
+        e.clear = clear
+        e.n_clear = n_clear
+
+    cdef _set_node(self, int32_t i, int32_t entries, int32_t n_entries, int32_t dense,
+                   int32_t dense_len, int32_t group, int32_t presence, int32_t defaults,
+                   int32_t n_defaults, int64_t n_dense, int64_t n_defaults_total):
+        if (entries < 0 or n_entries < 0 or entries + n_entries > self.n_entries
+                or dense < 0 or dense_len < 0 or dense + dense_len > n_dense
+                or not -1 <= group < self.n_groups
+                or defaults < 0 or n_defaults < 0 or defaults + n_defaults > n_defaults_total):
+            raise ValueError(f"bad node {i}")
+        if presence != -1:
+            self._check_col(presence, "presence column")
+        cdef int32_t k
+        for k in range(entries + 1, entries + n_entries):
+            if self.entries[k - 1].number >= self.entries[k].number:
+                raise ValueError(f"node {i}: entries must be sorted by field number")
+        cdef Node* n = &self.nodes[i]
+        n.entries = entries
+        n.n_entries = n_entries
+        n.dense = dense
+        n.dense_len = dense_len
+        n.group = group
+        n.presence = presence
+        n.defaults = defaults
+        n.n_defaults = n_defaults
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.entries)
+        PyMem_RawFree(self.nodes)
+        PyMem_RawFree(self.dense)
+        PyMem_RawFree(self.default_cols)
+        PyMem_RawFree(self.default_values)
+        PyMem_RawFree(self.clear_cols)
+        PyMem_RawFree(self.col_width)
+        PyMem_RawFree(self.col_group)
+        PyMem_RawFree(self.group_parent)
+
+
+cdef int scalar_width(int kind) noexcept nogil:
+    if kind == K_BOOL:
+        return 1
+    if kind == K_VARINT32 or kind == K_ZIGZAG32 or kind == K_FIXED32:
+        return 4
+    if kind == K_BYTES:
+        return 16
+    return 8
+
+
+cdef class Result:
+    """What one decode call produced: element groups and column slots, as buffers.
+
+    `errors` lists (record index, status, byte offset, stack) for every failed record, the
+    stack being [(node, field number, element index or -1), ...] from the root down.
+    """
+    cdef readonly list group_parents   # OwnedBuffer of int64 per group
+    cdef readonly list group_counts
+    cdef readonly list col_values      # OwnedBuffer (width * count bytes) or None
+    cdef readonly list col_valid       # OwnedBuffer (count bytes)
+    cdef readonly list col_counts
+    cdef readonly list errors
+    cdef readonly int64_t records
+
+
+def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
+           const int64_t[::1] ends, int policy, int64_t index_base=0):
+    """Decode records data[starts[i]:ends[i]] for every i; return a Result.
+
+    With POLICY_RAISE decoding stops at the first bad record (it is in Result.errors and the
+    records before it are kept); with POLICY_SKIP every bad record is rolled back and listed.
+    """
+    cdef int64_t n = starts.shape[0]
+    if ends.shape[0] != n:
+        raise ValueError("starts and ends differ in length")
+    cdef int64_t size = data.shape[0]
+    cdef int64_t i
+    for i in range(n):
+        if not 0 <= starts[i] <= ends[i] <= size:
+            raise ValueError(f"record {i}: bounds outside the data")
+    cdef Ctx* c = <Ctx*>PyMem_RawCalloc(1, sizeof(Ctx))
+    if c == NULL:
+        raise MemoryError()
+    cdef int64_t* checkpoint = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
+    c.cols = <ColumnStore*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(ColumnStore))
+    c.groups = <GroupStore*>PyMem_RawCalloc(program.n_groups, sizeof(GroupStore))
+    c.cur = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
+    if checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL:
+        free_ctx(c, program)
+        PyMem_RawFree(checkpoint)
+        raise MemoryError()
+    c.entries = program.entries
+    c.nodes = program.nodes
+    c.dense = program.dense
+    c.default_cols = program.default_cols
+    c.default_values = program.default_values
+    c.clear_cols = program.clear_cols
+    c.n_cols = program.n_cols
+    c.n_groups = program.n_groups
+    c.max_depth = program.max_depth
+    c.data = &data[0] if size > 0 else <const uint8_t*>""
+    for i in range(program.n_cols):
+        c.cols[i].width = program.col_width[i]
+        c.cols[i].group = program.col_group[i]
+    for i in range(program.n_groups):
+        c.groups[i].parent_group = program.group_parent[i]
+
+    errors = []
+    cdef int status = OK
+    cdef int64_t g, start, end
+    cdef const int64_t* ps = &starts[0] if n > 0 else NULL
+    cdef const int64_t* pe = &ends[0] if n > 0 else NULL
+    i = 0
+    while i < n:
+        with nogil:
+            while i < n:
+                for g in range(c.n_groups):
+                    checkpoint[g] = c.groups[g].count
+                start = ps[i]
+                end = pe[i]
+                c.record = c.data + start
+                c.err_depth = 0
+                status = decode_record(c, c.data + start, c.data + end, index_base + i)
+                if status != OK:
+                    rollback(c, checkpoint)
+                    break
+                i += 1
+        if status != OK:
+            errors.append((index_base + i, status, c.err_offset, error_stack(c, status)))
+            status = OK
+            i += 1
+            if policy == POLICY_RAISE:
+                break
+    cdef Result result = Result.__new__(Result)
+    try:
+        export(c, result)
+    finally:
+        free_ctx(c, program)
+        PyMem_RawFree(checkpoint)
+    result.errors = errors
+    result.records = i
+    return result
+
+
+cdef list error_stack(Ctx* c, int status):
+    # Levels were recorded innermost first; return them root first.
+    return [(c.stack_node[k], c.stack_field[k], c.stack_index[k])
+            for k in range(c.err_depth - 1, -1, -1)]
+
+
+cdef void free_ctx(Ctx* c, Program program) noexcept:
+    cdef int32_t i
+    if c.cols != NULL:
+        for i in range(program.n_cols):
+            PyMem_RawFree(c.cols[i].values)
+            PyMem_RawFree(c.cols[i].valid)
+    if c.groups != NULL:
+        for i in range(program.n_groups):
+            PyMem_RawFree(c.groups[i].parent)
+    PyMem_RawFree(c.cols)
+    PyMem_RawFree(c.groups)
+    PyMem_RawFree(c.cur)
+    PyMem_RawFree(c)
+
+
+cdef int export(Ctx* c, Result r) except -1:
+    # Ownership of every store moves into OwnedBuffers; the ctx keeps NULLs.
+    cdef int32_t i
+    cdef GroupStore* gs
+    cdef ColumnStore* cs
+    cdef int64_t count
+    r.group_parents = []
+    r.group_counts = []
+    for i in range(c.n_groups):
+        gs = &c.groups[i]
+        r.group_parents.append(OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8))
+        r.group_counts.append(gs.count)
+        gs.parent = NULL
+    r.col_values = []
+    r.col_valid = []
+    r.col_counts = []
+    for i in range(c.n_cols):
+        cs = &c.cols[i]
+        count = c.groups[cs.group].count
+        # Slots past the capacity were never written: grow so that every element has one.
+        if cs.capacity < count and grow_column(cs, count - 1) != OK:
+            raise MemoryError()
+        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width)
+                            if cs.width > 0 else None)
+        if cs.width == 0:
+            PyMem_RawFree(cs.values)
+        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count))
+        r.col_counts.append(count)
+        cs.values = NULL
+        cs.valid = NULL
+    return 0
+
+
+cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
+    cdef int32_t i
+    cdef ColumnStore* cs
+    cdef int64_t keep, stop
+    for i in range(c.n_cols):
+        cs = &c.cols[i]
+        keep = checkpoint[cs.group]
+        stop = c.groups[cs.group].count
+        if stop > cs.capacity:
+            stop = cs.capacity
+        if stop > keep:
+            memset(cs.valid + keep, 0, stop - keep)
+            if cs.width > 0:
+                memset(cs.values + keep * cs.width, 0, (stop - keep) * cs.width)
+    for i in range(c.n_groups):
+        c.groups[i].count = checkpoint[i]
+
+
+# ---- storage -------------------------------------------------------------------------
+
+cdef int grow_column(ColumnStore* cs, int64_t slot) noexcept nogil:
+    cdef int64_t cap = cs.capacity * 2
+    if cap < 64:
+        cap = 64
+    if cap <= slot:
+        cap = slot + 1
+    cdef uint8_t* valid = <uint8_t*>PyMem_RawRealloc(cs.valid, cap)
+    if valid == NULL:
+        return E_NO_MEMORY
+    cs.valid = valid
+    memset(valid + cs.capacity, 0, cap - cs.capacity)
+    cdef uint8_t* values
+    if cs.width > 0:
+        values = <uint8_t*>PyMem_RawRealloc(cs.values, cap * cs.width)
+        if values == NULL:
+            return E_NO_MEMORY
+        cs.values = values
+        memset(values + cs.capacity * cs.width, 0, (cap - cs.capacity) * cs.width)
+    cs.capacity = cap
+    return OK
+
+
+cdef inline uint8_t* slot(Ctx* c, int32_t col) noexcept nogil:
+    """Mark the current element's slot of `col` present; return where its value goes."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t e = c.cur[cs.group]
+    if e >= cs.capacity and grow_column(cs, e) != OK:
+        return NULL
+    cs.valid[e] = 1
+    # Presence-only columns have no values: hand back the validity byte as the non-NULL "ok".
+    return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
+
+
+cdef inline int open_element(Ctx* c, int32_t g) noexcept nogil:
+    cdef GroupStore* gs = &c.groups[g]
+    cdef int64_t cap
+    cdef int64_t* parent
+    if gs.count == gs.capacity:
+        cap = gs.capacity * 2 if gs.capacity >= 64 else 64
+        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
+        if parent == NULL:
+            return E_NO_MEMORY
+        gs.parent = parent
+        gs.capacity = cap
+    gs.parent[gs.count] = c.cur[gs.parent_group]
+    c.cur[g] = gs.count
+    gs.count += 1
+    return OK
+
+
+cdef inline int enter_node(Ctx* c, const Node* node) noexcept nogil:
+    """A sub-message (or the record) starts: mark it present, fill implicit defaults."""
+    cdef int32_t k, col
+    cdef ColumnStore* cs
+    cdef int64_t e
+    cdef uint8_t* dst
+    if node.presence >= 0 and slot(c, node.presence) == NULL:
+        return E_NO_MEMORY
+    for k in range(node.defaults, node.defaults + node.n_defaults):
+        col = c.default_cols[k]
+        cs = &c.cols[col]
+        e = c.cur[cs.group]
+        # Merged occurrences of a message must not reset what an earlier one set.
+        if e < cs.capacity and cs.valid[e]:
+            continue
+        dst = slot(c, col)
+        if dst == NULL:
+            return E_NO_MEMORY
+        if cs.width > 0:
+            memcpy(dst, c.default_values + 16 * k, cs.width)
+    return OK
+
+
+cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
+    # oneof: the member read last wins, so every other member's columns become null.
+    cdef int32_t k, col
+    cdef ColumnStore* cs
+    cdef int64_t e
+    for k in range(f.clear, f.clear + f.n_clear):
+        col = c.clear_cols[k]
+        cs = &c.cols[col]
+        e = c.cur[cs.group]
+        if e < cs.capacity:
+            cs.valid[e] = 0
+
+
+# ---- wire primitives -----------------------------------------------------------------
+
+cdef inline int read_varint(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
+    """Base-128 varint, least significant group first, at most 10 bytes."""
+    cdef const uint8_t* p = pp[0]
+    if p < end and p[0] < 0x80:
+        out[0] = p[0]
+        pp[0] = p + 1
+        return OK
+    return read_varint_slow(pp, end, out)
+
+
+cdef int read_varint_slow(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
+    cdef const uint8_t* p = pp[0]
+    cdef uint64_t result = 0
+    cdef uint64_t b
+    cdef int shift = 0
+    while True:
+        if p >= end:
+            return E_TRUNCATED
+        if shift > 63:
+            return E_VARINT_OVERFLOW
+        b = p[0]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    out[0] = result
+    pp[0] = p
+    return OK
+
+
+cdef inline int skip_varint(const uint8_t** pp, const uint8_t* end) noexcept nogil:
+    cdef const uint8_t* p = pp[0]
+    cdef const uint8_t* limit = p + 10
+    while True:
+        if p >= end:
+            return E_TRUNCATED
+        if p >= limit:
+            return E_VARINT_OVERFLOW
+        if p[0] < 0x80:
+            pp[0] = p + 1
+            return OK
+        p += 1
+
+
+cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out) noexcept nogil:
+    """A length prefix, checked against the bytes left in the enclosing region."""
+    cdef uint64_t v
+    cdef int st = read_varint(pp, end, &v)
+    if st != OK:
+        return st
+    if v > <uint64_t>(end - pp[0]):
+        return E_LENGTH
+    out[0] = <int64_t>v
+    return OK
+
+
+cdef int skip_field(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t number,
+                    int wire_type, int depth) noexcept nogil:
+    cdef int64_t n
+    cdef int st
+    if wire_type == 0:
+        return skip_varint(pp, end)
+    if wire_type == 1:
+        if end - pp[0] < 8:
+            return E_TRUNCATED
+        pp[0] += 8
+        return OK
+    if wire_type == 5:
+        if end - pp[0] < 4:
+            return E_TRUNCATED
+        pp[0] += 4
+        return OK
+    if wire_type == 2:
+        st = read_length(pp, end, &n)
+        if st == OK:
+            pp[0] += n
+        return st
+    if wire_type == 3:
+        return skip_group(c, pp, end, number, depth + 1)
+    if wire_type == 4:
+        return E_STRAY_END_GROUP
+    return E_WIRE_TYPE_RESERVED
+
+
+cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t number,
+                    int depth) noexcept nogil:
+    """Skip fields until the end-group tag of `number` (groups nest, so this recurses)."""
+    cdef uint64_t tag
+    cdef int st, wt
+    cdef uint32_t fn
+    if depth > c.max_depth:
+        return E_DEPTH
+    while True:
+        if pp[0] >= end:
+            return E_UNTERMINATED_GROUP
+        st = read_varint(pp, end, &tag)
+        if st != OK:
+            return st
+        if tag >> 32:
+            return E_TAG_OVERFLOW
+        fn = <uint32_t>(tag >> 3)
+        wt = tag & 7
+        if fn == 0:
+            return E_FIELD_ZERO
+        if wt == 4:
+            return OK if fn == number else E_END_GROUP_MISMATCH
+        st = skip_field(c, pp, end, fn, wt, depth)
+        if st != OK:
+            return st
+
+
+cdef inline bint utf8_valid(const uint8_t* s, int64_t n) noexcept nogil:
+    cdef int64_t i = 0
+    cdef uint64_t word
+    cdef uint8_t b
+    cdef uint32_t cp
+    cdef int k, need
+    while i < n:
+        # ASCII runs are the common case: 8 bytes at a time.
+        while i + 8 <= n:
+            memcpy(&word, s + i, 8)
+            if word & 0x8080808080808080ULL:
+                break
+            i += 8
+        if i >= n:
+            break
+        b = s[i]
+        if b < 0x80:
+            i += 1
+            continue
+        if b >= 0xC2 and b <= 0xDF:
+            need = 1
+            cp = b & 0x1F
+        elif b >= 0xE0 and b <= 0xEF:
+            need = 2
+            cp = b & 0x0F
+        elif b >= 0xF0 and b <= 0xF4:
+            need = 3
+            cp = b & 0x07
+        else:
+            return False
+        if i + need >= n:
+            return False
+        for k in range(1, need + 1):
+            if (s[i + k] & 0xC0) != 0x80:
+                return False
+            cp = (cp << 6) | (s[i + k] & 0x3F)
+        # overlong forms, surrogates and values past U+10FFFF
+        if (need == 2 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF))) or \
+                (need == 3 and (cp < 0x10000 or cp > 0x10FFFF)):
+            return False
+        i += need + 1
+    return True
+
+
+# ---- the decoder ---------------------------------------------------------------------
+
+cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t index) noexcept nogil:
+    cdef int st
+    c.cur[0] = -1   # the root group's parent is the record index, stored by open_element
+    cdef GroupStore* root = &c.groups[0]
+    cdef int64_t cap
+    cdef int64_t* parent
+    if root.count == root.capacity:
+        cap = root.capacity * 2 if root.capacity >= 64 else 64
+        parent = <int64_t*>PyMem_RawRealloc(root.parent, cap * 8)
+        if parent == NULL:
+            return E_NO_MEMORY
+        root.parent = parent
+        root.capacity = cap
+    root.parent[root.count] = index
+    c.cur[0] = root.count
+    root.count += 1
+    st = enter_node(c, &c.nodes[0])
+    if st != OK:
+        return st
+    return decode_fields(c, 0, p, end, 0, 0)
+
+
+cdef inline int32_t find_entry(const Ctx* c, const Node* node, uint32_t number) noexcept nogil:
+    if number < <uint32_t>node.dense_len:
+        return c.dense[node.dense + number]
+    # Sparse high field numbers: binary search the sorted entries.
+    cdef int32_t lo = node.entries, hi = node.entries + node.n_entries - 1, mid
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if c.entries[mid].number == number:
+            return mid
+        if c.entries[mid].number < number:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return -1
+
+
+cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t* end,
+                       uint32_t end_group, int depth) noexcept nogil:
+    """Decode the fields of one message in [p, end).
+
+    end_group != 0: the message is a group; stop after its end-group tag and leave the
+    position in c.resume. On failure, record this level in the error stack.
+    """
+    cdef const Node* node = &c.nodes[node_id]
+    cdef const FieldEntry* f
+    cdef uint64_t tag, v
+    cdef uint32_t fn = 0
+    cdef int wt, st = OK
+    cdef int32_t ei
+    cdef int64_t n
+    cdef const uint8_t* field_start = p
+    cdef const uint8_t* sub_end
+    cdef uint8_t* dst
+    if depth > c.max_depth:
+        c.err_offset = p - c.record
+        return record_level(c, node_id, 0, -1, E_DEPTH)
+    while p < end:
+        field_start = p
+        if p[0] < 0x80:
+            tag = p[0]
+            p += 1
+        else:
+            st = read_varint_slow(&p, end, &tag)
+            if st != OK:
+                break
+            if tag >> 32:
+                st = E_TAG_OVERFLOW
+                break
+        fn = <uint32_t>(tag >> 3)
+        wt = tag & 7
+        if fn == 0:
+            st = E_FIELD_ZERO
+            break
+        if wt == 4:
+            if fn == end_group and end_group != 0:
+                c.resume = p
+                return OK
+            st = E_END_GROUP_MISMATCH if end_group != 0 else E_STRAY_END_GROUP
+            break
+        if wt > 5:
+            st = E_WIRE_TYPE_RESERVED
+            break
+        ei = find_entry(c, node, fn)
+        if ei < 0:
+            st = skip_field(c, &p, end, fn, wt, depth)
+            if st != OK:
+                break
+            continue
+        f = &c.entries[ei]
+        if f.n_clear > 0:
+            clear_siblings(c, f)
+        if wt != f.wire_type:
+            if wt == 2 and (f.flags & F_PACKABLE):
+                st = read_length(&p, end, &n)
+                if st != OK:
+                    break
+                st = decode_packed(c, f, p, p + n)
+                if st != OK:
+                    break
+                p += n
+                continue
+            st = E_WIRE_TYPE
+            break
+        if f.kind >= K_MESSAGE:
+            if f.group >= 0:
+                st = open_element(c, f.group)
+                if st != OK:
+                    break
+            st = enter_node(c, &c.nodes[f.child])
+            if st != OK:
+                break
+            if f.kind == K_MESSAGE:
+                st = read_length(&p, end, &n)
+                if st != OK:
+                    break
+                sub_end = p + n
+                st = decode_fields(c, f.child, p, sub_end, 0, depth + 1)
+                p = sub_end
+            else:
+                st = decode_fields(c, f.child, p, end, fn, depth + 1)
+                p = c.resume
+            if st != OK:
+                # The inner level recorded itself; add this one.
+                return record_level(c, node_id, fn, element_index(c, f), st)
+            continue
+        if f.group >= 0:
+            st = open_element(c, f.group)
+            if st != OK:
+                break
+        st = decode_scalar(c, f, &p, end)
+        if st != OK:
+            break
+    if st == OK and end_group != 0:
+        st = E_UNTERMINATED_GROUP
+    if st != OK:
+        c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
+        return record_level(c, node_id, fn, -1, st)
+    return OK
+
+
+cdef int record_level(Ctx* c, int32_t node_id, uint32_t fn, int64_t index, int st) noexcept nogil:
+    if c.err_depth < MAX_STACK:
+        c.stack_node[c.err_depth] = node_id
+        c.stack_field[c.err_depth] = fn
+        c.stack_index[c.err_depth] = index
+        c.err_depth += 1
+    return st
+
+
+cdef int64_t element_index(const Ctx* c, const FieldEntry* f) noexcept nogil:
+    # Position of the current element among its siblings; only computed on errors.
+    if f.group < 0:
+        return -1
+    cdef const GroupStore* gs = &c.groups[f.group]
+    cdef int64_t e = c.cur[f.group]
+    cdef int64_t k = e
+    while k > 0 and gs.parent[k - 1] == gs.parent[e]:
+        k -= 1
+    return e - k
+
+
+cdef inline int store_varint(Ctx* c, const FieldEntry* f, uint64_t v) noexcept nogil:
+    cdef uint8_t* dst
+    cdef uint32_t v32
+    cdef int32_t z32
+    cdef int64_t z64
+    if f.column < 0:
+        return OK
+    dst = slot(c, f.column)
+    if dst == NULL:
+        return E_NO_MEMORY
+    if f.kind == K_VARINT32:
+        v32 = <uint32_t>v
+        memcpy(dst, &v32, 4)
+    elif f.kind == K_VARINT64:
+        memcpy(dst, &v, 8)
+    elif f.kind == K_BOOL:
+        dst[0] = v != 0
+    elif f.kind == K_ZIGZAG32:
+        v32 = <uint32_t>v
+        z32 = <int32_t>((v32 >> 1) ^ (~(v32 & 1) + 1))
+        memcpy(dst, &z32, 4)
+    else:
+        z64 = <int64_t>((v >> 1) ^ (~(v & 1) + 1))
+        memcpy(dst, &z64, 8)
+    return OK
+
+
+cdef inline int decode_scalar(Ctx* c, const FieldEntry* f, const uint8_t** pp,
+                              const uint8_t* end) noexcept nogil:
+    cdef uint64_t v
+    cdef int64_t n
+    cdef int64_t view[2]
+    cdef int st
+    cdef uint8_t* dst
+    cdef const uint8_t* p = pp[0]
+    if f.kind <= K_ZIGZAG64:
+        if p < end and p[0] < 0x80:
+            v = p[0]
+            pp[0] = p + 1
+        else:
+            st = read_varint_slow(pp, end, &v)
+            if st != OK:
+                return st
+        return store_varint(c, f, v)
+    if f.kind == K_FIXED32 or f.kind == K_FIXED64:
+        n = 4 if f.kind == K_FIXED32 else 8
+        if end - p < n:
+            return E_TRUNCATED
+        if f.column >= 0:
+            dst = slot(c, f.column)
+            if dst == NULL:
+                return E_NO_MEMORY
+            memcpy(dst, p, n)
+        pp[0] = p + n
+        return OK
+    # K_BYTES
+    st = read_length(pp, end, &n)
+    if st != OK:
+        return st
+    p = pp[0]
+    if (f.flags & F_UTF8) and not utf8_valid(p, n):
+        return E_UTF8
+    if f.column >= 0:
+        dst = slot(c, f.column)
+        if dst == NULL:
+            return E_NO_MEMORY
+        view[0] = p - c.data
+        view[1] = n
+        memcpy(dst, view, 16)
+    pp[0] = p + n
+    return OK
+
+
+cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
+                       const uint8_t* end) noexcept nogil:
+    """Packed repeated scalars: one element per value, all inside one length prefix."""
+    cdef int st
+    cdef int64_t width
+    if f.kind == K_FIXED32 or f.kind == K_FIXED64:
+        width = 4 if f.kind == K_FIXED32 else 8
+        if (end - p) % width:
+            return E_PACKED_LENGTH
+    while p < end:
+        st = open_element(c, f.group)
+        if st != OK:
+            return st
+        st = decode_scalar(c, f, &p, end)
+        if st != OK:
+            return st
+    return OK
+
+
+# Python-visible names of the table enums, for the plan compiler.
+KIND = {
+    "varint32": K_VARINT32, "varint64": K_VARINT64, "bool": K_BOOL, "zigzag32": K_ZIGZAG32,
+    "zigzag64": K_ZIGZAG64, "fixed32": K_FIXED32, "fixed64": K_FIXED64, "bytes": K_BYTES,
+    "message": K_MESSAGE, "group": K_GROUP,
+}
+FLAG = {"repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8}

@@ -1,0 +1,73 @@
+# cython: freethreading_compatible = True
+"""Per-parent selections over element groups (the integer side of fan-out).
+
+A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` are the
+elements of parent p. A selection picks, for each parent, some of those elements in order.
+"""
+from libc.stdint cimport int64_t
+
+import numpy as np
+
+
+cdef inline int64_t clamp_bound(int64_t v, bint given, int64_t length, int64_t lower,
+                               int64_t upper, int64_t default) noexcept nogil:
+    if not given:
+        return default
+    if v < 0:
+        v += length
+    if v < lower:
+        return lower
+    if v > upper:
+        return upper
+    return v
+
+
+cdef inline void slice_indices(int64_t length, int64_t start, bint has_start, int64_t stop,
+                               bint has_stop, int64_t step, int64_t* first,
+                               int64_t* count) noexcept nogil:
+    # CPython's PySlice_AdjustIndices, so that list[a:b:s] means what it means in Python.
+    cdef int64_t lower = 0 if step > 0 else -1
+    cdef int64_t upper = length if step > 0 else length - 1
+    cdef int64_t a = clamp_bound(start, has_start, length, lower, upper,
+                                 lower if step > 0 else upper)
+    cdef int64_t b = clamp_bound(stop, has_stop, length, lower, upper,
+                                 upper if step > 0 else lower)
+    first[0] = a
+    if step > 0:
+        count[0] = (b - a + step - 1) // step if b > a else 0
+    else:
+        count[0] = (a - b - step - 1) // (-step) if a > b else 0
+
+
+def select_slice(const int64_t[::1] offsets, const int64_t[::1] parents, object start,
+                 object stop, object step):
+    """Python slice semantics per parent: elements[start:stop:step] of each listed parent.
+
+    `parents` are the parent elements asked for (in any order, repeats allowed). Returns
+    (selected element ids, per-entry offsets into them), one entry per item of `parents`.
+    """
+    cdef int64_t n = parents.shape[0], i, k, p, first, count, pos = 0, total = 0
+    cdef int64_t s = 1 if step is None else step
+    cdef bint has_a = start is not None, has_b = stop is not None
+    cdef int64_t a = start if has_a else 0
+    cdef int64_t b = stop if has_b else 0
+    if s == 0:
+        raise ValueError("slice step must not be zero")
+    for i in range(n):
+        p = parents[i]
+        slice_indices(offsets[p + 1] - offsets[p], a, has_a, b, has_b, s, &first, &count)
+        total += count
+    out = np.empty(total, dtype=np.int64)
+    out_off = np.empty(n + 1, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    cdef int64_t[::1] oo = out_off
+    with nogil:
+        oo[0] = 0
+        for i in range(n):
+            p = parents[i]
+            slice_indices(offsets[p + 1] - offsets[p], a, has_a, b, has_b, s, &first, &count)
+            for k in range(count):
+                o[pos] = offsets[p] + first + k * s
+                pos += 1
+            oo[i + 1] = pos
+    return out, out_off

@@ -1,0 +1,345 @@
+"""Decoded buffers -> Arrow columns.
+
+Leaves become arrays over their group's elements without copying the decoder's buffers
+(strings are gathered once from their views); the fan-out tree becomes one row -> element
+index per selection, computed with vectorised integer operations; a column is then its
+leaf array taken at those indices (no take at all for a plan without fan-out).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from wirearrow._core.buffers import gather_views, pack_bits
+from wirearrow._core.rows import select_slice
+from wirearrow.errors import DecodeError
+from wirearrow.plan.compiler import CompiledPlan, OutputColumn
+from wirearrow.plan.leaves import (
+    JsonLeaf,
+    Leaf,
+    ListLeaf,
+    MapLeaf,
+    ScalarLeaf,
+    StructLeaf,
+    TemporalLeaf,
+)
+from wirearrow.plan.selections import Operand, PredicateSpec, Selection
+
+__all__ = ["Assembler"]
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+class Assembler:
+    """Builds the output columns of one decoded batch."""
+
+    def __init__(self, plan: CompiledPlan, result: object, data: object) -> None:
+        self.plan = plan
+        self.r = result
+        self.data = data
+        self.counts: list[int] = list(result.group_counts)
+        self.parents = [np.frombuffer(b, dtype=np.int64) for b in result.group_parents]
+        self._offsets: dict[int, np.ndarray] = {}
+        self._arrays: dict[int, pa.Array] = {}
+
+    # -- groups -------------------------------------------------------------------------
+
+    def offsets(self, group: int) -> np.ndarray:
+        """offsets[p]:offsets[p + 1] are the elements of `group` under parent element p."""
+        off = self._offsets.get(group)
+        if off is None:
+            parent_group = self.plan.group_parents[group]
+            n_parent = self.counts[parent_group]
+            counts = np.bincount(self.parents[group], minlength=n_parent)
+            off = np.zeros(n_parent + 1, dtype=np.int64)
+            np.cumsum(counts, out=off[1:])
+            self._offsets[group] = off
+        return off
+
+    def record_of(self, group: int, element: int) -> int:
+        while group != 0:
+            element = int(self.parents[group][element])
+            group = self.plan.group_parents[group]
+        return int(self.parents[0][element])
+
+    # -- leaves -------------------------------------------------------------------------
+
+    def leaf(self, leaf: Leaf) -> pa.Array:
+        arr = self._arrays.get(id(leaf))
+        if arr is None:
+            arr = self._arrays[id(leaf)] = self._build(leaf)
+        return arr
+
+    def _validity(self, column: int, n: int) -> tuple[pa.Buffer | None, int]:
+        if column < 0:
+            return None, 0
+        bitmap, nulls = pack_bits(self.r.col_valid[column], n)
+        return (pa.py_buffer(bitmap) if nulls else None), nulls
+
+    def _build(self, leaf: Leaf) -> pa.Array:
+        n = self.counts[leaf.group]
+        if isinstance(leaf, ScalarLeaf):
+            return self._scalar(leaf.column, leaf.type, n)
+        if isinstance(leaf, StructLeaf):
+            children = [self.leaf(child) for _, child in leaf.children]
+            validity, nulls = self._validity(leaf.presence, n)
+            return pa.Array.from_buffers(leaf.type, n, [validity], nulls, children=children)
+        if isinstance(leaf, ListLeaf | MapLeaf):
+            off = self.offsets(leaf.child_group)
+            if off[-1] > np.iinfo(np.int32).max:
+                raise OverflowError("a list column exceeds 2**31 elements in one batch")
+            validity, nulls = self._validity(leaf.presence, n)
+            offsets = pa.py_buffer(off.astype(np.int32))
+            if isinstance(leaf, ListLeaf):
+                child = self.leaf(leaf.element)
+            else:
+                map_type = leaf.type
+                child = pa.StructArray.from_arrays(
+                    [self.leaf(leaf.key), self.leaf(leaf.value)],
+                    fields=[map_type.key_field, map_type.item_field],
+                )
+            return pa.Array.from_buffers(leaf.type, n, [validity, offsets], nulls, children=[child])
+        if isinstance(leaf, TemporalLeaf):
+            return self._temporal(leaf, n)
+        if isinstance(leaf, JsonLeaf):
+            return self._json(leaf, n)
+        raise AssertionError(f"unknown leaf {leaf!r}")
+
+    def _scalar(self, column: int, t: pa.DataType, n: int) -> pa.Array:
+        values = self.r.col_values[column]
+        valid = self.r.col_valid[column]
+        validity, nulls = self._validity(column, n)
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            offsets, data = gather_views(self.data, values, valid, n)
+            buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+        elif pa.types.is_boolean(t):
+            bits, _ = pack_bits(values, n)
+            buffers = [validity, pa.py_buffer(bits)]
+        else:
+            buffers = [validity, pa.py_buffer(values)]
+        return pa.Array.from_buffers(t, n, buffers, nulls)
+
+    def _temporal(self, leaf: TemporalLeaf, n: int) -> pa.Array:
+        parts = [self._scalar(c, t, n) for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)]
+        if leaf.kind in ("timestamp", "duration"):
+            unit = leaf.type.unit
+            seconds, nanos = parts
+            per = _PER_SECOND[unit]
+            try:
+                whole = pc.multiply_checked(seconds, per)
+                frac = pc.divide(nanos.cast(pa.int64()), 1_000_000_000 // per)
+                value = pc.add_checked(whole, frac)
+            except pa.ArrowInvalid:
+                bad = self._first_overflow(seconds, per)
+                raise DecodeError(
+                    f"{leaf.kind} out of range for unit {unit!r}",
+                    index=self.record_of(leaf.group, bad),
+                    offset=0,
+                    path="",
+                ) from None
+            return value.cast(leaf.type)
+        if leaf.kind == "date":
+            y, m, d = (p.to_numpy(zero_copy_only=False) for p in parts)
+            mask = np.asarray(parts[0].is_null())
+            days = _days_from_civil(np.nan_to_num(y).astype(np.int64), np.nan_to_num(m).astype(np.int64), np.nan_to_num(d).astype(np.int64))
+            return pa.array(days.astype(np.int32), type=pa.date32(), mask=mask)
+        h, mi, s, ns = (p.cast(pa.int64()) for p in parts)
+        micros = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(h, 60), mi), 60), s), 1_000_000), pc.divide(ns, 1000))
+        return micros.cast(pa.time64("us"))
+
+    def _first_overflow(self, seconds: pa.Array, per: int) -> int:
+        limit = np.iinfo(np.int64).max // per
+        s = seconds.to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(np.abs(np.nan_to_num(s)) > limit)
+        return int(bad[0]) if len(bad) else 0
+
+    def _json(self, leaf: JsonLeaf, n: int) -> pa.Array:
+        from google.protobuf import json_format, struct_pb2
+
+        cls = {
+            "google.protobuf.Struct": struct_pb2.Struct,
+            "google.protobuf.Value": struct_pb2.Value,
+            "google.protobuf.ListValue": struct_pb2.ListValue,
+        }[leaf.message]
+        raw = self._scalar(leaf.column, pa.binary(), n)
+        out: list[str | None] = []
+        for value in raw.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            msg = cls.FromString(value)
+            if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
+                out.append(None)  # a Value with no kind has no JSON form
+                continue
+            out.append(json.dumps(json_format.MessageToDict(msg), separators=(",", ":")))
+        return pa.array(out, type=pa.utf8())
+
+    # -- filters ------------------------------------------------------------------------
+
+    def _mask(self, p: PredicateSpec, n: int) -> pa.Array:
+        if p.op in ("and", "or"):
+            a, b = (self._mask(q, n) for q in p.args)  # type: ignore[arg-type]
+            return pc.and_kleene(a, b) if p.op == "and" else pc.or_kleene(a, b)
+        if p.op == "not":
+            return pc.invert(self._mask(p.args[0], n))  # type: ignore[arg-type]
+        if p.op == "truthy":
+            return _truthy(self._operand(p.args[0], n))  # type: ignore[arg-type]
+        fn = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+              ">": pc.greater, ">=": pc.greater_equal}[p.op]
+        a, b = (self._operand(o, n) for o in p.args)  # type: ignore[arg-type]
+        return fn(a, b)
+
+    def _operand(self, o: Operand, n: int) -> pa.Array:
+        if o.leaf is not None:
+            return self.leaf(o.leaf)
+        return pa.array([o.value] * n) if n else pa.array([], type=pa.array([o.value]).type)
+
+    def mask(self, p: PredicateSpec, n: int) -> np.ndarray:
+        m = self._mask(p, n)
+        return np.asarray(m.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+    # -- selections ---------------------------------------------------------------------
+
+    def _fanout(self, s: Selection) -> tuple[np.ndarray, np.ndarray]:
+        """(selected elements, offsets per parent element) of a fan-out selection."""
+        off = self.offsets(s.group)
+        if s.kind == "all":
+            return np.arange(self.counts[s.group], dtype=np.int64), off
+        if s.kind == "filter":
+            keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
+            csum = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(keep, out=csum[1:])
+            return np.flatnonzero(keep).astype(np.int64), csum[off]
+        start, stop, step = s.arg  # type: ignore[misc]
+        return select_slice(off, np.arange(len(off) - 1, dtype=np.int64), start, stop, step)
+
+    def _pick(self, s: Selection) -> np.ndarray:
+        """Element picked under each parent element (-1: none) of index/key/cond selections."""
+        if s.kind == "cond":
+            n = self.counts[s.group]
+            keep = self.mask(s.predicate, n)  # type: ignore[arg-type]
+            return np.where(keep, np.arange(n, dtype=np.int64), -1)
+        off = self.offsets(s.group)
+        if s.kind == "index":
+            lengths = np.diff(off)
+            k = s.arg if s.arg >= 0 else lengths + s.arg  # type: ignore[operator]
+            ok = (k >= 0) & (k < lengths)
+            return np.where(ok, off[:-1] + np.where(ok, k, 0), -1)
+        # key: the last entry with the key wins, as when the runtime parses a map
+        keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
+        csum = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=csum[1:])
+        sel = np.flatnonzero(keep)
+        per = csum[off]
+        has = np.diff(per) > 0
+        return np.where(has, sel[np.maximum(per[1:] - 1, 0)] if len(sel) else 0, -1)
+
+    def rows(self) -> tuple[dict[int, np.ndarray], bool]:
+        """Row -> element index of every selection; and whether any fan-out added rows."""
+        root_n = self.counts[0]
+        table: dict[int, np.ndarray] = {0: np.arange(root_n, dtype=np.int64)}
+        expanded = False
+        for s in self.plan.selections[1:]:
+            e = table[s.parent.index]  # type: ignore[union-attr]
+            safe = np.maximum(e, 0)
+            if not s.fans_out:
+                picked = self._pick(s)
+                table[s.index] = np.where(e >= 0, picked[safe] if len(picked) else -1, -1)
+                continue
+            sel, sel_off = self._fanout(s)
+            counts = np.where(e >= 0, sel_off[safe + 1] - sel_off[safe], 0)
+            reps = np.maximum(counts, 1)
+            firsts = np.where(counts > 0, sel_off[safe], 0)
+            if np.all(counts == 1):
+                table[s.index] = sel[firsts]
+                continue
+            expanded = True
+            owner = np.repeat(np.arange(len(e)), reps)
+            for k in table:
+                table[k] = table[k][owner]
+            base = np.cumsum(reps) - reps
+            pos = np.arange(len(owner), dtype=np.int64) - base[owner]
+            has = counts[owner] > 0
+            idx = np.where(has, firsts[owner] + pos, 0)
+            table[s.index] = np.where(has, sel[idx] if len(sel) else 0, -1)
+        return table, expanded
+
+    # -- strict -------------------------------------------------------------------------
+
+    def check_strict(self, column: OutputColumn, table: dict[int, np.ndarray]) -> None:
+        for s in column.selection.ancestors():
+            if s.kind not in ("index", "slice"):
+                continue
+            parents = table[s.parent.index]  # type: ignore[union-attr]
+            parents = np.unique(parents[parents >= 0])
+            lengths = np.diff(self.offsets(s.group))[parents]
+            if s.kind == "index":
+                k = s.arg if s.arg >= 0 else lengths + s.arg  # type: ignore[operator]
+                bad = (k < 0) | (k >= lengths)
+            else:
+                start, stop, _ = s.arg  # type: ignore[misc]
+                bad = np.zeros(len(parents), dtype=bool)
+                for bound in (start, stop):
+                    if bound is not None:
+                        b = bound + lengths if bound < 0 else np.full(len(parents), bound)
+                        bad |= (b < 0) | (b > lengths)
+            if bad.any():
+                p = int(parents[np.flatnonzero(bad)[0]])
+                raise DecodeError(
+                    f"strict column {column.name!r}: {s.text} is out of range "
+                    f"(the list has {int(lengths[np.flatnonzero(bad)[0]])} elements)",
+                    index=self.record_of(self.plan.group_parents[s.group], p),
+                    offset=0,
+                    path=s.text,
+                )
+
+    # -- columns ------------------------------------------------------------------------
+
+    def columns(self) -> tuple[list[pa.Array], int]:
+        table, expanded = self.rows()
+        n_rows = len(table[0])
+        out = []
+        for column in self.plan.columns:
+            if column.strict:
+                self.check_strict(column, table)
+            arr = self.leaf(column.leaf)
+            s = column.selection
+            if s.index == 0 and not expanded:
+                out.append(arr)
+                continue
+            idx = table[s.index]
+            missing = idx < 0
+            indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
+            out.append(arr.take(indices))
+        return out, n_rows
+
+
+def _component_types(kind: str) -> tuple[pa.DataType, ...]:
+    if kind in ("timestamp", "duration"):
+        return (pa.int64(), pa.int32())
+    if kind == "date":
+        return (pa.int32(), pa.int32(), pa.int32())
+    return (pa.int32(), pa.int32(), pa.int32(), pa.int32())
+
+
+def _truthy(arr: pa.Array) -> pa.Array:
+    t = arr.type
+    if pa.types.is_boolean(t):
+        return arr
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return pc.greater(pc.binary_length(arr), 0)
+    return pc.not_equal(arr, 0)
+
+
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    # Howard Hinnant's days_from_civil: proleptic Gregorian calendar, vectorised.
+    y = y - (m <= 2)
+    era = np.floor_divide(y, 400)
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468

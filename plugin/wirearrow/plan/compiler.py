@@ -1,0 +1,507 @@
+"""Cold path: (schema, columns) -> decoder tables + leaves + fan-out tree.
+
+Every column is resolved against the message descriptor here, once. All bad columns of a
+plan are reported together (PlanError), each path error with a caret under its fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from wirearrow._core.decoder import Program
+from wirearrow.errors import PathError, PlanError
+from wirearrow.paths import (
+    And,
+    Compare,
+    FieldStep,
+    FilterStep,
+    IndexStep,
+    KeyStep,
+    Literal,
+    Not,
+    Or,
+    Path,
+    RelPath,
+    SliceStep,
+    Truthy,
+    WildcardStep,
+    format_path,
+    parse_path,
+)
+from wirearrow.plan.leaves import (
+    JsonLeaf,
+    Leaf,
+    ListLeaf,
+    MapLeaf,
+    ScalarLeaf,
+    StructLeaf,
+    TemporalLeaf,
+)
+from wirearrow.plan.program import NodeSpec, ProgramBuilder
+from wirearrow.plan.selections import Operand, PredicateSpec, Selection
+from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
+
+__all__ = ["Column", "CompiledPlan", "Options", "compile_plan"]
+
+TIME_UNITS = ("s", "ms", "us", "ns")
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One output column: a path into the message, with an optional name.
+
+    ``name`` defaults to the path text. ``strict=True`` makes a fixed index or slice bound
+    that falls outside a list an error instead of a null / a shorter list.
+    """
+
+    path: str | None = None
+    name: str | None = None
+    strict: bool = False
+
+    @property
+    def output_name(self) -> str:
+        return self.name if self.name is not None else (self.path or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    timestamp_unit: str = "us"
+    validate: str = "plan"  # "plan": what the plan reads; "full": every byte, as the runtime
+    max_depth: int = 100
+
+
+@dataclass(frozen=True, eq=False)
+class OutputColumn:
+    name: str
+    leaf: Leaf
+    selection: Selection
+    strict: bool
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledPlan:
+    program: Program
+    columns: tuple[OutputColumn, ...]
+    selections: tuple[Selection, ...]  # pre-order: parents before children, first child first
+    schema: pa.Schema
+    nodes: tuple[NodeSpec, ...]
+    group_parents: tuple[int, ...]
+    column_groups: tuple[int, ...]
+
+
+def compile_plan(
+    message: Descriptor, columns: Sequence[str | Column], options: Options
+) -> CompiledPlan:
+    if options.timestamp_unit not in TIME_UNITS:
+        raise PlanError([f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"])
+    if options.validate not in ("plan", "full"):
+        raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
+    builder = ProgramBuilder(message, max_depth=options.max_depth)
+    resolver = _Resolver(builder, options)
+    problems: list[str] = []
+    outputs: list[OutputColumn] = []
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(columns):
+        column = Column(spec) if isinstance(spec, str) else spec
+        if not isinstance(column, Column):
+            problems.append(f"column {i}: expected a path string or wa.Column, got {spec!r}")
+            continue
+        name = column.output_name
+        if name in seen:
+            problems.append(f"column {i}: duplicate output name {name!r} (also column {seen[name]})")
+            continue
+        seen[name] = i
+        if column.path is None:
+            problems.append(f"column {name!r}: needs a path")
+            continue
+        try:
+            selection, leaf = resolver.resolve(parse_path(column.path))
+        except PathError as err:
+            problems.append(f"column {name!r}: {err}")
+            continue
+        outputs.append(OutputColumn(name, leaf, selection, column.strict))
+    if not columns:
+        problems.append("a flat plan needs at least one column")
+    if problems:
+        raise PlanError(problems)
+    if options.validate == "full":
+        builder.validate_everything()
+    schema = pa.schema([pa.field(c.name, c.leaf.type, nullable=True) for c in outputs])
+    return CompiledPlan(
+        program=builder.build(),
+        columns=tuple(outputs),
+        selections=tuple(resolver.preorder()),
+        schema=schema,
+        nodes=tuple(builder.nodes),
+        group_parents=tuple(builder.groups),
+        column_groups=tuple(g for _, g in builder.columns),
+    )
+
+
+class _Resolver:
+    def __init__(self, builder: ProgramBuilder, options: Options) -> None:
+        self.b = builder
+        self.options = options
+        self.root = Selection(0, None, 0, "root", text="")
+        self._selections: dict[tuple, Selection] = {}
+        self._count = 1
+
+    def preorder(self) -> list[Selection]:
+        out: list[Selection] = []
+
+        def walk(s: Selection) -> None:
+            out.append(s)
+            for child in s.children:
+                walk(child)
+
+        walk(self.root)
+        return out
+
+    def _select(self, parent: Selection, group: int, kind: str, key: tuple, **kw: object) -> Selection:
+        ident = (parent.index, group, kind, key)
+        sel = self._selections.get(ident)
+        if sel is None:
+            sel = Selection(self._count, parent, group, kind, **kw)  # type: ignore[arg-type]
+            self._count += 1
+            parent.children.append(sel)
+            self._selections[ident] = sel
+        return sel
+
+    # -- paths --------------------------------------------------------------------------
+
+    def resolve(self, path: Path) -> tuple[Selection, Leaf]:
+        text = path.text
+        node = self.b.root
+        message = node.message
+        if path.root is not None and path.root != message.full_name:
+            raise PathError(
+                f"root ({path.root}) is not the schema's message {message.full_name}",
+                text,
+                path.root_pos,
+            )
+        steps = list(path.steps)
+        if not steps:
+            raise PathError("the path does not read any field", text, 0)
+        sel = self.root
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if not isinstance(step, FieldStep):
+                raise PathError(f"{_describe(step)} must follow a field", text, step.pos)
+            fd = _field(message, step.name)
+            if fd is None:
+                raise PathError(
+                    f"field {step.name!r} not in message {message.full_name}", text, step.pos
+                )
+            last = i == len(steps) - 1
+            nxt = None if last else steps[i + 1]
+            prefix = format_path(steps[: i + 1])
+            if is_map(fd):
+                if nxt is None:
+                    return sel, self._map_leaf(node, fd)
+                if isinstance(nxt, FieldStep):
+                    raise PathError(
+                        f"map {fd.name!r} needs [key] or [*] (its key/value cannot be traversed)",
+                        text,
+                        nxt.pos,
+                    )
+                group, entry = self.b.repeated(node, fd)
+                assert isinstance(entry, NodeSpec)
+                sel = self._map_selection(sel, group, entry, fd, nxt, text, prefix)
+                value_fd = fd.message_type.fields_by_number[2]
+                i += 2
+                if is_message(value_fd):
+                    if i == len(steps):
+                        return sel, self._message_leaf(entry, value_fd, set())
+                    node = self.b.message(entry, value_fd)
+                    message = value_fd.message_type
+                    continue
+                if i < len(steps):
+                    raise PathError("a map's scalar value has no fields", text, steps[i].pos)
+                return sel, self._scalar_leaf(entry, value_fd)
+            if is_repeated(fd):
+                if nxt is None:
+                    return sel, self._list_leaf(node, fd, node.presence, set())
+                if isinstance(nxt, FieldStep):
+                    raise PathError(
+                        f"{fd.name!r} is repeated: add [*], [N] or a slice before .{nxt.name}",
+                        text,
+                        nxt.pos,
+                    )
+                if isinstance(nxt, KeyStep):
+                    raise PathError(f"{fd.name!r} is a list, not a map: no key index", text, nxt.pos)
+                group, child = self.b.repeated(node, fd)
+                if isinstance(nxt, FilterStep) and not isinstance(child, NodeSpec):
+                    raise PathError("filters apply to repeated messages", text, nxt.pos)
+                sel = self._list_selection(sel, group, child, nxt, text, prefix)
+                i += 2
+                if isinstance(child, NodeSpec):
+                    node, message = child, fd.message_type
+                    if i == len(steps):
+                        return sel, self._node_leaf(child, -1, set(), fd)
+                    continue
+                if i < len(steps):
+                    raise PathError(f"elements of {fd.name!r} are scalars: no fields", text, steps[i].pos)
+                return sel, ScalarLeaf(group, scalar_kind(fd).arrow, child)
+            if is_message(fd):
+                if nxt is None:
+                    return sel, self._message_leaf(node, fd, set())
+                if isinstance(nxt, FilterStep):
+                    child = self.b.message(node, fd)
+                    predicate = self._predicate(child, nxt.predicate, text)
+                    sel = self._select(
+                        sel, node.group, "cond", (prefix + format_path([nxt]),),
+                        predicate=predicate, text=prefix,
+                    )
+                    node, message = child, fd.message_type
+                    i += 2
+                    if i == len(steps):
+                        return sel, self._node_leaf(child, child.presence, set(), fd)
+                    continue
+                if not isinstance(nxt, FieldStep):
+                    raise PathError(f"{fd.name!r} is not repeated: no index", text, nxt.pos)
+                node = self.b.message(node, fd)
+                message = fd.message_type
+                i += 1
+                continue
+            if nxt is not None:
+                what = "no fields" if isinstance(nxt, FieldStep) else "not repeated: no index"
+                raise PathError(f"{fd.name!r} is a scalar: {what}", text, nxt.pos)
+            return sel, self._scalar_leaf(node, fd)
+        raise AssertionError("unreachable")
+
+    def _list_selection(
+        self, sel: Selection, group: int, child: NodeSpec | int, step: object, text: str, prefix: str
+    ) -> Selection:
+        here = prefix + format_path([step])  # type: ignore[list-item]
+        if isinstance(step, WildcardStep):
+            return self._select(sel, group, "all", (), text=prefix + "[*]")
+        if isinstance(step, SliceStep):
+            if step.step == 0:
+                raise PathError("slice step must not be zero", text, step.pos)
+            arg = (step.start, step.stop, step.step)
+            return self._select(sel, group, "slice", arg, arg=arg, text=here)
+        if isinstance(step, IndexStep):
+            return self._select(sel, group, "index", (step.index,), arg=step.index, text=here)
+        if isinstance(step, FilterStep):
+            assert isinstance(child, NodeSpec)
+            predicate = self._predicate(child, step.predicate, text)
+            return self._select(sel, group, "filter", (here,), predicate=predicate, text=here)
+        raise PathError(f"unexpected {_describe(step)}", text, step.pos)  # type: ignore[attr-defined]
+
+    def _map_selection(
+        self, sel: Selection, group: int, entry: NodeSpec, fd: FieldDescriptor, step: object,
+        text: str, prefix: str,
+    ) -> Selection:
+        if isinstance(step, WildcardStep):
+            return self._select(sel, group, "all", (), text=prefix + "[*]")
+        key_fd = fd.message_type.fields_by_number[1]
+        if isinstance(step, IndexStep | KeyStep):
+            key = step.index if isinstance(step, IndexStep) else step.key
+            _check_key(key_fd, key, text, step.pos)
+            leaf = self._scalar_leaf(entry, key_fd)
+            predicate = PredicateSpec("==", (Operand(leaf), Operand(None, key)))
+            here = prefix + format_path([step])
+            return self._select(sel, group, "key", (repr(key),), arg=key, predicate=predicate, text=here)
+        if isinstance(step, SliceStep):
+            raise PathError("slices do not apply to maps", text, step.pos)
+        raise PathError(f"{_describe(step)} does not apply to maps", text, step.pos)  # type: ignore[attr-defined]
+
+    # -- filters ------------------------------------------------------------------------
+
+    def _predicate(self, node: NodeSpec, p: object, text: str) -> PredicateSpec:
+        if isinstance(p, And | Or):
+            op = "and" if isinstance(p, And) else "or"
+            return PredicateSpec(op, (self._predicate(node, p.left, text), self._predicate(node, p.right, text)))
+        if isinstance(p, Not):
+            return PredicateSpec("not", (self._predicate(node, p.operand, text),))
+        if isinstance(p, Truthy):
+            return PredicateSpec("truthy", (self._operand(node, p.operand, text),))
+        if isinstance(p, Compare):
+            left = self._operand(node, p.left, text)
+            right = self._operand(node, p.right, text)
+            _check_comparable(left, right, text, p.pos)
+            return PredicateSpec(p.op, (left, right))
+        raise AssertionError(f"unknown predicate {p!r}")
+
+    def _operand(self, node: NodeSpec, atom: object, text: str) -> Operand:
+        if isinstance(atom, Literal):
+            return Operand(None, atom.value)
+        assert isinstance(atom, RelPath)
+        message = node.message
+        for k, name in enumerate(atom.fields):
+            fd = _field(message, name)
+            if fd is None:
+                raise PathError(f"field {name!r} not in message {message.full_name}", text, atom.pos)
+            if is_repeated(fd):
+                raise PathError(f"{name!r} is repeated: filters read singular fields", text, atom.pos)
+            if k == len(atom.fields) - 1:
+                if is_message(fd):
+                    leaf = self._message_leaf(node, fd, set())
+                    if not isinstance(leaf, ScalarLeaf | TemporalLeaf):
+                        raise PathError(f"{name!r} is a message: compare one of its fields", text, atom.pos)
+                    return Operand(leaf)
+                return Operand(self._scalar_leaf(node, fd))
+            if not is_message(fd):
+                raise PathError(f"{name!r} is a scalar: no fields", text, atom.pos)
+            node = self.b.message(node, fd)
+            message = fd.message_type
+        raise AssertionError("unreachable")
+
+    # -- leaves -------------------------------------------------------------------------
+
+    def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
+        return ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd))
+
+    def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
+        if is_map(fd):
+            return self._map_leaf(node, fd, stack)
+        if is_repeated(fd):
+            return self._list_leaf(node, fd, node.presence, stack)
+        if is_message(fd):
+            return self._message_leaf(node, fd, stack)
+        return self._scalar_leaf(node, fd)
+
+    def _list_leaf(self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: set[str]) -> ListLeaf:
+        group, child = self.b.repeated(node, fd)
+        if isinstance(child, NodeSpec):
+            element = self._node_leaf(child, -1, stack, fd)
+        else:
+            element = ScalarLeaf(group, scalar_kind(fd).arrow, child)
+        return ListLeaf(node.group, pa.list_(element.type), group, element, presence)
+
+    def _map_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str] | None = None) -> MapLeaf:
+        group, entry = self.b.repeated(node, fd)
+        assert isinstance(entry, NodeSpec)
+        key_fd, value_fd = (fd.message_type.fields_by_number[n] for n in (1, 2))
+        key = self._scalar_leaf(entry, key_fd)
+        value = self._field_leaf(entry, value_fd, stack or set())
+        return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
+
+    def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
+        if WELL_KNOWN.get(fd.message_type.full_name) == "json":
+            return JsonLeaf(node.group, pa.utf8(), self.b.raw(node, fd), fd.message_type.full_name)
+        child = self.b.message(node, fd)
+        return self._node_leaf(child, child.presence, stack, fd)
+
+    def _node_leaf(self, node: NodeSpec, presence: int, stack: set[str], fd: FieldDescriptor) -> Leaf:
+        """The value of a whole message held by `node` (a struct, or a well-known type)."""
+        message = node.message
+        wkt = WELL_KNOWN.get(message.full_name)
+        fields = message.fields_by_name
+        if wkt in ("timestamp", "duration"):
+            unit = self.options.timestamp_unit
+            cols = (self.b.scalar(node, fields["seconds"]), self.b.scalar(node, fields["nanos"]))
+            t = pa.timestamp(unit, tz="UTC") if wkt == "timestamp" else pa.duration(unit)
+            return TemporalLeaf(node.group, t, wkt, cols, presence)
+        if wkt == "date":
+            cols = tuple(self.b.scalar(node, fields[n]) for n in ("year", "month", "day"))
+            return TemporalLeaf(node.group, pa.date32(), wkt, cols, presence)
+        if wkt == "timeofday":
+            names = ("hours", "minutes", "seconds", "nanos")
+            cols = tuple(self.b.scalar(node, fields[n]) for n in names)
+            return TemporalLeaf(node.group, pa.time64("us"), wkt, cols, presence)
+        if wkt == "wrapper":
+            value = fields["value"]
+            # `value` has implicit presence: it holds its default as soon as the wrapper is
+            # present, so the column is null exactly when the wrapper is absent.
+            return self._scalar_leaf(node, value)
+        if wkt == "fieldmask":
+            return self._list_leaf(node, fields["paths"], presence, stack)
+        if wkt == "json":
+            raise PathError(
+                f"repeated {message.full_name} is not supported; read its parent as JSON", fd.name, 0
+            )
+        if message.full_name in stack:
+            raise PathError(
+                f"recursive message {message.full_name} cannot be read whole (field {fd.full_name}); "
+                "select its fields by path instead",
+                fd.name,
+                0,
+            )
+        stack = stack | {message.full_name}
+        children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
+        if not children:
+            raise PathError(f"message {message.full_name} has no fields to read", fd.name, 0)
+        t = pa.struct([pa.field(name, leaf.type, nullable=True) for name, leaf in children])
+        return StructLeaf(node.group, t, presence, children)
+
+
+def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
+    fd = message.fields_by_name.get(name)
+    if fd is None:
+        # A proto2 group is also reachable by its type name (`G` for `group G = 1 {...}`).
+        for f in message.fields:
+            if f.type == FieldDescriptor.TYPE_GROUP and f.message_type.name == name:
+                return f
+    return fd
+
+
+def _describe(step: object) -> str:
+    return {
+        IndexStep: "an index",
+        KeyStep: "a key",
+        WildcardStep: "[*]",
+        SliceStep: "a slice",
+        FilterStep: "a filter",
+    }.get(type(step), "a step")
+
+
+_INT_RANGES = {
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+}
+
+
+def _check_key(key_fd: FieldDescriptor, key: object, text: str, pos: int) -> None:
+    t = key_fd.type
+    if t == FieldDescriptor.TYPE_STRING:
+        ok = isinstance(key, str)
+    elif t == FieldDescriptor.TYPE_BOOL:
+        ok = isinstance(key, bool)
+    else:
+        lo, hi = _INT_RANGES[t]
+        ok = isinstance(key, int) and not isinstance(key, bool) and lo <= key <= hi
+    if not ok:
+        kind = key_fd.type_name if hasattr(key_fd, "type_name") else str(t)
+        raise PathError(f"cannot index a map with {kind} keys by {key!r}", text, pos)
+
+
+def _kind_of(operand: Operand) -> str:
+    if operand.leaf is None:
+        v = operand.value
+        if isinstance(v, bool):
+            return "bool"
+        if isinstance(v, int | float):
+            return "number"
+        return "string"
+    t = operand.leaf.type
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_string(t):
+        return "string"
+    if pa.types.is_binary(t):
+        return "bytes"
+    if pa.types.is_temporal(t):
+        return "temporal"
+    return "other"
+
+
+def _check_comparable(left: Operand, right: Operand, text: str, pos: int) -> None:
+    a, b = _kind_of(left), _kind_of(right)
+    if a != b or a in ("other", "temporal"):
+        raise PathError(f"cannot compare {a} with {b}", text, pos)

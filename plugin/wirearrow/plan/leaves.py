@@ -1,0 +1,72 @@
+"""What a plan column reads, as a tree of leaves over element groups.
+
+Every leaf produces one Arrow value per element of its `group`; a column then picks, for
+each output row, the element its selection assigns to that row (see selections.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = [
+    "JsonLeaf",
+    "Leaf",
+    "ListLeaf",
+    "MapLeaf",
+    "ScalarLeaf",
+    "StructLeaf",
+    "TemporalLeaf",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf:
+    group: int
+    type: pa.DataType
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarLeaf(Leaf):
+    column: int
+
+
+@dataclass(frozen=True, eq=False)
+class StructLeaf(Leaf):
+    presence: int  # column, -1 when the struct is always present (a list element)
+    children: tuple[tuple[str, Leaf], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ListLeaf(Leaf):
+    """A repeated field read whole: the elements of `child_group` under each element."""
+
+    child_group: int
+    element: Leaf
+    presence: int  # column of the message holding the field, -1 = always present
+
+
+@dataclass(frozen=True, eq=False)
+class MapLeaf(Leaf):
+    child_group: int
+    key: Leaf
+    value: Leaf
+    presence: int
+
+
+@dataclass(frozen=True, eq=False)
+class TemporalLeaf(Leaf):
+    """Timestamp, Duration, google.type.Date or TimeOfDay from their component columns."""
+
+    kind: str
+    columns: tuple[int, ...]
+    presence: int
+
+
+@dataclass(frozen=True, eq=False)
+class JsonLeaf(Leaf):
+    """google.protobuf.Struct / Value / ListValue, rendered as JSON text."""
+
+    column: int  # views of the serialized sub-message
+    message: str  # full name

@@ -1,0 +1,245 @@
+"""Builds the decoder's flat tables (a trie of message nodes) from the fields a plan reads.
+
+A node is one message at one position of the plan trie: the record, or a sub-message reached
+through a field. Columns hold one slot per element of a group; a group is opened by each
+occurrence of a repeated field (each entry of a map), the root group by each record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from wirearrow._core.decoder import FLAG, KIND, Program
+from wirearrow.plan.types import (
+    default_bytes,
+    has_presence,
+    is_map,
+    is_message,
+    is_repeated,
+    needs_utf8_check,
+    scalar_kind,
+)
+
+__all__ = ["NodeSpec", "ProgramBuilder"]
+
+# Above this many, field numbers are found by binary search instead of a direct table.
+_DENSE_LIMIT = 1024
+
+
+@dataclass(eq=False)
+class NodeSpec:
+    index: int
+    message: Descriptor
+    group: int
+    presence: int  # column, -1 for the root
+    implicit: bool = False  # a map value: present whenever its entry is
+    fields: dict[int, _EntrySpec] = field(default_factory=dict)
+    defaults: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _EntrySpec:
+    field: FieldDescriptor
+    column: int = -1
+    child: NodeSpec | None = None
+    group: int = -1
+
+
+class ProgramBuilder:
+    def __init__(self, root: Descriptor, *, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.columns: list[tuple[int, int]] = []  # (width, group)
+        self.groups: list[int] = [-1]
+        self.group_of_column: list[int] = []
+        self.nodes: list[NodeSpec] = []
+        self._validators: dict[str, NodeSpec] = {}
+        self.root = self._node(root, group=0, presence=-1)
+
+    # -- allocation -------------------------------------------------------------------
+
+    def _column(self, width: int, group: int) -> int:
+        self.columns.append((width, group))
+        return len(self.columns) - 1
+
+    def _node(self, message: Descriptor, *, group: int, presence: int) -> NodeSpec:
+        node = NodeSpec(len(self.nodes), message, group, presence)
+        self.nodes.append(node)
+        return node
+
+    def _entry(self, node: NodeSpec, fd: FieldDescriptor) -> _EntrySpec:
+        entry = node.fields.get(fd.number)
+        if entry is None:
+            entry = node.fields[fd.number] = _EntrySpec(fd)
+        return entry
+
+    def group_parent(self, group: int) -> int:
+        return self.groups[group]
+
+    def column_group(self, column: int) -> int:
+        return self.columns[column][1]
+
+    # -- what a plan asks for ---------------------------------------------------------
+
+    def scalar(self, node: NodeSpec, fd: FieldDescriptor) -> int:
+        """The column holding singular scalar `fd` of `node` (one slot per element)."""
+        entry = self._entry(node, fd)
+        if entry.column < 0:
+            entry.column = self._column(scalar_kind(fd).width, node.group)
+            if not has_presence(fd, node.message):
+                node.defaults.append((entry.column, default_bytes(fd)))
+        return entry.column
+
+    def message(self, node: NodeSpec, fd: FieldDescriptor) -> NodeSpec:
+        """The node of singular sub-message `fd` of `node`; its presence column is set."""
+        entry = self._entry(node, fd)
+        if entry.child is None:
+            presence = self._column(0, node.group)
+            entry.child = self._node(fd.message_type, group=node.group, presence=presence)
+            entry.child.implicit = node.message.GetOptions().map_entry
+        return entry.child
+
+    def repeated(self, node: NodeSpec, fd: FieldDescriptor) -> tuple[int, NodeSpec | int]:
+        """Group of repeated `fd` and, per element, its node (messages) or column (scalars)."""
+        entry = self._entry(node, fd)
+        if entry.group < 0:
+            self.groups.append(node.group)
+            entry.group = len(self.groups) - 1
+            if is_message(fd):
+                entry.child = self._node(fd.message_type, group=entry.group, presence=-1)
+            else:
+                entry.column = self._column(scalar_kind(fd).width, entry.group)
+        return entry.group, (entry.child if entry.child is not None else entry.column)
+
+    def raw(self, node: NodeSpec, fd: FieldDescriptor) -> int:
+        """A column of views over the serialized bytes of singular sub-message `fd`."""
+        entry = self._entry(node, fd)
+        if entry.child is not None:
+            raise ValueError(f"{fd.full_name} is read both as raw bytes and field by field")
+        if entry.column < 0:
+            entry.column = self._column(16, node.group)
+        return entry.column
+
+    # -- validate="full" --------------------------------------------------------------
+
+    def validate_everything(self) -> None:
+        """Give every node entries that check the fields the plan does not read."""
+        for node in list(self.nodes):
+            self._add_validators(node)
+
+    def _validator(self, message: Descriptor) -> NodeSpec:
+        node = self._validators.get(message.full_name)
+        if node is None:
+            node = self._validators[message.full_name] = self._node(message, group=-1, presence=-1)
+            self._add_validators(node)
+        return node
+
+    def _add_validators(self, node: NodeSpec) -> None:
+        for fd in node.message.fields:
+            if fd.number in node.fields:
+                continue
+            if is_message(fd):
+                entry = self._entry(node, fd)
+                entry.child = self._validator(fd.message_type)
+            elif needs_utf8_check(fd):
+                self._entry(node, fd)
+
+    # -- tables -----------------------------------------------------------------------
+
+    def build(self) -> Program:
+        entries: list[tuple] = []
+        nodes: list[tuple] = []
+        dense: list[int] = []
+        defaults: list[tuple[int, bytes]] = []
+        clear_cols: list[int] = []
+        for node in self.nodes:
+            first = len(entries)
+            numbers = sorted(node.fields)
+            clear_of = self._oneof_clear_lists(node)
+            for number in numbers:
+                entry = node.fields[number]
+                clear = clear_of.get(number, [])
+                clear_at = len(clear_cols) if clear else -1
+                clear_cols.extend(clear)
+                entries.append(self._entry_row(node, entry, clear_at, len(clear)))
+            small = [n for n in numbers if n < _DENSE_LIMIT]
+            dense_len = (max(small) + 1) if small else 0
+            dense_at = len(dense)
+            table = [-1] * dense_len
+            for i, number in enumerate(numbers):
+                if number < dense_len:
+                    table[number] = first + i
+            dense.extend(table)
+            node_defaults = self._defaults_on_entry(node)
+            nodes.append(
+                (
+                    first,
+                    len(numbers),
+                    dense_at,
+                    dense_len,
+                    node.group,
+                    node.presence,
+                    len(defaults),
+                    len(node_defaults),
+                )
+            )
+            defaults.extend(node_defaults)
+        return Program(
+            entries, nodes, dense, defaults, clear_cols, self.columns, self.groups, self.max_depth
+        )
+
+    def _entry_row(self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int) -> tuple:
+        fd = entry.field
+        flags = 0
+        if entry.group >= 0:
+            flags |= FLAG["repeated"]
+        if is_message(fd) and (entry.child is not None):
+            kind = KIND["group"] if fd.type == FieldDescriptor.TYPE_GROUP else KIND["message"]
+            wire_type = 3 if fd.type == FieldDescriptor.TYPE_GROUP else 2
+            child = entry.child.index
+        elif is_message(fd):  # raw bytes of a sub-message
+            kind, wire_type, child = KIND["bytes"], 2, -1
+        else:
+            sk = scalar_kind(fd)
+            kind, wire_type, child = sk.kind, sk.wire_type, -1
+            if is_repeated(fd) and sk.wire_type != 2:
+                flags |= FLAG["packable"]
+            if needs_utf8_check(fd):
+                flags |= FLAG["utf8"]
+        return (fd.number, wire_type, kind, flags, entry.column, child, entry.group, clear_at, n_clear)
+
+    def _defaults_on_entry(self, node: NodeSpec) -> list[tuple[int, bytes]]:
+        out = list(node.defaults)
+        for entry in node.fields.values():
+            child = entry.child
+            if child is not None and child.implicit and entry.group < 0:
+                out.append((child.presence, bytes(16)))
+                out.extend(self._defaults_on_entry(child))
+        return out
+
+    def _oneof_clear_lists(self, node: NodeSpec) -> dict[int, list[int]]:
+        """For each read oneof member: the columns of the other members, unset when it is read."""
+        members: dict[str, list[int]] = {}
+        for number, entry in node.fields.items():
+            oneof = entry.field.containing_oneof
+            if oneof is not None and entry.group < 0:
+                members.setdefault(oneof.full_name, []).append(number)
+        out: dict[int, list[int]] = {}
+        for numbers in members.values():
+            if len(numbers) < 2:
+                continue
+            owned = {n: self._columns_under(node.fields[n]) for n in numbers}
+            for n in numbers:
+                out[n] = [c for m in numbers if m != n for c in owned[m]]
+        return out
+
+    def _columns_under(self, entry: _EntrySpec) -> list[int]:
+        cols = [entry.column] if entry.column >= 0 else []
+        child = entry.child
+        if child is not None and child.presence >= 0:
+            cols.append(child.presence)
+            for sub in child.fields.values():
+                if sub.group < 0:
+                    cols.extend(self._columns_under(sub))
+        return cols

@@ -1,0 +1,135 @@
+"""How each protobuf field kind is read off the wire and which Arrow type it becomes."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import pyarrow as pa
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from wirearrow._core.decoder import KIND
+
+__all__ = [
+    "WELL_KNOWN",
+    "ScalarKind",
+    "default_bytes",
+    "is_map",
+    "is_repeated",
+    "needs_utf8_check",
+    "scalar_kind",
+]
+
+_T = FieldDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarKind:
+    kind: int  # decoder Kind
+    wire_type: int  # wire type of one unpacked value
+    width: int  # bytes of a column slot
+    arrow: pa.DataType
+    pack: str  # struct format of a slot's value, "" for views
+
+
+def _k(kind: str, wire_type: int, width: int, arrow: pa.DataType, pack: str) -> ScalarKind:
+    return ScalarKind(KIND[kind], wire_type, width, arrow, pack)
+
+
+_SCALARS: dict[int, ScalarKind] = {
+    _T.TYPE_INT32: _k("varint32", 0, 4, pa.int32(), "<i"),
+    _T.TYPE_ENUM: _k("varint32", 0, 4, pa.int32(), "<i"),
+    _T.TYPE_UINT32: _k("varint32", 0, 4, pa.uint32(), "<I"),
+    _T.TYPE_INT64: _k("varint64", 0, 8, pa.int64(), "<q"),
+    _T.TYPE_UINT64: _k("varint64", 0, 8, pa.uint64(), "<Q"),
+    _T.TYPE_BOOL: _k("bool", 0, 1, pa.bool_(), "<?"),
+    _T.TYPE_SINT32: _k("zigzag32", 0, 4, pa.int32(), "<i"),
+    _T.TYPE_SINT64: _k("zigzag64", 0, 8, pa.int64(), "<q"),
+    _T.TYPE_FIXED32: _k("fixed32", 5, 4, pa.uint32(), "<I"),
+    _T.TYPE_SFIXED32: _k("fixed32", 5, 4, pa.int32(), "<i"),
+    _T.TYPE_FLOAT: _k("fixed32", 5, 4, pa.float32(), "<f"),
+    _T.TYPE_FIXED64: _k("fixed64", 1, 8, pa.uint64(), "<Q"),
+    _T.TYPE_SFIXED64: _k("fixed64", 1, 8, pa.int64(), "<q"),
+    _T.TYPE_DOUBLE: _k("fixed64", 1, 8, pa.float64(), "<d"),
+    _T.TYPE_STRING: _k("bytes", 2, 16, pa.utf8(), ""),
+    _T.TYPE_BYTES: _k("bytes", 2, 16, pa.binary(), ""),
+}
+
+# Well-known message types with a dedicated Arrow mapping (decisions.md); recognised by
+# full name so that descriptors compiled at run time match too.
+WELL_KNOWN = {
+    "google.protobuf.Timestamp": "timestamp",
+    "google.protobuf.Duration": "duration",
+    "google.protobuf.DoubleValue": "wrapper",
+    "google.protobuf.FloatValue": "wrapper",
+    "google.protobuf.Int64Value": "wrapper",
+    "google.protobuf.UInt64Value": "wrapper",
+    "google.protobuf.Int32Value": "wrapper",
+    "google.protobuf.UInt32Value": "wrapper",
+    "google.protobuf.BoolValue": "wrapper",
+    "google.protobuf.StringValue": "wrapper",
+    "google.protobuf.BytesValue": "wrapper",
+    "google.protobuf.FieldMask": "fieldmask",
+    "google.protobuf.Struct": "json",
+    "google.protobuf.Value": "json",
+    "google.protobuf.ListValue": "json",
+    "google.protobuf.Any": "any",
+    "google.type.Date": "date",
+    "google.type.TimeOfDay": "timeofday",
+}
+
+
+def scalar_kind(field: FieldDescriptor) -> ScalarKind:
+    return _SCALARS[field.type]
+
+
+def is_repeated(field: FieldDescriptor) -> bool:
+    return field.label == _T.LABEL_REPEATED
+
+
+def is_map(field: FieldDescriptor) -> bool:
+    return (
+        is_repeated(field)
+        and field.message_type is not None
+        and field.message_type.GetOptions().map_entry
+    )
+
+
+def is_message(field: FieldDescriptor) -> bool:
+    return field.type in (_T.TYPE_MESSAGE, _T.TYPE_GROUP)
+
+
+def _features(field: FieldDescriptor):  # noqa: ANN202 - protobuf's private FeatureSet type
+    get = getattr(field, "_GetFeatures", None)
+    return get() if get is not None else None
+
+
+def needs_utf8_check(field: FieldDescriptor) -> bool:
+    """proto3 strings (and editions strings with utf8_validation VERIFY) must be valid UTF-8."""
+    if field.type != _T.TYPE_STRING:
+        return False
+    features = _features(field)
+    if features is not None:
+        return features.utf8_validation == features.VERIFY
+    return getattr(field.file, "syntax", "proto2") == "proto3"
+
+
+def has_presence(field: FieldDescriptor, container: Descriptor) -> bool:
+    """Explicit presence: an absent field reads as null, not as its default value.
+
+    Map entry keys and values never have presence: a missing one means the default.
+    """
+    if container.GetOptions().map_entry:
+        return False
+    return bool(field.has_presence)
+
+
+def default_bytes(field: FieldDescriptor) -> bytes:
+    """A column slot holding the field's default value, padded to the 16-byte table slot."""
+    sk = scalar_kind(field)
+    if not sk.pack:
+        return bytes(16)  # an empty view
+    value = field.default_value
+    if field.type == _T.TYPE_ENUM and not isinstance(value, int):
+        value = field.enum_type.values[0].number if field.enum_type.values else 0
+    return struct.pack(sk.pack, value).ljust(16, b"\0")

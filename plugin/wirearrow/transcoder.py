@@ -1,0 +1,257 @@
+"""The Transcoder: compile a plan once, transcode many batches of protobuf records to Arrow."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
+from wirearrow.delimited import split_framed
+from wirearrow.errors import DecodeError, PlanError
+from wirearrow.plan.assemble import Assembler
+from wirearrow.plan.compiler import Column, CompiledPlan, Options, compile_plan
+from wirearrow.schema import Schema
+
+__all__ = ["DEAD_LETTER_SCHEMA", "Stats", "Transcoder"]
+
+ON_ERROR = ("raise", "skip", "dead_letter")
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("index", pa.int64(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("path", pa.utf8(), nullable=False),
+        pa.field("reason", pa.utf8(), nullable=False),
+        pa.field("raw", pa.binary()),
+    ]
+)
+
+
+@dataclass(slots=True)
+class Stats:
+    """Cumulative counts; records_in == records_ok + records_failed, always."""
+
+    records_in: int = 0
+    records_ok: int = 0
+    records_failed: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+
+
+class Transcoder:
+    """Protobuf records -> Arrow record batches, for one schema and one plan.
+
+    ``columns`` is the flat plan: path strings or :class:`Column`; without it the whole
+    message is read, one row per record, one column per top-level field.
+    ``on_error``: "raise" (a :class:`DecodeError` for the first bad record), "skip" (bad
+    records are counted in ``stats``), or "dead_letter" (also kept for ``dead_letters()``).
+    ``validate``: "plan" checks every byte the plan reads; "full" also walks every
+    sub-message the plan skips, as the protobuf runtime would.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        columns: Sequence[str | Column] | None = None,
+        *,
+        on_error: str = "raise",
+        validate: str = "plan",
+        timestamp_unit: str = "us",
+        max_depth: int = 100,
+    ) -> None:
+        if not isinstance(schema, Schema):
+            raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
+        if on_error not in ON_ERROR:
+            raise PlanError([f"on_error must be one of {ON_ERROR}, not {on_error!r}"])
+        self._schema = schema
+        self._columns = tuple(columns) if columns is not None else None
+        self._on_error = on_error
+        self._options = Options(timestamp_unit=timestamp_unit, validate=validate, max_depth=max_depth)
+        self._plan: CompiledPlan = compile_plan(schema.descriptor, self._plan_columns(), self._options)
+        self._lock = threading.Lock()
+        self._stats = Stats()
+        self._dead: list[tuple[int, int, str, str, bytes | None]] = []
+
+    def _plan_columns(self) -> Sequence[str | Column]:
+        if self._columns is not None:
+            return self._columns
+        return [Column(f.name) for f in self._schema.descriptor.fields]
+
+    # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
+
+    def __reduce__(self) -> tuple:
+        return (
+            _rebuild,
+            (
+                self._schema,
+                self._columns,
+                self._on_error,
+                self._options.validate,
+                self._options.timestamp_unit,
+                self._options.max_depth,
+            ),
+        )
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return self._plan.schema
+
+    @property
+    def stats(self) -> Stats:
+        with self._lock:
+            s = self._stats
+            return Stats(s.records_in, s.records_ok, s.records_failed, s.rows_out, s.bytes_in)
+
+    def dead_letters(self) -> pa.Table:
+        """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
+        with self._lock:
+            rows, self._dead = self._dead, []
+        columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
+        return pa.table(
+            [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
+            schema=DEAD_LETTER_SCHEMA,
+        )
+
+    def transcode(self, messages: object, *, framing: str | None = None) -> pa.RecordBatch:
+        """Decode a batch of records into one RecordBatch with ``arrow_schema``.
+
+        messages: a BinaryArray / LargeBinaryArray (fastest), a ChunkedArray of those, a
+        list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
+        "u32le", "u32be"). A null record is a bad record ("null record").
+        """
+        data, starts, ends, index, extra_failures = _records(messages, framing)
+        policy = POLICY_RAISE if self._on_error == "raise" else POLICY_SKIP
+        if extra_failures and self._on_error == "raise":
+            raise extra_failures[0][0]
+        result = decode(self._plan.program, data, starts, ends, policy)
+        failures = [(self._error(e, index), e) for e in result.errors]
+        if failures and self._on_error == "raise":
+            raise failures[0][0]
+        columns, n_rows = Assembler(self._plan, result, data).columns()
+        batch = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+        self._account(len(index) + len(extra_failures), failures, extra_failures, n_rows, data, starts, ends, index)
+        return batch
+
+    # -- errors and accounting ----------------------------------------------------------
+
+    def _error(self, err: tuple, index: np.ndarray) -> DecodeError:
+        position, status, offset, stack = err
+        return DecodeError(
+            STATUS_TEXT.get(status, f"status {status}"),
+            index=int(index[position]),
+            offset=int(offset),
+            path=self._render(stack),
+        )
+
+    def _render(self, stack: list[tuple[int, int, int]]) -> str:
+        parts: list[str] = []
+        for node_id, number, element in stack:
+            if number == 0:
+                continue
+            fd = self._plan.nodes[node_id].message.fields_by_number.get(number)
+            name = fd.name if fd is not None else f"#{number}"
+            parts.append(f"{name}[{element}]" if element >= 0 else name)
+        return ".".join(parts)
+
+    def _account(self, n_in, failures, extra, n_rows, data, starts, ends, index) -> None:
+        dead = []
+        if self._on_error == "dead_letter":
+            view = memoryview(data)
+            for err, raw_err in failures:
+                position = raw_err[0]
+                raw = bytes(view[starts[position] : ends[position]])
+                dead.append((err.index, err.offset, err.path, err.reason, raw))
+            dead.extend((e.index, e.offset, e.path, e.reason, raw) for e, raw in extra)
+            dead.sort(key=lambda row: row[0])
+        n_failed = len(failures) + len(extra)
+        with self._lock:
+            s = self._stats
+            s.records_in += n_in
+            s.records_failed += n_failed
+            s.records_ok += n_in - n_failed
+            s.rows_out += n_rows
+            s.bytes_in += int((ends - starts).sum()) if len(starts) else 0
+            self._dead.extend(dead)
+
+
+def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_depth) -> Transcoder:  # noqa: ANN001
+    return Transcoder(
+        schema,
+        columns,
+        on_error=on_error,
+        validate=validate,
+        timestamp_unit=timestamp_unit,
+        max_depth=max_depth,
+    )
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _records(messages: object, framing: str | None):  # noqa: ANN202
+    """Normalise any accepted input to (data, starts, ends, record index, extra failures).
+
+    extra failures are records rejected before decoding (null records, a truncated frame),
+    as (DecodeError, raw bytes or None).
+    """
+    if framing is not None:
+        view = memoryview(messages).cast("B")  # type: ignore[arg-type]
+        starts, ends, consumed = split_framed(view, framing)
+        index = np.arange(len(starts), dtype=np.int64)
+        extra = []
+        if consumed != len(view):
+            err = DecodeError(
+                f"truncated {framing} stream: the last record runs past the end",
+                index=len(starts),
+                offset=0,
+                path="",
+            )
+            extra.append((err, bytes(view[consumed:])))
+        return view, starts, ends, index, extra
+    if isinstance(messages, pa.ChunkedArray):
+        messages = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
+    if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer):
+        raise TypeError("one buffer of records needs framing= ('varint', 'u32le' or 'u32be')")
+    if not isinstance(messages, pa.Array):
+        messages = _from_python(messages)
+    t = messages.type
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        width = np.int32
+    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        width = np.int64
+    else:
+        raise TypeError(f"records must be binary, not {t}")
+    n = len(messages)
+    _, offsets_buf, data_buf = messages.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[messages.offset : messages.offset + n + 1]
+    offsets = offsets.astype(np.int64, copy=False)
+    data = memoryview(data_buf if data_buf is not None else b"").cast("B")
+    starts, ends = offsets[:-1], offsets[1:]
+    index = np.arange(n, dtype=np.int64)
+    extra = []
+    if messages.null_count:
+        valid = np.asarray(messages.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        for i in np.flatnonzero(~valid):
+            extra.append((DecodeError("null record", index=int(i), offset=0, path=""), None))
+        starts, ends, index = starts[valid], ends[valid], index[valid]
+    return data, np.ascontiguousarray(starts), np.ascontiguousarray(ends), index, extra
+
+
+def _from_python(messages: object) -> pa.Array:
+    items = messages if isinstance(messages, list | tuple) else list(messages)  # type: ignore[call-overload]
+    try:
+        return pa.array(items, type=pa.binary())
+    except pa.ArrowCapacityError:
+        return pa.array(items, type=pa.large_binary())
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as err:
+        raise TypeError(f"records must be bytes-like: {err}") from None
