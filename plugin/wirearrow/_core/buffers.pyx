@@ -94,38 +94,63 @@ cdef inline int popcount8(uint8_t v) noexcept nogil:
 
 
 def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_t[::1] valid,
-                 int64_t n):
-    """Copy the byte ranges named by n view slots out of the batch data.
+                 int64_t n, object indices=None):
+    """Copy the byte ranges named by view slots out of the batch data.
 
-    A view slot is 16 bytes: int64 offset into `data`, int64 length (both written by the
-    decoder after bounds checks). Null slots (valid == 0) become empty values. Returns
-    (offsets, values) buffers of an Arrow binary/utf8 array with int32 offsets.
+    A view slot is 16 bytes: int64 offset into `data`, int64 length (written by the decoder
+    after bounds checks; checked again here). Without `indices` the output has the n slots
+    in order; with them (int64, -1 = null) output row i holds slot indices[i], which fuses
+    Arrow's take into the one copy strings need anyway. Returns (validity bitmap or None,
+    null count, int32 offsets, values) of an Arrow binary/utf8 array.
     """
     if views.shape[0] < n * 16 or valid.shape[0] < n:
         raise ValueError("gather_views: n exceeds the view buffers")
+    cdef const int64_t[::1] idx
+    cdef int64_t rows = n
+    cdef bint take = indices is not None
+    if take:
+        idx = indices
+        rows = idx.shape[0]
     cdef const int64_t* v = <const int64_t*>&views[0] if n > 0 else NULL
-    cdef int64_t i, total = 0, size = data.shape[0]
-    for i in range(n):
-        if valid[i]:
-            if v[2 * i] < 0 or v[2 * i + 1] < 0 or v[2 * i] + v[2 * i + 1] > size:
-                raise ValueError("gather_views: a view points outside the data")
-            total += v[2 * i + 1]
+    cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
+    cdef int64_t i, k, total = 0, nulls = 0, size = data.shape[0], bad = -1
+    with nogil:
+        for i in range(rows):
+            k = idx[i] if take else i
+            if k < 0 or not ok[k]:
+                nulls += 1
+                continue
+            if k >= n or v[2 * k] < 0 or v[2 * k + 1] < 0 or v[2 * k] + v[2 * k + 1] > size:
+                bad = i
+                break
+            total += v[2 * k + 1]
+    if bad >= 0:
+        raise ValueError("gather_views: a view or index points outside the data")
     if total > 0x7FFFFFFF:
         raise OverflowError("a string column exceeds 2 GiB in one batch: use smaller batches")
-    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((n + 1) * sizeof(int32_t))
+    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((rows + 1) * sizeof(int32_t))
     cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
-    if offsets == NULL or out == NULL:
+    cdef uint8_t* bitmap = <uint8_t*>PyMem_RawMalloc((rows + 7) // 8 + 1) if nulls else NULL
+    if offsets == NULL or out == NULL or (nulls and bitmap == NULL):
         PyMem_RawFree(offsets)
         PyMem_RawFree(out)
+        PyMem_RawFree(bitmap)
         raise MemoryError()
     cdef const uint8_t* src = &data[0] if size > 0 else NULL
     cdef int64_t pos = 0
     with nogil:
+        if nulls:
+            memset(bitmap, 0, (rows + 7) // 8 + 1)
         offsets[0] = 0
-        for i in range(n):
-            if valid[i] and v[2 * i + 1] > 0:
-                memcpy(out + pos, src + v[2 * i], v[2 * i + 1])
-                pos += v[2 * i + 1]
+        for i in range(rows):
+            k = idx[i] if take else i
+            if k >= 0 and ok[k]:
+                if nulls:
+                    bitmap[i >> 3] |= 1 << (i & 7)
+                if v[2 * k + 1] > 0:
+                    memcpy(out + pos, src + v[2 * k], v[2 * k + 1])
+                    pos += v[2 * k + 1]
             offsets[i + 1] = <int32_t>pos
-    return (OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t)),
+    return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8) if nulls else None, nulls,
+            OwnedBuffer.adopt(<uint8_t*>offsets, (rows + 1) * sizeof(int32_t)),
             OwnedBuffer.adopt(out, total))

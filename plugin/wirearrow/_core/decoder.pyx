@@ -763,6 +763,23 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             break
         ei = find_entry(c, node, fn)
         if ei < 0:
+            # Unplanned fields are skipped by length; the common wire types inline.
+            if wt == 2:
+                if p < end and p[0] < 0x80:
+                    n = p[0]
+                    p += 1
+                    if n > end - p:
+                        st = E_LENGTH
+                        break
+                else:
+                    st = read_length(&p, end, &n)
+                    if st != OK:
+                        break
+                p += n
+                continue
+            if wt == 0 and p < end and p[0] < 0x80:
+                p += 1
+                continue
             st = skip_field(c, &p, end, fn, wt, depth)
             if st != OK:
                 break

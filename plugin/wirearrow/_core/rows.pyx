@@ -71,3 +71,58 @@ def select_slice(const int64_t[::1] offsets, const int64_t[::1] parents, object 
                 pos += 1
             oo[i + 1] = pos
     return out, out_off
+
+
+def group_offsets(const int64_t[::1] parents, int64_t n_parent):
+    """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing)."""
+    cdef int64_t n = parents.shape[0], i, p = 0
+    out = np.empty(n_parent + 1, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    for i in range(n):
+        if not 0 <= parents[i] < n_parent or (i > 0 and parents[i] < parents[i - 1]):
+            raise ValueError("group parents must be sorted and in range")
+    with nogil:
+        o[0] = 0
+        for i in range(n):
+            while p < parents[i]:
+                p += 1
+                o[p] = i
+        while p < n_parent:
+            p += 1
+            o[p] = n
+    return out
+
+
+def expand(const int64_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off):
+    """Fan a row table out over one selection (SQL UNNEST with a left join).
+
+    rows[r] is the parent element of row r (-1: none). Each row becomes one row per selected
+    element under its parent, or one row with no element (-1) when there are none.
+    Returns (owner, element): the source row of every new row, and its element.
+    """
+    cdef int64_t n = rows.shape[0], r, k, e, count, total = 0, pos = 0
+    cdef int64_t n_off = sel_off.shape[0]
+    for r in range(n):
+        e = rows[r]
+        if e >= n_off - 1:
+            raise ValueError("row element outside the selection's parents")
+        count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
+        total += count if count > 0 else 1
+    owner = np.empty(total, dtype=np.int64)
+    element = np.empty(total, dtype=np.int64)
+    cdef int64_t[::1] o = owner
+    cdef int64_t[::1] el = element
+    with nogil:
+        for r in range(n):
+            e = rows[r]
+            count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
+            if count <= 0:
+                o[pos] = r
+                el[pos] = -1
+                pos += 1
+                continue
+            for k in range(sel_off[e], sel_off[e] + count):
+                o[pos] = r
+                el[pos] = sel[k]
+                pos += 1
+    return owner, element

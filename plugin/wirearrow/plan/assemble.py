@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
-from wirearrow._core.rows import select_slice
+from wirearrow._core.rows import expand, group_offsets, select_slice
 from wirearrow.errors import DecodeError
 from wirearrow.plan.compiler import CompiledPlan, OutputColumn
 from wirearrow.plan.leaves import (
@@ -52,12 +52,8 @@ class Assembler:
         """offsets[p]:offsets[p + 1] are the elements of `group` under parent element p."""
         off = self._offsets.get(group)
         if off is None:
-            parent_group = self.plan.group_parents[group]
-            n_parent = self.counts[parent_group]
-            counts = np.bincount(self.parents[group], minlength=n_parent)
-            off = np.zeros(n_parent + 1, dtype=np.int64)
-            np.cumsum(counts, out=off[1:])
-            self._offsets[group] = off
+            n_parent = self.counts[self.plan.group_parents[group]]
+            off = self._offsets[group] = group_offsets(self.parents[group], n_parent)
         return off
 
     def record_of(self, group: int, element: int) -> int:
@@ -112,16 +108,24 @@ class Assembler:
     def _scalar(self, column: int, t: pa.DataType, n: int) -> pa.Array:
         values = self.r.col_values[column]
         valid = self.r.col_valid[column]
-        validity, nulls = self._validity(column, n)
         if pa.types.is_string(t) or pa.types.is_binary(t):
-            offsets, data = gather_views(self.data, values, valid, n)
-            buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
-        elif pa.types.is_boolean(t):
+            return self._strings(column, t, n, None)
+        validity, nulls = self._validity(column, n)
+        if pa.types.is_boolean(t):
             bits, _ = pack_bits(values, n)
             buffers = [validity, pa.py_buffer(bits)]
         else:
             buffers = [validity, pa.py_buffer(values)]
         return pa.Array.from_buffers(t, n, buffers, nulls)
+
+    def _strings(self, column: int, t: pa.DataType, n: int, indices: np.ndarray | None) -> pa.Array:
+        values = self.r.col_values[column]
+        valid = self.r.col_valid[column]
+        validity, nulls, offsets, data = gather_views(self.data, values, valid, n, indices)
+        rows = n if indices is None else len(indices)
+        buffers = [pa.py_buffer(validity) if validity is not None else None,
+                   pa.py_buffer(offsets), pa.py_buffer(data)]
+        return pa.Array.from_buffers(t, rows, buffers, nulls)
 
     def _temporal(self, leaf: TemporalLeaf, n: int) -> pa.Array:
         parts = [self._scalar(c, t, n) for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)]
@@ -251,21 +255,12 @@ class Assembler:
                 table[s.index] = np.where(e >= 0, picked[safe] if len(picked) else -1, -1)
                 continue
             sel, sel_off = self._fanout(s)
-            counts = np.where(e >= 0, sel_off[safe + 1] - sel_off[safe], 0)
-            reps = np.maximum(counts, 1)
-            firsts = np.where(counts > 0, sel_off[safe], 0)
-            if np.all(counts == 1):
-                table[s.index] = sel[firsts]
-                continue
-            expanded = True
-            owner = np.repeat(np.arange(len(e)), reps)
-            for k in table:
-                table[k] = table[k][owner]
-            base = np.cumsum(reps) - reps
-            pos = np.arange(len(owner), dtype=np.int64) - base[owner]
-            has = counts[owner] > 0
-            idx = np.where(has, firsts[owner] + pos, 0)
-            table[s.index] = np.where(has, sel[idx] if len(sel) else 0, -1)
+            owner, element = expand(e, sel, sel_off)
+            if len(owner) != len(e):
+                expanded = True
+                for k in table:
+                    table[k] = table[k][owner]
+            table[s.index] = element
         return table, expanded
 
     # -- strict -------------------------------------------------------------------------
@@ -306,12 +301,18 @@ class Assembler:
         for column in self.plan.columns:
             if column.strict:
                 self.check_strict(column, table)
-            arr = self.leaf(column.leaf)
             s = column.selection
+            leaf = column.leaf
             if s.index == 0 and not expanded:
-                out.append(arr)
+                out.append(self.leaf(leaf))
                 continue
             idx = table[s.index]
+            if isinstance(leaf, ScalarLeaf) and id(leaf) not in self._arrays and (
+                pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type)
+            ):
+                out.append(self._strings(leaf.column, leaf.type, self.counts[leaf.group], idx))
+                continue
+            arr = self.leaf(leaf)
             missing = idx < 0
             indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
             out.append(arr.take(indices))
