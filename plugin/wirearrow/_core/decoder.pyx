@@ -731,12 +731,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef int64_t n
     cdef const uint8_t* field_start = p
     cdef const uint8_t* sub_end
+    cdef const FieldEntry* opened = NULL   # entry whose element was opened by this field
     cdef uint8_t* dst
     if depth > c.max_depth:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
     while p < end:
         field_start = p
+        opened = NULL
         if p[0] < 0x80:
             tag = p[0]
             p += 1
@@ -804,6 +806,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 st = open_element(c, f.group)
                 if st != OK:
                     break
+                opened = f
             st = enter_node(c, &c.nodes[f.child])
             if st != OK:
                 break
@@ -825,6 +828,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             st = open_element(c, f.group)
             if st != OK:
                 break
+            opened = f
         st = decode_scalar(c, f, &p, end)
         if st != OK:
             break
@@ -832,7 +836,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         st = E_UNTERMINATED_GROUP
     if st != OK:
         c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
-        return record_level(c, node_id, fn, -1, st)
+        return record_level(c, node_id, fn,
+                            element_index(c, opened) if opened != NULL else -1, st)
     return OK
 
 

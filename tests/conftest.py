@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import wirearrow as wa  # noqa: E402
+
+EXAMPLES = ROOT / "examples" / "schema"
+
+
+@pytest.fixture(scope="session")
+def bid_schema() -> wa.Schema:
+    return wa.Schema.from_proto(EXAMPLES / "bidrequest.proto", "BidRequestEvent", import_paths=[EXAMPLES])
+
+
+@pytest.fixture(scope="session")
+def bid_corpus() -> list[bytes]:
+    import corpus
+
+    return corpus.generate(300, seed=7)
+
+
+@pytest.fixture(scope="session")
+def bid_class(bid_schema: wa.Schema):  # noqa: ANN201
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(bid_schema.descriptor)
+
+
+@pytest.fixture
+def compile_proto(tmp_path: Path):  # noqa: ANN201
+    """compile_proto(source, message) -> (Schema, message class) of a .proto written to tmp."""
+    from google.protobuf import message_factory
+
+    counter = iter(range(1000))
+
+    def build(source: str, message: str) -> tuple[wa.Schema, type]:
+        path = tmp_path / f"t{next(counter)}.proto"
+        path.write_text(source)
+        schema = wa.Schema.from_proto(path, message)
+        return schema, message_factory.GetMessageClass(schema.descriptor)
+
+    return build

@@ -1,0 +1,258 @@
+"""The Transcoder API: inputs, names, fan-out, presence, errors and accounting."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+import wirearrow as wa
+
+PROTO = """
+syntax = "proto3";
+package t;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+message Deal { string id = 1; double price = 2; }
+message Imp { string id = 1; repeated Deal deals = 2; int32 w = 3; repeated string tags = 4; }
+message Geo { string country = 1; optional int32 zip = 2; }
+message Device { Geo geo = 1; string os = 2; }
+message Root {
+  string id = 1;
+  repeated Imp imps = 2;
+  repeated string cur = 3;
+  Device device = 4;
+  map<string, int64> counts = 5;
+  oneof choice { string s = 6; int64 n = 7; Deal d = 8; }
+  google.protobuf.Timestamp ts = 9;
+  google.protobuf.Int64Value wi = 10;
+  repeated int32 nums = 11;
+  bytes blob = 12;
+}
+"""
+
+
+@pytest.fixture
+def root(compile_proto):  # noqa: ANN201
+    return compile_proto(PROTO, "t.Root")
+
+
+def _msg(cls, **kw):  # noqa: ANN001, ANN202
+    return cls(**kw).SerializeToString()
+
+
+def test_correlated_nested_fanout_and_left_join(root) -> None:
+    schema, Root = root
+    m = Root(id="r1")
+    i1 = m.imps.add(id="i1")
+    i1.deals.add(id="d11")
+    i1.deals.add(id="d12")
+    m.imps.add(id="i2")  # no deals: still one row
+    i3 = m.imps.add(id="i3")
+    i3.deals.add(id="d31")
+    tc = wa.Transcoder(schema, columns=["id", "imps[*].id", "imps[*].deals[*].id"])
+    rows = tc.transcode([m.SerializeToString()]).to_pylist()
+    assert [(r["imps[*].id"], r["imps[*].deals[*].id"]) for r in rows] == [
+        ("i1", "d11"), ("i1", "d12"), ("i2", None), ("i3", "d31"),
+    ]
+    assert {r["id"] for r in rows} == {"r1"}
+    # column order never changes values
+    tc2 = wa.Transcoder(schema, columns=["imps[*].deals[*].id", "imps[*].id"])
+    rows2 = tc2.transcode([m.SerializeToString()]).to_pylist()
+    assert [(r["imps[*].id"], r["imps[*].deals[*].id"]) for r in rows2] == [
+        ("i1", "d11"), ("i1", "d12"), ("i2", None), ("i3", "d31"),
+    ]
+
+
+def test_sibling_fanouts_cross_join_first_outermost(root) -> None:
+    schema, Root = root
+    data = _msg(Root, imps=[{"id": "a"}, {"id": "b"}], cur=["USD", "EUR", "GBP"])
+    rows = wa.Transcoder(schema, columns=["imps[*].id", "cur[*]"]).transcode([data]).to_pylist()
+    assert [(r["imps[*].id"], r["cur[*]"]) for r in rows] == [
+        ("a", "USD"), ("a", "EUR"), ("a", "GBP"), ("b", "USD"), ("b", "EUR"), ("b", "GBP"),
+    ]
+
+
+def test_empty_message_yields_one_row_of_nulls_and_defaults(root) -> None:
+    schema, _ = root
+    tc = wa.Transcoder(schema, columns=["id", "imps[*].id", "device.geo.country", "device.geo.zip", "ts", "wi"])
+    rows = tc.transcode([b""]).to_pylist()
+    assert rows == [{"id": "", "imps[*].id": None, "device.geo.country": None,
+                     "device.geo.zip": None, "ts": None, "wi": None}]
+
+
+def test_presence_under_present_parents(root) -> None:
+    schema, Root = root
+    tc = wa.Transcoder(schema, columns=["device.geo.country", "device.geo.zip", "device.os", "wi"])
+    with_geo = _msg(Root, device={"geo": {}}, wi={})
+    no_geo = _msg(Root, device={})
+    rows = tc.transcode([with_geo, no_geo]).to_pylist()
+    assert rows[0] == {"device.geo.country": "", "device.geo.zip": None, "device.os": "", "wi": 0}
+    assert rows[1] == {"device.geo.country": None, "device.geo.zip": None, "device.os": "", "wi": None}
+
+
+def test_indices_slices_maps_and_filters(root) -> None:
+    schema, Root = root
+    data = _msg(Root, imps=[{"id": f"i{k}", "w": k} for k in range(5)], counts={"a": 1, "b": 2},
+                cur=["a", "b", "c", "d", "e"])
+    tc = wa.Transcoder(schema, columns=[
+        wa.Column("imps[0].id", name="first"), wa.Column("imps[-1].id", name="last"),
+        wa.Column("imps[9].id", name="missing"), wa.Column('counts["b"]', name="b"),
+        wa.Column('counts["zz"]', name="zz"),
+    ])
+    assert tc.transcode([data]).to_pylist() == [{"first": "i0", "last": "i4", "missing": None, "b": 2, "zz": None}]
+    sliced = wa.Transcoder(schema, columns=["cur[::-2]"]).transcode([data]).column(0).to_pylist()
+    assert sliced == ["e", "c", "a"]
+    kept = wa.Transcoder(schema, columns=["imps[?(.w >= 1 && .id != 'i3')].id"]).transcode([data])
+    assert kept.column(0).to_pylist() == ["i1", "i2", "i4"]
+    entries = wa.Transcoder(schema, columns=["counts[*]"]).transcode([data]).column(0).to_pylist()
+    assert sorted(entries) == [1, 2]
+
+
+def test_list_map_struct_and_wkt_leaves(root) -> None:
+    schema, Root = root
+    data = _msg(Root, nums=[3, -1], counts={"k": 7}, device={"geo": {"country": "FR", "zip": 75}},
+                ts={"seconds": 1_700_000_000, "nanos": 123_456_789}, imps=[{"tags": ["x", "y"]}])
+    tc = wa.Transcoder(schema, columns=["nums", "counts", "device", "ts", "imps[*].tags"])
+    t = tc.arrow_schema
+    assert t.field("nums").type == pa.list_(pa.int32())
+    assert t.field("counts").type == pa.map_(pa.utf8(), pa.int64())
+    assert t.field("ts").type == pa.timestamp("us", tz="UTC")
+    row = tc.transcode([data]).to_pylist()[0]
+    assert row["nums"] == [3, -1]
+    assert row["counts"] == [("k", 7)]
+    assert row["device"] == {"geo": {"country": "FR", "zip": 75}, "os": ""}
+    assert row["ts"].timestamp() == pytest.approx(1_700_000_000.123456)
+    assert row["imps[*].tags"] == ["x", "y"]
+
+
+def test_oneof_last_member_wins(root) -> None:
+    schema, Root = root
+    first = _msg(Root, s="text")
+    second = _msg(Root, n=5)
+    tc = wa.Transcoder(schema, columns=["s", "n", "d.id"])
+    assert tc.transcode([first + second]).to_pylist() == [{"s": None, "n": 5, "d.id": None}]
+    assert tc.transcode([second + first]).to_pylist() == [{"s": "text", "n": None, "d.id": None}]
+
+
+def test_merge_of_repeated_singular_message_and_last_scalar_wins(root) -> None:
+    schema, Root = root
+    a = _msg(Root, id="x", device={"os": "ios"})
+    b = _msg(Root, id="y", device={"geo": {"country": "DE"}})
+    rows = wa.Transcoder(schema, columns=["id", "device.os", "device.geo.country"]).transcode([a + b]).to_pylist()
+    assert rows == [{"id": "y", "device.os": "ios", "device.geo.country": "DE"}]
+
+
+def test_inputs_are_equivalent(root) -> None:
+    schema, Root = root
+    msgs = [_msg(Root, id=f"m{i}", imps=[{"id": str(j)} for j in range(i % 3)]) for i in range(20)]
+    tc = wa.Transcoder(schema, columns=["id", "imps[*].id"])
+    expected = tc.transcode(msgs)
+    arr = pa.array(msgs, type=pa.binary())
+    assert tc.transcode(arr).equals(expected)
+    assert tc.transcode(pa.array(msgs, type=pa.large_binary())).equals(expected)
+    assert tc.transcode(pa.chunked_array([arr[:7], arr[7:]])).equals(expected)
+    sliced = pa.array([b"junk"] + msgs, type=pa.binary())[1:]
+    assert tc.transcode(sliced).equals(expected)
+    framed = b"".join(len(m).to_bytes(4, "little") + m for m in msgs)
+    assert tc.transcode(framed, framing="u32le").equals(expected)
+    with pytest.raises(TypeError):
+        tc.transcode(framed)
+
+
+def test_read_delimited_framings(tmp_path, root) -> None:
+    _, Root = root
+    msgs = [_msg(Root, id="a" * i) for i in range(300)]
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    frames = {
+        "varint": b"".join(varint(len(m)) + m for m in msgs),
+        "u32le": b"".join(len(m).to_bytes(4, "little") + m for m in msgs),
+        "u32be": b"".join(len(m).to_bytes(4, "big") + m for m in msgs),
+    }
+    for framing, blob in frames.items():
+        path = tmp_path / f"ev.{framing}"
+        path.write_bytes(blob)
+        assert wa.read_delimited(path, framing=framing).to_pylist() == msgs
+        assert wa.read_delimited(blob, framing=framing).to_pylist() == msgs
+        with pytest.raises(ValueError, match="truncated"):
+            wa.read_delimited(blob[:-1], framing=framing)
+    with pytest.raises(ValueError, match="framing"):
+        wa.read_delimited(b"", framing="u16")
+
+
+def test_dead_letters_and_accounting(root) -> None:
+    schema, Root = root
+    good = _msg(Root, id="ok", imps=[{"id": "1"}, {"id": "2"}])
+    bad = good[:-3]  # truncated inside the last imp
+    msgs = [good, bad, good, b"\x00", None]
+    tc = wa.Transcoder(schema, columns=["id", "imps[*].id"], on_error="dead_letter")
+    batch = tc.transcode(pa.array(msgs, type=pa.binary()))
+    assert batch.num_rows == 4  # two good records x two imps
+    s = tc.stats
+    assert (s.records_in, s.records_ok, s.records_failed, s.rows_out) == (5, 2, 3, 4)
+    dead = tc.dead_letters()
+    assert dead.column("index").to_pylist() == [1, 3, 4]
+    assert dead.column("raw").to_pylist() == [bad, b"\x00", None]
+    assert "imps[1]" in dead.column("path")[0].as_py()
+    assert tc.dead_letters().num_rows == 0  # drained
+
+    skip = wa.Transcoder(schema, columns=["id"], on_error="skip")
+    assert skip.transcode(msgs[:4]).num_rows == 2
+    assert skip.dead_letters().num_rows == 0
+
+    strict = wa.Transcoder(schema, columns=["id"])
+    with pytest.raises(wa.DecodeError) as info:
+        strict.transcode(msgs[:4])
+    assert info.value.index == 1 and isinstance(info.value, ValueError)
+
+
+def test_plan_errors_are_reported_together_with_carets(root) -> None:
+    schema, _ = root
+    with pytest.raises(wa.PlanError) as info:
+        wa.Transcoder(schema, columns=["idd", "imps.id", "id", wa.Column("cur[*]", name="id"), "counts.key"])
+    text = str(info.value)
+    assert "field 'idd' not in message t.Root" in text
+    assert "imps" in text and "[*]" in text
+    assert "duplicate output name 'id'" in text
+    assert len(info.value.problems) == 4
+    assert "\n  idd\n  ^" in text
+
+
+def test_pickle_ships_the_spec_and_rebuilds(root) -> None:
+    schema, Root = root
+    tc = wa.Transcoder(schema, columns=["id", wa.Column("imps[*].id", name="imp")], on_error="skip")
+    blob = pickle.dumps(tc)
+    assert len(blob) < 4096
+    clone = pickle.loads(blob)
+    data = [_msg(Root, id="x", imps=[{"id": "1"}])]
+    assert clone.transcode(data).equals(tc.transcode(data))
+    assert clone.arrow_schema == tc.arrow_schema
+
+
+def test_whole_message_mode(root) -> None:
+    schema, Root = root
+    tc = wa.Transcoder(schema)
+    assert tc.arrow_schema.names == [f.name for f in schema.descriptor.fields]
+    row = tc.transcode([_msg(Root, id="x", imps=[{"id": "1", "deals": [{"id": "d"}]}])]).to_pylist()[0]
+    assert row["imps"][0]["deals"] == [{"id": "d", "price": 0.0}]
+
+
+def test_strict_mode(root) -> None:
+    schema, Root = root
+    data = _msg(Root, cur=["a", "b"])
+    assert wa.Transcoder(schema, columns=["cur[5]"]).transcode([data]).column(0).to_pylist() == [None]
+    with pytest.raises(wa.DecodeError, match="out of range"):
+        wa.Transcoder(schema, columns=[wa.Column("cur[5]", strict=True)]).transcode([data])
+    with pytest.raises(wa.DecodeError):
+        wa.Transcoder(schema, columns=[wa.Column("cur[0:10]", strict=True)]).transcode([data])
+    ok = wa.Transcoder(schema, columns=[wa.Column("cur[0:2]", strict=True)]).transcode([data])
+    assert ok.column(0).to_pylist() == ["a", "b"]
