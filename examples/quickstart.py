@@ -1,7 +1,7 @@
 """Transcode a file of length-delimited OpenRTB BidRequestEvent records to Parquet.
 
-    python benchmarks/corpus.py --n 20000 --out out/events.u32le
-    python examples/quickstart.py out/events.u32le --out out/bids.parquet
+python benchmarks/corpus.py --n 20000 --out out/events.u32le
+python examples/quickstart.py out/events.u32le --out out/bids.parquet
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("events", help="a file of length-delimited BidRequestEvent records")
     ap.add_argument("--framing", default="u32le", choices=["varint", "u32le", "u32be"])
     ap.add_argument("--out", default="out/bids.parquet")

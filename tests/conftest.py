@@ -15,7 +15,9 @@ EXAMPLES = ROOT / "examples" / "schema"
 
 @pytest.fixture(scope="session")
 def bid_schema() -> wa.Schema:
-    return wa.Schema.from_proto(EXAMPLES / "bidrequest.proto", "BidRequestEvent", import_paths=[EXAMPLES])
+    return wa.Schema.from_proto(
+        EXAMPLES / "bidrequest.proto", "BidRequestEvent", import_paths=[EXAMPLES]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -26,14 +28,14 @@ def bid_corpus() -> list[bytes]:
 
 
 @pytest.fixture(scope="session")
-def bid_class(bid_schema: wa.Schema):  # noqa: ANN201
+def bid_class(bid_schema: wa.Schema):
     from google.protobuf import message_factory
 
     return message_factory.GetMessageClass(bid_schema.descriptor)
 
 
 @pytest.fixture
-def compile_proto(tmp_path: Path):  # noqa: ANN201
+def compile_proto(tmp_path: Path):
     """compile_proto(source, message) -> (Schema, message class) of a .proto written to tmp."""
     from google.protobuf import message_factory
 

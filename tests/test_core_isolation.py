@@ -16,7 +16,9 @@ def test_core_imports_nothing_from_the_cold_path() -> None:
             if not m:
                 continue
             mod = m.group(1)
-            if mod.startswith("pyarrow") or (mod.startswith("wirearrow") and not mod.startswith("wirearrow._core")):
+            if mod.startswith("pyarrow") or (
+                mod.startswith("wirearrow") and not mod.startswith("wirearrow._core")
+            ):
                 offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert offenders == []
 

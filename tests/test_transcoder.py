@@ -34,11 +34,11 @@ message Root {
 
 
 @pytest.fixture
-def root(compile_proto):  # noqa: ANN201
+def root(compile_proto):
     return compile_proto(PROTO, "t.Root")
 
 
-def _msg(cls, **kw):  # noqa: ANN001, ANN202
+def _msg(cls, **kw):
     return cls(**kw).SerializeToString()
 
 
@@ -54,14 +54,20 @@ def test_correlated_nested_fanout_and_left_join(root) -> None:
     tc = wa.Transcoder(schema, columns=["id", "imps[*].id", "imps[*].deals[*].id"])
     rows = tc.transcode([m.SerializeToString()]).to_pylist()
     assert [(r["imps[*].id"], r["imps[*].deals[*].id"]) for r in rows] == [
-        ("i1", "d11"), ("i1", "d12"), ("i2", None), ("i3", "d31"),
+        ("i1", "d11"),
+        ("i1", "d12"),
+        ("i2", None),
+        ("i3", "d31"),
     ]
     assert {r["id"] for r in rows} == {"r1"}
     # column order never changes values
     tc2 = wa.Transcoder(schema, columns=["imps[*].deals[*].id", "imps[*].id"])
     rows2 = tc2.transcode([m.SerializeToString()]).to_pylist()
     assert [(r["imps[*].id"], r["imps[*].deals[*].id"]) for r in rows2] == [
-        ("i1", "d11"), ("i1", "d12"), ("i2", None), ("i3", "d31"),
+        ("i1", "d11"),
+        ("i1", "d12"),
+        ("i2", None),
+        ("i3", "d31"),
     ]
 
 
@@ -70,16 +76,31 @@ def test_sibling_fanouts_cross_join_first_outermost(root) -> None:
     data = _msg(Root, imps=[{"id": "a"}, {"id": "b"}], cur=["USD", "EUR", "GBP"])
     rows = wa.Transcoder(schema, columns=["imps[*].id", "cur[*]"]).transcode([data]).to_pylist()
     assert [(r["imps[*].id"], r["cur[*]"]) for r in rows] == [
-        ("a", "USD"), ("a", "EUR"), ("a", "GBP"), ("b", "USD"), ("b", "EUR"), ("b", "GBP"),
+        ("a", "USD"),
+        ("a", "EUR"),
+        ("a", "GBP"),
+        ("b", "USD"),
+        ("b", "EUR"),
+        ("b", "GBP"),
     ]
 
 
 def test_empty_message_yields_one_row_of_nulls_and_defaults(root) -> None:
     schema, _ = root
-    tc = wa.Transcoder(schema, columns=["id", "imps[*].id", "device.geo.country", "device.geo.zip", "ts", "wi"])
+    tc = wa.Transcoder(
+        schema, columns=["id", "imps[*].id", "device.geo.country", "device.geo.zip", "ts", "wi"]
+    )
     rows = tc.transcode([b""]).to_pylist()
-    assert rows == [{"id": "", "imps[*].id": None, "device.geo.country": None,
-                     "device.geo.zip": None, "ts": None, "wi": None}]
+    assert rows == [
+        {
+            "id": "",
+            "imps[*].id": None,
+            "device.geo.country": None,
+            "device.geo.zip": None,
+            "ts": None,
+            "wi": None,
+        }
+    ]
 
 
 def test_presence_under_present_parents(root) -> None:
@@ -89,19 +110,35 @@ def test_presence_under_present_parents(root) -> None:
     no_geo = _msg(Root, device={})
     rows = tc.transcode([with_geo, no_geo]).to_pylist()
     assert rows[0] == {"device.geo.country": "", "device.geo.zip": None, "device.os": "", "wi": 0}
-    assert rows[1] == {"device.geo.country": None, "device.geo.zip": None, "device.os": "", "wi": None}
+    assert rows[1] == {
+        "device.geo.country": None,
+        "device.geo.zip": None,
+        "device.os": "",
+        "wi": None,
+    }
 
 
 def test_indices_slices_maps_and_filters(root) -> None:
     schema, Root = root
-    data = _msg(Root, imps=[{"id": f"i{k}", "w": k} for k in range(5)], counts={"a": 1, "b": 2},
-                cur=["a", "b", "c", "d", "e"])
-    tc = wa.Transcoder(schema, columns=[
-        wa.Column("imps[0].id", name="first"), wa.Column("imps[-1].id", name="last"),
-        wa.Column("imps[9].id", name="missing"), wa.Column('counts["b"]', name="b"),
-        wa.Column('counts["zz"]', name="zz"),
-    ])
-    assert tc.transcode([data]).to_pylist() == [{"first": "i0", "last": "i4", "missing": None, "b": 2, "zz": None}]
+    data = _msg(
+        Root,
+        imps=[{"id": f"i{k}", "w": k} for k in range(5)],
+        counts={"a": 1, "b": 2},
+        cur=["a", "b", "c", "d", "e"],
+    )
+    tc = wa.Transcoder(
+        schema,
+        columns=[
+            wa.Column("imps[0].id", name="first"),
+            wa.Column("imps[-1].id", name="last"),
+            wa.Column("imps[9].id", name="missing"),
+            wa.Column('counts["b"]', name="b"),
+            wa.Column('counts["zz"]', name="zz"),
+        ],
+    )
+    assert tc.transcode([data]).to_pylist() == [
+        {"first": "i0", "last": "i4", "missing": None, "b": 2, "zz": None}
+    ]
     sliced = wa.Transcoder(schema, columns=["cur[::-2]"]).transcode([data]).column(0).to_pylist()
     assert sliced == ["e", "c", "a"]
     kept = wa.Transcoder(schema, columns=["imps[?(.w >= 1 && .id != 'i3')].id"]).transcode([data])
@@ -112,8 +149,14 @@ def test_indices_slices_maps_and_filters(root) -> None:
 
 def test_list_map_struct_and_wkt_leaves(root) -> None:
     schema, Root = root
-    data = _msg(Root, nums=[3, -1], counts={"k": 7}, device={"geo": {"country": "FR", "zip": 75}},
-                ts={"seconds": 1_700_000_000, "nanos": 123_456_789}, imps=[{"tags": ["x", "y"]}])
+    data = _msg(
+        Root,
+        nums=[3, -1],
+        counts={"k": 7},
+        device={"geo": {"country": "FR", "zip": 75}},
+        ts={"seconds": 1_700_000_000, "nanos": 123_456_789},
+        imps=[{"tags": ["x", "y"]}],
+    )
     tc = wa.Transcoder(schema, columns=["nums", "counts", "device", "ts", "imps[*].tags"])
     t = tc.arrow_schema
     assert t.field("nums").type == pa.list_(pa.int32())
@@ -140,7 +183,11 @@ def test_merge_of_repeated_singular_message_and_last_scalar_wins(root) -> None:
     schema, Root = root
     a = _msg(Root, id="x", device={"os": "ios"})
     b = _msg(Root, id="y", device={"geo": {"country": "DE"}})
-    rows = wa.Transcoder(schema, columns=["id", "device.os", "device.geo.country"]).transcode([a + b]).to_pylist()
+    rows = (
+        wa.Transcoder(schema, columns=["id", "device.os", "device.geo.country"])
+        .transcode([a + b])
+        .to_pylist()
+    )
     assert rows == [{"id": "y", "device.os": "ios", "device.geo.country": "DE"}]
 
 
@@ -153,7 +200,7 @@ def test_inputs_are_equivalent(root) -> None:
     assert tc.transcode(arr).equals(expected)
     assert tc.transcode(pa.array(msgs, type=pa.large_binary())).equals(expected)
     assert tc.transcode(pa.chunked_array([arr[:7], arr[7:]])).equals(expected)
-    sliced = pa.array([b"junk"] + msgs, type=pa.binary())[1:]
+    sliced = pa.array([b"junk", *msgs], type=pa.binary())[1:]
     assert tc.transcode(sliced).equals(expected)
     framed = b"".join(len(m).to_bytes(4, "little") + m for m in msgs)
     assert tc.transcode(framed, framing="u32le").equals(expected)
@@ -218,7 +265,9 @@ def test_dead_letters_and_accounting(root) -> None:
 def test_plan_errors_are_reported_together_with_carets(root) -> None:
     schema, _ = root
     with pytest.raises(wa.PlanError) as info:
-        wa.Transcoder(schema, columns=["idd", "imps.id", "id", wa.Column("cur[*]", name="id"), "counts.key"])
+        wa.Transcoder(
+            schema, columns=["idd", "imps.id", "id", wa.Column("cur[*]", name="id"), "counts.key"]
+        )
     text = str(info.value)
     assert "field 'idd' not in message t.Root" in text
     assert "imps" in text and "[*]" in text
@@ -242,14 +291,18 @@ def test_whole_message_mode(root) -> None:
     schema, Root = root
     tc = wa.Transcoder(schema)
     assert tc.arrow_schema.names == [f.name for f in schema.descriptor.fields]
-    row = tc.transcode([_msg(Root, id="x", imps=[{"id": "1", "deals": [{"id": "d"}]}])]).to_pylist()[0]
+    row = tc.transcode(
+        [_msg(Root, id="x", imps=[{"id": "1", "deals": [{"id": "d"}]}])]
+    ).to_pylist()[0]
     assert row["imps"][0]["deals"] == [{"id": "d", "price": 0.0}]
 
 
 def test_strict_mode(root) -> None:
     schema, Root = root
     data = _msg(Root, cur=["a", "b"])
-    assert wa.Transcoder(schema, columns=["cur[5]"]).transcode([data]).column(0).to_pylist() == [None]
+    assert wa.Transcoder(schema, columns=["cur[5]"]).transcode([data]).column(0).to_pylist() == [
+        None
+    ]
     with pytest.raises(wa.DecodeError, match="out of range"):
         wa.Transcoder(schema, columns=[wa.Column("cur[5]", strict=True)]).transcode([data])
     with pytest.raises(wa.DecodeError):

@@ -1,9 +1,9 @@
 """wirearrow: protobuf wire bytes -> Apache Arrow, without building a message per record.
 
-    import wirearrow as wa
-    schema = wa.Schema.from_proto("bidrequest.proto", "BidRequestEvent", import_paths=["schema"])
-    tc = wa.Transcoder(schema, columns=["id", wa.Column("imp[*].id", name="imp_id")])
-    batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.RecordBatch
+import wirearrow as wa
+schema = wa.Schema.from_proto("bidrequest.proto", "BidRequestEvent", import_paths=["schema"])
+tc = wa.Transcoder(schema, columns=["id", wa.Column("imp[*].id", name="imp_id")])
+batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.RecordBatch
 """
 
 from wirearrow.delimited import read_delimited

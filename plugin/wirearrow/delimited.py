@@ -52,4 +52,6 @@ def read_delimited(
         )
     offsets, values, large = compact(view, starts, ends)
     t = pa.large_binary() if large else pa.binary()
-    return pa.Array.from_buffers(t, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+    return pa.Array.from_buffers(
+        t, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+    )

@@ -70,8 +70,12 @@ class Transcoder:
         self._schema = schema
         self._columns = tuple(columns) if columns is not None else None
         self._on_error = on_error
-        self._options = Options(timestamp_unit=timestamp_unit, validate=validate, max_depth=max_depth)
-        self._plan: CompiledPlan = compile_plan(schema.descriptor, self._plan_columns(), self._options)
+        self._options = Options(
+            timestamp_unit=timestamp_unit, validate=validate, max_depth=max_depth
+        )
+        self._plan: CompiledPlan = compile_plan(
+            schema.descriptor, self._plan_columns(), self._options
+        )
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
@@ -139,7 +143,16 @@ class Transcoder:
             raise failures[0][0]
         columns, n_rows = Assembler(self._plan, result, data).columns()
         batch = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
-        self._account(len(index) + len(extra_failures), failures, extra_failures, n_rows, data, starts, ends, index)
+        self._account(
+            len(index) + len(extra_failures),
+            failures,
+            extra_failures,
+            n_rows,
+            data,
+            starts,
+            ends,
+            index,
+        )
         return batch
 
     # -- errors and accounting ----------------------------------------------------------
@@ -184,7 +197,7 @@ class Transcoder:
             self._dead.extend(dead)
 
 
-def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_depth) -> Transcoder:  # noqa: ANN001
+def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_depth) -> Transcoder:
     return Transcoder(
         schema,
         columns,
@@ -198,7 +211,7 @@ def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_depth) -> 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _records(messages: object, framing: str | None):  # noqa: ANN202
+def _records(messages: object, framing: str | None):
     """Normalise any accepted input to (data, starts, ends, record index, extra failures).
 
     extra failures are records rejected before decoding (null records, a truncated frame),

@@ -107,7 +107,7 @@ class Assembler:
 
     def _scalar(self, column: int, t: pa.DataType, n: int) -> pa.Array:
         values = self.r.col_values[column]
-        valid = self.r.col_valid[column]
+        self.r.col_valid[column]
         if pa.types.is_string(t) or pa.types.is_binary(t):
             return self._strings(column, t, n, None)
         validity, nulls = self._validity(column, n)
@@ -123,12 +123,18 @@ class Assembler:
         valid = self.r.col_valid[column]
         validity, nulls, offsets, data = gather_views(self.data, values, valid, n, indices)
         rows = n if indices is None else len(indices)
-        buffers = [pa.py_buffer(validity) if validity is not None else None,
-                   pa.py_buffer(offsets), pa.py_buffer(data)]
+        buffers = [
+            pa.py_buffer(validity) if validity is not None else None,
+            pa.py_buffer(offsets),
+            pa.py_buffer(data),
+        ]
         return pa.Array.from_buffers(t, rows, buffers, nulls)
 
     def _temporal(self, leaf: TemporalLeaf, n: int) -> pa.Array:
-        parts = [self._scalar(c, t, n) for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)]
+        parts = [
+            self._scalar(c, t, n)
+            for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)
+        ]
         if leaf.kind in ("timestamp", "duration"):
             unit = leaf.type.unit
             seconds, nanos = parts
@@ -149,10 +155,17 @@ class Assembler:
         if leaf.kind == "date":
             y, m, d = (p.to_numpy(zero_copy_only=False) for p in parts)
             mask = np.asarray(parts[0].is_null())
-            days = _days_from_civil(np.nan_to_num(y).astype(np.int64), np.nan_to_num(m).astype(np.int64), np.nan_to_num(d).astype(np.int64))
+            days = _days_from_civil(
+                np.nan_to_num(y).astype(np.int64),
+                np.nan_to_num(m).astype(np.int64),
+                np.nan_to_num(d).astype(np.int64),
+            )
             return pa.array(days.astype(np.int32), type=pa.date32(), mask=mask)
         h, mi, s, ns = (p.cast(pa.int64()) for p in parts)
-        micros = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(h, 60), mi), 60), s), 1_000_000), pc.divide(ns, 1000))
+        micros = pc.add(
+            pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(h, 60), mi), 60), s), 1_000_000),
+            pc.divide(ns, 1000),
+        )
         return micros.cast(pa.time64("us"))
 
     def _first_overflow(self, seconds: pa.Array, per: int) -> int:
@@ -192,8 +205,14 @@ class Assembler:
             return pc.invert(self._mask(p.args[0], n))  # type: ignore[arg-type]
         if p.op == "truthy":
             return _truthy(self._operand(p.args[0], n))  # type: ignore[arg-type]
-        fn = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
-              ">": pc.greater, ">=": pc.greater_equal}[p.op]
+        fn = {
+            "==": pc.equal,
+            "!=": pc.not_equal,
+            "<": pc.less,
+            "<=": pc.less_equal,
+            ">": pc.greater,
+            ">=": pc.greater_equal,
+        }[p.op]
         a, b = (self._operand(o, n) for o in p.args)  # type: ignore[arg-type]
         return fn(a, b)
 
@@ -307,8 +326,10 @@ class Assembler:
                 out.append(self.leaf(leaf))
                 continue
             idx = table[s.index]
-            if isinstance(leaf, ScalarLeaf) and id(leaf) not in self._arrays and (
-                pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type)
+            if (
+                isinstance(leaf, ScalarLeaf)
+                and id(leaf) not in self._arrays
+                and (pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type))
             ):
                 out.append(self._strings(leaf.column, leaf.type, self.counts[leaf.group], idx))
                 continue

@@ -97,7 +97,9 @@ def compile_plan(
     message: Descriptor, columns: Sequence[str | Column], options: Options
 ) -> CompiledPlan:
     if options.timestamp_unit not in TIME_UNITS:
-        raise PlanError([f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"])
+        raise PlanError(
+            [f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"]
+        )
     if options.validate not in ("plan", "full"):
         raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
     builder = ProgramBuilder(message, max_depth=options.max_depth)
@@ -112,7 +114,9 @@ def compile_plan(
             continue
         name = column.output_name
         if name in seen:
-            problems.append(f"column {i}: duplicate output name {name!r} (also column {seen[name]})")
+            problems.append(
+                f"column {i}: duplicate output name {name!r} (also column {seen[name]})"
+            )
             continue
         seen[name] = i
         if column.path is None:
@@ -161,7 +165,9 @@ class _Resolver:
         walk(self.root)
         return out
 
-    def _select(self, parent: Selection, group: int, kind: str, key: tuple, **kw: object) -> Selection:
+    def _select(
+        self, parent: Selection, group: int, kind: str, key: tuple, **kw: object
+    ) -> Selection:
         ident = (parent.index, group, kind, key)
         sel = self._selections.get(ident)
         if sel is None:
@@ -233,7 +239,9 @@ class _Resolver:
                         nxt.pos,
                     )
                 if isinstance(nxt, KeyStep):
-                    raise PathError(f"{fd.name!r} is a list, not a map: no key index", text, nxt.pos)
+                    raise PathError(
+                        f"{fd.name!r} is a list, not a map: no key index", text, nxt.pos
+                    )
                 group, child = self.b.repeated(node, fd)
                 if isinstance(nxt, FilterStep) and not isinstance(child, NodeSpec):
                     raise PathError("filters apply to repeated messages", text, nxt.pos)
@@ -245,7 +253,9 @@ class _Resolver:
                         return sel, self._node_leaf(child, -1, set(), fd)
                     continue
                 if i < len(steps):
-                    raise PathError(f"elements of {fd.name!r} are scalars: no fields", text, steps[i].pos)
+                    raise PathError(
+                        f"elements of {fd.name!r} are scalars: no fields", text, steps[i].pos
+                    )
                 return sel, ScalarLeaf(group, scalar_kind(fd).arrow, child)
             if is_message(fd):
                 if nxt is None:
@@ -254,8 +264,12 @@ class _Resolver:
                     child = self.b.message(node, fd)
                     predicate = self._predicate(child, nxt.predicate, text)
                     sel = self._select(
-                        sel, node.group, "cond", (prefix + format_path([nxt]),),
-                        predicate=predicate, text=prefix,
+                        sel,
+                        node.group,
+                        "cond",
+                        (prefix + format_path([nxt]),),
+                        predicate=predicate,
+                        text=prefix,
                     )
                     node, message = child, fd.message_type
                     i += 2
@@ -275,7 +289,13 @@ class _Resolver:
         raise AssertionError("unreachable")
 
     def _list_selection(
-        self, sel: Selection, group: int, child: NodeSpec | int, step: object, text: str, prefix: str
+        self,
+        sel: Selection,
+        group: int,
+        child: NodeSpec | int,
+        step: object,
+        text: str,
+        prefix: str,
     ) -> Selection:
         here = prefix + format_path([step])  # type: ignore[list-item]
         if isinstance(step, WildcardStep):
@@ -294,8 +314,14 @@ class _Resolver:
         raise PathError(f"unexpected {_describe(step)}", text, step.pos)  # type: ignore[attr-defined]
 
     def _map_selection(
-        self, sel: Selection, group: int, entry: NodeSpec, fd: FieldDescriptor, step: object,
-        text: str, prefix: str,
+        self,
+        sel: Selection,
+        group: int,
+        entry: NodeSpec,
+        fd: FieldDescriptor,
+        step: object,
+        text: str,
+        prefix: str,
     ) -> Selection:
         if isinstance(step, WildcardStep):
             return self._select(sel, group, "all", (), text=prefix + "[*]")
@@ -306,7 +332,9 @@ class _Resolver:
             leaf = self._scalar_leaf(entry, key_fd)
             predicate = PredicateSpec("==", (Operand(leaf), Operand(None, key)))
             here = prefix + format_path([step])
-            return self._select(sel, group, "key", (repr(key),), arg=key, predicate=predicate, text=here)
+            return self._select(
+                sel, group, "key", (repr(key),), arg=key, predicate=predicate, text=here
+            )
         if isinstance(step, SliceStep):
             raise PathError("slices do not apply to maps", text, step.pos)
         raise PathError(f"{_describe(step)} does not apply to maps", text, step.pos)  # type: ignore[attr-defined]
@@ -316,7 +344,9 @@ class _Resolver:
     def _predicate(self, node: NodeSpec, p: object, text: str) -> PredicateSpec:
         if isinstance(p, And | Or):
             op = "and" if isinstance(p, And) else "or"
-            return PredicateSpec(op, (self._predicate(node, p.left, text), self._predicate(node, p.right, text)))
+            return PredicateSpec(
+                op, (self._predicate(node, p.left, text), self._predicate(node, p.right, text))
+            )
         if isinstance(p, Not):
             return PredicateSpec("not", (self._predicate(node, p.operand, text),))
         if isinstance(p, Truthy):
@@ -336,14 +366,20 @@ class _Resolver:
         for k, name in enumerate(atom.fields):
             fd = _field(message, name)
             if fd is None:
-                raise PathError(f"field {name!r} not in message {message.full_name}", text, atom.pos)
+                raise PathError(
+                    f"field {name!r} not in message {message.full_name}", text, atom.pos
+                )
             if is_repeated(fd):
-                raise PathError(f"{name!r} is repeated: filters read singular fields", text, atom.pos)
+                raise PathError(
+                    f"{name!r} is repeated: filters read singular fields", text, atom.pos
+                )
             if k == len(atom.fields) - 1:
                 if is_message(fd):
                     leaf = self._message_leaf(node, fd, set())
                     if not isinstance(leaf, ScalarLeaf | TemporalLeaf):
-                        raise PathError(f"{name!r} is a message: compare one of its fields", text, atom.pos)
+                        raise PathError(
+                            f"{name!r} is a message: compare one of its fields", text, atom.pos
+                        )
                     return Operand(leaf)
                 return Operand(self._scalar_leaf(node, fd))
             if not is_message(fd):
@@ -366,7 +402,9 @@ class _Resolver:
             return self._message_leaf(node, fd, stack)
         return self._scalar_leaf(node, fd)
 
-    def _list_leaf(self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: set[str]) -> ListLeaf:
+    def _list_leaf(
+        self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: set[str]
+    ) -> ListLeaf:
         group, child = self.b.repeated(node, fd)
         if isinstance(child, NodeSpec):
             element = self._node_leaf(child, -1, stack, fd)
@@ -374,7 +412,9 @@ class _Resolver:
             element = ScalarLeaf(group, scalar_kind(fd).arrow, child)
         return ListLeaf(node.group, pa.list_(element.type), group, element, presence)
 
-    def _map_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str] | None = None) -> MapLeaf:
+    def _map_leaf(
+        self, node: NodeSpec, fd: FieldDescriptor, stack: set[str] | None = None
+    ) -> MapLeaf:
         group, entry = self.b.repeated(node, fd)
         assert isinstance(entry, NodeSpec)
         key_fd, value_fd = (fd.message_type.fields_by_number[n] for n in (1, 2))
@@ -388,7 +428,9 @@ class _Resolver:
         child = self.b.message(node, fd)
         return self._node_leaf(child, child.presence, stack, fd)
 
-    def _node_leaf(self, node: NodeSpec, presence: int, stack: set[str], fd: FieldDescriptor) -> Leaf:
+    def _node_leaf(
+        self, node: NodeSpec, presence: int, stack: set[str], fd: FieldDescriptor
+    ) -> Leaf:
         """The value of a whole message held by `node` (a struct, or a well-known type)."""
         message = node.message
         wkt = WELL_KNOWN.get(message.full_name)
@@ -414,7 +456,9 @@ class _Resolver:
             return self._list_leaf(node, fields["paths"], presence, stack)
         if wkt == "json":
             raise PathError(
-                f"repeated {message.full_name} is not supported; read its parent as JSON", fd.name, 0
+                f"repeated {message.full_name} is not supported; read its parent as JSON",
+                fd.name,
+                0,
             )
         if message.full_name in stack:
             raise PathError(

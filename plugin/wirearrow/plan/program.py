@@ -15,7 +15,6 @@ from wirearrow._core.decoder import FLAG, KIND, Program
 from wirearrow.plan.types import (
     default_bytes,
     has_presence,
-    is_map,
     is_message,
     is_repeated,
     needs_utf8_check,
@@ -207,7 +206,17 @@ class ProgramBuilder:
                 flags |= FLAG["packable"]
             if needs_utf8_check(fd):
                 flags |= FLAG["utf8"]
-        return (fd.number, wire_type, kind, flags, entry.column, child, entry.group, clear_at, n_clear)
+        return (
+            fd.number,
+            wire_type,
+            kind,
+            flags,
+            entry.column,
+            child,
+            entry.group,
+            clear_at,
+            n_clear,
+        )
 
     def _defaults_on_entry(self, node: NodeSpec) -> list[tuple[int, bytes]]:
         out = list(node.defaults)

@@ -99,7 +99,7 @@ def is_message(field: FieldDescriptor) -> bool:
     return field.type in (_T.TYPE_MESSAGE, _T.TYPE_GROUP)
 
 
-def _features(field: FieldDescriptor):  # noqa: ANN202 - protobuf's private FeatureSet type
+def _features(field: FieldDescriptor):
     get = getattr(field, "_GetFeatures", None)
     return get() if get is not None else None
 

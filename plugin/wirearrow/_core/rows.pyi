@@ -1,0 +1,9 @@
+from collections.abc import Buffer
+
+import numpy as np
+
+def select_slice(
+    offsets: Buffer, parents: Buffer, start: int | None, stop: int | None, step: int | None
+) -> tuple[np.ndarray, np.ndarray]: ...
+def group_offsets(parents: Buffer, n_parent: int) -> np.ndarray: ...
+def expand(rows: Buffer, sel: Buffer, sel_off: Buffer) -> tuple[np.ndarray, np.ndarray]: ...
