@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
+from wirearrow._core.framing import pack_records
 from wirearrow.delimited import split_framed
 from wirearrow.errors import DecodeError, PlanError
 from wirearrow.plan.assemble import Assembler
@@ -79,6 +80,8 @@ class Transcoder:
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
+        # Elements per record of each group in the last batch: sizes the next batch's buffers.
+        self._per_record: np.ndarray | None = None
 
     def _plan_columns(self) -> Sequence[str | Column]:
         if self._columns is not None:
@@ -137,7 +140,10 @@ class Transcoder:
         policy = POLICY_RAISE if self._on_error == "raise" else POLICY_SKIP
         if extra_failures and self._on_error == "raise":
             raise extra_failures[0][0]
-        result = decode(self._plan.program, data, starts, ends, policy)
+        result = decode(
+            self._plan.program, data, starts, ends, policy, 0, self._capacity(len(starts))
+        )
+        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / max(result.records, 1)
         failures = [(self._error(e, index), e) for e in result.errors]
         if failures and self._on_error == "raise":
             raise failures[0][0]
@@ -154,6 +160,12 @@ class Transcoder:
             index,
         )
         return batch
+
+    def _capacity(self, n: int) -> list[int] | None:
+        per_record = self._per_record
+        if per_record is None:
+            return None
+        return [int(x * n * 1.05) + 16 for x in per_record]
 
     # -- errors and accounting ----------------------------------------------------------
 
@@ -236,7 +248,7 @@ def _records(messages: object, framing: str | None):
     if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer):
         raise TypeError("one buffer of records needs framing= ('varint', 'u32le' or 'u32be')")
     if not isinstance(messages, pa.Array):
-        messages = _from_python(messages)
+        return _from_python(messages)
     t = messages.type
     if pa.types.is_binary(t) or pa.types.is_string(t):
         width = np.int32
@@ -260,11 +272,21 @@ def _records(messages: object, framing: str | None):
     return data, np.ascontiguousarray(starts), np.ascontiguousarray(ends), index, extra
 
 
-def _from_python(messages: object) -> pa.Array:
+def _from_python(messages: object):
+    """A sequence of bytes-like records: one exact-size copy into a contiguous buffer."""
     items = messages if isinstance(messages, list | tuple) else list(messages)  # type: ignore[call-overload]
     try:
-        return pa.array(items, type=pa.binary())
-    except pa.ArrowCapacityError:
-        return pa.array(items, type=pa.large_binary())
-    except (pa.ArrowTypeError, pa.ArrowInvalid) as err:
+        data, starts, ends, nulls = pack_records(items)
+    except TypeError as err:
         raise TypeError(f"records must be bytes-like: {err}") from None
+    starts = np.frombuffer(starts, dtype=np.int64)
+    ends = np.frombuffer(ends, dtype=np.int64)
+    index = np.arange(len(starts), dtype=np.int64)
+    extra = []
+    if nulls:
+        for i in nulls:
+            extra.append((DecodeError("null record", index=int(i), offset=0, path=""), None))
+        keep = np.ones(len(starts), dtype=bool)
+        keep[nulls] = False
+        starts, ends, index = starts[keep], ends[keep], index[keep]
+    return memoryview(data), starts, ends, index, extra

@@ -43,6 +43,7 @@ cdef enum Status:
     E_TAG_OVERFLOW = 12
     E_NO_MEMORY = 13
     E_PACKED_LENGTH = 14
+    END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
     E_TRUNCATED: "truncated: the record ends inside a value",
@@ -279,11 +280,13 @@ cdef class Result:
 
 
 def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
-           const int64_t[::1] ends, int policy, int64_t index_base=0):
+           const int64_t[::1] ends, int policy, int64_t index_base=0, capacity=None):
     """Decode records data[starts[i]:ends[i]] for every i; return a Result.
 
     With POLICY_RAISE decoding stops at the first bad record (it is in Result.errors and the
     records before it are kept); with POLICY_SKIP every bad record is rolled back and listed.
+    `capacity`: expected elements per group (e.g. from the previous batch), allocated up
+    front with calloc so that stores neither reallocate nor copy.
     """
     cdef int64_t n = starts.shape[0]
     if ends.shape[0] != n:
@@ -319,6 +322,15 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         c.cols[i].group = program.col_group[i]
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
+    if capacity is not None:
+        if len(capacity) != program.n_groups:
+            free_ctx(c, program)
+            PyMem_RawFree(checkpoint)
+            raise ValueError("capacity needs one entry per group")
+        if presize(c, [max(0, min(int(x), 1 << 40)) for x in capacity]) != OK:
+            free_ctx(c, program)
+            PyMem_RawFree(checkpoint)
+            raise MemoryError()
 
     errors = []
     cdef int status = OK
@@ -355,6 +367,30 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     result.errors = errors
     result.records = i
     return result
+
+
+cdef int presize(Ctx* c, list capacity) except? -1:
+    cdef int32_t i
+    cdef int64_t cap
+    cdef ColumnStore* cs
+    for i in range(c.n_groups):
+        cap = capacity[i]
+        if cap > 0:
+            c.groups[i].parent = <int64_t*>PyMem_RawMalloc(cap * 8)
+            if c.groups[i].parent == NULL:
+                return E_NO_MEMORY
+            c.groups[i].capacity = cap
+    for i in range(c.n_cols):
+        cs = &c.cols[i]
+        cap = capacity[cs.group]
+        if cap > 0:
+            cs.valid = <uint8_t*>PyMem_RawCalloc(cap, 1)
+            if cs.width > 0:
+                cs.values = <uint8_t*>PyMem_RawCalloc(cap, cs.width)
+            if cs.valid == NULL or (cs.width > 0 and cs.values == NULL):
+                return E_NO_MEMORY
+            cs.capacity = cap
+    return OK
 
 
 cdef list error_stack(Ctx* c, int status):
@@ -751,22 +787,11 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
-        if fn == 0:
-            st = E_FIELD_ZERO
-            break
-        if wt == 4:
-            if fn == end_group and end_group != 0:
-                c.resume = p
-                return OK
-            st = E_END_GROUP_MISMATCH if end_group != 0 else E_STRAY_END_GROUP
-            break
-        if wt > 5:
-            st = E_WIRE_TYPE_RESERVED
-            break
         ei = find_entry(c, node, fn)
         if ei < 0:
-            # Unplanned fields are skipped by length; the common wire types inline.
-            if wt == 2:
+            # Unplanned fields are skipped by length; the common wire types inline. Field 0
+            # and wire types 4, 6, 7 never have an entry, so they are checked here only.
+            if wt == 2 and fn != 0:
                 if p < end and p[0] < 0x80:
                     n = p[0]
                     p += 1
@@ -779,9 +804,15 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                         break
                 p += n
                 continue
-            if wt == 0 and p < end and p[0] < 0x80:
+            if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
                 p += 1
                 continue
+            st = check_tag(fn, wt, end_group)
+            if st == END_OF_GROUP:
+                c.resume = p
+                return OK
+            if st != OK:
+                break
             st = skip_field(c, &p, end, fn, wt, depth)
             if st != OK:
                 break
@@ -799,7 +830,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     break
                 p += n
                 continue
-            st = E_WIRE_TYPE
+            st = check_tag(fn, wt, end_group)
+            if st == END_OF_GROUP:
+                c.resume = p
+                return OK
+            if st == OK:
+                st = E_WIRE_TYPE
             break
         if f.kind >= K_MESSAGE:
             if f.group >= 0:
@@ -838,6 +874,19 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
         return record_level(c, node_id, fn,
                             element_index(c, opened) if opened != NULL else -1, st)
+    return OK
+
+
+cdef inline int check_tag(uint32_t fn, int wt, uint32_t end_group) noexcept nogil:
+    """The tag rules a field entry does not already settle."""
+    if fn == 0:
+        return E_FIELD_ZERO
+    if wt == 4:
+        if fn == end_group and end_group != 0:
+            return END_OF_GROUP
+        return E_END_GROUP_MISMATCH if end_group != 0 else E_STRAY_END_GROUP
+    if wt > 5:
+        return E_WIRE_TYPE_RESERVED
     return OK
 
 

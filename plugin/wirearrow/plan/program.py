@@ -162,7 +162,10 @@ class ProgramBuilder:
                 clear_at = len(clear_cols) if clear else -1
                 clear_cols.extend(clear)
                 entries.append(self._entry_row(node, entry, clear_at, len(clear)))
-            small = [n for n in numbers if n < _DENSE_LIMIT]
+            # Cover every field number the message declares, read or not, so that skipping a
+            # known field costs one table load instead of a search.
+            declared = [f.number for f in node.message.fields if f.number < _DENSE_LIMIT]
+            small = [n for n in numbers if n < _DENSE_LIMIT] + declared
             dense_len = (max(small) + 1) if small else 0
             dense_at = len(dense)
             table = [-1] * dense_len
