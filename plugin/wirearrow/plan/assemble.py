@@ -213,8 +213,26 @@ class Assembler:
             ">": pc.greater,
             ">=": pc.greater_equal,
         }[p.op]
-        a, b = (self._operand(o, n) for o in p.args)  # type: ignore[arg-type]
-        return fn(a, b)
+        left, right = p.args
+        return fn(*self._comparable(left, right, n))  # type: ignore[arg-type]
+
+    def _comparable(self, left: Operand, right: Operand, n: int) -> tuple:
+        """Both operands as Arrow values of one type; literals take the field's type."""
+        if left.leaf is None and right.leaf is None:
+            return self._operand(left, n), pa.scalar(right.value)
+        if left.leaf is not None and right.leaf is not None:
+            return self.leaf(left.leaf), self.leaf(right.leaf)
+        field_side, literal = (left, right) if right.leaf is None else (right, left)
+        arr = self.leaf(field_side.leaf)  # type: ignore[arg-type]
+        try:
+            scalar = pa.scalar(literal.value, type=arr.type)
+        except (pa.ArrowInvalid, OverflowError):
+            # The literal lies outside the field's type (-1 vs uint32, 2**64 vs int64):
+            # compare as Python numbers would, in a type that holds both.
+            wide = pa.float64() if isinstance(literal.value, float) else pa.decimal128(38, 0)
+            arr = arr.cast(wide)
+            scalar = pa.scalar(literal.value).cast(wide)
+        return (arr, scalar) if field_side is left else (scalar, arr)
 
     def _operand(self, o: Operand, n: int) -> pa.Array:
         if o.leaf is not None:

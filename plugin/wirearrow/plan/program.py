@@ -146,7 +146,24 @@ class ProgramBuilder:
 
     # -- tables -----------------------------------------------------------------------
 
+    def _complete_oneofs(self, node: NodeSpec) -> None:
+        """Read every member of a oneof the plan touches: any of them unsets the others."""
+        oneofs = {
+            e.field.containing_oneof.full_name: e.field.containing_oneof
+            for e in node.fields.values()
+            if e.field.containing_oneof is not None and e.group < 0
+        }
+        for oneof in oneofs.values():
+            for fd in oneof.fields:
+                if fd.number in node.fields:
+                    continue
+                entry = self._entry(node, fd)
+                if fd.type == FieldDescriptor.TYPE_GROUP:
+                    entry.child = self._validator(fd.message_type)
+
     def build(self) -> Program:
+        for node in list(self.nodes):
+            self._complete_oneofs(node)
         entries: list[tuple] = []
         nodes: list[tuple] = []
         dense: list[int] = []
