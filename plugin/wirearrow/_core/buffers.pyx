@@ -7,7 +7,7 @@ batch here.
 """
 from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy, memset
 
 
@@ -97,30 +97,40 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
                  int64_t n, object indices=None):
     """Copy the byte ranges named by view slots out of the batch data.
 
-    A view slot is 16 bytes: int64 offset into `data`, int64 length (written by the decoder
+    A view slot is 8 bytes: uint32 offset into `data`, uint32 length (written by the decoder
     after bounds checks; checked again here). Without `indices` the output has the n slots
     in order; with them (int64, -1 = null) output row i holds slot indices[i], which fuses
     Arrow's take into the one copy strings need anyway. Returns (validity bitmap or None,
     null count, int32 offsets, values) of an Arrow binary/utf8 array.
     """
-    if views.shape[0] < n * 16 or valid.shape[0] < n:
+    if views.shape[0] < n * 8 or valid.shape[0] < n:
         raise ValueError("gather_views: n exceeds the view buffers")
-    cdef const int64_t[::1] idx
+    # Row indices come as int32 (the usual row table) or int64 (very large batches).
+    cdef const int32_t[::1] idx32
+    cdef const int64_t[::1] idx64
+    cdef const int32_t* i32 = NULL
+    cdef const int64_t* i64 = NULL
     cdef int64_t rows = n
     cdef bint take = indices is not None
     if take:
-        idx = indices
-        rows = idx.shape[0]
-    cdef const int64_t* v = <const int64_t*>&views[0] if n > 0 else NULL
+        if indices.dtype.itemsize == 4:
+            idx32 = indices
+            rows = idx32.shape[0]
+            i32 = &idx32[0] if rows > 0 else NULL
+        else:
+            idx64 = indices
+            rows = idx64.shape[0]
+            i64 = &idx64[0] if rows > 0 else NULL
+    cdef const uint32_t* v = <const uint32_t*>&views[0] if n > 0 else NULL
     cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
     cdef int64_t i, k, total = 0, nulls = 0, size = data.shape[0], bad = -1
     with nogil:
         for i in range(rows):
-            k = idx[i] if take else i
+            k = (i32[i] if i32 != NULL else i64[i]) if take else i
             if k < 0 or not ok[k]:
                 nulls += 1
                 continue
-            if k >= n or v[2 * k] < 0 or v[2 * k + 1] < 0 or v[2 * k] + v[2 * k + 1] > size:
+            if k >= n or <int64_t>v[2 * k] + v[2 * k + 1] > size:
                 bad = i
                 break
             total += v[2 * k + 1]
@@ -143,7 +153,7 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
             memset(bitmap, 0, (rows + 7) // 8 + 1)
         offsets[0] = 0
         for i in range(rows):
-            k = idx[i] if take else i
+            k = (i32[i] if i32 != NULL else i64[i]) if take else i
             if k >= 0 and ok[k]:
                 if nulls:
                     bitmap[i >> 3] |= 1 << (i & 7)

@@ -155,7 +155,7 @@ cdef class Program:
                 or self.group_parent == NULL):
             raise MemoryError()
         for i, (width, group) in enumerate(columns):
-            if width not in (0, 1, 4, 8, 16) or not 0 <= group < self.n_groups:
+            if width not in (0, 1, 4, 8) or not 0 <= group < self.n_groups:
                 raise ValueError(f"bad column {i}")
             self.col_width[i] = width
             self.col_group[i] = group
@@ -260,7 +260,7 @@ cdef int scalar_width(int kind) noexcept nogil:
     if kind == K_VARINT32 or kind == K_ZIGZAG32 or kind == K_FIXED32:
         return 4
     if kind == K_BYTES:
-        return 16
+        return 8
     return 8
 
 
@@ -293,6 +293,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         raise ValueError("starts and ends differ in length")
     cdef int64_t size = data.shape[0]
     cdef int64_t i
+    if size > 0xFFFFFFFF:
+        # string views are 32-bit offsets into the batch (half the memory of 64-bit ones)
+        raise ValueError("a batch holds at most 4 GiB of records: split it")
     for i in range(n):
         if not 0 <= starts[i] <= ends[i] <= size:
             raise ValueError(f"record {i}: bounds outside the data")
@@ -942,7 +945,7 @@ cdef inline int decode_scalar(Ctx* c, const FieldEntry* f, const uint8_t** pp,
                               const uint8_t* end) noexcept nogil:
     cdef uint64_t v
     cdef int64_t n
-    cdef int64_t view[2]
+    cdef uint32_t view[2]
     cdef int st
     cdef uint8_t* dst
     cdef const uint8_t* p = pp[0]
@@ -977,9 +980,9 @@ cdef inline int decode_scalar(Ctx* c, const FieldEntry* f, const uint8_t** pp,
         dst = slot(c, f.column)
         if dst == NULL:
             return E_NO_MEMORY
-        view[0] = p - c.data
-        view[1] = n
-        memcpy(dst, view, 16)
+        view[0] = <uint32_t>(p - c.data)
+        view[1] = <uint32_t>n
+        memcpy(dst, view, 8)
     pp[0] = p + n
     return OK
 

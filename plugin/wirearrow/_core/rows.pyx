@@ -4,7 +4,7 @@
 A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` are the
 elements of parent p. A selection picks, for each parent, some of those elements in order.
 """
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t
 
 import numpy as np
 
@@ -93,12 +93,18 @@ def group_offsets(const int64_t[::1] parents, int64_t n_parent):
     return out
 
 
-def expand(const int64_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off):
+ctypedef fused index_t:
+    int32_t
+    int64_t
+
+
+def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off):
     """Fan a row table out over one selection (SQL UNNEST with a left join).
 
     rows[r] is the parent element of row r (-1: none). Each row becomes one row per selected
     element under its parent, or one row with no element (-1) when there are none.
-    Returns (owner, element): the source row of every new row, and its element.
+    Returns (owner, element): the source row of every new row, and its element; int32 when
+    both fit (row tables are the largest temporaries of a batch), else int64.
     """
     cdef int64_t n = rows.shape[0], r, k, e, count, total = 0, pos = 0
     cdef int64_t n_off = sel_off.shape[0]
@@ -108,21 +114,40 @@ def expand(const int64_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] s
             raise ValueError("row element outside the selection's parents")
         count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
         total += count if count > 0 else 1
-    owner = np.empty(total, dtype=np.int64)
-    element = np.empty(total, dtype=np.int64)
-    cdef int64_t[::1] o = owner
-    cdef int64_t[::1] el = element
+    narrow = total < 0x7FFFFFFF and sel.shape[0] < 0x7FFFFFFF
+    owner = np.empty(total, dtype=np.int32 if narrow else np.int64)
+    element = np.empty(total, dtype=np.int32 if narrow else np.int64)
+    cdef int32_t[::1] o32, e32
+    cdef int64_t[::1] o64, e64
+    if narrow:
+        o32 = owner
+        e32 = element
+        _expand_into(rows, sel, sel_off, o32, e32)
+    else:
+        o64 = owner
+        e64 = element
+        _expand_into(rows, sel, sel_off, o64, e64)
+    return owner, element
+
+
+ctypedef fused out_t:
+    int32_t
+    int64_t
+
+
+cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
+                       const int64_t[::1] sel_off, out_t[::1] o, out_t[::1] el) noexcept:
+    cdef int64_t n = rows.shape[0], r, k, e, count, pos = 0
     with nogil:
         for r in range(n):
             e = rows[r]
             count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
             if count <= 0:
-                o[pos] = r
+                o[pos] = <out_t>r
                 el[pos] = -1
                 pos += 1
                 continue
             for k in range(sel_off[e], sel_off[e] + count):
-                o[pos] = r
-                el[pos] = sel[k]
+                o[pos] = <out_t>r
+                el[pos] = <out_t>sel[k]
                 pos += 1
-    return owner, element

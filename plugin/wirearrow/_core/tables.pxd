@@ -15,7 +15,7 @@ cdef enum Kind:
     K_ZIGZAG64 = 4      # sint64
     K_FIXED32 = 5       # fixed32 / sfixed32 / float: 4 little-endian bytes, copied as is
     K_FIXED64 = 6       # fixed64 / sfixed64 / double
-    K_BYTES = 7         # string / bytes: a view (offset into the batch data, length)
+    K_BYTES = 7         # string / bytes: a view (uint32 offset into the batch data, uint32 length)
     K_MESSAGE = 8       # length-delimited sub-message: descend into `child`
     K_GROUP = 9         # delimited (group) sub-message: descend until the matching end-group
 
@@ -50,7 +50,7 @@ ctypedef struct ColumnStore:
     uint8_t* values     # width bytes a slot, slot i belongs to element i of `group`
     uint8_t* valid      # one byte a slot: 0 = null
     int64_t capacity    # slots allocated (zero-filled beyond the group's count)
-    int32_t width       # 0 (presence only), 1, 4, 8 or 16 (view: int64 offset, int64 length)
+    int32_t width       # 0 (presence only), 1, 4 or 8 (a K_BYTES view is 8)
     int32_t group
 
 ctypedef struct GroupStore:

@@ -9,6 +9,7 @@ leaf array taken at those indices (no take at all for a plan without fan-out).
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -282,7 +283,7 @@ class Assembler:
     def rows(self) -> tuple[dict[int, np.ndarray], bool]:
         """Row -> element index of every selection; and whether any fan-out added rows."""
         root_n = self.counts[0]
-        table: dict[int, np.ndarray] = {0: np.arange(root_n, dtype=np.int64)}
+        table: dict[int, np.ndarray] = {0: np.arange(root_n, dtype=_index_dtype(root_n))}
         expanded = False
         for s in self.plan.selections[1:]:
             e = table[s.parent.index]  # type: ignore[union-attr]
@@ -334,28 +335,93 @@ class Assembler:
     def columns(self) -> tuple[list[pa.Array], int]:
         table, expanded = self.rows()
         n_rows = len(table[0])
-        out = []
-        for column in self.plan.columns:
+        # Peak memory: drop each decoder buffer and row table as soon as the last column that
+        # reads it is built (an output that is the buffer itself keeps it alive).
+        storage_uses = Counter(c for col in self.plan.columns for c in _storage(col.leaf))
+        self._drop_parents()
+        table_uses = Counter(col.selection.index for col in self.plan.columns)
+        out: list[pa.Array | None] = [None] * len(self.plan.columns)
+        # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
+        # value per record copied onto every row, the largest outputs) are materialised.
+        order = sorted(
+            range(len(self.plan.columns)),
+            key=lambda i: -len(self.plan.columns[i].selection.ancestors()),
+        )
+        for i in order:
+            column = self.plan.columns[i]
             if column.strict:
                 self.check_strict(column, table)
-            s = column.selection
-            leaf = column.leaf
-            if s.index == 0 and not expanded:
-                out.append(self.leaf(leaf))
-                continue
-            idx = table[s.index]
-            if (
-                isinstance(leaf, ScalarLeaf)
-                and id(leaf) not in self._arrays
-                and (pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type))
-            ):
-                out.append(self._strings(leaf.column, leaf.type, self.counts[leaf.group], idx))
-                continue
-            arr = self.leaf(leaf)
-            missing = idx < 0
-            indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
-            out.append(arr.take(indices))
-        return out, n_rows
+            out[i] = self._column(column, table, expanded)
+            table_uses[column.selection.index] -= 1
+            if table_uses[column.selection.index] == 0 and column.selection.index != 0:
+                table.pop(column.selection.index)
+            for c in _storage(column.leaf):
+                storage_uses[c] -= 1
+                if storage_uses[c] == 0:
+                    self.r.col_values[c] = None
+                    self.r.col_valid[c] = None
+            self._arrays.clear()
+        return out, n_rows  # type: ignore[return-value]
+
+    def _drop_parents(self) -> None:
+        """Element parents are only needed for offsets (and error messages) from here on."""
+        leaves = [col.leaf for col in self.plan.columns]
+        for leaf in leaves:
+            for g in _child_groups(leaf):
+                self.offsets(g)
+        if not any(col.strict for col in self.plan.columns) and not any(
+            isinstance(leaf, TemporalLeaf) for col in self.plan.columns for leaf in _walk(col.leaf)
+        ):
+            self.parents = []
+
+    def _column(self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool) -> pa.Array:
+        s = column.selection
+        leaf = column.leaf
+        if s.index == 0 and not expanded:
+            return self.leaf(leaf)
+        idx = table[s.index]
+        if isinstance(leaf, ScalarLeaf) and (
+            pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type)
+        ):
+            return self._strings(leaf.column, leaf.type, self.counts[leaf.group], idx)
+        arr = self.leaf(leaf)
+        missing = idx < 0
+        indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
+        return arr.take(indices)
+
+
+def _index_dtype(n: int) -> type:
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
+def _walk(leaf: Leaf) -> list[Leaf]:
+    if isinstance(leaf, StructLeaf):
+        return [leaf] + [x for _, child in leaf.children for x in _walk(child)]
+    if isinstance(leaf, ListLeaf):
+        return [leaf, *_walk(leaf.element)]
+    if isinstance(leaf, MapLeaf):
+        return [leaf, *_walk(leaf.key), *_walk(leaf.value)]
+    return [leaf]
+
+
+def _child_groups(leaf: Leaf) -> list[int]:
+    return [x.child_group for x in _walk(leaf) if isinstance(x, ListLeaf | MapLeaf)]
+
+
+def _storage(leaf: Leaf) -> list[int]:
+    """Decoder columns a leaf reads."""
+    if isinstance(leaf, ScalarLeaf | JsonLeaf):
+        return [leaf.column]
+    if isinstance(leaf, TemporalLeaf):
+        return [*leaf.columns, *([leaf.presence] if leaf.presence >= 0 else [])]
+    own = [leaf.presence] if getattr(leaf, "presence", -1) >= 0 else []
+    if isinstance(leaf, StructLeaf):
+        return own + [c for _, child in leaf.children for c in _storage(child)]
+    if isinstance(leaf, ListLeaf):
+        return own + _storage(leaf.element)
+    if isinstance(leaf, MapLeaf):
+        return own + _storage(leaf.key) + _storage(leaf.value)
+    return own
 
 
 def _component_types(kind: str) -> tuple[pa.DataType, ...]:

@@ -117,7 +117,7 @@ class ProgramBuilder:
         if entry.child is not None:
             raise ValueError(f"{fd.full_name} is read both as raw bytes and field by field")
         if entry.column < 0:
-            entry.column = self._column(16, node.group)
+            entry.column = self._column(8, node.group)
         return entry.column
 
     # -- validate="full" --------------------------------------------------------------

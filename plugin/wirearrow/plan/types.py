@@ -51,8 +51,8 @@ _SCALARS: dict[int, ScalarKind] = {
     _T.TYPE_FIXED64: _k("fixed64", 1, 8, pa.uint64(), "<Q"),
     _T.TYPE_SFIXED64: _k("fixed64", 1, 8, pa.int64(), "<q"),
     _T.TYPE_DOUBLE: _k("fixed64", 1, 8, pa.float64(), "<d"),
-    _T.TYPE_STRING: _k("bytes", 2, 16, pa.utf8(), ""),
-    _T.TYPE_BYTES: _k("bytes", 2, 16, pa.binary(), ""),
+    _T.TYPE_STRING: _k("bytes", 2, 8, pa.utf8(), ""),
+    _T.TYPE_BYTES: _k("bytes", 2, 8, pa.binary(), ""),
 }
 
 # Well-known message types with a dedicated Arrow mapping (decisions.md); recognised by
