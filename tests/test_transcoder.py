@@ -309,3 +309,123 @@ def test_strict_mode(root) -> None:
         wa.Transcoder(schema, columns=[wa.Column("cur[0:10]", strict=True)]).transcode([data])
     ok = wa.Transcoder(schema, columns=[wa.Column("cur[0:2]", strict=True)]).transcode([data])
     assert ok.column(0).to_pylist() == ["a", "b"]
+
+
+def test_map_keys_seen_again_replace_earlier_entries(root) -> None:
+    schema, Root = root
+    wire = b"".join(
+        Root(counts={k: v}).SerializeToString() for k, v in [("a", 1), ("b", 2), ("a", 5)]
+    )
+    assert dict(Root.FromString(wire).counts) == {"a": 5, "b": 2}
+    tc = wa.Transcoder(schema, columns=["counts"])
+    assert tc.transcode([wire]).column(0).to_pylist() == [[("b", 2), ("a", 5)]]
+    fanned = wa.Transcoder(schema, columns=["counts[*]"]).transcode([wire]).column(0).to_pylist()
+    assert fanned == [2, 5]
+    assert wa.Transcoder(schema, columns=['counts["a"]']).transcode([wire]).column(
+        0
+    ).to_pylist() == [5]
+
+
+def test_strict_and_range_errors_follow_the_error_policy(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto";'
+        "message M { repeated string tags = 1; google.protobuf.Timestamp ts = 2; }",
+        "M",
+    )
+    good = Msg(tags=["a", "b"], ts={"seconds": 10}).SerializeToString()
+    short = Msg(tags=["a"]).SerializeToString()
+    far = Msg(tags=["a", "b"], ts={"seconds": 10**11}).SerializeToString()  # past year 2262
+    tc = wa.Transcoder(
+        schema,
+        columns=[wa.Column("tags[1]", strict=True), "ts"],
+        on_error="dead_letter",
+        timestamp_unit="ns",
+    )
+    batch = tc.transcode([good, short, far, good])
+    assert batch.column(0).to_pylist() == ["b", "b"]
+    dead = tc.dead_letters()
+    assert dead.column("index").to_pylist() == [1, 2]
+    assert "out of range" in dead.column("reason")[0].as_py()
+    assert dead.column("raw").to_pylist() == [short, far]
+    s = tc.stats
+    assert (s.records_in, s.records_ok, s.records_failed) == (4, 2, 2)
+    with pytest.raises(wa.DecodeError) as info:
+        wa.Transcoder(schema, columns=["ts"], timestamp_unit="ns").transcode([good, far])
+    assert info.value.index == 1
+
+
+def test_raise_names_the_first_bad_record_whatever_its_kind(root) -> None:
+    schema, Root = root
+    ok = _msg(Root, id="x")
+    with pytest.raises(wa.DecodeError) as info:
+        wa.Transcoder(schema, columns=["id"]).transcode(
+            pa.array([ok, b"\x00", None], type=pa.binary())
+        )
+    assert info.value.index == 1
+
+
+def test_json_well_known_types_single_and_repeated(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/struct.proto";'
+        "message M { google.protobuf.Struct st = 1; repeated google.protobuf.Value vals = 2; }",
+        "M",
+    )
+    m = Msg()
+    m.st.update({"a": 1, "b": [True, "x"]})
+    m.vals.add().string_value = "s"
+    m.vals.add().number_value = 2.5
+    tc = wa.Transcoder(schema)
+    assert tc.arrow_schema.field("vals").type == pa.list_(pa.utf8())
+    row = tc.transcode([m.SerializeToString(), b""]).to_pylist()
+    assert row[0] == {"st": '{"a":1.0,"b":[true,"x"]}', "vals": ['"s"', "2.5"]}
+    assert row[1] == {"st": None, "vals": []}
+    fan = wa.Transcoder(schema, columns=["vals[*]"]).transcode([m.SerializeToString()])
+    assert fan.column(0).to_pylist() == ['"s"', "2.5"]
+    with pytest.raises(wa.PlanError, match="JSON"):
+        wa.Transcoder(schema, columns=["st", 'st.fields["a"]'])
+
+
+def test_empty_message_is_a_struct_without_children(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/empty.proto";'
+        "message E {} message M { E e = 1; google.protobuf.Empty g = 2; int32 x = 3; }",
+        "M",
+    )
+    tc = wa.Transcoder(schema)
+    assert tc.arrow_schema.field("e").type == pa.struct([])
+    batch = tc.transcode([Msg(e={}).SerializeToString(), b""])
+    assert batch.column("e").is_null().to_pylist() == [False, True]
+
+
+def test_full_validation_treats_a_wrong_wire_type_as_unknown_like_the_runtime(
+    compile_proto,
+) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; message Inner { string s = 1; }'
+        "message M { int32 n = 1; Inner inner = 2; string name = 3; }",
+        "M",
+    )
+    odd = bytes([0x08, 0x07, 0x18, 0x01])  # n=7, then `name` sent as a varint
+    assert Msg.FromString(odd).n == 7
+    tc = wa.Transcoder(schema, columns=["n"], validate="full")
+    assert tc.transcode([odd]).column(0).to_pylist() == [7]
+    bad_utf8 = Msg(inner={"s": "x"}).SerializeToString().replace(b"x", b"\xff")
+    assert wa.Transcoder(schema, columns=["n"]).transcode([bad_utf8]).num_rows == 1
+    with pytest.raises(wa.DecodeError, match="UTF-8") as info:
+        tc.transcode([bad_utf8])
+    assert info.value.path == "inner.s"
+
+
+def test_uint64_map_keys_and_slice_spellings(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; message M { map<uint64, string> m = 1; repeated int32 v = 2; }', "M"
+    )
+    data = Msg(m={2**64 - 1: "max", 1: "one"}, v=[1, 2, 3]).SerializeToString()
+    tc = wa.Transcoder(schema, columns=["m[0xFFFFFFFFFFFFFFFF]", "m[1]"])
+    assert tc.transcode([data]).to_pylist() == [{"m[0xFFFFFFFFFFFFFFFF]": "max", "m[1]": "one"}]
+    same = wa.Transcoder(schema, columns=["v[:2]", "v[0:2:1]"]).transcode([data])
+    assert same.num_rows == 2  # one fan-out, not a cross join
+    with pytest.raises(wa.PlanError, match="out of range for a list"):
+        wa.Transcoder(schema, columns=["v[0xFFFFFFFFFFFFFFFF]"])
+    with pytest.raises(wa.PlanError, match="uint64 keys"):
+        wa.Transcoder(schema, columns=['m["k"]'])

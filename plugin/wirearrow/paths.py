@@ -609,17 +609,18 @@ class _Parser:
             token.pos,
         )
 
-    def index_int(self) -> int:
+    def index_int(self, high: int = _INT64_MAX) -> int:
         token = self.lexer.advance()
         assert isinstance(token.value, int)
-        if not _INT64_MIN <= token.value <= _INT64_MAX:
-            self.error(f"integer {token.text} does not fit in int64", token.pos)
+        if not _INT64_MIN <= token.value <= high:
+            kind = "int64" if high == _INT64_MAX else "int64 or uint64"
+            self.error(f"integer {token.text} does not fit in {kind}", token.pos)
         return token.value
 
-    def optional_slice_int(self) -> int | None:
+    def optional_slice_int(self, high: int = _INT64_MAX) -> int | None:
         token = self.lexer.peek()
         if token.kind is _Kind.INT:
-            return self.index_int()
+            return self.index_int(high)
         if token.kind is _Kind.FLOAT:
             self.float_in_path(token)
         return None
@@ -627,11 +628,15 @@ class _Parser:
     # integer | [integer] ":" [integer] [ ":" [integer] ]
     def index_or_slice(self, open_pos: int) -> Step:
         lexer = self.lexer
-        start = self.optional_slice_int()
+        start_pos = lexer.peek().pos
+        # A lone integer may be a uint64 map key; slice bounds are int64.
+        start = self.optional_slice_int(_UINT64_MAX)
         if not lexer.peek().is_punct(":"):
             self.expect_close_bracket("the index")
             assert start is not None
             return IndexStep(start, open_pos)
+        if start is not None and start > _INT64_MAX:
+            self.error(f"slice bound {start} does not fit in int64", start_pos)
         lexer.advance()
         stop = self.optional_slice_int()
         step: int | None = None

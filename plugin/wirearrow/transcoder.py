@@ -13,7 +13,7 @@ from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, deco
 from wirearrow._core.framing import pack_records
 from wirearrow.delimited import split_framed
 from wirearrow.errors import DecodeError, PlanError
-from wirearrow.plan.assemble import Assembler
+from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan, Options, compile_plan
 from wirearrow.schema import Schema
 
@@ -136,30 +136,54 @@ class Transcoder:
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
         "u32le", "u32be"). A null record is a bad record ("null record").
         """
-        data, starts, ends, index, extra_failures = _records(messages, framing)
-        policy = POLICY_RAISE if self._on_error == "raise" else POLICY_SKIP
-        if extra_failures and self._on_error == "raise":
-            raise extra_failures[0][0]
-        result = decode(
-            self._plan.program, data, starts, ends, policy, 0, self._capacity(len(starts))
+        data, starts, ends, index, failures = _records(messages, framing)
+        n_in = len(index) + len(failures)
+        raising = self._on_error == "raise"
+        while True:
+            result = decode(
+                self._plan.program,
+                data,
+                starts,
+                ends,
+                POLICY_RAISE if raising else POLICY_SKIP,
+                0,
+                self._capacity(len(starts)),
+            )
+            failed = [(self._error(e, index), e[0]) for e in result.errors]
+            if raising and (failed or failures):
+                raise min([f for f, _ in failed] + [f for f, _ in failures], key=lambda e: e.index)
+            try:
+                columns, n_rows = Assembler(self._plan, result, data).columns()
+            except BadRecords as bad:
+                first: dict[int, tuple[str, str]] = {}
+                for position, reason, path in bad.problems:
+                    first.setdefault(position, (reason, path))
+                failed += [
+                    (DecodeError(reason, index=int(index[pos]), offset=0, path=path), pos)
+                    for pos, (reason, path) in first.items()
+                ]
+                if raising:
+                    raise min((f for f, _ in failed), key=lambda e: e.index) from None
+            else:
+                break
+            # Drop the rejected records and decode the rest again (rare: strict / range).
+            failures += [(err, self._raw(data, starts, ends, pos)) for err, pos in failed]
+            keep = np.ones(len(starts), dtype=bool)
+            keep[[pos for _, pos in failed]] = False
+            starts, ends, index = starts[keep], ends[keep], index[keep]
+        failures += [(err, self._raw(data, starts, ends, pos)) for err, pos in failed]
+        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / max(
+            result.records, 1
         )
-        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / max(result.records, 1)
-        failures = [(self._error(e, index), e) for e in result.errors]
-        if failures and self._on_error == "raise":
-            raise failures[0][0]
-        columns, n_rows = Assembler(self._plan, result, data).columns()
-        batch = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
-        self._account(
-            len(index) + len(extra_failures),
-            failures,
-            extra_failures,
-            n_rows,
-            data,
-            starts,
-            ends,
-            index,
-        )
-        return batch
+        self._account(n_in, failures, n_rows, int((ends - starts).sum()) if len(starts) else 0)
+        return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+
+    def _raw(
+        self, data: memoryview, starts: np.ndarray, ends: np.ndarray, pos: int
+    ) -> bytes | None:
+        if self._on_error != "dead_letter":
+            return None
+        return bytes(data[starts[pos] : ends[pos]])
 
     def _capacity(self, n: int) -> list[int] | None:
         per_record = self._per_record
@@ -188,24 +212,22 @@ class Transcoder:
             parts.append(f"{name}[{element}]" if element >= 0 else name)
         return ".".join(parts)
 
-    def _account(self, n_in, failures, extra, n_rows, data, starts, ends, index) -> None:
+    def _account(
+        self, n_in: int, failures: list[tuple[DecodeError, bytes | None]], n_rows: int, n_bytes: int
+    ) -> None:
         dead = []
         if self._on_error == "dead_letter":
-            view = memoryview(data)
-            for err, raw_err in failures:
-                position = raw_err[0]
-                raw = bytes(view[starts[position] : ends[position]])
-                dead.append((err.index, err.offset, err.path, err.reason, raw))
-            dead.extend((e.index, e.offset, e.path, e.reason, raw) for e, raw in extra)
-            dead.sort(key=lambda row: row[0])
-        n_failed = len(failures) + len(extra)
+            dead = sorted(
+                ((e.index, e.offset, e.path, e.reason, raw) for e, raw in failures),
+                key=lambda row: row[0],
+            )
         with self._lock:
             s = self._stats
             s.records_in += n_in
-            s.records_failed += n_failed
-            s.records_ok += n_in - n_failed
+            s.records_failed += len(failures)
+            s.records_ok += n_in - len(failures)
             s.rows_out += n_rows
-            s.bytes_in += int((ends - starts).sum()) if len(starts) else 0
+            s.bytes_in += n_bytes
             self._dead.extend(dead)
 
 

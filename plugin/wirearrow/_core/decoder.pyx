@@ -21,7 +21,7 @@ from libc.string cimport memcpy, memset
 
 from wirearrow._core.buffers cimport OwnedBuffer
 from wirearrow._core.tables cimport (
-    ColumnStore, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore, K_BOOL, K_BYTES,
+    ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore, K_BOOL, K_BYTES,
     K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32, K_ZIGZAG64,
     Node,
 )
@@ -821,8 +821,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             continue
         f = &c.entries[ei]
-        if f.n_clear > 0:
-            clear_siblings(c, f)
         if wt != f.wire_type:
             if wt == 2 and (f.flags & F_PACKABLE):
                 st = read_length(&p, end, &n)
@@ -837,9 +835,17 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st == END_OF_GROUP:
                 c.resume = p
                 return OK
+            if st == OK and (f.flags & F_LENIENT):
+                # As the runtime does: a field it only checks is unknown under another type.
+                st = skip_field(c, &p, end, fn, wt, depth)
+                if st != OK:
+                    break
+                continue
             if st == OK:
                 st = E_WIRE_TYPE
             break
+        if f.n_clear > 0:
+            clear_siblings(c, f)
         if f.kind >= K_MESSAGE:
             if f.group >= 0:
                 st = open_element(c, f.group)
@@ -1012,4 +1018,4 @@ KIND = {
     "zigzag64": K_ZIGZAG64, "fixed32": K_FIXED32, "fixed64": K_FIXED64, "bytes": K_BYTES,
     "message": K_MESSAGE, "group": K_GROUP,
 }
-FLAG = {"repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8}
+FLAG = {"repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT}

@@ -24,6 +24,7 @@ cdef enum Flag:
     F_REPEATED = 1      # each occurrence (each packed value) opens a new element of `group`
     F_PACKABLE = 2      # repeated scalar: wire type 2 carries packed values
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
+    F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
 
 ctypedef struct FieldEntry:
     uint32_t number     # field number

@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
 from wirearrow._core.rows import expand, group_offsets, select_slice
-from wirearrow.errors import DecodeError
 from wirearrow.plan.compiler import CompiledPlan, OutputColumn
 from wirearrow.plan.leaves import (
     JsonLeaf,
@@ -30,7 +29,16 @@ from wirearrow.plan.leaves import (
 )
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 
-__all__ = ["Assembler"]
+__all__ = ["Assembler", "BadRecords"]
+
+
+class BadRecords(Exception):
+    """Records whose bytes decode but that the plan rejects: [(position, reason, path)]."""
+
+    def __init__(self, problems: list[tuple[int, str, str]]) -> None:
+        super().__init__(f"{len(problems)} bad records")
+        self.problems = problems
+
 
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
@@ -45,6 +53,7 @@ class Assembler:
         self.counts: list[int] = list(result.group_counts)
         self.parents = [np.frombuffer(b, dtype=np.int64) for b in result.group_parents]
         self._offsets: dict[int, np.ndarray] = {}
+        self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
 
     # -- groups -------------------------------------------------------------------------
@@ -56,12 +65,6 @@ class Assembler:
             n_parent = self.counts[self.plan.group_parents[group]]
             off = self._offsets[group] = group_offsets(self.parents[group], n_parent)
         return off
-
-    def record_of(self, group: int, element: int) -> int:
-        while group != 0:
-            element = int(self.parents[group][element])
-            group = self.plan.group_parents[group]
-        return int(self.parents[0][element])
 
     # -- leaves -------------------------------------------------------------------------
 
@@ -90,7 +93,6 @@ class Assembler:
             if off[-1] > np.iinfo(np.int32).max:
                 raise OverflowError("a list column exceeds 2**31 elements in one batch")
             validity, nulls = self._validity(leaf.presence, n)
-            offsets = pa.py_buffer(off.astype(np.int32))
             if isinstance(leaf, ListLeaf):
                 child = self.leaf(leaf.element)
             else:
@@ -99,6 +101,13 @@ class Assembler:
                     [self.leaf(leaf.key), self.leaf(leaf.value)],
                     fields=[map_type.key_field, map_type.item_field],
                 )
+                keep = self._keep.get(leaf.child_group)
+                if keep is not None:
+                    csum = np.zeros(len(keep) + 1, dtype=np.int64)
+                    np.cumsum(keep, out=csum[1:])
+                    off = csum[off]
+                    child = child.filter(pa.array(keep))
+            offsets = pa.py_buffer(off.astype(np.int32))
             return pa.Array.from_buffers(leaf.type, n, [validity, offsets], nulls, children=[child])
         if isinstance(leaf, TemporalLeaf):
             return self._temporal(leaf, n)
@@ -140,19 +149,10 @@ class Assembler:
             unit = leaf.type.unit
             seconds, nanos = parts
             per = _PER_SECOND[unit]
-            try:
-                whole = pc.multiply_checked(seconds, per)
-                frac = pc.divide(nanos.cast(pa.int64()), 1_000_000_000 // per)
-                value = pc.add_checked(whole, frac)
-            except pa.ArrowInvalid:
-                bad = self._first_overflow(seconds, per)
-                raise DecodeError(
-                    f"{leaf.kind} out of range for unit {unit!r}",
-                    index=self.record_of(leaf.group, bad),
-                    offset=0,
-                    path="",
-                ) from None
-            return value.cast(leaf.type)
+            # problems() has turned every out-of-range record into a bad record already.
+            whole = pc.multiply_checked(seconds, per)
+            frac = pc.divide(nanos.cast(pa.int64()), 1_000_000_000 // per)
+            return pc.add_checked(whole, frac).cast(leaf.type)
         if leaf.kind == "date":
             y, m, d = (p.to_numpy(zero_copy_only=False) for p in parts)
             mask = np.asarray(parts[0].is_null())
@@ -168,12 +168,6 @@ class Assembler:
             pc.divide(ns, 1000),
         )
         return micros.cast(pa.time64("us"))
-
-    def _first_overflow(self, seconds: pa.Array, per: int) -> int:
-        limit = np.iinfo(np.int64).max // per
-        s = seconds.to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(np.abs(np.nan_to_num(s)) > limit)
-        return int(bad[0]) if len(bad) else 0
 
     def _json(self, leaf: JsonLeaf, n: int) -> pa.Array:
         from google.protobuf import json_format, struct_pb2
@@ -250,7 +244,12 @@ class Assembler:
         """(selected elements, offsets per parent element) of a fan-out selection."""
         off = self.offsets(s.group)
         if s.kind == "all":
-            return np.arange(self.counts[s.group], dtype=np.int64), off
+            keep = self.map_keep(s.group, s.dedupe) if s.dedupe is not None else None
+            if keep is None:
+                return np.arange(self.counts[s.group], dtype=np.int64), off
+            csum = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(keep, out=csum[1:])
+            return np.flatnonzero(keep).astype(np.int64), csum[off]
         if s.kind == "filter":
             keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
             csum = np.zeros(len(keep) + 1, dtype=np.int64)
@@ -301,9 +300,41 @@ class Assembler:
             table[s.index] = element
         return table, expanded
 
-    # -- strict -------------------------------------------------------------------------
+    # -- record-level checks ------------------------------------------------------------
 
-    def check_strict(self, column: OutputColumn, table: dict[int, np.ndarray]) -> None:
+    def records_of(self, group: int, elements: np.ndarray) -> np.ndarray:
+        """Batch positions of the records holding the given elements of `group`."""
+        e = np.asarray(elements, dtype=np.int64)
+        while group != 0:
+            e = self.parents[group][e]
+            group = self.plan.group_parents[group]
+        return self.parents[0][e]
+
+    def problems(self, table: dict[int, np.ndarray]) -> list[tuple[int, str, str]]:
+        """Records the plan rejects though their bytes are valid: (position, reason, path).
+
+        Strict columns whose index or slice falls outside a list, and timestamps or
+        durations that do not fit the chosen unit. Each becomes a bad record under the
+        transcoder's error policy, like a wire error.
+        """
+        out: list[tuple[int, str, str]] = []
+        for column in self.plan.columns:
+            if column.strict:
+                out.extend(self._strict_problems(column, table))
+        seen: set[int] = set()
+        for column in self.plan.columns:
+            for leaf in _walk(column.leaf):
+                if isinstance(leaf, TemporalLeaf) and leaf.kind in ("timestamp", "duration"):
+                    if leaf.columns[0] in seen:
+                        continue
+                    seen.add(leaf.columns[0])
+                    out.extend(self._range_problems(leaf, column.name))
+        return out
+
+    def _strict_problems(
+        self, column: OutputColumn, table: dict[int, np.ndarray]
+    ) -> list[tuple[int, str, str]]:
+        out = []
         for s in column.selection.ancestors():
             if s.kind not in ("index", "slice"):
                 continue
@@ -320,20 +351,50 @@ class Assembler:
                     if bound is not None:
                         b = bound + lengths if bound < 0 else np.full(len(parents), bound)
                         bad |= (b < 0) | (b > lengths)
-            if bad.any():
-                p = int(parents[np.flatnonzero(bad)[0]])
-                raise DecodeError(
-                    f"strict column {column.name!r}: {s.text} is out of range "
-                    f"(the list has {int(lengths[np.flatnonzero(bad)[0]])} elements)",
-                    index=self.record_of(self.plan.group_parents[s.group], p),
-                    offset=0,
-                    path=s.text,
-                )
+            where = np.flatnonzero(bad)
+            records = self.records_of(self.plan.group_parents[s.group], parents[where])
+            for record, length in zip(records.tolist(), lengths[where].tolist(), strict=True):
+                reason = f"strict column {column.name!r}: {s.text} is out of range (list length {length})"
+                out.append((record, reason, s.text))
+        return out
+
+    def _range_problems(self, leaf: TemporalLeaf, name: str) -> list[tuple[int, str, str]]:
+        per = _PER_SECOND[leaf.type.unit]
+        limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
+        n = self.counts[leaf.group]
+        seconds = np.frombuffer(self.r.col_values[leaf.columns[0]], dtype=np.int64, count=n)
+        valid = np.frombuffer(self.r.col_valid[leaf.columns[0]], dtype=np.uint8, count=n)
+        bad = np.flatnonzero((valid != 0) & ((seconds > limit) | (seconds < -limit)))
+        if not len(bad):
+            return []
+        reason = f"{leaf.kind} out of range for unit {leaf.type.unit!r}"
+        return [(r, reason, name) for r in self.records_of(leaf.group, bad).tolist()]
+
+    # -- maps -------------------------------------------------------------------------
+
+    def map_keep(self, group: int, key: Leaf) -> np.ndarray | None:
+        """Entries to keep so that a key seen again replaces the earlier entry; None = all."""
+        if group in self._keep:
+            return self._keep[group]
+        n = self.counts[group]
+        keep = None
+        if n > 1:
+            t = pa.table({"p": self.parents[group], "k": self.leaf(key), "i": np.arange(n)})
+            last = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "max")])
+            if last.num_rows != n:
+                keep = np.zeros(n, dtype=bool)
+                keep[last.column("i_max").to_numpy()] = True
+        self._keep[group] = keep
+        return keep
 
     # -- columns ------------------------------------------------------------------------
 
     def columns(self) -> tuple[list[pa.Array], int]:
+        """The output columns and row count; raises BadRecords before building anything."""
         table, expanded = self.rows()
+        problems = self.problems(table)
+        if problems:
+            raise BadRecords(problems)
         n_rows = len(table[0])
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
@@ -349,8 +410,6 @@ class Assembler:
         )
         for i in order:
             column = self.plan.columns[i]
-            if column.strict:
-                self.check_strict(column, table)
             out[i] = self._column(column, table, expanded)
             table_uses[column.selection.index] -= 1
             if table_uses[column.selection.index] == 0 and column.selection.index != 0:
@@ -369,12 +428,14 @@ class Assembler:
         for leaf in leaves:
             for g in _child_groups(leaf):
                 self.offsets(g)
-        if not any(col.strict for col in self.plan.columns) and not any(
-            isinstance(leaf, TemporalLeaf) for col in self.plan.columns for leaf in _walk(col.leaf)
-        ):
-            self.parents = []
+            for x in _walk(leaf):
+                if isinstance(x, MapLeaf):
+                    self.map_keep(x.child_group, x.key)
+        self.parents = []
 
-    def _column(self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool) -> pa.Array:
+    def _column(
+        self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool
+    ) -> pa.Array:
         s = column.selection
         leaf = column.leaf
         if s.index == 0 and not expanded:

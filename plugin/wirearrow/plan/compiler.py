@@ -124,7 +124,7 @@ def compile_plan(
             continue
         try:
             selection, leaf = resolver.resolve(parse_path(column.path))
-        except PathError as err:
+        except (PathError, ValueError) as err:
             problems.append(f"column {name!r}: {err}")
             continue
         outputs.append(OutputColumn(name, leaf, selection, column.strict))
@@ -232,6 +232,20 @@ class _Resolver:
             if is_repeated(fd):
                 if nxt is None:
                     return sel, self._list_leaf(node, fd, node.presence, set())
+                if _is_json(fd) and not isinstance(nxt, FieldStep):
+                    if isinstance(nxt, FilterStep):
+                        raise PathError(
+                            "filters apply to messages read field by field", text, nxt.pos
+                        )
+                    group, column = self.b.raw(node, fd)
+                    sel = self._list_selection(sel, group, column, nxt, text, prefix)
+                    if i + 2 < len(steps):
+                        raise PathError(
+                            f"{fd.message_type.full_name} is read as JSON: no fields",
+                            text,
+                            steps[i + 2].pos,
+                        )
+                    return sel, JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
                 if isinstance(nxt, FieldStep):
                     raise PathError(
                         f"{fd.name!r} is repeated: add [*], [N] or a slice before .{nxt.name}",
@@ -283,8 +297,12 @@ class _Resolver:
                 i += 1
                 continue
             if nxt is not None:
-                what = "no fields" if isinstance(nxt, FieldStep) else "not repeated: no index"
-                raise PathError(f"{fd.name!r} is a scalar: {what}", text, nxt.pos)
+                what = (
+                    "a scalar: it has no fields"
+                    if isinstance(nxt, FieldStep)
+                    else "not repeated: no index"
+                )
+                raise PathError(f"{fd.name!r} is {what}", text, nxt.pos)
             return sel, self._scalar_leaf(node, fd)
         raise AssertionError("unreachable")
 
@@ -304,8 +322,13 @@ class _Resolver:
             if step.step == 0:
                 raise PathError("slice step must not be zero", text, step.pos)
             arg = (step.start, step.stop, step.step)
-            return self._select(sel, group, "slice", arg, arg=arg, text=here)
+            # Spellings of one slice ([:2], [0:2], [0:2:1]) are one fan-out, not a cross join.
+            s = 1 if step.step is None else step.step
+            start = None if (step.start == 0 and s > 0) else step.start
+            return self._select(sel, group, "slice", (start, step.stop, s), arg=arg, text=here)
         if isinstance(step, IndexStep):
+            if not -(2**63) <= step.index < 2**63:
+                raise PathError(f"index {step.index} is out of range for a list", text, step.pos)
             return self._select(sel, group, "index", (step.index,), arg=step.index, text=here)
         if isinstance(step, FilterStep):
             assert isinstance(child, NodeSpec)
@@ -323,9 +346,11 @@ class _Resolver:
         text: str,
         prefix: str,
     ) -> Selection:
-        if isinstance(step, WildcardStep):
-            return self._select(sel, group, "all", (), text=prefix + "[*]")
         key_fd = fd.message_type.fields_by_number[1]
+        if isinstance(step, WildcardStep):
+            # A key seen again replaces the earlier entry, as when the runtime parses a map.
+            dedupe = self._scalar_leaf(entry, key_fd)
+            return self._select(sel, group, "all", (), dedupe=dedupe, text=prefix + "[*]")
         if isinstance(step, IndexStep | KeyStep):
             key = step.index if isinstance(step, IndexStep) else step.key
             _check_key(key_fd, key, text, step.pos)
@@ -350,7 +375,14 @@ class _Resolver:
         if isinstance(p, Not):
             return PredicateSpec("not", (self._predicate(node, p.operand, text),))
         if isinstance(p, Truthy):
-            return PredicateSpec("truthy", (self._operand(node, p.operand, text),))
+            operand = self._operand(node, p.operand, text)
+            if _kind_of(operand) in ("temporal", "other"):
+                raise PathError(
+                    "only numbers, strings, bytes and bools have a truth value: compare it",
+                    text,
+                    p.pos,
+                )
+            return PredicateSpec("truthy", (operand,))
         if isinstance(p, Compare):
             left = self._operand(node, p.left, text)
             right = self._operand(node, p.right, text)
@@ -405,6 +437,10 @@ class _Resolver:
     def _list_leaf(
         self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: set[str]
     ) -> ListLeaf:
+        if _is_json(fd):
+            group, column = self.b.raw(node, fd)
+            json_leaf = JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
+            return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
         group, child = self.b.repeated(node, fd)
         if isinstance(child, NodeSpec):
             element = self._node_leaf(child, -1, stack, fd)
@@ -423,8 +459,9 @@ class _Resolver:
         return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
 
     def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
-        if WELL_KNOWN.get(fd.message_type.full_name) == "json":
-            return JsonLeaf(node.group, pa.utf8(), self.b.raw(node, fd), fd.message_type.full_name)
+        if _is_json(fd):
+            group, column = self.b.raw(node, fd)
+            return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
         child = self.b.message(node, fd)
         return self._node_leaf(child, child.presence, stack, fd)
 
@@ -454,12 +491,6 @@ class _Resolver:
             return self._scalar_leaf(node, value)
         if wkt == "fieldmask":
             return self._list_leaf(node, fields["paths"], presence, stack)
-        if wkt == "json":
-            raise PathError(
-                f"repeated {message.full_name} is not supported; read its parent as JSON",
-                fd.name,
-                0,
-            )
         if message.full_name in stack:
             raise PathError(
                 f"recursive message {message.full_name} cannot be read whole (field {fd.full_name}); "
@@ -468,9 +499,9 @@ class _Resolver:
                 0,
             )
         stack = stack | {message.full_name}
+        # An empty message is a struct with no children: Arrow holds it (and whether it is
+        # present); a writer that cannot (Parquet) is the sink's concern.
         children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
-        if not children:
-            raise PathError(f"message {message.full_name} has no fields to read", fd.name, 0)
         t = pa.struct([pa.field(name, leaf.type, nullable=True) for name, leaf in children])
         return StructLeaf(node.group, t, presence, children)
 
@@ -519,8 +550,37 @@ def _check_key(key_fd: FieldDescriptor, key: object, text: str, pos: int) -> Non
         lo, hi = _INT_RANGES[t]
         ok = isinstance(key, int) and not isinstance(key, bool) and lo <= key <= hi
     if not ok:
-        kind = key_fd.type_name if hasattr(key_fd, "type_name") else str(t)
+        kind = _TYPE_NAMES.get(t, str(t))
         raise PathError(f"cannot index a map with {kind} keys by {key!r}", text, pos)
+
+
+_TYPE_NAMES = {
+    getattr(FieldDescriptor, f"TYPE_{n.upper()}"): n
+    for n in [
+        "double",
+        "float",
+        "int64",
+        "uint64",
+        "int32",
+        "fixed64",
+        "fixed32",
+        "bool",
+        "string",
+        "group",
+        "message",
+        "bytes",
+        "uint32",
+        "enum",
+        "sfixed32",
+        "sfixed64",
+        "sint32",
+        "sint64",
+    ]
+}
+
+
+def _is_json(fd: FieldDescriptor) -> bool:
+    return fd.message_type is not None and WELL_KNOWN.get(fd.message_type.full_name) == "json"
 
 
 def _kind_of(operand: Operand) -> str:

@@ -44,6 +44,8 @@ class _EntrySpec:
     column: int = -1
     child: NodeSpec | None = None
     group: int = -1
+    lenient: bool = False  # only checked (validate="full", oneof siblings), never stored
+    raw: bool = False  # a sub-message read as its serialized bytes
 
 
 class ProgramBuilder:
@@ -93,6 +95,8 @@ class ProgramBuilder:
     def message(self, node: NodeSpec, fd: FieldDescriptor) -> NodeSpec:
         """The node of singular sub-message `fd` of `node`; its presence column is set."""
         entry = self._entry(node, fd)
+        if entry.raw:
+            raise ValueError(f"{fd.full_name} cannot be read both as JSON and field by field")
         if entry.child is None:
             presence = self._column(0, node.group)
             entry.child = self._node(fd.message_type, group=node.group, presence=presence)
@@ -111,14 +115,21 @@ class ProgramBuilder:
                 entry.column = self._column(scalar_kind(fd).width, entry.group)
         return entry.group, (entry.child if entry.child is not None else entry.column)
 
-    def raw(self, node: NodeSpec, fd: FieldDescriptor) -> int:
-        """A column of views over the serialized bytes of singular sub-message `fd`."""
+    def raw(self, node: NodeSpec, fd: FieldDescriptor) -> tuple[int, int]:
+        """(group, column of views over the serialized bytes) of sub-message field `fd`.
+
+        The group is the node's own for a singular field, a new one for a repeated field.
+        """
         entry = self._entry(node, fd)
         if entry.child is not None:
-            raise ValueError(f"{fd.full_name} is read both as raw bytes and field by field")
+            raise ValueError(f"{fd.full_name} cannot be read both as JSON and field by field")
+        entry.raw = True
+        if is_repeated(fd) and entry.group < 0:
+            self.groups.append(node.group)
+            entry.group = len(self.groups) - 1
         if entry.column < 0:
-            entry.column = self._column(8, node.group)
-        return entry.column
+            entry.column = self._column(8, entry.group if entry.group >= 0 else node.group)
+        return (entry.group if entry.group >= 0 else node.group), entry.column
 
     # -- validate="full" --------------------------------------------------------------
 
@@ -141,8 +152,9 @@ class ProgramBuilder:
             if is_message(fd):
                 entry = self._entry(node, fd)
                 entry.child = self._validator(fd.message_type)
+                entry.lenient = True
             elif needs_utf8_check(fd):
-                self._entry(node, fd)
+                self._entry(node, fd).lenient = True
 
     # -- tables -----------------------------------------------------------------------
 
@@ -158,6 +170,7 @@ class ProgramBuilder:
                 if fd.number in node.fields:
                     continue
                 entry = self._entry(node, fd)
+                entry.lenient = True
                 if fd.type == FieldDescriptor.TYPE_GROUP:
                     entry.child = self._validator(fd.message_type)
 
@@ -210,7 +223,7 @@ class ProgramBuilder:
 
     def _entry_row(self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int) -> tuple:
         fd = entry.field
-        flags = 0
+        flags = FLAG["lenient"] if entry.lenient else 0
         if entry.group >= 0:
             flags |= FLAG["repeated"]
         if is_message(fd) and (entry.child is not None):

@@ -40,6 +40,7 @@ class Selection:
     arg: object = None  # slice (start, stop, step) | index | key literal
     predicate: PredicateSpec | None = None  # filter, cond, and key (key == literal)
     text: str = ""  # the path up to and including this step, for messages
+    dedupe: Leaf | None = None  # map [*]: the key; an entry whose key comes again is dropped
     children: list[Selection] = field(default_factory=list)
 
     @property
