@@ -187,7 +187,10 @@ class Assembler:
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
                 continue
-            out.append(json.dumps(json_format.MessageToDict(msg), separators=(",", ":")))
+            # Struct is a map: sorted keys make the text deterministic across runs.
+            out.append(
+                json.dumps(json_format.MessageToDict(msg), separators=(",", ":"), sort_keys=True)
+            )
         return pa.array(out, type=pa.utf8())
 
     # -- filters ------------------------------------------------------------------------

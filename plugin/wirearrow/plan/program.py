@@ -237,7 +237,11 @@ class ProgramBuilder:
             kind, wire_type, child = sk.kind, sk.wire_type, -1
             if is_repeated(fd) and sk.wire_type != 2:
                 flags |= FLAG["packable"]
-            if needs_utf8_check(fd):
+            # proto3 requires valid UTF-8 in strings; proto2 does not, but a string the plan
+            # outputs goes into an Arrow utf8 column, which must be valid: check it either way.
+            if needs_utf8_check(fd) or (
+                fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0
+            ):
                 flags |= FLAG["utf8"]
         return (
             fd.number,
