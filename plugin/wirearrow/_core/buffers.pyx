@@ -60,8 +60,8 @@ def pack_bits(const uint8_t[::1] flags, int64_t n):
     Returns (bitmap, zeros): zeros is the number of zero bytes, so a validity caller can
     drop the bitmap when it is 0.
     """
-    if n > flags.shape[0]:
-        raise ValueError("pack_bits: n exceeds the input")
+    if not 0 <= n <= flags.shape[0]:
+        raise ValueError("pack_bits: n outside the input")
     cdef int64_t nbytes = (n + 7) // 8
     cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(nbytes if nbytes > 0 else 1)
     if out == NULL:
@@ -70,7 +70,8 @@ def pack_bits(const uint8_t[::1] flags, int64_t n):
     cdef uint8_t byte
     cdef const uint8_t* src = &flags[0] if n > 0 else NULL
     with nogil:
-        memset(out, 0, nbytes)
+        if nbytes > 0:
+            memset(out, 0, <size_t>nbytes)
         for i in range(n // 8):
             byte = 0
             for j in range(8):
