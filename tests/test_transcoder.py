@@ -441,3 +441,32 @@ def test_strings_output_as_utf8_must_be_valid_even_in_proto2(compile_proto) -> N
     tc = wa.Transcoder(schema, columns=["s", "n"], on_error="dead_letter")
     assert tc.transcode([bad]).num_rows == 0
     assert tc.dead_letters().column("path").to_pylist() == ["s"]
+
+
+def test_raise_prefers_an_earlier_strict_failure_to_a_later_wire_error(root) -> None:
+    schema, Root = root
+    good = _msg(Root, id="a", cur=["x", "y"])
+    short = _msg(Root, id="b", cur=["x"])
+    broken = good + b"\x0a\x05ab"
+    tc = wa.Transcoder(schema, columns=["id", wa.Column("cur[1]", strict=True)])
+    with pytest.raises(wa.DecodeError, match="strict") as info:
+        tc.transcode([good, short, broken])
+    assert info.value.index == 1
+    skip = wa.Transcoder(schema, columns=["id", wa.Column("cur[1]", strict=True)], on_error="skip")
+    assert skip.transcode([good, short, broken]).num_rows == 1
+    s = skip.stats
+    assert (s.records_ok, s.records_failed) == (1, 2)
+    assert s.bytes_in == len(good) + len(short) + len(broken)
+
+
+def test_range_check_reads_only_the_selected_elements(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto";'
+        "message M { repeated google.protobuf.Timestamp times = 1; }",
+        "M",
+    )
+    data = Msg(times=[{"seconds": 5}, {"seconds": 10**11}]).SerializeToString()
+    tc = wa.Transcoder(schema, columns=["times[0]"], timestamp_unit="ns")
+    assert tc.transcode([data]).column(0).to_pylist()[0].timestamp() == 5
+    with pytest.raises(wa.DecodeError, match="out of range"):
+        wa.Transcoder(schema, columns=["times[1]"], timestamp_unit="ns").transcode([data])

@@ -86,7 +86,10 @@ class Transcoder:
     def _plan_columns(self) -> Sequence[str | Column]:
         if self._columns is not None:
             return self._columns
-        return [Column(f.name) for f in self._schema.descriptor.fields]
+        descriptor = self._schema.descriptor
+        if not descriptor.fields:
+            raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
+        return [Column(f.name) for f in descriptor.fields]
 
     # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
 
@@ -138,6 +141,7 @@ class Transcoder:
         """
         data, starts, ends, index, failures = _records(messages, framing)
         n_in = len(index) + len(failures)
+        n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._on_error == "raise"
         while True:
             result = decode(
@@ -150,32 +154,37 @@ class Transcoder:
                 self._capacity(len(starts)),
             )
             failed = [(self._error(e, index), e[0]) for e in result.errors]
-            if raising and (failed or failures):
-                raise min([f for f, _ in failed] + [f for f, _ in failures], key=lambda e: e.index)
+            rejected: list[tuple[DecodeError, int]] = []
             try:
                 columns, n_rows = Assembler(self._plan, result, data).columns()
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
                 for position, reason, path in bad.problems:
                     first.setdefault(position, (reason, path))
-                failed += [
+                rejected = [
                     (DecodeError(reason, index=int(index[pos]), offset=0, path=path), pos)
                     for pos, (reason, path) in first.items()
                 ]
-                if raising:
-                    raise min((f for f, _ in failed), key=lambda e: e.index) from None
-            else:
+            if raising:
+                # The lowest bad record wins, whatever rejected it: the decoder stopped at its
+                # first error, and plan checks ran on the records decoded before it.
+                errors = [e for e, _ in failed + rejected + failures]
+                if errors:
+                    raise min(errors, key=lambda e: e.index)
                 break
-            # Drop the rejected records and decode the rest again (rare: strict / range).
+            failed += rejected
             failures += [(err, self._raw(data, starts, ends, pos)) for err, pos in failed]
+            if not rejected:
+                break
+            # Drop the records the plan rejected (and the wire failures, already rolled back)
+            # and decode the rest again: rare, only for strict columns and range errors.
             keep = np.ones(len(starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
-        failures += [(err, self._raw(data, starts, ends, pos)) for err, pos in failed]
         self._per_record = np.asarray(result.group_counts, dtype=np.float64) / max(
             result.records, 1
         )
-        self._account(n_in, failures, n_rows, int((ends - starts).sum()) if len(starts) else 0)
+        self._account(n_in, failures, n_rows, n_bytes)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
 
     def _raw(

@@ -149,7 +149,11 @@ class Assembler:
             unit = leaf.type.unit
             seconds, nanos = parts
             per = _PER_SECOND[unit]
-            # problems() has turned every out-of-range record into a bad record already.
+            # problems() has made every record whose rows read an out-of-range value a bad
+            # record; values no row reads (times[1] under times[0]) are nulled here.
+            limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
+            outside = pc.or_(pc.greater(seconds, limit), pc.less(seconds, -limit))
+            seconds = pc.if_else(outside, pa.scalar(None, pa.int64()), seconds)
             whole = pc.multiply_checked(seconds, per)
             frac = pc.divide(nanos.cast(pa.int64()), 1_000_000_000 // per)
             return pc.add_checked(whole, frac).cast(leaf.type)
@@ -324,14 +328,13 @@ class Assembler:
         for column in self.plan.columns:
             if column.strict:
                 out.extend(self._strict_problems(column, table))
-        seen: set[int] = set()
         for column in self.plan.columns:
             for leaf in _walk(column.leaf):
                 if isinstance(leaf, TemporalLeaf) and leaf.kind in ("timestamp", "duration"):
-                    if leaf.columns[0] in seen:
-                        continue
-                    seen.add(leaf.columns[0])
-                    out.extend(self._range_problems(leaf, column.name))
+                    # A column's own value: only the elements its rows read (times[0] must
+                    # not fail on times[1]); inside a struct or list, every element.
+                    rows = table[column.selection.index] if leaf is column.leaf else None
+                    out.extend(self._range_problems(leaf, column.name, rows))
         return out
 
     def _strict_problems(
@@ -361,13 +364,17 @@ class Assembler:
                 out.append((record, reason, s.text))
         return out
 
-    def _range_problems(self, leaf: TemporalLeaf, name: str) -> list[tuple[int, str, str]]:
+    def _range_problems(
+        self, leaf: TemporalLeaf, name: str, rows: np.ndarray | None
+    ) -> list[tuple[int, str, str]]:
         per = _PER_SECOND[leaf.type.unit]
         limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
         n = self.counts[leaf.group]
         seconds = np.frombuffer(self.r.col_values[leaf.columns[0]], dtype=np.int64, count=n)
         valid = np.frombuffer(self.r.col_valid[leaf.columns[0]], dtype=np.uint8, count=n)
         bad = np.flatnonzero((valid != 0) & ((seconds > limit) | (seconds < -limit)))
+        if rows is not None and len(bad):
+            bad = np.intersect1d(bad, rows[rows >= 0])
         if not len(bad):
             return []
         reason = f"{leaf.kind} out of range for unit {leaf.type.unit!r}"

@@ -415,7 +415,7 @@ class _Resolver:
                     return Operand(leaf)
                 return Operand(self._scalar_leaf(node, fd))
             if not is_message(fd):
-                raise PathError(f"{name!r} is a scalar: no fields", text, atom.pos)
+                raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
             message = fd.message_type
         raise AssertionError("unreachable")
@@ -551,7 +551,8 @@ def _check_key(key_fd: FieldDescriptor, key: object, text: str, pos: int) -> Non
         ok = isinstance(key, int) and not isinstance(key, bool) and lo <= key <= hi
     if not ok:
         kind = _TYPE_NAMES.get(t, str(t))
-        raise PathError(f"cannot index a map with {kind} keys by {key!r}", text, pos)
+        shown = str(key).lower() if isinstance(key, bool) else repr(key)
+        raise PathError(f"cannot index a map with {kind} keys by {shown}", text, pos)
 
 
 _TYPE_NAMES = {
