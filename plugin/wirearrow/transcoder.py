@@ -197,7 +197,9 @@ class Transcoder:
     def _capacity(self, n: int) -> list[int] | None:
         per_record = self._per_record
         if per_record is None:
-            return None
+            # First batch: one element per record everywhere. The buffers are calloc'd, so
+            # pages a group never fills are never touched (and cost no resident memory).
+            return [n] * len(self._plan.group_parents)
         return [int(x * n * 1.05) + 16 for x in per_record]
 
     # -- errors and accounting ----------------------------------------------------------
