@@ -9,6 +9,9 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 from wirearrow.delimited import read_delimited
 from wirearrow.errors import DecodeError, PathError, PlanError, SchemaError, WirearrowError
 from wirearrow.plan.compiler import Column
+from wirearrow.plan.expressions import lit, path
+from wirearrow.plan.functions import coalesce, concat, cond, has
+from wirearrow.plan.functions import sum_ as sum
 from wirearrow.schema import Schema
 from wirearrow.transcoder import Stats, Transcoder
 
@@ -22,6 +25,13 @@ __all__ = [
     "Stats",
     "Transcoder",
     "WirearrowError",
+    "coalesce",
+    "concat",
+    "cond",
+    "has",
+    "lit",
+    "path",
     "read_delimited",
+    "sum",
 ]
 __version__ = "0.1.0"

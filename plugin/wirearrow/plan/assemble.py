@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,9 @@ import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
 from wirearrow._core.rows import expand, group_offsets, select_slice
-from wirearrow.plan.compiler import CompiledPlan, OutputColumn
+from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
+from wirearrow.plan.expressions import Grouped
+from wirearrow.plan.expressions import broadcast as _broadcast
 from wirearrow.plan.leaves import (
     JsonLeaf,
     Leaf,
@@ -286,12 +290,14 @@ class Assembler:
         has = np.diff(per) > 0
         return np.where(has, sel[np.maximum(per[1:] - 1, 0)] if len(sel) else 0, -1)
 
-    def rows(self) -> tuple[dict[int, np.ndarray], bool]:
-        """Row -> element index of every selection; and whether any fan-out added rows."""
+    def rows(self, selections: Sequence[Selection]) -> tuple[dict[int, np.ndarray], bool]:
+        """Row -> element index of every selection of one fan-out tree (root first); and
+        whether any fan-out added rows."""
         root_n = self.counts[0]
-        table: dict[int, np.ndarray] = {0: np.arange(root_n, dtype=_index_dtype(root_n))}
+        root = np.arange(root_n, dtype=_index_dtype(root_n))
+        table: dict[int, np.ndarray] = {selections[0].index: root}
         expanded = False
-        for s in self.plan.selections[1:]:
+        for s in selections[1:]:
             e = table[s.parent.index]  # type: ignore[union-attr]
             safe = np.maximum(e, 0)
             if not s.fans_out:
@@ -317,7 +323,9 @@ class Assembler:
             group = self.plan.group_parents[group]
         return self.parents[0][e]
 
-    def problems(self, table: dict[int, np.ndarray]) -> list[tuple[int, str, str]]:
+    def problems(
+        self, tables: dict[bool, tuple[dict[int, np.ndarray], bool]]
+    ) -> list[tuple[int, str, str]]:
         """Records the plan rejects though their bytes are valid: (position, reason, path).
 
         Strict columns whose index or slice falls outside a list, and timestamps or
@@ -327,12 +335,13 @@ class Assembler:
         out: list[tuple[int, str, str]] = []
         for column in self.plan.columns:
             if column.strict:
-                out.extend(self._strict_problems(column, table))
+                out.extend(self._strict_problems(column, tables[column.detached][0]))
         for column in self.plan.columns:
             for leaf in _walk(column.leaf):
                 if isinstance(leaf, TemporalLeaf) and leaf.kind in ("timestamp", "duration"):
                     # A column's own value: only the elements its rows read (times[0] must
                     # not fail on times[1]); inside a struct or list, every element.
+                    table = tables[column.detached][0]
                     rows = table[column.selection.index] if leaf is column.leaf else None
                     out.extend(self._range_problems(leaf, column.name, rows))
         return out
@@ -401,8 +410,11 @@ class Assembler:
 
     def columns(self) -> tuple[list[pa.Array], int]:
         """The output columns and row count; raises BadRecords before building anything."""
-        table, expanded = self.rows()
-        problems = self.problems(table)
+        table, expanded = self.rows(self.plan.selections)
+        tables = {False: (table, expanded)}
+        if any(col.detached for col in self.plan.columns):
+            tables[True] = self.rows(self.plan.detached)
+        problems = self.problems(tables)
         if problems:
             raise BadRecords(problems)
         n_rows = len(table[0])
@@ -410,7 +422,7 @@ class Assembler:
         # reads it is built (an output that is the buffer itself keeps it alive).
         storage_uses = Counter(c for col in self.plan.columns for c in _storage(col.leaf))
         self._drop_parents()
-        table_uses = Counter(col.selection.index for col in self.plan.columns)
+        table_uses = Counter((col.detached, col.selection.index) for col in self.plan.columns)
         out: list[pa.Array | None] = [None] * len(self.plan.columns)
         # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
         # value per record copied onto every row, the largest outputs) are materialised.
@@ -420,17 +432,30 @@ class Assembler:
         )
         for i in order:
             column = self.plan.columns[i]
-            out[i] = self._column(column, table, expanded)
-            table_uses[column.selection.index] -= 1
-            if table_uses[column.selection.index] == 0 and column.selection.index != 0:
-                table.pop(column.selection.index)
+            rows, fanned = tables[column.detached]
+            out[i] = self._column(column, rows, fanned)
+            use = (column.detached, column.selection.index)
+            table_uses[use] -= 1
+            if table_uses[use] == 0 and column.selection.parent is not None:
+                rows.pop(column.selection.index)
             for c in _storage(column.leaf):
                 storage_uses[c] -= 1
                 if storage_uses[c] == 0:
                     self.r.col_values[c] = None
                     self.r.col_valid[c] = None
             self._arrays.clear()
-        return out, n_rows  # type: ignore[return-value]
+        built: list[pa.Array] = out  # type: ignore[assignment]
+        records = _Records(
+            table[0], expanded, *(self._groups(tables[True][0]) if True in tables else (None, 0))
+        )
+        result = [
+            built[ref] if isinstance(ref, int) else _evaluate(ref, built, n_rows, records)
+            for _, ref in self.plan.outputs
+        ]
+        return result, n_rows
+
+    def _groups(self, detached: dict[int, np.ndarray]) -> tuple[np.ndarray, int]:
+        return detached[self.plan.detached[0].index], self.counts[0]
 
     def _drop_parents(self) -> None:
         """Element parents are only needed for offsets (and error messages) from here on."""
@@ -448,7 +473,7 @@ class Assembler:
     ) -> pa.Array:
         s = column.selection
         leaf = column.leaf
-        if s.index == 0 and not expanded:
+        if s.parent is None and not expanded:
             return self.leaf(leaf)
         idx = table[s.index]
         if isinstance(leaf, ScalarLeaf) and (
@@ -459,6 +484,47 @@ class Assembler:
         missing = idx < 0
         indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
         return arr.take(indices)
+
+
+@dataclass(frozen=True)
+class _Records:
+    """How output rows and aggregate input rows map to records."""
+
+    rows: np.ndarray  # output row -> record
+    expanded: bool  # False: output rows are the records
+    groups: np.ndarray | None  # aggregate input row -> record
+    n: int
+
+
+def _evaluate(expr: BoundExpr, inputs: list[pa.Array], n: int, records: _Records) -> pa.Array:
+    """An expression over the row-aligned input columns (vectorised, pyarrow.compute)."""
+    value = _value(expr, inputs, n, records)
+    arr = value if isinstance(value, pa.Array) else _broadcast(value, n)
+    return arr if arr.type == expr.type else arr.cast(expr.type)
+
+
+def _value(
+    expr: BoundExpr, inputs: list[pa.Array], n: int, records: _Records
+) -> pa.Array | pa.Scalar:
+    if expr.input >= 0:
+        return inputs[expr.input]
+    if expr.function is None:
+        return pa.scalar(expr.value, type=expr.type)
+    if expr.function.aggregate:
+        # Arguments live on the aggregate rows (the fan-outs of its paths under each
+        # record); the result has one value per record, then one per output row.
+        groups = records.groups
+        assert groups is not None
+        args = [
+            Grouped(
+                _broadcast(_value(a, inputs, len(groups), records), len(groups)), groups, records.n
+            )
+            for a in expr.args
+        ]
+        per_record = expr.function.evaluate(args, expr.call, records.n)  # type: ignore[arg-type]
+        return per_record.take(pa.array(records.rows)) if records.expanded else per_record
+    args = [_value(a, inputs, n, records) for a in expr.args]
+    return expr.function.evaluate(args, expr.call, n)  # type: ignore[arg-type]
 
 
 def _index_dtype(n: int) -> type:

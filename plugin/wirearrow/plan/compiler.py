@@ -32,6 +32,17 @@ from wirearrow.paths import (
     format_path,
     parse_path,
 )
+from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
+from wirearrow.plan.expressions import (
+    FUNCTIONS,
+    Call,
+    Expr,
+    ExprTypeError,
+    Function,
+    Lit,
+    MaybePath,
+    PathRef,
+)
 from wirearrow.plan.leaves import (
     JsonLeaf,
     Leaf,
@@ -52,15 +63,16 @@ TIME_UNITS = ("s", "ms", "us", "ns")
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One output column: a path into the message, with an optional name.
+    """One output column: a path into the message, or an expression, with a name.
 
-    ``name`` defaults to the path text. ``strict=True`` makes a fixed index or slice bound
+    ``name`` defaults to the path text (an expression column needs one). ``strict=True`` makes a fixed index or slice bound
     that falls outside a list an error instead of a null / a shorter list.
     """
 
     path: str | None = None
     name: str | None = None
     strict: bool = False
+    expr: Expr | None = None  # a computed column (wa.cond, wa.has, ...) instead of a path
 
     @property
     def output_name(self) -> str:
@@ -76,17 +88,34 @@ class Options:
 
 @dataclass(frozen=True, eq=False)
 class OutputColumn:
+    """A path read into row-aligned values: an output column, or an expression's input."""
+
     name: str
     leaf: Leaf
     selection: Selection
     strict: bool
+    detached: bool = False  # an aggregate's input: its fan-outs do not add output rows
+
+
+@dataclass(frozen=True, eq=False)
+class BoundExpr:
+    """An expression with its paths resolved to plan columns and its result type known."""
+
+    type: pa.DataType
+    input: int = -1  # index into CompiledPlan.columns (a path), or
+    value: object = None  # a literal (input == -1 and function is None), or
+    function: Function | None = None  # a call of `function` on `args`
+    call: Call | None = None
+    args: tuple[BoundExpr, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
 class CompiledPlan:
     program: Program
-    columns: tuple[OutputColumn, ...]
+    columns: tuple[OutputColumn, ...]  # every path read: output columns and expression inputs
+    outputs: tuple[tuple[str, int | BoundExpr], ...]  # schema order: a column index or an expr
     selections: tuple[Selection, ...]  # pre-order: parents before children, first child first
+    detached: tuple[Selection, ...]  # the same for aggregate inputs (root first)
     schema: pa.Schema
     nodes: tuple[NodeSpec, ...]
     group_parents: tuple[int, ...]
@@ -105,7 +134,8 @@ def compile_plan(
     builder = ProgramBuilder(message, max_depth=options.max_depth)
     resolver = _Resolver(builder, options)
     problems: list[str] = []
-    outputs: list[OutputColumn] = []
+    inputs = _Inputs(resolver)
+    outputs: list[tuple[str, int | BoundExpr]] = []
     seen: dict[str, int] = {}
     for i, spec in enumerate(columns):
         column = Column(spec) if isinstance(spec, str) else spec
@@ -113,32 +143,47 @@ def compile_plan(
             problems.append(f"column {i}: expected a path string or wa.Column, got {spec!r}")
             continue
         name = column.output_name
+        if column.expr is not None and column.path is not None:
+            problems.append(f"column {name!r}: path and expr are mutually exclusive")
+            continue
+        if not name:
+            problems.append(f"column {i}: an expression column needs a name")
+            continue
         if name in seen:
             problems.append(
                 f"column {i}: duplicate output name {name!r} (also column {seen[name]})"
             )
             continue
         seen[name] = i
-        if column.path is None:
-            problems.append(f"column {name!r}: needs a path")
-            continue
         try:
-            selection, leaf = resolver.resolve(parse_path(column.path))
+            if column.expr is not None:
+                outputs.append((name, inputs.bind(column.expr)))
+            elif column.path is not None:
+                outputs.append((name, inputs.path(column.path, name, column.strict)))
+            else:
+                problems.append(f"column {name!r}: needs a path or an expr")
         except (PathError, ValueError) as err:
             problems.append(f"column {name!r}: {err}")
-            continue
-        outputs.append(OutputColumn(name, leaf, selection, column.strict))
     if not columns:
         problems.append("a flat plan needs at least one column")
     if problems:
         raise PlanError(problems)
     if options.validate == "full":
         builder.validate_everything()
-    schema = pa.schema([pa.field(c.name, c.leaf.type, nullable=True) for c in outputs])
+    schema = pa.schema(
+        [
+            pa.field(
+                name, out.type if isinstance(out, BoundExpr) else inputs.columns[out].leaf.type
+            )
+            for name, out in outputs
+        ]
+    )
     return CompiledPlan(
         program=builder.build(),
-        columns=tuple(outputs),
-        selections=tuple(resolver.preorder()),
+        columns=tuple(inputs.columns),
+        outputs=tuple(outputs),
+        selections=tuple(resolver.preorder(resolver.root)),
+        detached=tuple(resolver.preorder(resolver.detached)),
         schema=schema,
         nodes=tuple(builder.nodes),
         group_parents=tuple(builder.groups),
@@ -146,15 +191,80 @@ def compile_plan(
     )
 
 
+class _Inputs:
+    """The paths a plan reads, each once: output columns and expression inputs alike."""
+
+    def __init__(self, resolver: _Resolver) -> None:
+        self.resolver = resolver
+        self.columns: list[OutputColumn] = []
+        self._by_key: dict[tuple[str, bool], int] = {}
+
+    def path(self, text: str, name: str, strict: bool = False, detached: bool = False) -> int:
+        key = (text, strict, detached)
+        index = self._by_key.get(key)
+        if index is None:
+            root = self.resolver.detached if detached else None
+            selection, leaf = self.resolver.resolve(parse_path(text), root)
+            index = self._by_key[key] = len(self.columns)
+            self.columns.append(OutputColumn(name, leaf, selection, strict, detached))
+        return index
+
+    def bind(self, expr: Expr, detached: bool = False) -> BoundExpr:
+        if isinstance(expr, PathRef):
+            index = self.path(expr.text, expr.text, detached=detached)
+            return BoundExpr(self.columns[index].leaf.type, input=index)
+        if isinstance(expr, MaybePath):
+            if self._looks_like_path(expr.text):
+                return self.bind(PathRef(expr.text), detached)
+            return BoundExpr(pa.utf8(), value=expr.text)
+        if isinstance(expr, Lit):
+            return BoundExpr(_literal_type(expr.value), value=expr.value)
+        if isinstance(expr, Call):
+            function = FUNCTIONS.get(expr.func)
+            if function is None:
+                raise ExprTypeError(f"unknown function {expr.func!r}")
+            function.check_arity(len(expr.args))
+            if function.aggregate and detached:
+                raise ExprTypeError(f"{expr.func} cannot be nested in another aggregate")
+            args = tuple(self.bind(a, detached or function.aggregate) for a in expr.args)
+            t = function.typer([a.type for a in args], expr)
+            return BoundExpr(t, function=function, call=expr, args=args)
+        raise ExprTypeError(f"not an expression: {expr!r}")
+
+    def _looks_like_path(self, text: str) -> bool:
+        # A bare builder string is a path when it names a field or looks like a path;
+        # otherwise it is a string literal ("video" in cond(has(...), "video", "display")).
+        if "." in text or "[" in text:
+            return True
+        return text in self.resolver.b.root.message.fields_by_name
+
+
+def _literal_type(value: object) -> pa.DataType:
+    if value is None:
+        return pa.null()
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64() if -(2**63) <= value < 2**63 else pa.uint64()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, str):
+        return pa.utf8()
+    raise ExprTypeError(f"unsupported literal {value!r}")
+
+
 class _Resolver:
     def __init__(self, builder: ProgramBuilder, options: Options) -> None:
         self.b = builder
         self.options = options
         self.root = Selection(0, None, 0, "root", text="")
+        # Aggregates (sum, distinct, ...) read their paths under a second root: their fan-outs
+        # are walked to aggregate per record and never multiply the output rows.
+        self.detached = Selection(-1, None, 0, "root", text="")
         self._selections: dict[tuple, Selection] = {}
         self._count = 1
 
-    def preorder(self) -> list[Selection]:
+    def preorder(self, root: Selection) -> list[Selection]:
         out: list[Selection] = []
 
         def walk(s: Selection) -> None:
@@ -162,7 +272,7 @@ class _Resolver:
             for child in s.children:
                 walk(child)
 
-        walk(self.root)
+        walk(root)
         return out
 
     def _select(
@@ -179,7 +289,7 @@ class _Resolver:
 
     # -- paths --------------------------------------------------------------------------
 
-    def resolve(self, path: Path) -> tuple[Selection, Leaf]:
+    def resolve(self, path: Path, root: Selection | None = None) -> tuple[Selection, Leaf]:
         text = path.text
         node = self.b.root
         message = node.message
@@ -192,7 +302,7 @@ class _Resolver:
         steps = list(path.steps)
         if not steps:
             raise PathError("the path does not read any field", text, 0)
-        sel = self.root
+        sel = root if root is not None else self.root
         i = 0
         while i < len(steps):
             step = steps[i]

@@ -1,0 +1,209 @@
+"""Computed columns: expression trees over paths, typed at plan construction, evaluated
+vectorised with pyarrow.compute on the row-aligned input columns.
+
+The function names and argument shapes are the reference's (bufarrow-behaviour §3.3) so its
+YAML plans load unchanged; semantics follow decisions.md ("Expressions"): results are typed
+when the plan is built (a type mismatch is a plan error naming the column), scalars broadcast
+across fan-out rows, division and modulo by zero give null.
+
+An expression is a tree of :class:`PathRef` (a path column, also hidden), :class:`Lit` and
+:class:`Call`. :data:`FUNCTIONS` maps each function name to its :class:`Function`: arity,
+the auxiliary keys it takes (``sep``, ``literal``, ``literal2``, ``param``), a typing rule
+and a vectorised evaluator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "FUNCTIONS",
+    "Call",
+    "Expr",
+    "ExprTypeError",
+    "Function",
+    "Grouped",
+    "Lit",
+    "PathRef",
+    "as_expr",
+    "lit",
+    "path",
+]
+
+
+class ExprTypeError(ValueError):
+    """An expression does not type-check; the plan compiler adds the column name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PathRef(Expr):
+    """The value of a path at each output row (fan-out rows included)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lit(Expr):
+    """A constant: str, int, float, bool or None."""
+
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    func: str
+    args: tuple[Expr, ...] = ()
+    sep: str | None = None
+    literal: object = None
+    literal2: object = None
+    param: int | None = None
+
+
+def path(text: str) -> PathRef:
+    return PathRef(text)
+
+
+def lit(value: object) -> Lit:
+    if not (value is None or isinstance(value, str | int | float | bool)):
+        raise TypeError(f"a literal is a str, int, float, bool or None, not {type(value).__name__}")
+    return Lit(value)
+
+
+def as_expr(value: object) -> Expr:
+    """Builder arguments: an Expr as is; a str is a path (see ``is_path_text``); else a literal.
+
+    A bare string is a path when it names a field (resolved by the compiler) or looks like one
+    (contains ``.`` or ``[``); any other string is a string literal. ``wa.lit`` / ``wa.path``
+    make the choice explicit.
+    """
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str):
+        return MaybePath(value)
+    return lit(value)
+
+
+@dataclass(frozen=True, slots=True)
+class MaybePath(Expr):
+    """A bare builder string: the compiler decides whether it is a path or a literal."""
+
+    text: str
+
+
+# ---- typing and evaluation ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """An aggregate's argument: values, and the record (0..n_groups-1) each belongs to.
+
+    ``groups`` is non-decreasing; a record with no values has none here (an empty fan-out
+    gives one null value, as a left join does).
+    """
+
+    values: pa.Array
+    groups: np.ndarray
+    n_groups: int
+
+
+Value = pa.Array | pa.Scalar
+Typer = Callable[[Sequence[pa.DataType], Call], pa.DataType]
+Evaluator = Callable[[Sequence[Value], Call, int], Value]
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    name: str
+    min_args: int
+    max_args: int | None  # None: any number
+    typer: Typer
+    evaluate: Evaluator
+    aux: frozenset[str] = field(default_factory=frozenset)
+    # An aggregate reduces all values of its argument within each record (sum, distinct,
+    # list_concat): its evaluator gets Grouped arguments and returns one value per record.
+    aggregate: bool = False
+
+    def check_arity(self, n: int) -> None:
+        if n < self.min_args or (self.max_args is not None and n > self.max_args):
+            if self.max_args == self.min_args:
+                want = f"exactly {self.min_args}"
+            elif self.max_args is None:
+                want = f"at least {self.min_args}"
+            else:
+                want = f"{self.min_args} to {self.max_args}"
+            raise ExprTypeError(f"{self.name} takes {want} args, got {n}")
+
+
+FUNCTIONS: dict[str, Function] = {}
+
+
+def register(
+    name: str,
+    min_args: int,
+    max_args: int | None,
+    typer: Typer,
+    aux: Sequence[str] = (),
+    aggregate: bool = False,
+) -> Callable[[Evaluator], Evaluator]:
+    def deco(fn: Evaluator) -> Evaluator:
+        FUNCTIONS[name] = Function(name, min_args, max_args, typer, fn, frozenset(aux), aggregate)
+        return fn
+
+    return deco
+
+
+def common_type(types: Sequence[pa.DataType], what: str) -> pa.DataType:
+    """The type several values unify to (nulls adapt; ints widen; int+float -> float64)."""
+    real = [t for t in types if not pa.types.is_null(t)]
+    if not real:
+        return pa.null()
+    first = real[0]
+    if all(t == first for t in real):
+        return first
+    if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in real):
+        if any(pa.types.is_floating(t) for t in real):
+            return pa.float64()
+        if any(pa.types.is_unsigned_integer(t) for t in real) and any(
+            pa.types.is_signed_integer(t) for t in real
+        ):
+            return pa.int64()
+        return max(real, key=lambda t: t.bit_width)
+    if all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in real):
+        return pa.utf8()
+    names = ", ".join(str(t) for t in real)
+    raise ExprTypeError(f"{what}: cannot combine {names}")
+
+
+def truthy(v: Value, n: int) -> pa.Array:
+    """The reference's truthiness: null false; numbers non-zero; strings/bytes/lists non-empty."""
+    arr = broadcast(v, n)
+    t = arr.type
+    if pa.types.is_null(t):
+        out = pa.array([False] * n)
+    elif pa.types.is_boolean(t):
+        out = arr
+    elif pa.types.is_integer(t) or pa.types.is_floating(t):
+        out = pc.not_equal(arr, 0)
+    elif pa.types.is_string(t) or pa.types.is_binary(t):
+        out = pc.greater(pc.binary_length(arr), 0)
+    elif pa.types.is_list(t) or pa.types.is_map(t):
+        out = pc.greater(pc.list_value_length(arr), 0)
+    else:  # structs, timestamps: present is true
+        out = pc.is_valid(arr)
+    return pc.fill_null(out, False)
+
+
+def broadcast(v: Value, n: int) -> pa.Array:
+    if isinstance(v, pa.Scalar):
+        return pa.array([v.as_py()] * n, type=v.type) if n else pa.array([], type=v.type)
+    return v
