@@ -199,12 +199,31 @@ class _Inputs:
         self.columns: list[OutputColumn] = []
         self._by_key: dict[tuple[str, bool], int] = {}
 
-    def path(self, text: str, name: str, strict: bool = False, detached: bool = False) -> int:
-        key = (text, strict, detached)
+    def path(
+        self,
+        text: str,
+        name: str,
+        strict: bool = False,
+        detached: bool = False,
+        map_key: bool = False,
+    ) -> int:
+        key = (text, strict, detached, map_key)
         index = self._by_key.get(key)
         if index is None:
             root = self.resolver.detached if detached else None
-            selection, leaf = self.resolver.resolve(parse_path(text), root)
+            parsed = parse_path(text)
+            if map_key and not (parsed.steps and not isinstance(parsed.steps[-1], FieldStep)):
+                raise ExprTypeError(
+                    f"map_key reads the key of a map entry: m[*] or m[key], not {text!r}"
+                )
+            selection, leaf = self.resolver.resolve(parsed, root, map_key)
+            key_field = getattr(leaf, "field", None)
+            if map_key and not (
+                key_field is not None
+                and key_field.number == 1
+                and key_field.containing_type.GetOptions().map_entry
+            ):
+                raise ExprTypeError(f"map_key needs a path ending on a map entry, not {text!r}")
             index = self._by_key[key] = len(self.columns)
             self.columns.append(OutputColumn(name, leaf, selection, strict, detached))
         return index
@@ -224,6 +243,26 @@ class _Inputs:
             if function is None:
                 raise ExprTypeError(f"unknown function {expr.func!r}")
             function.check_arity(len(expr.args))
+            if expr.func == "map_key":
+                ref = expr.args[0]
+                text = ref.text if isinstance(ref, PathRef | MaybePath) else None
+                if text is None:
+                    raise ExprTypeError("map_key takes a path (m[*] or m[key])")
+                index = self.path(text, f"map_key({text})", detached=detached, map_key=True)
+                return BoundExpr(self.columns[index].leaf.type, input=index)
+            if expr.func == "enum_name":
+                # The names travel in the call (literal = ((number, name), ...)): evaluators
+                # see arrays, not descriptors.
+                arg = self.bind(expr.args[0], detached)
+                leaf = self.columns[arg.input].leaf if arg.input >= 0 else None
+                fd = getattr(leaf, "field", None)
+                if fd is None or fd.enum_type is None:
+                    raise ExprTypeError("enum_name needs a path to an enum field")
+                names = tuple((v.number, v.name) for v in fd.enum_type.values)
+                call = Call("enum_name", expr.args, literal=names)
+                return BoundExpr(
+                    function.typer([arg.type], call), function=function, call=call, args=(arg,)
+                )
             if function.aggregate and detached:
                 raise ExprTypeError(f"{expr.func} cannot be nested in another aggregate")
             args = tuple(self.bind(a, detached or function.aggregate) for a in expr.args)
@@ -289,7 +328,10 @@ class _Resolver:
 
     # -- paths --------------------------------------------------------------------------
 
-    def resolve(self, path: Path, root: Selection | None = None) -> tuple[Selection, Leaf]:
+    def resolve(
+        self, path: Path, root: Selection | None = None, map_key: bool = False
+    ) -> tuple[Selection, Leaf]:
+        """The selection and leaf a path reads; `map_key`: the key of a path ending m[...]."""
         text = path.text
         node = self.b.root
         message = node.message
@@ -330,6 +372,8 @@ class _Resolver:
                 sel = self._map_selection(sel, group, entry, fd, nxt, text, prefix)
                 value_fd = fd.message_type.fields_by_number[2]
                 i += 2
+                if map_key and i == len(steps):
+                    return sel, self._scalar_leaf(entry, fd.message_type.fields_by_number[1])
                 if is_message(value_fd):
                     if i == len(steps):
                         return sel, self._message_leaf(entry, value_fd, set())
@@ -380,7 +424,7 @@ class _Resolver:
                     raise PathError(
                         f"elements of {fd.name!r} are scalars: no fields", text, steps[i].pos
                     )
-                return sel, ScalarLeaf(group, scalar_kind(fd).arrow, child)
+                return sel, ScalarLeaf(group, scalar_kind(fd).arrow, child, fd)
             if is_message(fd):
                 if nxt is None:
                     return sel, self._message_leaf(node, fd, set())
@@ -533,7 +577,7 @@ class _Resolver:
     # -- leaves -------------------------------------------------------------------------
 
     def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
-        return ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd))
+        return ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
 
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
         if is_map(fd):
@@ -555,7 +599,7 @@ class _Resolver:
         if isinstance(child, NodeSpec):
             element = self._node_leaf(child, -1, stack, fd)
         else:
-            element = ScalarLeaf(group, scalar_kind(fd).arrow, child)
+            element = ScalarLeaf(group, scalar_kind(fd).arrow, child, fd)
         return ListLeaf(node.group, pa.list_(element.type), group, element, presence)
 
     def _map_leaf(

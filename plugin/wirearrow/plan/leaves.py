@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+from google.protobuf.descriptor import FieldDescriptor
 
 __all__ = [
     "JsonLeaf",
@@ -30,6 +31,7 @@ class Leaf:
 @dataclass(frozen=True, eq=False)
 class ScalarLeaf(Leaf):
     column: int
+    field: FieldDescriptor | None = None  # the protobuf field (enum names, map keys)
 
 
 @dataclass(frozen=True, eq=False)
