@@ -107,9 +107,7 @@ class Assembler:
                 )
                 keep = self._keep.get(leaf.child_group)
                 if keep is not None:
-                    csum = np.zeros(len(keep) + 1, dtype=np.int64)
-                    np.cumsum(keep, out=csum[1:])
-                    off = csum[off]
+                    off = _kept_offsets(keep, off)
                     child = child.filter(pa.array(keep))
             offsets = pa.py_buffer(off.astype(np.int32))
             return pa.Array.from_buffers(leaf.type, n, [validity, offsets], nulls, children=[child])
@@ -258,14 +256,10 @@ class Assembler:
             keep = self.map_keep(s.group, s.dedupe) if s.dedupe is not None else None
             if keep is None:
                 return np.arange(self.counts[s.group], dtype=np.int64), off
-            csum = np.zeros(len(keep) + 1, dtype=np.int64)
-            np.cumsum(keep, out=csum[1:])
-            return np.flatnonzero(keep).astype(np.int64), csum[off]
+            return np.flatnonzero(keep).astype(np.int64), _kept_offsets(keep, off)
         if s.kind == "filter":
             keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
-            csum = np.zeros(len(keep) + 1, dtype=np.int64)
-            np.cumsum(keep, out=csum[1:])
-            return np.flatnonzero(keep).astype(np.int64), csum[off]
+            return np.flatnonzero(keep).astype(np.int64), _kept_offsets(keep, off)
         start, stop, step = s.arg  # type: ignore[misc]
         return select_slice(off, np.arange(len(off) - 1, dtype=np.int64), start, stop, step)
 
@@ -283,10 +277,8 @@ class Assembler:
             return np.where(ok, off[:-1] + np.where(ok, k, 0), -1)
         # key: the last entry with the key wins, as when the runtime parses a map
         keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
-        csum = np.zeros(len(keep) + 1, dtype=np.int64)
-        np.cumsum(keep, out=csum[1:])
         sel = np.flatnonzero(keep)
-        per = csum[off]
+        per = _kept_offsets(keep, off)
         has = np.diff(per) > 0
         return np.where(has, sel[np.maximum(per[1:] - 1, 0)] if len(sel) else 0, -1)
 
@@ -525,6 +517,13 @@ def _value(
         return per_record.take(pa.array(records.rows)) if records.expanded else per_record
     args = [_value(a, inputs, n, records) for a in expr.args]
     return expr.function.evaluate(args, expr.call, n)  # type: ignore[arg-type]
+
+
+def _kept_offsets(keep: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per-parent offsets into the kept elements, from per-parent offsets into all of them."""
+    kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept_before[1:])
+    return kept_before[offsets]
 
 
 def _index_dtype(n: int) -> type:
