@@ -327,13 +327,13 @@ class Assembler:
         out: list[tuple[int, str, str]] = []
         for column in self.plan.columns:
             if column.strict:
-                out.extend(self._strict_problems(column, tables[column.detached][0]))
+                out.extend(self._strict_problems(column, tables[column.tree][0]))
         for column in self.plan.columns:
             for leaf in _walk(column.leaf):
                 if isinstance(leaf, TemporalLeaf) and leaf.kind in ("timestamp", "duration"):
                     # A column's own value: only the elements its rows read (times[0] must
                     # not fail on times[1]); inside a struct or list, every element.
-                    table = tables[column.detached][0]
+                    table = tables[column.tree][0]
                     rows = table[column.selection.index] if leaf is column.leaf else None
                     out.extend(self._range_problems(leaf, column.name, rows))
         return out
@@ -402,10 +402,11 @@ class Assembler:
 
     def columns(self) -> tuple[list[pa.Array], int]:
         """The output columns and row count; raises BadRecords before building anything."""
-        table, expanded = self.rows(self.plan.selections)
-        tables = {False: (table, expanded)}
-        if any(col.detached for col in self.plan.columns):
-            tables[True] = self.rows(self.plan.detached)
+        tables = {
+            tree: self.rows(self.plan.trees[tree])
+            for tree in {0} | {c.tree for c in self.plan.columns}
+        }
+        table, expanded = tables[0]
         problems = self.problems(tables)
         if problems:
             raise BadRecords(problems)
@@ -414,7 +415,7 @@ class Assembler:
         # reads it is built (an output that is the buffer itself keeps it alive).
         storage_uses = Counter(c for col in self.plan.columns for c in _storage(col.leaf))
         self._drop_parents()
-        table_uses = Counter((col.detached, col.selection.index) for col in self.plan.columns)
+        table_uses = Counter((col.tree, col.selection.index) for col in self.plan.columns)
         out: list[pa.Array | None] = [None] * len(self.plan.columns)
         # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
         # value per record copied onto every row, the largest outputs) are materialised.
@@ -424,9 +425,9 @@ class Assembler:
         )
         for i in order:
             column = self.plan.columns[i]
-            rows, fanned = tables[column.detached]
+            rows, fanned = tables[column.tree]
             out[i] = self._column(column, rows, fanned)
-            use = (column.detached, column.selection.index)
+            use = (column.tree, column.selection.index)
             table_uses[use] -= 1
             if table_uses[use] == 0 and column.selection.parent is not None:
                 rows.pop(column.selection.index)
@@ -438,16 +439,13 @@ class Assembler:
             self._arrays.clear()
         built: list[pa.Array] = out  # type: ignore[assignment]
         records = _Records(
-            table[0], expanded, *(self._groups(tables[True][0]) if True in tables else (None, 0))
+            table[0], expanded, {t: tab[t] for t, (tab, _) in tables.items()}, self.counts[0]
         )
         result = [
             built[ref] if isinstance(ref, int) else _evaluate(ref, built, n_rows, records)
             for _, ref in self.plan.outputs
         ]
         return result, n_rows
-
-    def _groups(self, detached: dict[int, np.ndarray]) -> tuple[np.ndarray, int]:
-        return detached[self.plan.detached[0].index], self.counts[0]
 
     def _drop_parents(self) -> None:
         """Element parents are only needed for offsets (and error messages) from here on."""
@@ -484,7 +482,7 @@ class _Records:
 
     rows: np.ndarray  # output row -> record
     expanded: bool  # False: output rows are the records
-    groups: np.ndarray | None  # aggregate input row -> record
+    groups: dict[int, np.ndarray]  # fan-out tree -> (its row -> record)
     n: int
 
 
@@ -505,8 +503,7 @@ def _value(
     if expr.function.aggregate:
         # Arguments live on the aggregate rows (the fan-outs of its paths under each
         # record); the result has one value per record, then one per output row.
-        groups = records.groups
-        assert groups is not None
+        groups = records.groups[expr.tree]
         args = [
             Grouped(
                 _broadcast(_value(a, inputs, len(groups), records), len(groups)), groups, records.n

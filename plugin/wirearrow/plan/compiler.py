@@ -94,7 +94,8 @@ class OutputColumn:
     leaf: Leaf
     selection: Selection
     strict: bool
-    detached: bool = False  # an aggregate's input: its fan-outs do not add output rows
+    tree: int = 0  # 0: the output rows' fan-out tree; else an aggregate's own (its fan-outs
+    # are walked to reduce per record and never add output rows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +108,7 @@ class BoundExpr:
     function: Function | None = None  # a call of `function` on `args`
     call: Call | None = None
     args: tuple[BoundExpr, ...] = ()
+    tree: int = 0  # an aggregate call: the fan-out tree its arguments are read in
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +117,7 @@ class CompiledPlan:
     columns: tuple[OutputColumn, ...]  # every path read: output columns and expression inputs
     outputs: tuple[tuple[str, int | BoundExpr], ...]  # schema order: a column index or an expr
     selections: tuple[Selection, ...]  # pre-order: parents before children, first child first
-    detached: tuple[Selection, ...]  # the same for aggregate inputs (root first)
+    trees: dict[int, tuple[Selection, ...]]  # every fan-out tree by root index (0: output rows)
     schema: pa.Schema
     nodes: tuple[NodeSpec, ...]
     group_parents: tuple[int, ...]
@@ -183,7 +185,7 @@ def compile_plan(
         columns=tuple(inputs.columns),
         outputs=tuple(outputs),
         selections=tuple(resolver.preorder(resolver.root)),
-        detached=tuple(resolver.preorder(resolver.detached)),
+        trees={root.index: tuple(resolver.preorder(root)) for root in resolver.roots},
         schema=schema,
         nodes=tuple(builder.nodes),
         group_parents=tuple(builder.groups),
@@ -204,13 +206,13 @@ class _Inputs:
         text: str,
         name: str,
         strict: bool = False,
-        detached: bool = False,
+        tree: Selection | None = None,
         map_key: bool = False,
     ) -> int:
-        key = (text, strict, detached, map_key)
+        root = tree if tree is not None else self.resolver.root
+        key = (text, strict, root.index, map_key)
         index = self._by_key.get(key)
         if index is None:
-            root = self.resolver.detached if detached else None
             parsed = parse_path(text)
             if map_key and not (parsed.steps and not isinstance(parsed.steps[-1], FieldStep)):
                 raise ExprTypeError(
@@ -225,16 +227,17 @@ class _Inputs:
             ):
                 raise ExprTypeError(f"map_key needs a path ending on a map entry, not {text!r}")
             index = self._by_key[key] = len(self.columns)
-            self.columns.append(OutputColumn(name, leaf, selection, strict, detached))
+            self.columns.append(OutputColumn(name, leaf, selection, strict, root.index))
         return index
 
-    def bind(self, expr: Expr, detached: bool = False) -> BoundExpr:
+    def bind(self, expr: Expr, tree: Selection | None = None) -> BoundExpr:
+        """Resolve an expression's paths; inside an aggregate, in that aggregate's own tree."""
         if isinstance(expr, PathRef):
-            index = self.path(expr.text, expr.text, detached=detached)
+            index = self.path(expr.text, expr.text, tree=tree)
             return BoundExpr(self.columns[index].leaf.type, input=index)
         if isinstance(expr, MaybePath):
             if self._looks_like_path(expr.text):
-                return self.bind(PathRef(expr.text), detached)
+                return self.bind(PathRef(expr.text), tree)
             return BoundExpr(pa.utf8(), value=expr.text)
         if isinstance(expr, Lit):
             return BoundExpr(_literal_type(expr.value), value=expr.value)
@@ -248,12 +251,12 @@ class _Inputs:
                 text = ref.text if isinstance(ref, PathRef | MaybePath) else None
                 if text is None:
                     raise ExprTypeError("map_key takes a path (m[*] or m[key])")
-                index = self.path(text, f"map_key({text})", detached=detached, map_key=True)
+                index = self.path(text, f"map_key({text})", tree=tree, map_key=True)
                 return BoundExpr(self.columns[index].leaf.type, input=index)
             if expr.func == "enum_name":
                 # The names travel in the call (literal = ((number, name), ...)): evaluators
                 # see arrays, not descriptors.
-                arg = self.bind(expr.args[0], detached)
+                arg = self.bind(expr.args[0], tree)
                 leaf = self.columns[arg.input].leaf if arg.input >= 0 else None
                 fd = getattr(leaf, "field", None)
                 if fd is None or fd.enum_type is None:
@@ -263,9 +266,16 @@ class _Inputs:
                 return BoundExpr(
                     function.typer([arg.type], call), function=function, call=call, args=(arg,)
                 )
-            if function.aggregate and detached:
+            if function.aggregate and tree is not None:
                 raise ExprTypeError(f"{expr.func} cannot be nested in another aggregate")
-            args = tuple(self.bind(a, detached or function.aggregate) for a in expr.args)
+            if function.aggregate:
+                # Each aggregate fans its paths out on its own: two aggregates over sibling
+                # lists must not cross-join each other's elements.
+                own = self.resolver.new_tree()
+                args = tuple(self.bind(a, own) for a in expr.args)
+                t = function.typer([a.type for a in args], expr)
+                return BoundExpr(t, function=function, call=expr, args=args, tree=own.index)
+            args = tuple(self.bind(a, tree) for a in expr.args)
             t = function.typer([a.type for a in args], expr)
             return BoundExpr(t, function=function, call=expr, args=args)
         raise ExprTypeError(f"not an expression: {expr!r}")
@@ -297,11 +307,15 @@ class _Resolver:
         self.b = builder
         self.options = options
         self.root = Selection(0, None, 0, "root", text="")
-        # Aggregates (sum, distinct, ...) read their paths under a second root: their fan-outs
-        # are walked to aggregate per record and never multiply the output rows.
-        self.detached = Selection(-1, None, 0, "root", text="")
+        self.roots = [self.root]
         self._selections: dict[tuple, Selection] = {}
         self._count = 1
+
+    def new_tree(self) -> Selection:
+        """A fan-out tree of its own (for an aggregate): its root is the record too."""
+        root = Selection(-len(self.roots), None, 0, "root", text="")
+        self.roots.append(root)
+        return root
 
     def preorder(self, root: Selection) -> list[Selection]:
         out: list[Selection] = []
