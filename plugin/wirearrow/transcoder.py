@@ -91,6 +91,16 @@ class Transcoder:
             raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
         return [Column(f.name) for f in descriptor.fields]
 
+    @classmethod
+    def from_config(cls, source: object) -> Transcoder:
+        """The Transcoder of a YAML plan: a file path, YAML text or a parsed mapping.
+
+        The reference's format loads unchanged; see ``wirearrow.config.load_plan``.
+        """
+        from wirearrow.config import load_plan  # config imports this module, not the reverse
+
+        return load_plan(source).transcoder()  # type: ignore[arg-type]
+
     # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
 
     def __reduce__(self) -> tuple:

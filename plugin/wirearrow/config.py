@@ -1,0 +1,948 @@
+"""YAML plans: a schema, a column list and the transcoder's options in one file.
+
+The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
+
+    proto: {file: bidrequest.proto, message: BidRequestEvent, import_paths: [schema]}
+    denormalizer:
+      columns:
+        - {name: imp_id, path: "imp[*].id"}
+        - name: size
+          expr: {func: concat, sep: x, args: [{path: "imp[*].banner.w"}, {path: "imp[*].banner.h"}]}
+
+wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
+``timestamp_unit``, ``validate``, ``enums``, ``max_depth``, ``output`` and ``input``
+(docs/yaml.md is the reference of every key).
+
+:func:`load_plan` checks the whole file before anything is compiled and raises one
+:class:`~wirearrow.PlanError` listing every problem, each as ``file:line: key.path: message``.
+Paths in the file (``proto.file``, ``import_paths``, output paths) are relative to the
+file's directory. YAML is read with a ``yaml.SafeLoader`` subclass: no Python tags.
+
+Column paths are parsed at load time; they are resolved against the schema (and the
+``.proto`` file compiled) by :meth:`PlanConfig.schema` / :meth:`PlanConfig.transcoder`,
+whose errors carry the same ``file:line:`` locations.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import yaml
+
+from wirearrow.errors import PathError, PlanError, SchemaError
+from wirearrow.paths import parse_path
+from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
+from wirearrow.plan.compiler import TIME_UNITS, Column
+from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
+from wirearrow.schema import Schema
+from wirearrow.transcoder import ON_ERROR, Transcoder
+
+__all__ = [
+    "COMPRESSIONS",
+    "FRAMINGS",
+    "InputConfig",
+    "OutputConfig",
+    "PlanConfig",
+    "ProtoSource",
+    "TranscodeOptions",
+    "load_plan",
+]
+
+VALIDATE = ("plan", "full")
+ENUMS = ("number",)  # "name" (dictionary<int32, utf8>) is reserved
+RESERVED_ENUMS = ("name",)
+COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+FRAMINGS = ("varint", "u32le", "u32be")
+AUX_KEYS = ("sep", "literal", "literal2", "param")
+# The reference's YAML function names (bufarrow-behaviour §3.3): a name here that FUNCTIONS
+# lacks is reported as "not available yet" rather than unknown.
+REFERENCE_FUNCTIONS = frozenset((
+    "coalesce", "default", "cond", "has", "len", "eq", "ne", "lt", "le", "gt", "ge", "and",
+    "or", "not", "add", "sub", "mul", "div", "mod", "abs", "ceil", "floor", "round", "min",
+    "max", "concat", "upper", "lower", "trim", "trim_prefix", "trim_suffix", "cast_int",
+    "cast_float", "cast_string", "strptime", "try_strptime", "age", "extract_year",
+    "extract_month", "extract_day", "extract_hour", "extract_minute", "extract_second",
+    "epoch_to_date", "date_part", "hash", "bucket", "mask", "coerce", "enum_name", "sum",
+    "distinct", "list_concat",
+))  # fmt: skip
+
+_TOP_KEYS = (
+    "proto",
+    "custom_message",
+    "denormalizer",
+    "errors",
+    "timestamp_unit",
+    "validate",
+    "enums",
+    "max_depth",
+    "output",
+    "input",
+)
+_PROTO_KEYS = ("file", "message", "import_paths")
+_COLUMN_KEYS = ("name", "path", "expr", "strict")
+_EXPR_KEYS = ("func", "args", *AUX_KEYS)
+_ARG_KEYS = ("path", "literal", "expr")
+_ERRORS_KEYS = ("policy", "dead_letter_path")
+_OUTPUT_KEYS = ("path", "compression", "row_group_size")
+_INPUT_KEYS = ("framing",)
+# The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
+_PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
+_INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
+
+
+# ---- the typed result ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProtoSource:
+    """Where the schema comes from: ``Schema.from_proto(file, message, import_paths=...)``.
+
+    ``file`` is either relative to one of ``import_paths`` (protoc ``-I``) or an absolute
+    path; ``import_paths`` are absolute (resolved against the plan file's directory).
+    """
+
+    file: str
+    message: str
+    import_paths: tuple[str, ...] = ()
+
+    def schema(self) -> Schema:
+        return Schema.from_proto(self.file, self.message, import_paths=self.import_paths)
+
+
+@dataclass(frozen=True)
+class TranscodeOptions:
+    """The keyword arguments of :class:`~wirearrow.Transcoder` (and ``enums``)."""
+
+    on_error: str = "raise"
+    validate: str = "plan"
+    timestamp_unit: str = "us"
+    max_depth: int = 100
+    enums: str = "number"
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "on_error": self.on_error,
+            "validate": self.validate,
+            "timestamp_unit": self.timestamp_unit,
+            "max_depth": self.max_depth,
+        }
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Parquet output, for the command line: ``path`` absolute (or None: not set)."""
+
+    path: str | None = None
+    compression: str = "zstd"
+    row_group_size: int | None = None  # None: the writer's default
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How input files are framed when the command line is not told (None: not set)."""
+
+    framing: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """A checked plan: build its :meth:`transcoder` (or just its :meth:`schema`).
+
+    ``columns`` is None in whole-message mode (no ``denormalizer``). Paths are absolute.
+    Frozen: use ``dataclasses.replace`` to derive a variant (another ``on_error``, ...).
+    """
+
+    proto: ProtoSource
+    columns: tuple[Column, ...] | None = None
+    options: TranscodeOptions = TranscodeOptions()
+    dead_letter_path: str | None = None
+    output: OutputConfig = OutputConfig()
+    input: InputConfig = InputConfig()
+    source: str = "<dict>"  # the plan file as given, "<string>" or "<dict>"
+    # Where things were written, for errors found later: "file:line" of each column, and
+    # of proto.file / proto.message.
+    _column_sites: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _proto_sites: tuple[str, str] = field(default=("", ""), repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def mode(self) -> str:
+        """Either "flat" (a denormalizer column list) or "nested" (whole messages)."""
+        return "nested" if self.columns is None else "flat"
+
+    def schema(self) -> Schema:
+        """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line."""
+        schema = self._cache.get(self.proto)
+        if schema is None:
+            try:
+                schema = self.proto.schema()
+            except SchemaError as err:
+                text = str(err)
+                key = "proto.message" if text.startswith("message ") else "proto.file"
+                site = self._proto_sites[key == "proto.message"] or self.source
+                raise SchemaError(f"{site}: {key}: {text}") from err
+            self._cache[self.proto] = schema
+        return schema
+
+    def transcoder(self) -> Transcoder:
+        """The :class:`~wirearrow.Transcoder` of this plan.
+
+        Path errors (a field the message does not have, ...) are raised as one
+        :class:`~wirearrow.PlanError`, each problem located at its column's line.
+        """
+        schema = self.schema()
+        try:
+            return Transcoder(schema, self.columns, **self.options.kwargs())
+        except PlanError as err:
+            raise PlanError([self._locate(problem) for problem in err.problems]) from err
+
+    def _locate(self, problem: str) -> str:
+        """``column 'x': why`` (the compiler's words) -> ``file:line: denormalizer...: why``."""
+        for i, column in enumerate(self.columns or ()):
+            prefix = f"column {column.output_name!r}: "
+            if problem.startswith(prefix):
+                site = self._column_sites[i] if i < len(self._column_sites) else self.source
+                return f"{site}: denormalizer.columns[{i}]: {problem[len(prefix) :]}"
+        return f"{self.source}: {problem}"
+
+
+# ---- YAML with line numbers --------------------------------------------------------------
+
+
+class _Map(dict):
+    """A YAML mapping that remembers where it and each of its keys started (1-based)."""
+
+    line: int | None = None
+    key_lines: dict
+    duplicates: list
+
+
+class _Seq(list):
+    """A YAML sequence that remembers where it and each of its items started (1-based)."""
+
+    line: int | None = None
+    item_lines: list
+
+
+class _LineLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` whose mappings and sequences carry their line numbers."""
+
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
+    data = _Map()
+    data.line = node.start_mark.line + 1
+    data.key_lines = {}
+    data.duplicates = []
+    yield data
+    loader.flatten_mapping(node)  # merge keys (<<)
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                "found an unhashable key",
+                key_node.start_mark,
+            ) from None
+        line = key_node.start_mark.line + 1
+        if key in data.key_lines:
+            data.duplicates.append((key, line))
+        data.key_lines[key] = line
+        data[key] = loader.construct_object(value_node, deep=False)
+
+
+def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
+    data = _Seq()
+    data.line = node.start_mark.line + 1
+    data.item_lines = [child.start_mark.line + 1 for child in node.value]
+    yield data
+    data.extend(loader.construct_object(child, deep=False) for child in node.value)
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+def _parse_yaml(text: str, where: str) -> object:
+    try:
+        return yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: safe
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        what = err.problem or err.context or "invalid YAML"
+        if err.context and err.problem:
+            what = f"{err.problem} ({err.context})"
+        if "alias" in (err.context or "") or "'['" in what or "found '*'" in what:
+            what += "; in flow style ({...} or [...]) quote paths that contain [ ] or *"
+        if "constructor for the tag" in what:
+            what += " (plans are read with yaml.safe_load rules: no Python tags)"
+        raise PlanError([f"{where}{line}: YAML: {what}"]) from None
+    except yaml.YAMLError as err:
+        raise PlanError([f"{where}: YAML: {err}"]) from None
+
+
+# ---- checking --------------------------------------------------------------------------
+
+
+def _join(base: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    return f"{base}.{key}" if base else key
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, datetime.date):
+        return "a date (quote it to get a string)"
+    return type(value).__name__
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        lowered = [c for c in choices if c == word.lower()]
+        close = lowered
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_default(key: str, value: object) -> bool:
+    """An aux value that means "not set" in the reference (its §4.1 defaults)."""
+    if key == "sep":
+        return value == ""
+    if key == "param":
+        return value == 0 and not isinstance(value, bool)
+    return value is None
+
+
+def _choices(values: Sequence[str]) -> str:
+    return ", ".join(values)
+
+
+class _Checker:
+    """Walks the loaded YAML, builds the typed plan and gathers every problem."""
+
+    def __init__(self, where: str, base_dir: str, has_lines: bool) -> None:
+        self.where = where
+        self.base_dir = base_dir
+        self.has_lines = has_lines
+        self._problems: list[tuple[int, str]] = []
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem, in file order (by line; as found within a line)."""
+        return [text for _, text in sorted(self._problems, key=lambda p: p[0])]
+
+    # -- reporting --------------------------------------------------------------------
+
+    def site(self, line: int | None) -> str:
+        return f"{self.where}:{line}" if self.has_lines and line is not None else self.where
+
+    def problem(self, line: int | None, keypath: str, message: str) -> None:
+        where = self.site(line)
+        text = f"{where}: {keypath}: {message}" if keypath else f"{where}: {message}"
+        self._problems.append((line or 0, text))
+
+    @staticmethod
+    def key_line(mapping: Mapping, key: object) -> int | None:
+        lines = getattr(mapping, "key_lines", None)
+        if lines and key in lines:
+            return lines[key]
+        return getattr(mapping, "line", None)
+
+    @staticmethod
+    def item_line(seq: Sequence, i: int, default: int | None) -> int | None:
+        lines = getattr(seq, "item_lines", None)
+        if lines and i < len(lines):
+            return lines[i]
+        return default
+
+    # -- shapes -----------------------------------------------------------------------
+
+    def mapping(
+        self,
+        value: object,
+        keypath: str,
+        line: int | None,
+        allowed: Sequence[str],
+        required: Sequence[str] = (),
+    ) -> Mapping | None:
+        """``value`` as a mapping with only ``allowed`` keys, ``required`` ones non-null."""
+        if not isinstance(value, Mapping):
+            self.problem(line, keypath, f"expected a mapping, got {_kind(value)}")
+            return None
+        # A missing key is reported at the key holding this mapping (block mappings start
+        # on their first key's line).
+        holder_line = line if line is not None else getattr(value, "line", None)
+        for key in required:
+            if value.get(key) is None:
+                self.problem(holder_line, _join(keypath, key), "required key is missing")
+        for key, dup_line in getattr(value, "duplicates", ()):
+            self.problem(dup_line, _join(keypath, str(key)), "duplicate key (YAML keeps the last)")
+        for key in value:
+            key_line = self.key_line(value, key)
+            if not isinstance(key, str):
+                self.problem(key_line, keypath, f"keys are strings, got {key!r}")
+            elif key not in allowed:
+                hint = _suggest(key, allowed)
+                if not keypath and key in _PYBUFARROW_KEYS:
+                    hint = (
+                        " (pybufarrow's README format is not a real format; write "
+                        "proto: {file, message} and denormalizer: {columns: [...]})"
+                    )
+                self.problem(
+                    key_line,
+                    _join(keypath, key),
+                    f"unknown key{hint}; expected one of: {_choices(allowed)}",
+                )
+        return value
+
+    def string(self, value: object, keypath: str, line: int | None) -> str | None:
+        if not isinstance(value, str):
+            self.problem(line, keypath, f"expected a string, got {_kind(value)}")
+            return None
+        if not value.strip():
+            self.problem(line, keypath, "must not be empty")
+            return None
+        return value
+
+    def choice(
+        self,
+        value: object,
+        keypath: str,
+        line: int | None,
+        allowed: Sequence[str],
+        reserved: Sequence[str] = (),
+        fold_case: bool = False,
+    ) -> str | None:
+        if not isinstance(value, str):
+            self.problem(line, keypath, f"expected one of {_choices(allowed)}, got {_kind(value)}")
+            return None
+        text = value.lower() if fold_case else value
+        if text in allowed:
+            return text
+        if text in reserved:
+            self.problem(
+                line,
+                keypath,
+                f"{value!r} is reserved but not supported yet; use {_choices(allowed)}",
+            )
+            return None
+        self.problem(
+            line,
+            keypath,
+            f"unknown value {value!r}{_suggest(text, allowed)}; expected one of: "
+            f"{_choices(allowed)}",
+        )
+        return None
+
+    def integer(
+        self, value: object, keypath: str, line: int | None, minimum: int | None = None
+    ) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.problem(line, keypath, f"expected an integer, got {_kind(value)}")
+            return None
+        if minimum is not None and value < minimum:
+            self.problem(line, keypath, f"must be at least {minimum}, got {value}")
+            return None
+        return value
+
+    def boolean(self, value: object, keypath: str, line: int | None) -> bool | None:
+        if not isinstance(value, bool):
+            self.problem(line, keypath, f"expected true or false, got {_kind(value)}")
+            return None
+        return value
+
+    def local_path(self, value: object, keypath: str, line: int | None) -> str | None:
+        text = self.string(value, keypath, line)
+        if text is None:
+            return None
+        return os.path.normpath(os.path.join(self.base_dir, os.path.expanduser(text)))
+
+    # -- sections ---------------------------------------------------------------------
+
+    def plan(self, data: object) -> PlanConfig | None:
+        if data is None:
+            self.problem(1, "", "the plan is empty; it needs at least proto: {file, message}")
+            return None
+        root = self.mapping(data, "", 1, _TOP_KEYS, required=("proto",))
+        if root is None:
+            return None
+
+        def at(key: str) -> tuple[object, int | None]:
+            return root.get(key), self.key_line(root, key)
+
+        proto, proto_sites = None, ("", "")
+        if root.get("proto") is not None:  # else: reported as a missing required key
+            proto, proto_sites = self.proto(*at("proto"), "proto")
+        custom, custom_line = at("custom_message")
+        if custom is not None:
+            self.proto(custom, custom_line, "custom_message", resolve=False)
+            self.problem(
+                custom_line,
+                "custom_message",
+                "schema merging with a custom message is not supported yet; remove the key "
+                "(or merge the fields into the message's .proto file)",
+            )
+        columns, column_sites = self.denormalizer(root, *at("denormalizer"))
+        on_error, dead_letter_path = self.errors(*at("errors"))
+        options = TranscodeOptions(on_error=on_error or "raise")
+        for key, allowed, reserved in (
+            ("timestamp_unit", TIME_UNITS, ()),
+            ("validate", VALIDATE, ()),
+            ("enums", ENUMS, RESERVED_ENUMS),
+        ):
+            value, line = at(key)
+            if value is not None:
+                chosen = self.choice(value, key, line, allowed, reserved)
+                if chosen is not None:
+                    options = replace(options, **{key: chosen})
+        value, line = at("max_depth")
+        if value is not None:
+            depth = self.integer(value, "max_depth", line, minimum=1)
+            if depth is not None:
+                options = replace(options, max_depth=depth)
+        output = self.output(*at("output"))
+        framing = self.input(*at("input"))
+        if self.problems or proto is None:
+            return None
+        return PlanConfig(
+            proto=proto,
+            columns=columns,
+            options=options,
+            dead_letter_path=dead_letter_path,
+            output=output,
+            input=InputConfig(framing),
+            source=self.where,
+            _column_sites=column_sites,
+            _proto_sites=proto_sites,
+        )
+
+    def proto(
+        self, value: object, line: int | None, keypath: str, resolve: bool = True
+    ) -> tuple[ProtoSource | None, tuple[str, str]]:
+        sites = (self.site(line), self.site(line))
+        m = self.mapping(value, keypath, line, _PROTO_KEYS, required=("file", "message"))
+        if m is None:
+            return None, sites
+        file_line = self.key_line(m, "file")
+        message_line = self.key_line(m, "message")
+        sites = (self.site(file_line), self.site(message_line))
+        file = m.get("file")
+        message = m.get("message")
+        if file is not None:
+            file = self.string(file, _join(keypath, "file"), file_line)
+        if message is not None:
+            message = self.string(message, _join(keypath, "message"), message_line)
+        roots: list[str] = []
+        raw_roots = m.get("import_paths")
+        roots_path = _join(keypath, "import_paths")
+        roots_line = self.key_line(m, "import_paths")
+        if raw_roots is not None:
+            if isinstance(raw_roots, str) or not isinstance(raw_roots, Sequence):
+                self.problem(
+                    roots_line,
+                    roots_path,
+                    f"expected a list of directories, got {_kind(raw_roots)}",
+                )
+            else:
+                for i, raw in enumerate(raw_roots):
+                    item_line = self.item_line(raw_roots, i, roots_line)
+                    root = self.local_path(raw, _join(roots_path, i), item_line)
+                    if root is None:
+                        continue
+                    if resolve and not os.path.isdir(root):
+                        self.problem(
+                            item_line, _join(roots_path, i), f"{raw!r} is not a directory ({root})"
+                        )
+                        continue
+                    roots.append(root)
+        if file is None or message is None or not resolve:
+            return None, sites
+        located = self.locate_proto(file, roots, _join(keypath, "file"), file_line)
+        if located is None:
+            return None, sites
+        return ProtoSource(located, message.strip(), tuple(roots)), sites
+
+    def locate_proto(
+        self, file: str, roots: Sequence[str], keypath: str, line: int | None
+    ) -> str | None:
+        """protoc ``-I`` semantics: relative to an import path, else to the plan's directory."""
+        expanded = os.path.expanduser(file)
+        tried: list[str] = []
+        if not os.path.isabs(expanded):
+            virtual = os.path.normpath(expanded).replace(os.sep, "/")
+            if not virtual.startswith("../"):
+                for root in roots:
+                    candidate = os.path.join(root, virtual)
+                    if os.path.isfile(candidate):
+                        return virtual
+                    tried.append(candidate)
+        disk = os.path.normpath(os.path.join(self.base_dir, expanded))
+        if os.path.isfile(disk):
+            return disk
+        tried.append(disk)
+        self.problem(line, keypath, f"{file!r} not found; tried: {', '.join(tried)}")
+        return None
+
+    def denormalizer(
+        self, root: Mapping, value: object, line: int | None
+    ) -> tuple[tuple[Column, ...] | None, tuple[str, ...]]:
+        if "denormalizer" not in root:
+            return None, ()  # whole-message mode
+        if value is None:
+            self.problem(
+                line,
+                "denormalizer",
+                "is empty: give it columns, or remove the key to read whole messages",
+            )
+            return None, ()
+        m = self.mapping(value, "denormalizer", line, ("columns",), required=("columns",))
+        if m is None or m.get("columns") is None:
+            return None, ()
+        raw = m["columns"]
+        cols_line = self.key_line(m, "columns")
+        if isinstance(raw, str) or not isinstance(raw, Sequence):
+            self.problem(
+                cols_line, "denormalizer.columns", f"expected a list of columns, got {_kind(raw)}"
+            )
+            return None, ()
+        if not raw:
+            self.problem(
+                cols_line,
+                "denormalizer.columns",
+                "needs at least one column (remove denormalizer to read whole messages)",
+            )
+            return None, ()
+        columns: list[Column] = []
+        sites: list[str] = []
+        seen: dict[str, tuple[int, int | None]] = {}
+        for i, item in enumerate(raw):
+            item_line = self.item_line(raw, i, cols_line)
+            keypath = f"denormalizer.columns[{i}]"
+            column = self.column(item, keypath, item_line)
+            if column is None:
+                continue
+            name = column.output_name
+            named = item.get("name") is not None
+            name_line = self.key_line(item, "name") if named else item_line
+            if name in seen:
+                first, first_line = seen[name]
+                also = f", line {first_line}" if self.has_lines and first_line else ""
+                self.problem(
+                    name_line,
+                    _join(keypath, "name") if named else keypath,
+                    f"duplicate column name {name!r} (also denormalizer.columns[{first}]{also})",
+                )
+                continue
+            seen[name] = (i, name_line)
+            columns.append(column)
+            sites.append(self.site(item_line))
+        return tuple(columns), tuple(sites)
+
+    def column(self, value: object, keypath: str, line: int | None) -> Column | None:
+        m = self.mapping(value, keypath, line, _COLUMN_KEYS)
+        if m is None:
+            return None
+        line = getattr(m, "line", None) or line
+        ok = True
+        name = m.get("name")
+        if name is not None:
+            name = self.string(name, _join(keypath, "name"), self.key_line(m, "name"))
+            ok = ok and name is not None
+        strict = False
+        if m.get("strict") is not None:
+            checked = self.boolean(
+                m["strict"], _join(keypath, "strict"), self.key_line(m, "strict")
+            )
+            ok = ok and checked is not None
+            strict = bool(checked)
+        has_path, has_expr = m.get("path") is not None, m.get("expr") is not None
+        if has_path and has_expr:
+            self.problem(line, keypath, "path and expr are mutually exclusive; keep one")
+            return None
+        if not has_path and not has_expr:
+            self.problem(line, keypath, "either path or expr must be set")
+            return None
+        if has_path:
+            text = self.path(m["path"], _join(keypath, "path"), self.key_line(m, "path"))
+            if text is None or not ok:
+                return None
+            return Column(text, name=name, strict=strict)
+        expr = self.expr(m["expr"], _join(keypath, "expr"), self.key_line(m, "expr"))
+        if strict:
+            self.problem(
+                self.key_line(m, "strict"),
+                _join(keypath, "strict"),
+                "strict applies to path columns only (an expr column has no index to check)",
+            )
+            ok = False
+        if "name" not in m or m["name"] is None:
+            self.problem(line, _join(keypath, "name"), "an expr column needs a name")
+            ok = False
+        if expr is None or not ok:
+            return None
+        return Column(name=name, expr=expr)
+
+    def path(self, value: object, keypath: str, line: int | None) -> str | None:
+        text = self.string(value, keypath, line)
+        if text is None:
+            return None
+        try:
+            parse_path(text)
+        except PathError as err:
+            self.problem(line, keypath, err.render())
+            return None
+        return text
+
+    def expr(self, value: object, keypath: str, line: int | None) -> Call | None:
+        m = self.mapping(value, keypath, line, _EXPR_KEYS, required=("func",))
+        if m is None:
+            return None
+        line = getattr(m, "line", None) or line
+        ok = True
+        function = None
+        func = m.get("func")
+        func_path, func_line = _join(keypath, "func"), self.key_line(m, "func")
+        if func is not None:
+            func = self.string(func, func_path, func_line)
+            if func is not None:
+                function = FUNCTIONS.get(func)
+                if function is None and func in REFERENCE_FUNCTIONS:
+                    self.problem(
+                        func_line, func_path, f"function {func!r} is not available in wirearrow yet"
+                    )
+                elif function is None:
+                    known = sorted(set(FUNCTIONS) | REFERENCE_FUNCTIONS)
+                    self.problem(
+                        func_line, func_path, f"unknown function {func!r}{_suggest(func, known)}"
+                    )
+        ok = function is not None
+        args: list[Expr] = []
+        raw_args = m.get("args")
+        args_path, args_line = _join(keypath, "args"), self.key_line(m, "args")
+        if raw_args is not None:
+            if isinstance(raw_args, str) or not isinstance(raw_args, Sequence):
+                self.problem(
+                    args_line, args_path, f"expected a list of args, got {_kind(raw_args)}"
+                )
+                ok = False
+                raw_args = None
+            else:
+                for i, item in enumerate(raw_args):
+                    arg = self.arg(
+                        item, _join(args_path, i), self.item_line(raw_args, i, args_line)
+                    )
+                    if arg is None:
+                        ok = False
+                    else:
+                        args.append(arg)
+        aux: dict[str, Any] = {}
+        for key in AUX_KEYS:
+            if m.get(key) is None:
+                continue
+            key_path, key_line = _join(keypath, key), self.key_line(m, key)
+            if function is not None and key not in function.aux:
+                if _is_default(key, m[key]):
+                    continue  # spelled out at its default (sep: "", param: 0): harmless
+                takes = ", ".join(sorted(function.aux)) or "none"
+                self.problem(
+                    key_line, key_path, f"{function.name} does not take {key!r} (it takes: {takes})"
+                )
+                ok = False
+                continue
+            if key == "sep":
+                if not isinstance(m[key], str):
+                    self.problem(
+                        key_line, key_path, f"expected a string, got {_kind(m[key])} (quote it)"
+                    )
+                    ok = False
+                    continue
+                aux[key] = m[key]
+            elif key == "param":
+                param = self.integer(m[key], key_path, key_line)
+                if param is None:
+                    ok = False
+                    continue
+                aux[key] = param
+            else:
+                literal = self.literal(m[key], key_path, key_line)
+                if literal is None:
+                    ok = False
+                    continue
+                aux[key] = literal.value
+        if function is not None and (raw_args is not None or "args" not in m):
+            try:
+                function.check_arity(len(raw_args or ()))
+            except ExprTypeError as err:
+                self.problem(args_line if raw_args is not None else line, args_path, str(err))
+                ok = False
+        if not ok or func is None:
+            return None
+        return Call(func, tuple(args), **aux)
+
+    def arg(self, value: object, keypath: str, line: int | None) -> Expr | None:
+        m = self.mapping(value, keypath, line, _ARG_KEYS)
+        if m is None:
+            return None
+        line = getattr(m, "line", None) or line
+        given = [key for key in _ARG_KEYS if m.get(key) is not None]
+        if len(given) != 1:
+            self.problem(
+                line,
+                keypath,
+                f"each arg needs exactly one of: path, literal, expr (got {len(given)})",
+            )
+            return None
+        key = given[0]
+        key_path, key_line = _join(keypath, key), self.key_line(m, key)
+        if key == "path":
+            text = self.path(m[key], key_path, key_line)
+            return None if text is None else PathRef(text)
+        if key == "literal":
+            return self.literal(m[key], key_path, key_line)
+        return self.expr(m[key], key_path, key_line)
+
+    def literal(self, value: object, keypath: str, line: int | None) -> Lit | None:
+        if isinstance(value, bool | str | float):
+            return Lit(value)
+        if isinstance(value, int):
+            if _INT64[0] <= value <= _INT64[1]:
+                return Lit(value)
+            self.problem(line, keypath, f"integer literal {value} does not fit in 64 bits")
+            return None
+        self.problem(
+            line,
+            keypath,
+            f"unsupported literal type: {_kind(value)}; a literal is a string, number or boolean",
+        )
+        return None
+
+    def errors(self, value: object, line: int | None) -> tuple[str | None, str | None]:
+        if value is None:
+            return None, None
+        if isinstance(value, str):  # shorthand: errors: skip
+            return self.choice(value, "errors", line, ON_ERROR), None
+        m = self.mapping(value, "errors", line, _ERRORS_KEYS)
+        if m is None:
+            return None, None
+        policy = None
+        if m.get("policy") is not None:
+            policy = self.choice(m["policy"], "errors.policy", self.key_line(m, "policy"), ON_ERROR)
+        dead_letter_path = None
+        if m.get("dead_letter_path") is not None:
+            key_line = self.key_line(m, "dead_letter_path")
+            dead_letter_path = self.local_path(
+                m["dead_letter_path"], "errors.dead_letter_path", key_line
+            )
+            if m.get("policy") is None:
+                policy = "dead_letter"  # a dead-letter path alone implies the policy
+            elif policy is not None and policy != "dead_letter":
+                self.problem(
+                    key_line,
+                    "errors.dead_letter_path",
+                    f"needs policy: dead_letter (policy {policy!r} keeps no dead letters)",
+                )
+        return policy, dead_letter_path
+
+    def output(self, value: object, line: int | None) -> OutputConfig:
+        if value is None:
+            return OutputConfig()
+        m = self.mapping(value, "output", line, _OUTPUT_KEYS)
+        if m is None:
+            return OutputConfig()
+        path = compression = row_group_size = None
+        if m.get("path") is not None:
+            path = self.local_path(m["path"], "output.path", self.key_line(m, "path"))
+        if m.get("compression") is not None:
+            compression = self.choice(
+                m["compression"],
+                "output.compression",
+                self.key_line(m, "compression"),
+                COMPRESSIONS,
+                fold_case=True,
+            )
+        if m.get("row_group_size") is not None:
+            row_group_size = self.integer(
+                m["row_group_size"], "output.row_group_size", self.key_line(m, "row_group_size"), 1
+            )
+        return OutputConfig(path, compression or "zstd", row_group_size)
+
+    def input(self, value: object, line: int | None) -> str | None:
+        if value is None:
+            return None
+        m = self.mapping(value, "input", line, _INPUT_KEYS)
+        if m is None or m.get("framing") is None:
+            return None
+        return self.choice(m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS)
+
+
+# ---- entry point -------------------------------------------------------------------------
+
+_YAML_SUFFIX = re.compile(r"\.ya?ml$", re.I)
+
+
+def load_plan(
+    source: str | os.PathLike[str] | bytes | Mapping[str, Any] | PlanConfig,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> PlanConfig:
+    """Read and check a YAML plan; every problem at once in one :class:`~wirearrow.PlanError`.
+
+    ``source`` is a path to a YAML file (a ``str`` naming an existing file or ending in
+    ``.yaml``/``.yml``, or any path-like), YAML text (``str`` or ``bytes``), or the already
+    parsed mapping. Relative paths inside the plan resolve against the file's directory
+    (for text and mappings: ``base_dir``, default the current directory).
+    """
+    if isinstance(source, PlanConfig):
+        return source
+    base = os.path.abspath(os.fspath(base_dir)) if base_dir is not None else None
+    if isinstance(source, Mapping):
+        where, data, has_lines = "<dict>", source, False
+        base = base or os.getcwd()
+    elif isinstance(source, os.PathLike) or (
+        isinstance(source, str)
+        and "\n" not in source
+        and (_YAML_SUFFIX.search(source.strip()) or os.path.isfile(source))
+    ):
+        where = os.fspath(source)
+        try:
+            with open(where, encoding="utf-8") as stream:
+                text = stream.read()
+        except (OSError, UnicodeDecodeError) as err:
+            reason = getattr(err, "strerror", None) or str(err)
+            raise PlanError([f"{where}: cannot read the plan: {reason}"]) from None
+        data, has_lines = _parse_yaml(text, where), True
+        base = base or os.path.dirname(os.path.abspath(where))
+    elif isinstance(source, str | bytes | bytearray):
+        text = source.decode("utf-8") if isinstance(source, bytes | bytearray) else source
+        where = "<string>"
+        data, has_lines = _parse_yaml(text, where), True
+        base = base or os.getcwd()
+    else:
+        raise TypeError(f"a plan is a path, YAML text or a mapping, not {type(source).__name__}")
+    checker = _Checker(where, base, has_lines)
+    plan = checker.plan(data)
+    if checker.problems or plan is None:
+        raise PlanError(checker.problems or [f"{where}: invalid plan"])
+    return plan
