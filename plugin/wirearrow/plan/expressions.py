@@ -197,7 +197,7 @@ def truthy(v: Value, n: int) -> pa.Array:
     elif pa.types.is_string(t) or pa.types.is_binary(t):
         out = pc.greater(pc.binary_length(arr), 0)
     elif pa.types.is_list(t) or pa.types.is_map(t):
-        out = pc.greater(pc.list_value_length(arr), 0)
+        out = pc.greater(list_length(arr), 0)
     else:  # structs, timestamps: present is true
         out = pc.is_valid(arr)
     return pc.fill_null(out, False)
@@ -205,5 +205,14 @@ def truthy(v: Value, n: int) -> pa.Array:
 
 def broadcast(v: Value, n: int) -> pa.Array:
     if isinstance(v, pa.Scalar):
-        return pa.array([v.as_py()] * n, type=v.type) if n else pa.array([], type=v.type)
+        return pa.repeat(v, n)
     return v
+
+
+def list_length(arr: pa.Array) -> pa.Array:
+    """Element counts of a list or map array (Arrow's list_value_length has no map kernel)."""
+    if not pa.types.is_map(arr.type):
+        return pc.list_value_length(arr)
+    offsets = arr.offsets.to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets).astype(np.int64)
+    return pa.array(lengths, pa.int64(), mask=np.asarray(arr.is_null()) if arr.null_count else None)

@@ -15,17 +15,65 @@ into a PlanError naming the column):
 * arithmetic (add sub mul div mod): numbers (ints, floats, bools as 0/1); both integer ->
   int64 (wrapping; uint64 above 2**63-1 wraps negative, as the reference), else float64.
   Timestamps/durations: ts +- duration -> timestamp, ts - ts -> duration, dur +- dur -> dur.
-* comparisons -> bool: numbers with numbers, strings with strings (and bytes), bools with
-  bools, timestamps/dates/durations/times of one kind; anything else is a plan error.
-* null in -> null out for arithmetic, comparisons, abs/ceil/floor/round/min/max, casts, len,
-  mask, time functions. String functions (concat, upper, lower, trim*, cast_string) render
-  null as '' like the reference; ``and``/``or``/``not`` use truthiness (null is false).
-* integer epoch inputs of time functions need their unit in ``param`` as ticks per second
-  (1 = s, 1000 = ms, 1_000_000 = us, 1_000_000_000 = ns; builders: ``unit="ms"``).
+  abs: signed ints -> int64, unsigned unchanged, floats -> float64; ceil/floor/round leave
+  integers (and their type) unchanged, floats -> float64 (round: half to even). min/max: the
+  common type (ints -> the wider int, int with float -> float64; strings and times too).
+  bucket keeps its integer type (floats are a plan error).
+* comparisons -> bool: numbers with numbers (uint64 against signed compared exactly), strings
+  with strings (byte-wise), bytes with bytes or strings, bools with bools, timestamps/dates,
+  durations, times with their own kind (units aligned); anything else is a plan error.
+* division and modulo by zero -> null (reference: 0); integer division truncates toward zero,
+  the remainder has the sign of the dividend, float modulo is fmod.
+* nulls: null in -> null out for arithmetic, comparisons (SQL; ``cond``, ``and``/``or``/``not``
+  and filters read a null as false, so ``ne(null, x)`` is not true, as in the reference),
+  abs/ceil/floor/round/min/max/bucket, casts, len (reference: 0), mask, strptime and the time
+  functions. The string functions (concat, upper, lower, trim, trim_prefix, trim_suffix,
+  cast_string) render null as '' like the reference; hash skips null children.
+* string forms (concat, hash, mask, distinct, list_concat, cast_string, text functions): as
+  the reference's §3.1 (floats in shortest digits without exponent, bytes as lowercase hex,
+  enums as numbers); timestamps, dates and durations as Arrow renders them (the reference
+  renders a Timestamp message as ``<message>``); lists, maps and structs have none (a plan
+  error where the reference writes ``<list>``/``<map>``/``<message>``).
+* comparisons follow IEEE for NaN (the reference: NaN compares equal to everything).
+* upper/lower are Arrow's per-code-point mappings (utf8proc): as Go except where the Unicode
+  data differ, notably ``ß`` -> ``ẞ`` (Go leaves it). trim strips Go's ``unicode.IsSpace`` set.
+* cast_int/cast_float parse decimal text as Go's ParseInt/ParseFloat (a leading sign, ``.5``,
+  ``1e3``, ``Inf``/``Infinity``/``NaN`` in any case); hex floats and ``_`` digit separators
+  are not accepted (null); cast_int of a value outside int64 (text or float, NaN, Inf) is null
+  (the reference: whatever Go's conversion gives). cast_int of a timestamp/date/duration gives
+  its ticks.
+
+Time functions read Arrow timestamps (any unit; naive ones as UTC), dates, or integer epochs
+whose unit is given in ``param`` as ticks per second (1 = s, 1000 = ms, 1_000_000 = us,
+1_000_000_000 = ns; Python builders: ``unit="ms"``). An integer without a unit is a plan error
+(the reference silently assumes ms for extract_*, seconds for date_part/epoch_to_date: its
+§13 Q8 inconsistency is not copied). Results:
+
+==================  ==========================  =====================================
+function            reference                    wirearrow
+==================  ==========================  =====================================
+strptime            int64 epoch ms               timestamp[us, UTC]; failure -> null
+try_strptime        int64 ms, failure/null -> 0  timestamp[us, UTC], -> 1970-01-01
+extract_* (6)       int64 of epoch **ms**        int64 of a timestamp/date/int+unit
+date_part           int64 of epoch **s**         same; part also ``epoch`` (floored s)
+epoch_to_date       int32 days of epoch **s**    date32, floored (-1 s -> 1969-12-31)
+age                 int64 ms (now - a, a - b)    duration (finest unit; now: per batch)
+==================  ==========================  =====================================
+
+strptime formats: with a ``%`` the reference's DuckDB-like dialect (§3.5: %Y %y %m %d %H %I
+%M %S %f %p %z %Z %j %a %A %b %B %% %n %t, the ``-`` flag; calendar normalisation, year 0
+default); an unknown specifier is a plan error (the reference: null on every row). Without a
+``%``, a Go reference-time layout: 2006 06 01 1 Jan January 02 2 _2 002 15 03 3 04 4 05 5 PM pm
+Mon Monday MST Z07:00 Z0700 Z07 -07:00 -0700 -07 and fractions .000/.999 (a fraction after the
+seconds is always accepted), with Go's validation (day within its month) and 2-digit years
+69-99 -> 19xx; MST-style zone names are read and ignored (UTC), as time.Parse does. One
+difference with both parsers: a 1-2 digit field directly followed by digits (``%-m%d``) may
+match by backtracking where the reference's greedy scan fails.
 """
 
 from __future__ import annotations
 
+import decimal
 import functools
 import re
 import time
@@ -49,6 +97,7 @@ from wirearrow.plan.expressions import (
     as_expr,
     broadcast,
     common_type,
+    list_length,
     lit,
     register,
     truthy,
@@ -307,17 +356,19 @@ def _positional(s: pa.Array) -> pa.Array:
     out = pc.if_else(pc.less_equal(p, 0), small, big)
     middle = pc.and_(pc.greater(p, 0), pc.less(p, length))
     if pc.any(middle).as_py():
-        # The point falls inside the digits: split at p, a loop over its (<= 17) distinct values.
+        # The point falls inside the digits: split at p, a loop over its (<= 17) distinct values
+        # on the rows that have it.
         for k in pc.unique(pc.filter(p, middle)).to_pylist():
             where = pc.and_(middle, pc.equal(p, k))
+            d = pc.filter(digits, where)
             split = pc.binary_join_element_wise(
-                sign,
-                pc.utf8_slice_codeunits(digits, 0, k),
+                pc.filter(sign, where),
+                pc.utf8_slice_codeunits(d, 0, k),
                 ".",
-                pc.utf8_slice_codeunits(digits, k),
+                pc.utf8_slice_codeunits(d, k),
                 "",
             )
-            out = pc.if_else(where, split, out)
+            out = pc.replace_with_mask(out, where, split)
     return out
 
 
@@ -817,7 +868,7 @@ def _len(args: Sequence[Value], call: Call, n: int) -> Value:
         return _nulls(n, pa.int64())
     if _is_str(t) or _is_bytes(t):
         return pc.binary_length(v)  # UTF-8 bytes, not code points (as the reference)
-    return pc.list_value_length(v)
+    return list_length(v)
 
 
 def _mask_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -889,14 +940,20 @@ def _cast_int(args: Sequence[Value], call: Call, n: int) -> Value:
     out = pc.if_else(is_int, ints, _float_to_int(_parse_float(s)))
     long_int = pc.match_substring_regex(s, _LONG_INT_TEXT)
     if pc.any(long_int).as_py():
-        # 19+ digits: exact where they fit int64 (a loop over these rare distinct texts only)
-        texts = pc.unique(pc.filter(s, long_int)).to_pylist()
-        exact = {x: int(x) for x in texts if -(2**63) <= int(x) < 2**63}
-        keys = pa.array(list(exact), pa.utf8())
-        values = pa.array(list(exact.values()), pa.int64())
-        exact_values = values.take(pc.index_in(s, value_set=keys))
-        out = pc.if_else(long_int, exact_values, out)
+        # 19+ digits: exact where they fit int64 (through decimal; more digits do not fit)
+        text = pc.replace_substring_regex(s, r"^\+", "")
+        text = pc.replace_substring_regex(text, r"^(-?)0+([0-9])", r"\1\2")
+        fits = pc.and_(long_int, pc.match_substring_regex(text, r"^-?[0-9]{1,19}$"))
+        dec = pc.cast(pc.if_else(fits, text, pa.scalar(None, pa.utf8())), _DEC19)
+        ok = pc.and_(pc.greater_equal(dec, _INT64_MIN), pc.less_equal(dec, _INT64_MAX))
+        exact = pc.cast(pc.if_else(ok, dec, pa.scalar(None, _DEC19)), pa.int64())
+        out = pc.if_else(long_int, exact, out)
     return out
+
+
+_DEC19 = pa.decimal128(19, 0)
+_INT64_MIN = pa.scalar(decimal.Decimal(-(2**63)), _DEC19)
+_INT64_MAX = pa.scalar(decimal.Decimal(2**63 - 1), _DEC19)
 
 
 def _storage_int(t: pa.DataType) -> pa.DataType:
@@ -930,11 +987,11 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 
 
 def fnv1a64(arr: pa.Array) -> np.ndarray:
-    """FNV-1a 64 of every string of a non-null string/binary array, as int64.
+    """FNV-1a 64 of every string of a string/binary array (null as empty), as int64.
 
     Vectorised across strings: one numpy step per byte position, over the distinct strings
     still that long (sorted longest first, so the active ones are a prefix)."""
-    encoded = pc.dictionary_encode(arr)
+    encoded = pc.dictionary_encode(pc.fill_null(arr, "") if arr.null_count else arr)
     unique = encoded.dictionary
     off, data = _buffers(unique)
     starts = off[:-1]

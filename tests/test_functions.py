@@ -1,0 +1,1027 @@
+"""The expression function library: every function of the reference (§3.3) with our decisions
+(typed results, SQL nulls, broadcast, division by zero -> null, explicit epoch units)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pyarrow as pa
+import pytest
+
+import wirearrow as wa
+from wirearrow.plan import functions as F
+from wirearrow.plan.expressions import FUNCTIONS, Call, Lit, MaybePath
+
+PROTO = """
+syntax = "proto3";
+package fx;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/duration.proto";
+enum Color { RED = 0; GREEN = 2; BLUE = 3; }
+message Deal { string id = 1; double price = 2; }
+message Imp { string id = 1; repeated Deal deals = 2; int32 w = 3; }
+message Msg {
+  string id = 1;
+  Color color = 2;
+  float f = 3;
+  sint32 si = 4;
+  optional int32 opt = 5;
+  string s = 6;
+  bytes blob = 7;
+  google.protobuf.Timestamp ts = 8;
+  oneof o { int64 n = 9; }
+  repeated Imp imps = 10;
+  map<string, int32> m = 11;
+  optional double d = 12;
+  optional uint64 u = 13;
+  optional int64 ms = 14;
+  optional string name = 15;
+  optional bool flag = 16;
+  google.protobuf.Duration dur = 17;
+  repeated Color colors = 18;
+  repeated string tags = 19;
+  optional int64 secs = 20;
+  optional int32 i32 = 21;
+}
+"""
+
+# The message of the reference's observed-examples table (§3.3), with three impressions.
+EXAMPLE = dict(
+    id="  Hello World  ",
+    color=2,
+    f=2.5,
+    si=-7,
+    opt=5,
+    s="2024-03-15 10:30:00",
+    blob=b"\x01\xab",
+    ts={"seconds": 1_700_000_000},
+    secs=1_700_000_000,
+    imps=[
+        {"id": "i1", "deals": [{"id": "a", "price": 1.5}, {"id": "b", "price": 2.25}]},
+        {"id": "i2", "deals": [{"id": "a", "price": 0}]},
+        {"id": "i3"},
+    ],
+)
+
+
+@pytest.fixture
+def fx(compile_proto):
+    schema, Msg = compile_proto(PROTO, "fx.Msg")
+    return schema, Msg
+
+
+def run(fx, exprs, *paths, messages=None):
+    """{name: values} and {name: type} of expression columns (plus plain path columns)."""
+    schema, Msg = fx
+    if messages is None:
+        messages = [EXAMPLE]
+    if not isinstance(exprs, dict):
+        exprs = {"x": exprs}
+    columns = [*paths, *(wa.Column(name=k, expr=e) for k, e in exprs.items())]
+    records = [Msg(**m).SerializeToString() for m in messages]
+    batch = wa.Transcoder(schema, columns=columns).transcode(records)
+    values = {f.name: batch.column(f.name).to_pylist() for f in batch.schema}
+    types = {f.name: f.type for f in batch.schema}
+    return values, types
+
+
+def one(fx, expr, message=None):
+    """(type, value) of an expression on one message (no fan-out)."""
+    values, types = run(fx, expr, messages=[EXAMPLE if message is None else message])
+    return types["x"], values["x"][0]
+
+
+UTC = dt.timezone.utc
+
+
+def ts(*args: int) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+# ---- the reference's observed examples (where our decisions agree) ---------------------------
+
+
+REFERENCE_EXAMPLES = [
+    (wa.has("id"), pa.bool_(), True),
+    (wa.has("n"), pa.bool_(), False),
+    (wa.len("id"), pa.int64(), 15),
+    (wa.len("imps"), pa.int64(), 3),
+    (wa.len("blob"), pa.int64(), 2),
+    (wa.trim_prefix("id", "  He"), pa.utf8(), "llo World  "),
+    # reference: "2;2.5;01ab;true;0": the unset oneof member n is null here (presence), so ''
+    (wa.concat("color", "f", "blob", wa.lit(True), "n", sep=";"), pa.utf8(), "2;2.5;01ab;true;"),
+    (wa.div("si", 2), pa.int64(), -3),
+    (wa.mod("si", 3), pa.int64(), -1),
+    (wa.div("si", 0), pa.int64(), None),  # reference: 0
+    (wa.strptime("s", "%Y-%m-%d %H:%M:%S"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
+    (wa.cast_int(wa.strptime("s", "%Y-%m-%d %H:%M:%S")), pa.int64(), 1_710_498_600_000_000),
+    (wa.strptime("s", "2006-01-02 15:04:05"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
+    (wa.try_strptime("id", "%Y"), pa.timestamp("us", "UTC"), ts(1970, 1, 1)),
+    (wa.strptime("id", "%Y"), pa.timestamp("us", "UTC"), None),
+    (wa.date_part("secs", "year", unit="s"), pa.int64(), 2023),
+    (wa.date_part("ts", "YEAR"), pa.int64(), 2023),
+    (wa.epoch_to_date("secs", unit="s"), pa.date32(), dt.date(2023, 11, 14)),  # ref: int32 19675
+    (wa.epoch_to_date("ts"), pa.date32(), dt.date(2023, 11, 14)),
+    (wa.enum_name("color"), pa.utf8(), "GREEN"),
+    (wa.mask("id", keep=3, char="#"), pa.utf8(), "  H############"),
+    (wa.bucket("si", size=4), pa.int32(), -4),
+    (wa.coerce("opt", 1, 0), pa.utf8(), "1"),
+    (wa.coalesce("n", "si"), pa.int64(), -7),
+    (wa.default("n", 99), pa.int64(), 99),
+    (wa.hash(wa.lit("abc"), 1), pa.int64(), -281498599332273074),
+    (wa.hash(wa.lit(None)), pa.int64(), -3750763034362895579),
+]
+
+
+@pytest.mark.parametrize(("expr", "type_", "value"), REFERENCE_EXAMPLES)
+def test_reference_examples(fx, expr, type_, value) -> None:
+    assert one(fx, expr) == (type_, value)
+
+
+def test_reference_aggregate_examples(fx) -> None:
+    values, types = run(
+        fx,
+        {"sum": wa.sum("imps[*].deals[*].price"), "n": wa.distinct("imps[*].deals[*].id")},
+        "imps[*].id",
+    )
+    assert values["imps[*].id"] == ["i1", "i2", "i3"]  # aggregates add no rows
+    assert values["sum"] == [3.75] * 3 and types["sum"] == pa.float64()
+    assert values["n"] == [2] * 3 and types["n"] == pa.int64()
+    values, _ = run(fx, {"ids": wa.list_concat("imps[*].id", sep=",")}, "imps[*].id")
+    assert values["ids"] == ["i1,i2,i3"] * 3
+
+
+def test_aggregates_over_different_fanouts_are_independent(fx) -> None:
+    # each aggregate walks its own fan-outs: siblings do not multiply each other's values
+    values, _ = run(
+        fx,
+        {
+            "ids": wa.list_concat("imps[*].id", sep=","),
+            "sum": wa.sum("imps[*].deals[*].price"),
+            "keys": wa.distinct("m[*]"),
+        },
+        messages=[{**EXAMPLE, "m": {"a": 1, "b": 2}}],
+    )
+    assert values == {"ids": ["i1,i2,i3"], "sum": [3.75], "keys": [2]}
+
+
+def test_scalars_broadcast_across_fanout(fx) -> None:
+    # reference: concat(color, imps[*].id) sits in the scalar group and is cross-joined (9
+    # rows); here the root value is broadcast onto each impression row.
+    values, _ = run(
+        fx,
+        {"c": wa.concat("color", "imps[*].id", sep="-"), "w": wa.add("si", "imps[*].w")},
+        "imps[*].id",
+        messages=[EXAMPLE, {"si": 1, "imps": [{"id": "j", "w": 10}]}],
+    )
+    assert values["imps[*].id"] == ["i1", "i2", "i3", "j"]
+    assert values["c"] == ["2-i1", "2-i2", "2-i3", "0-j"]
+    assert values["w"] == [-7, -7, -7, 11]
+
+
+def test_has_with_fanout_in_either_column_order(fx) -> None:
+    empty = [{"id": "x"}]
+    for order in (0, 1):
+        exprs = {"h": wa.has("imps[*].id")}
+        schema, Msg = fx
+        cols = [wa.Column(name="h", expr=exprs["h"]), "imps[*].id"]
+        batch = wa.Transcoder(schema, columns=cols[::-1] if order else cols).transcode(
+            [Msg(**m).SerializeToString() for m in empty]
+        )
+        assert batch.column("h").to_pylist() == [False]
+        assert batch.column("imps[*].id").to_pylist() == [None]
+
+
+# ---- nulls ------------------------------------------------------------------------------------
+
+# On a message where every explicit-presence field is absent (opt, d, u, ms, name, flag, n).
+NULLS = [
+    (wa.add("opt", 1), None),
+    (wa.sub("d", "opt"), None),
+    (wa.mul("ms", 2), None),
+    (wa.div("ms", 2), None),
+    (wa.mod("d", 2), None),
+    (wa.abs("opt"), None),
+    (wa.ceil("d"), None),
+    (wa.floor("d"), None),
+    (wa.round("d"), None),
+    (wa.min("opt", 1), None),
+    (wa.max("d", 1.0), None),
+    (wa.bucket("ms", 10), None),
+    (wa.eq("opt", 0), None),
+    (wa.ne("opt", 0), None),  # SQL null (reference: false); filters and cond read it as false
+    (wa.lt("name", "a"), None),
+    (wa.cond(wa.ne("opt", 0), "yes", "no"), "no"),
+    (wa.and_("flag", True), False),
+    (wa.or_("flag", "opt"), False),
+    (wa.not_("flag"), True),
+    (wa.has("opt"), False),
+    (wa.coalesce("opt", "ms"), None),
+    (wa.default("opt", 7), 7),
+    (wa.default("opt", None), None),
+    (wa.coerce("opt", "t", "f"), "f"),
+    (wa.coerce("opt", "t"), None),
+    (wa.concat("name", "opt", wa.lit("x"), sep="|"), "||x"),
+    (wa.upper("name"), ""),
+    (wa.lower("name"), ""),
+    (wa.trim("name"), ""),
+    (wa.trim_prefix("name", "a"), ""),
+    (wa.trim_suffix("name", "a"), ""),
+    (wa.cast_string("opt"), ""),
+    (wa.len("name"), None),  # reference: 0
+    (wa.mask("name", keep=1), None),
+    (wa.cast_int("name"), None),
+    (wa.cast_int("d"), None),
+    (wa.cast_float("name"), None),
+    (wa.strptime("name", "%Y"), None),
+    (wa.try_strptime("name", "%Y"), ts(1970, 1, 1)),
+    (wa.extract_year("ms", unit="ms"), None),
+    (wa.extract_month("ts"), None),
+    (wa.date_part("ts", "day"), None),
+    (wa.epoch_to_date("secs", unit="s"), None),
+    (wa.age("ts"), None),
+    (wa.age("ms", "secs", unit="ms"), None),
+    (wa.hash("name", "opt"), -3750763034362895579),
+    (wa.enum_name("colors[0]"), None),
+    (wa.sum("imps[*].w"), None),
+    (wa.distinct("imps[*].id"), 0),
+    (wa.list_concat("imps[*].id", sep=","), ""),
+]
+
+
+@pytest.mark.parametrize(("expr", "value"), NULLS)
+def test_nulls(fx, expr, value) -> None:
+    assert one(fx, expr, {})[1] == value
+
+
+def test_null_literals_adapt(fx) -> None:
+    values, types = run(
+        fx, {"a": wa.add(wa.lit(None), 1), "c": wa.coalesce(wa.lit(None), "si"), "l": wa.len(None)}
+    )
+    assert values == {"a": [None], "c": [-7], "l": [None]}
+    assert types["a"] == pa.int64() and types["c"] == pa.int32()
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+
+
+def test_arithmetic_result_types(fx) -> None:
+    m = dict(i32=3, f=0.5, ms=2**62, u=2**64 - 1, flag=True, si=-7)
+    values, types = run(
+        fx,
+        {
+            "int_float": wa.add("i32", "f"),
+            "int_int": wa.add("i32", "si"),
+            "wrap": wa.mul("ms", 4),
+            "uint": wa.add("u", 0),
+            "bool": wa.add("flag", 1),
+            "sub": wa.sub("i32", 10),
+            "float_lit": wa.mul("si", 0.5),
+        },
+        messages=[m],
+    )
+    assert types["int_float"] == pa.float64() and values["int_float"] == [3.5]
+    assert types["int_int"] == pa.int64() and values["int_int"] == [-4]
+    assert values["wrap"] == [0]  # 2**64 wraps, as the reference's int64
+    assert values["uint"] == [-1]  # uint64 above 2**63-1 wraps negative (integer view)
+    assert values["bool"] == [2]
+    assert values["sub"] == [-7]
+    assert types["float_lit"] == pa.float64() and values["float_lit"] == [-3.5]
+
+
+def test_division_and_modulo(fx) -> None:
+    m = dict(si=-7, ms=-(2**63), i32=0, d=-7.5, opt=-1)
+    values, types = run(
+        fx,
+        {
+            "trunc": wa.div("si", 2),
+            "trunc_neg": wa.div(7, wa.lit(-2)),
+            "by_zero": wa.div("si", "i32"),
+            "mod_zero": wa.mod("si", "i32"),
+            "float_zero": wa.div("d", 0.0),
+            "float_mod_zero": wa.mod("d", 0),
+            "min_by_minus_one": wa.div("ms", "opt"),
+            "mod_minus_one": wa.mod("ms", "opt"),
+            "float_div": wa.div("d", 2),
+            "fmod": wa.mod("d", 2),
+            "mod_sign": wa.mod(7, wa.lit(-3)),
+            "mixed": wa.div("si", 2.0),
+        },
+        messages=[m],
+    )
+    assert values["trunc"] == [-3] and values["trunc_neg"] == [-3]
+    assert values["by_zero"] == [None] and values["mod_zero"] == [None]
+    assert values["float_zero"] == [None] and values["float_mod_zero"] == [None]
+    assert values["min_by_minus_one"] == [-(2**63)]  # wraps, as Go
+    assert values["mod_minus_one"] == [0]
+    assert values["float_div"] == [-3.75]
+    assert values["fmod"] == [-1.5]  # fmod: the sign of the dividend
+    assert values["mod_sign"] == [1]
+    assert values["mixed"] == [-3.5] and types["mixed"] == pa.float64()
+
+
+def test_unary_numbers(fx) -> None:
+    m = dict(d=2.5, i32=-(2**31), ms=-(2**63), u=5)
+    values, types = run(
+        fx,
+        {
+            "abs32": wa.abs("i32"),
+            "abs64": wa.abs("ms"),
+            "absu": wa.abs("u"),
+            "ceil": wa.ceil("d"),
+            "floor": wa.floor(wa.lit(-2.5)),
+            "round": wa.round("d"),
+            "round35": wa.round(3.5),
+            "round_neg": wa.round(-2.5),
+            "ceil_int": wa.ceil("i32"),
+        },
+        messages=[m],
+    )
+    assert values["abs32"] == [2**31] and types["abs32"] == pa.int64()
+    assert values["abs64"] == [-(2**63)]  # stays negative, as the reference
+    assert values["absu"] == [5] and types["absu"] == pa.uint64()
+    assert values["ceil"] == [3.0] and values["floor"] == [-3.0]
+    assert values["round"] == [2.0] and values["round35"] == [4.0]
+    assert values["round_neg"] == [-2.0]
+    assert values["ceil_int"] == [-(2**31)] and types["ceil_int"] == pa.int32()
+
+
+def test_min_max(fx) -> None:
+    m = dict(d=float("nan"), si=-7, i32=3, name="b")
+    values, types = run(
+        fx,
+        {
+            "ints": wa.min("si", "i32"),
+            "mixed": wa.max("si", 2.5),
+            "nan": wa.max("d", 1.0),
+            "strings": wa.min("name", "a"),
+            "times": wa.max("ts", wa.strptime(wa.lit("2030"), "%Y")),
+        },
+        messages=[m],
+    )
+    assert values["ints"] == [-7] and types["ints"] == pa.int32()
+    assert values["mixed"] == [2.5] and types["mixed"] == pa.float64()
+    assert math.isnan(values["nan"][0])  # IEEE: NaN propagates
+    assert values["strings"] == ["a"]
+    assert values["times"] == [None]  # ts is absent: null
+
+
+def test_bucket(fx) -> None:
+    m = dict(si=-7, ms=13, u=2**64 - 3)
+    values, types = run(
+        fx,
+        {
+            "neg": wa.bucket("si", 4),
+            "pos": wa.bucket("ms", 5),
+            "zero": wa.bucket("ms", 0),
+            "huge": wa.bucket("ms", 2**70),
+            "u": wa.bucket("u", 10),
+        },
+        messages=[m],
+    )
+    assert values == {"neg": [-4], "pos": [10], "zero": [13], "huge": [0], "u": [2**64 - 6]}
+    assert types["neg"] == pa.int32() and types["u"] == pa.uint64()
+
+
+# ---- comparisons and logic -------------------------------------------------------------------
+
+
+def test_comparisons(fx) -> None:
+    m = dict(si=-7, u=2**64 - 1, name="b", color=2, d=float("nan"), flag=True, blob=b"a")
+    values, _ = run(
+        fx,
+        {
+            "int_float": wa.lt("si", -6.5),
+            "uint_vs_neg": wa.gt("u", "si"),
+            "uint_eq": wa.eq("u", wa.lit(2**64 - 1)),
+            "strings": wa.lt("name", "ba"),
+            "bytewise": wa.lt(wa.lit("Z"), wa.lit("a")),
+            "enum": wa.eq("color", 2),
+            "bools": wa.gt("flag", False),
+            "bytes": wa.eq("blob", "a"),
+            "nan_eq": wa.eq("d", "d"),
+            "nan_ne": wa.ne("d", 1.0),
+            "times": wa.lt("ts", wa.strptime(wa.lit("2000"), "%Y")),
+            "ge": wa.ge("si", -7),
+            "le": wa.le("si", -8),
+        },
+        messages=[m],
+    )
+    assert values["int_float"] == [True]
+    assert values["uint_vs_neg"] == [True] and values["uint_eq"] == [True]
+    assert values["strings"] == [True] and values["bytewise"] == [True]
+    assert values["enum"] == [True] and values["bools"] == [True] and values["bytes"] == [True]
+    assert values["nan_eq"] == [False] and values["nan_ne"] == [True]  # IEEE (reference: eq)
+    assert values["times"] == [None]
+    assert values["ge"] == [True] and values["le"] == [False]
+
+
+def test_comparisons_of_times(fx) -> None:
+    m = dict(ts={"seconds": 1_700_000_000, "nanos": 5000}, dur={"seconds": 90})
+    values, _ = run(
+        fx,
+        {
+            "ts": wa.gt("ts", wa.strptime(wa.lit("2023-11-14 22:13:20"), "%Y-%m-%d %H:%M:%S")),
+            "dur": wa.eq("dur", wa.sub("ts", wa.sub("ts", "dur"))),
+        },
+        messages=[m],
+    )
+    assert values == {"ts": [True], "dur": [True]}
+
+
+def test_logic_uses_truthiness(fx) -> None:
+    m = dict(name="", si=3, opt=0, imps=[{"id": "x"}])
+    values, types = run(
+        fx,
+        {
+            "and": wa.and_("si", "imps"),
+            "and_empty": wa.and_("si", "name"),
+            "or": wa.or_("name", "opt"),
+            "not": wa.not_("opt"),
+            "not_msg": wa.not_("ts"),
+        },
+        messages=[m],
+    )
+    assert values == {
+        "and": [True],
+        "and_empty": [False],
+        "or": [False],
+        "not": [True],
+        "not_msg": [True],  # an absent message is null: not truthy
+    }
+    assert set(types.values()) == {pa.bool_()}
+
+
+# ---- strings ----------------------------------------------------------------------------------
+
+
+def test_string_functions(fx) -> None:
+    m = dict(name="\u00a0 Straße ünd \t\u3000", id="héllo", s="prefix-body-suffix", f=0.1)
+    values, _ = run(
+        fx,
+        {
+            "upper": wa.upper("id"),
+            "lower": wa.lower(wa.lit("ÀÉ")),
+            "trim": wa.trim("name"),
+            "trim_prefix": wa.trim_prefix("s", "prefix-"),
+            "trim_prefix_absent": wa.trim_prefix("s", "body"),
+            "trim_suffix": wa.trim_suffix("s", "-suffix"),
+            "trim_suffix_once": wa.trim_suffix(wa.lit("aa"), "a"),
+            "len_bytes": wa.len("id"),  # UTF-8 bytes, not code points
+            "mask": wa.mask("id", keep=1),
+            "mask_all_kept": wa.mask("id", keep=10),
+            "mask_negative": wa.mask("id", keep=-2, char="#x"),
+            "upper_number": wa.upper("f"),
+            "cast_string": wa.cast_string("f"),  # float32 0.1 -> "0.1"
+            "concat_plain": wa.concat("id", wa.lit(1), wa.lit(2.5), wa.lit(None), wa.lit(False)),
+        },
+        messages=[m],
+    )
+    assert values["upper"] == ["HÉLLO"]
+    assert values["lower"] == ["àé"]
+    assert values["trim"] == ["Straße ünd"]
+    assert values["trim_prefix"] == ["body-suffix"]
+    assert values["trim_prefix_absent"] == ["prefix-body-suffix"]
+    assert values["trim_suffix"] == ["prefix-body"]
+    assert values["trim_suffix_once"] == ["a"]
+    assert values["len_bytes"] == [6]
+    assert values["mask"] == ["h****"]
+    assert values["mask_all_kept"] == ["héllo"]
+    assert values["mask_negative"] == ["#####"]
+    assert values["upper_number"] == ["0.1"]
+    assert values["cast_string"] == ["0.1"]
+    assert values["concat_plain"] == ["héllo12.5false"]
+
+
+def test_string_forms_match_the_reference() -> None:
+    floats = pa.array([1e21, 1e-7, -0.0, 2.5, float("nan"), float("inf"), -float("inf")])
+    assert F.string_form(floats, 7).to_pylist() == [
+        "1000000000000000000000",
+        "0.0000001",
+        "-0",
+        "2.5",
+        "NaN",
+        "+Inf",
+        "-Inf",
+    ]
+    assert F.string_form(pa.array([1234567890123456.8, 1.5e16]), 2).to_pylist() == [
+        "1234567890123456.8",
+        "15000000000000000",
+    ]
+    assert F.string_form(pa.array([0.1, 3e10], pa.float32()), 2).to_pylist() == [
+        "0.1",
+        "30000000000",
+    ]
+    assert F.string_form(pa.array([b"\x01\xab", b"", None]), 3).to_pylist() == ["01ab", "", ""]
+    assert F.string_form(pa.array([True, None]), 2).to_pylist() == ["true", ""]
+
+
+def test_coerce_renders_literals_as_go(fx) -> None:
+    values, _ = run(
+        fx,
+        {
+            "int": wa.coerce("si", 1, 0),
+            "bool": wa.coerce("si", True, False),
+            "big": wa.coerce("si", 1e21, 0.5),
+            "million": wa.coerce("si", 1e6, None),
+            "small": wa.coerce("opt", 1, 1e-5),
+        },
+        messages=[dict(si=1)],
+    )
+    assert values == {
+        "int": ["1"],
+        "bool": ["true"],
+        "big": ["1e+21"],
+        "million": ["1e+06"],
+        "small": ["1e-05"],
+    }
+
+
+# ---- casts -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "as_int", "as_float"),
+    [
+        ("12", 12, 12.0),
+        ("+5", 5, 5.0),
+        ("-3", -3, -3.0),
+        ("12.9", 12, 12.9),
+        ("-12.9", -12, -12.9),
+        ("1e3", 1000, 1000.0),
+        (".5", 0, 0.5),
+        ("9223372036854775807", 2**63 - 1, 9.223372036854776e18),
+        ("-9223372036854775808", -(2**63), -9.223372036854776e18),
+        ("+0000000000000000000012", 12, 12.0),
+        ("9223372036854775808", None, 9.223372036854776e18),  # out of int64 (Go: overflow)
+        ("99999999999999999999", None, 1e20),
+        ("inf", None, math.inf),
+        ("-Infinity", None, -math.inf),
+        (" 1", None, None),  # no surrounding spaces, as Go's parser
+        ("0x10", None, None),  # hex floats are not supported (Go accepts them)
+        ("1_0", None, None),
+        ("abc", None, None),
+        ("", None, None),
+    ],
+)
+def test_casts_from_text(fx, text, as_int, as_float) -> None:
+    values, _ = run(
+        fx, {"i": wa.cast_int("name"), "f": wa.cast_float("name")}, messages=[{"name": text}]
+    )
+    assert values["i"] == [as_int]
+    assert values["f"] == [as_float]
+
+
+def test_casts_from_numbers(fx) -> None:
+    m = dict(d=-2.9, flag=True, color=3, u=2**64 - 1, ts={"seconds": 2}, f=1e20)
+    values, types = run(
+        fx,
+        {
+            "trunc": wa.cast_int("d"),
+            "bool": wa.cast_int("flag"),
+            "enum": wa.cast_int("color"),
+            "uint": wa.cast_int("u"),
+            "ts": wa.cast_int("ts"),  # ticks of the column's unit (us)
+            "too_big": wa.cast_int(wa.lit(1e30)),
+            "nan": wa.cast_int(wa.lit(math.nan)),
+            "float": wa.cast_float("color"),
+            "float_bool": wa.cast_float("flag"),
+            "string": wa.cast_string("u"),
+        },
+        messages=[m],
+    )
+    assert values["trunc"] == [-2] and values["bool"] == [1] and values["enum"] == [3]
+    assert values["uint"] == [-1] and values["ts"] == [2_000_000]
+    assert values["too_big"] == [None] and values["nan"] == [None]
+    assert values["float"] == [3.0] and values["float_bool"] == [1.0]
+    assert values["string"] == [str(2**64 - 1)]
+    assert types["float"] == pa.float64() and types["string"] == pa.utf8()
+
+
+# ---- hash ------------------------------------------------------------------------------------
+
+
+def _fnv1a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) % 2**64
+    return h - 2**64 if h >= 2**63 else h
+
+
+def test_hash_matches_the_reference(fx) -> None:
+    assert _fnv1a(b"abc1") == -281498599332273074
+    m = dict(id="  Hello World  ", si=-7, f=2.5, blob=b"\x01\xab", flag=False, color=2)
+    values, types = run(
+        fx,
+        {
+            "h": wa.hash("id", "si", "f", "blob", "flag", "color"),
+            "null_skipped": wa.hash("id", "opt", "si"),
+            "one": wa.hash("id"),
+            "per_row": wa.hash("imps[*].id"),
+        },
+        messages=[{**m, "imps": [{"id": "a"}, {"id": ""}, {"id": "a"}]}],
+    )
+    assert types["h"] == pa.int64()
+    assert values["h"] == [_fnv1a(b"  Hello World  -72.501abfalse2")] * 3
+    assert values["null_skipped"] == [_fnv1a(b"  Hello World  -7")] * 3
+    assert values["one"] == [_fnv1a(b"  Hello World  ")] * 3
+    assert values["per_row"] == [_fnv1a(b"a"), _fnv1a(b""), _fnv1a(b"a")]
+
+
+def test_hash_of_many_lengths() -> None:
+    texts = ["", "a", "ab" * 40, "x" * 1000, "héllo", "a", None]
+    got = F.fnv1a64(pa.array([t or "" for t in texts])).tolist()
+    assert got == [_fnv1a((t or "").encode()) for t in texts]
+
+
+# ---- time ------------------------------------------------------------------------------------
+
+
+def test_time_functions_on_timestamps(fx) -> None:
+    m = dict(ts={"seconds": 1_710_498_645, "nanos": 999_000_000})  # 2024-03-15 10:30:45.999
+    parts = ("year", "month", "day", "hour", "minute", "second")
+    exprs = {p: getattr(wa, f"extract_{p}")("ts") for p in parts}
+    exprs |= {f"dp_{p}": wa.date_part("ts", p) for p in parts}
+    exprs["epoch"] = wa.date_part("ts", "epoch")
+    exprs["date"] = wa.epoch_to_date("ts")
+    values, types = run(fx, exprs, messages=[m])
+    expected = dict(zip(parts, (2024, 3, 15, 10, 30, 45), strict=True))
+    for p, v in expected.items():
+        assert values[p] == [v] and values[f"dp_{p}"] == [v]
+        assert types[p] == pa.int64()
+    assert values["epoch"] == [1_710_498_645]
+    assert values["date"] == [dt.date(2024, 3, 15)]
+
+
+@pytest.mark.parametrize(
+    ("unit", "value"),
+    [("s", 1_700_000_000), ("ms", 1_700_000_000_000), ("us", 1_700_000_000 * 10**6)],
+)
+def test_integer_epochs_take_a_unit(fx, unit, value) -> None:
+    values, _ = run(
+        fx,
+        {
+            "y": wa.extract_year("ms", unit=unit),
+            "h": wa.extract_hour("ms", unit=unit),
+            "dp": wa.date_part("ms", "minute", unit=unit),
+            "d": wa.epoch_to_date("ms", unit=unit),
+            "epoch": wa.date_part("ms", "epoch", unit=unit),
+        },
+        messages=[dict(ms=value)],
+    )
+    assert values == {
+        "y": [2023],
+        "h": [22],
+        "dp": [13],
+        "d": [dt.date(2023, 11, 14)],
+        "epoch": [1_700_000_000],
+    }
+
+
+def test_dates_are_floored_before_1970(fx) -> None:
+    values, _ = run(
+        fx,
+        {"d": wa.epoch_to_date("secs", unit="s"), "e": wa.date_part("ms", "epoch", unit="ms")},
+        messages=[dict(secs=-1, ms=-1)],
+    )
+    assert values == {"d": [dt.date(1969, 12, 31)], "e": [-1]}  # reference: 1970-01-01
+
+
+def test_age(fx) -> None:
+    m = dict(ts={"seconds": 1_700_000_000}, ms=5000, secs=2000, dur={"seconds": 3})
+    values, types = run(
+        fx,
+        {
+            "two": wa.age("ts", wa.sub("ts", "dur")),
+            "ints": wa.age("ms", "secs", unit="ms"),
+            "now": wa.age("ts"),
+            "now_int": wa.age("secs", unit="s"),
+        },
+        messages=[m],
+    )
+    assert values["two"] == [dt.timedelta(seconds=3)] and types["two"] == pa.duration("us")
+    assert values["ints"] == [dt.timedelta(seconds=3)] and types["ints"] == pa.duration("ms")
+    assert values["now"][0] > dt.timedelta(days=365)
+    assert values["now_int"][0] > dt.timedelta(days=365 * 50)
+
+
+def test_time_arithmetic(fx) -> None:
+    m = dict(ts={"seconds": 100}, dur={"seconds": 30})
+    values, types = run(
+        fx,
+        {"later": wa.add("ts", "dur"), "earlier": wa.sub("ts", "dur"), "span": wa.sub("ts", "ts")},
+        messages=[m],
+    )
+    assert values["later"] == [dt.datetime.fromtimestamp(130, UTC)]
+    assert values["earlier"] == [dt.datetime.fromtimestamp(70, UTC)]
+    assert values["span"] == [dt.timedelta(0)] and types["span"] == pa.duration("us")
+
+
+STRPTIME = [
+    ("%Y-%m-%d %H:%M:%S", "2024-03-15 10:30:00", ts(2024, 3, 15, 10, 30)),
+    ("%Y-%m-%d", "2024-02-31", ts(2024, 3, 2)),  # normalised, not validated
+    ("%Y-%-m-%-d", "2024-3-5", ts(2024, 3, 5)),
+    ("%Y-%m-%d", "2024-3-5", None),  # without '-': exactly 2 digits
+    ("%y-%m-%d", "69-01-01", ts(2069, 1, 1)),
+    ("%Y-%m-%dT%H:%M:%S.%f", "2024-03-15T10:30:00.5", ts(2024, 3, 15, 10, 30, 0, 500000)),
+    ("%Y-%m-%dT%H:%M:%S%z", "2024-03-15T10:30:00+02:00", ts(2024, 3, 15, 8, 30)),
+    ("%Y-%m-%dT%H:%M:%S%z", "2024-03-15T10:30:00-0130", ts(2024, 3, 15, 12, 0)),
+    ("%Y-%m-%dT%H:%M:%S%z", "2024-03-15T10:30:00Z", ts(2024, 3, 15, 10, 30)),
+    ("%Y-%m-%d %H:%M %Z", "2024-07-01 12:00 America/New_York", ts(2024, 7, 1, 16)),
+    ("%Y-%m-%d %H:%M %Z", "2024-07-01 12:00 Nowhere", ts(2024, 7, 1, 12)),
+    ("%Y %j", "2024 060", ts(2024, 2, 29)),
+    ("%a, %d %b %Y", "Fri, 15 mar 2024", ts(2024, 3, 15)),
+    ("%d %B %Y", "15 MARCH 2024", ts(2024, 3, 15)),
+    ("%d %B %Y", "15 Foo 2024", None),
+    ("%Y%%%m", "2024%03", ts(2024, 3, 1)),
+    ("%Y%n%m", "2024 \t\n03", ts(2024, 3, 1)),
+    ("%Y-%m-%d", "2024-13-01", None),
+    ("%H:%M", "24:00", None),
+    ("%Y", "2024 ", None),  # unconsumed input
+    # Go layouts
+    ("2006-01-02T15:04:05Z07:00", "2024-03-15T10:30:00+02:00", ts(2024, 3, 15, 8, 30)),
+    ("2006-01-02T15:04:05Z07:00", "2024-03-15T10:30:00.25Z", ts(2024, 3, 15, 10, 30, 0, 250000)),
+    ("2006-01-02", "2024-02-31", None),  # Go validates the day
+    ("2006-01-02", "2024-02-29", ts(2024, 2, 29)),
+    ("Jan 2 2006 3:04PM", "Mar 5 2024 3:04PM", ts(2024, 3, 5, 15, 4)),
+    ("Jan 2 2006 3:04PM", "Mar 5 2024 12:04AM", ts(2024, 3, 5, 0, 4)),
+    ("02/01/06 15:04:05.000", "15/03/24 10:30:00.250", ts(2024, 3, 15, 10, 30, 0, 250000)),
+    ("06-01-02", "99-01-01", ts(1999, 1, 1)),
+    ("Mon, 02 Jan 2006 15:04:05 MST", "Fri, 15 Mar 2024 10:30:00 MST", ts(2024, 3, 15, 10, 30)),
+]
+
+
+@pytest.mark.parametrize(("fmt", "text", "expected"), STRPTIME)
+def test_strptime_dialect(fmt, text, expected) -> None:
+    assert F.parse_times(pa.array([text]), F.compile_layout(fmt)).to_pylist() == [expected]
+
+
+def test_strptime_defaults_to_year_zero() -> None:
+    # the reference: `%I:%M %p` on "12:30 am" -> -62167217400000 ms (0000-01-01T00:30Z)
+    texts = pa.array(["12:30 am", "12:30 PM", "01:05 pm", "13:00 am"])
+    ticks = F.parse_times(texts, F.compile_layout("%I:%M %p")).cast(pa.int64()).to_pylist()
+    day0 = -62167219200 * 10**6
+    assert ticks == [
+        -62167217400000 * 1000,
+        day0 + 45000 * 10**6,
+        day0 + 13 * 3600 * 10**6 + 300 * 10**6,
+        None,
+    ]
+
+
+def test_strptime_through_the_transcoder(fx) -> None:
+    texts = ["2024-03-15", "bad", "", "2024-01-01"]
+    values, types = run(
+        fx,
+        {"p": wa.strptime("name", "%Y-%m-%d"), "t": wa.try_strptime("name", "%Y-%m-%d")},
+        messages=[{"name": t} for t in texts] + [{}],
+    )
+    assert values["p"] == [ts(2024, 3, 15), None, None, ts(2024, 1, 1), None]
+    epoch = ts(1970, 1, 1)
+    assert values["t"] == [ts(2024, 3, 15), epoch, epoch, ts(2024, 1, 1), epoch]
+    assert types["p"] == pa.timestamp("us", tz="UTC")
+
+
+def test_strptime_of_numbers(fx) -> None:
+    assert one(fx, wa.strptime("secs", "%Y%m%d"), {"secs": 20240315})[1] == ts(2024, 3, 15)
+
+
+# ---- enums and maps --------------------------------------------------------------------------
+
+
+def test_enum_name(fx) -> None:
+    values, types = run(
+        fx,
+        {"c": wa.enum_name("color"), "cs": wa.enum_name("colors[*]")},
+        "colors[*]",
+        messages=[dict(color=3, colors=[0, 2, 7])],
+    )
+    assert values["c"] == ["BLUE"] * 3
+    assert values["cs"] == ["RED", "GREEN", None]  # an undeclared number -> null
+    assert types["cs"] == pa.utf8()
+
+
+def test_map_key(fx) -> None:
+    values, _ = run(
+        fx,
+        {"k": wa.map_key("m[*]"), "u": wa.upper(wa.map_key("m[*]"))},
+        "m[*]",
+        messages=[dict(m={"a": 1, "b": 2})],
+    )
+    assert sorted(zip(values["k"], values["m[*]"], strict=True)) == [("a", 1), ("b", 2)]
+    assert sorted(values["u"]) == ["A", "B"]
+
+
+def test_whole_maps_and_lists(fx) -> None:
+    values, _ = run(
+        fx,
+        {
+            "len_map": wa.len("m"),
+            "has_map": wa.has("m"),
+            "not_map": wa.not_("m"),
+            "len_list": wa.len("tags"),
+            "has_list": wa.has("tags"),
+        },
+        messages=[dict(m={"a": 1, "b": 2}, tags=["x"]), {}],
+    )
+    assert values == {
+        "len_map": [2, 0],
+        "has_map": [True, False],
+        "not_map": [False, True],
+        "len_list": [1, 0],
+        "has_list": [True, False],
+    }
+
+
+# ---- aggregates ------------------------------------------------------------------------------
+
+
+def test_aggregates_over_nested_fanout_do_not_multiply_rows(fx) -> None:
+    messages = [
+        EXAMPLE,
+        {"imps": [{"id": "z", "deals": [{"id": "q", "price": 4.0}, {"id": "q", "price": 4.0}]}]},
+        {},
+    ]
+    values, types = run(
+        fx,
+        {
+            "sum": wa.sum("imps[*].deals[*].price"),
+            "n": wa.distinct("imps[*].deals[*].price"),
+            "ids": wa.list_concat("imps[*].deals[*].id", sep="/"),
+        },
+        "id",
+        "imps[*].id",
+        messages=messages,
+    )
+    assert values["imps[*].id"] == ["i1", "i2", "i3", "z", None]
+    assert values["sum"] == [3.75] * 3 + [8.0, None]
+    assert values["n"] == [3] * 3 + [1, 0]
+    assert values["ids"] == ["a/b/a"] * 3 + ["q/q", ""]
+    assert types["n"] == pa.int64() and types["ids"] == pa.utf8()
+
+
+def test_distinct_counts_string_forms(fx) -> None:
+    m = {"imps": [{"deals": [{"price": 0.0}, {"price": -0.0}, {"price": 1.0}]}]}
+    assert one(fx, wa.distinct("imps[*].deals[*].price"), m)[1] == 3  # "0", "-0", "1"
+
+
+# ---- type errors -----------------------------------------------------------------------------
+
+
+TYPE_ERRORS = [
+    (wa.add("id", 1), "not a number"),
+    (wa.mul("imps", 2), "not a number"),
+    (wa.lt("id", "si"), "cannot compare"),
+    (wa.eq("ts", 5), "cannot compare"),
+    (wa.eq("imps", "imps"), "cannot compare"),
+    (wa.upper("imps"), "no string form"),
+    (wa.hash("ts", "imps[0]"), "no string form"),
+    (wa.len("si"), "len takes"),
+    (wa.bucket("f", 4), "not an integer"),
+    (wa.abs("name"), "not a number"),
+    (wa.min("id", "si"), "cannot order"),
+    (wa.cond(wa.has("id"), 1, "x"), "cannot combine"),
+    (wa.default("si", "text"), "cannot combine"),
+    (wa.extract_year("ms"), "param"),
+    (wa.epoch_to_date("secs"), "seconds"),
+    (wa.extract_year("ms", unit=None), "unit"),
+    (wa.extract_day("name"), "needs a timestamp"),
+    (wa.date_part("ts", "epochs"), "unknown part"),
+    (wa.age("ts", "ms"), "param"),
+    (wa.strptime("s", "%Y %e"), "%e"),
+    (wa.enum_name("si"), "enum"),
+    (wa.sum("id"), "numbers"),
+    (wa.cast_float("ts"), "cast_float"),
+    (wa.cast_int("imps"), "cast_int"),
+    (wa.sub("ts", 1), "cannot combine"),
+    (wa.add("ts", "ts"), "cannot combine"),
+]
+
+
+@pytest.mark.parametrize(("expr", "message"), TYPE_ERRORS)
+def test_type_errors_are_plan_errors_naming_the_column(fx, expr, message) -> None:
+    schema, _ = fx
+    with pytest.raises(wa.PlanError) as err:
+        wa.Transcoder(schema, columns=["id", wa.Column(name="bad_col", expr=expr)])
+    assert "bad_col" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_every_bad_column_is_reported(fx) -> None:
+    schema, _ = fx
+    with pytest.raises(wa.PlanError) as err:
+        wa.Transcoder(
+            schema,
+            columns=[
+                wa.Column(name="one", expr=wa.add("id", 1)),
+                wa.Column(name="two", expr=wa.upper("imps")),
+                wa.Column(name="ok", expr=wa.add("si", 1)),
+            ],
+        )
+    assert [p.split(":")[0] for p in err.value.problems] == ["column 'one'", "column 'two'"]
+
+
+def test_unit_must_be_known() -> None:
+    with pytest.raises(ValueError, match="unit"):
+        wa.extract_year("ms", unit="minutes")
+
+
+# ---- builders and the registry ---------------------------------------------------------------
+
+
+def test_builders_build_the_reference_calls() -> None:
+    p = MaybePath
+    assert wa.concat("a", "b", sep="-") == Call("concat", (p("a"), p("b")), sep="-")
+    assert wa.mask("id", keep=3, char="#") == Call("mask", (p("id"),), sep="#", param=3)
+    assert wa.bucket("si", size=4) == Call("bucket", (p("si"),), param=4)
+    assert wa.default("n", 99) == Call("default", (p("n"),), literal=99)
+    assert wa.coerce("o", 1, 0) == Call("coerce", (p("o"),), literal=1, literal2=0)
+    assert wa.strptime("s", "%Y") == Call("strptime", (p("s"),), sep="%Y")
+    assert wa.try_strptime("s", "%Y") == Call("try_strptime", (p("s"),), sep="%Y")
+    assert wa.date_part("t", "year") == Call("date_part", (p("t"),), sep="year")
+    assert wa.date_part("t", "day", unit="ms") == Call(
+        "date_part", (p("t"),), sep="day", param=1000
+    )
+    assert wa.extract_hour("t", unit="s") == Call("extract_hour", (p("t"),), param=1)
+    assert wa.trim_prefix("s", "x") == Call("trim_prefix", (p("s"),), sep="x")
+    assert wa.trim_suffix("s", "x") == Call("trim_suffix", (p("s"),), sep="x")
+    assert wa.list_concat("a[*]", sep=",") == Call("list_concat", (p("a[*]"),), sep=",")
+    assert wa.hash("a", 1) == Call("hash", (p("a"), Lit(1)))
+    assert wa.age("a", "b") == Call("age", (p("a"), p("b")))
+    assert wa.and_("a", "b").func == "and" and wa.or_("a", "b").func == "or"
+    assert wa.not_("a").func == "not" and wa.len("a").func == "len"
+    assert wa.abs("a").func == "abs" and wa.round("a").func == "round"
+    assert wa.min("a", "b").func == "min" and wa.max("a", "b").func == "max"
+
+
+REFERENCE_NAMES = [
+    "coalesce",
+    "default",
+    "cond",
+    "has",
+    "len",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "mod",
+    "abs",
+    "ceil",
+    "floor",
+    "round",
+    "min",
+    "max",
+    "concat",
+    "upper",
+    "lower",
+    "trim",
+    "trim_prefix",
+    "trim_suffix",
+    "cast_int",
+    "cast_float",
+    "cast_string",
+    "strptime",
+    "try_strptime",
+    "age",
+    "extract_year",
+    "extract_month",
+    "extract_day",
+    "extract_hour",
+    "extract_minute",
+    "extract_second",
+    "epoch_to_date",
+    "date_part",
+    "hash",
+    "bucket",
+    "mask",
+    "coerce",
+    "enum_name",
+    "sum",
+    "distinct",
+    "list_concat",
+    "map_key",
+]
+
+
+def test_every_reference_function_is_registered() -> None:
+    assert set(REFERENCE_NAMES) <= set(FUNCTIONS)
+    aux = {name: set(FUNCTIONS[name].aux) for name in REFERENCE_NAMES}
+    assert aux["concat"] == {"sep"} and aux["mask"] == {"param", "sep"}
+    assert aux["coerce"] == {"literal", "literal2"} and aux["default"] == {"literal"}
+    assert aux["bucket"] == {"param"} and aux["date_part"] == {"sep", "param"}
+    assert aux["strptime"] == {"sep"} and aux["list_concat"] == {"sep"}
+    assert {n for n in REFERENCE_NAMES if FUNCTIONS[n].aggregate} == {
+        "sum",
+        "distinct",
+        "list_concat",
+    }
