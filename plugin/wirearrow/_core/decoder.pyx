@@ -778,6 +778,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     while p < end:
         field_start = p
         opened = NULL
+        fn = 0  # an unreadable tag names no field
         if p[0] < 0x80:
             tag = p[0]
             p += 1
