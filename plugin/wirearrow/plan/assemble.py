@@ -402,10 +402,9 @@ class Assembler:
 
     def columns(self) -> tuple[list[pa.Array], int]:
         """The output columns and row count; raises BadRecords before building anything."""
-        tables = {
-            tree: self.rows(self.plan.trees[tree])
-            for tree in {0} | {c.tree for c in self.plan.columns}
-        }
+        # Every tree, also an aggregate's whose argument reads no path (sum(1)): its rows are
+        # then the records themselves.
+        tables = {tree: self.rows(selections) for tree, selections in self.plan.trees.items()}
         table, expanded = tables[0]
         problems = self.problems(tables)
         if problems:

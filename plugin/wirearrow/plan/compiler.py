@@ -246,6 +246,12 @@ class _Inputs:
             if function is None:
                 raise ExprTypeError(f"unknown function {expr.func!r}")
             function.check_arity(len(expr.args))
+            if expr.param is not None and not (
+                isinstance(expr.param, int) and -(2**63) <= expr.param < 2**63
+            ):
+                raise ExprTypeError(
+                    f"{expr.func}: param must be an int64 integer, not {expr.param!r}"
+                )
             if expr.func == "map_key":
                 ref = expr.args[0]
                 text = ref.text if isinstance(ref, PathRef | MaybePath) else None
