@@ -131,7 +131,7 @@ def test_defaults(project: Path) -> None:
     plan = load_plan(write(project, "proto: {file: protos/order.proto, message: Order}\n"))
     assert plan.columns is None and plan.mode == "nested"
     assert plan.options == wa.config.TranscodeOptions(
-        on_error="raise", validate="plan", timestamp_unit="us", max_depth=100, enums="number"
+        on_error="raise", validate="plan", timestamp_unit="us", max_nesting=100, enums="number"
     )
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)
     assert plan.input == wa.config.InputConfig(None)
@@ -149,7 +149,7 @@ def test_extensions(project: Path) -> None:
             timestamp_unit: ns
             validate: full
             enums: number
-            max_depth: 7
+            max_nesting: 7
             output: {path: out/orders.parquet, compression: ZSTD, row_group_size: 1000}
             input: {framing: varint}
             """,
@@ -509,21 +509,21 @@ ERRORS = {
     ),
     "option values": (
         HEAD
-        + "timestamp_unit: sec\nvalidate: all\nenums: name\nmax_depth: 0\n"
+        + "timestamp_unit: sec\nvalidate: all\nenums: name\nmax_nesting: 0\n"
         + "errors: {policy: ignore}\n",
         [
             r"2: timestamp_unit: unknown value 'sec'; expected one of: s, ms, us, ns",
             r"3: validate: unknown value 'all'; expected one of: plan, full",
             r"4: enums: 'name' is reserved but not supported yet; use number",
-            r"5: max_depth: must be at least 1, got 0",
+            r"5: max_nesting: must be at least 1, got 0",
             r"6: errors.policy: unknown value 'ignore'; expected one of: raise, skip, dead_letter",
         ],
     ),
     "option types": (
-        HEAD + "timestamp_unit: 1\nmax_depth: true\nenums: numbers\nerrors: [skip]\n",
+        HEAD + "timestamp_unit: 1\nmax_nesting: true\nenums: numbers\nerrors: [skip]\n",
         [
             r"2: timestamp_unit: expected one of s, ms, us, ns, got an integer",
-            r"3: max_depth: expected an integer, got a boolean",
+            r"3: max_nesting: expected an integer, got a boolean",
             r"4: enums: unknown value 'numbers' \(did you mean 'number'\?\)",
             r"5: errors: expected a mapping, got a list",
         ],
@@ -609,7 +609,7 @@ def test_python_tags_are_rejected(project: Path, tmp_path: Path) -> None:
     evil = (
         HEAD
         + f"validate: !!python/object/apply:os.system ['touch {marker}']\n"
-        + "max_depth: !!python/object:collections.OrderedDict {}\n"
+        + "max_nesting: !!python/object:collections.OrderedDict {}\n"
     )
     for source in (write(project, evil), evil):
         (problem,) = problems(source)

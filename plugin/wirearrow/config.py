@@ -10,7 +10,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
           expr: {func: concat, sep: x, args: [{path: "imp[*].banner.w"}, {path: "imp[*].banner.h"}]}
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
-``timestamp_unit``, ``validate``, ``enums``, ``max_depth``, ``output`` and ``input``
+``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -80,7 +80,7 @@ _TOP_KEYS = (
     "timestamp_unit",
     "validate",
     "enums",
-    "max_depth",
+    "max_nesting",
     "output",
     "input",
 )
@@ -122,7 +122,7 @@ class TranscodeOptions:
     on_error: str = "raise"
     validate: str = "plan"
     timestamp_unit: str = "us"
-    max_depth: int = 100
+    max_nesting: int = 100
     enums: str = "number"
 
     def kwargs(self) -> dict[str, Any]:
@@ -130,7 +130,7 @@ class TranscodeOptions:
             "on_error": self.on_error,
             "validate": self.validate,
             "timestamp_unit": self.timestamp_unit,
-            "max_depth": self.max_depth,
+            "max_nesting": self.max_nesting,
         }
 
 
@@ -517,11 +517,11 @@ class _Checker:
                 chosen = self.choice(value, key, line, allowed, reserved)
                 if chosen is not None:
                     options = replace(options, **{key: chosen})
-        value, line = at("max_depth")
+        value, line = at("max_nesting")
         if value is not None:
-            depth = self.integer(value, "max_depth", line, minimum=1)
+            depth = self.integer(value, "max_nesting", line, minimum=1)
             if depth is not None:
-                options = replace(options, max_depth=depth)
+                options = replace(options, max_nesting=depth)
         output = self.output(*at("output"))
         framing = self.input(*at("input"))
         if self.problems or proto is None:

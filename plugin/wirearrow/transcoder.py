@@ -62,7 +62,7 @@ class Transcoder:
         on_error: str = "raise",
         validate: str = "plan",
         timestamp_unit: str = "us",
-        max_depth: int = 100,
+        max_nesting: int = 100,
     ) -> None:
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
@@ -72,7 +72,7 @@ class Transcoder:
         self._columns = tuple(columns) if columns is not None else None
         self._on_error = on_error
         self._options = Options(
-            timestamp_unit=timestamp_unit, validate=validate, max_depth=max_depth
+            timestamp_unit=timestamp_unit, validate=validate, max_nesting=max_nesting
         )
         self._plan: CompiledPlan = compile_plan(
             schema.descriptor, self._plan_columns(), self._options
@@ -112,7 +112,7 @@ class Transcoder:
                 self._on_error,
                 self._options.validate,
                 self._options.timestamp_unit,
-                self._options.max_depth,
+                self._options.max_nesting,
             ),
         )
 
@@ -252,14 +252,14 @@ class Transcoder:
             self._dead.extend(dead)
 
 
-def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_depth) -> Transcoder:
+def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_nesting) -> Transcoder:
     return Transcoder(
         schema,
         columns,
         on_error=on_error,
         validate=validate,
         timestamp_unit=timestamp_unit,
-        max_depth=max_depth,
+        max_nesting=max_nesting,
     )
 
 

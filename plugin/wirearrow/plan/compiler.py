@@ -83,7 +83,7 @@ class Column:
 class Options:
     timestamp_unit: str = "us"
     validate: str = "plan"  # "plan": what the plan reads; "full": every byte, as the runtime
-    max_depth: int = 100
+    max_nesting: int = 100
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,7 +133,7 @@ def compile_plan(
         )
     if options.validate not in ("plan", "full"):
         raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
-    builder = ProgramBuilder(message, max_depth=options.max_depth)
+    builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     resolver = _Resolver(builder, options)
     problems: list[str] = []
     inputs = _Inputs(resolver)

@@ -49,8 +49,8 @@ class _EntrySpec:
 
 
 class ProgramBuilder:
-    def __init__(self, root: Descriptor, *, max_depth: int) -> None:
-        self.max_depth = max_depth
+    def __init__(self, root: Descriptor, *, max_nesting: int) -> None:
+        self.max_nesting = max_nesting
         self.columns: list[tuple[int, int]] = []  # (width, group)
         self.groups: list[int] = [-1]
         self.group_of_column: list[int] = []
@@ -218,7 +218,7 @@ class ProgramBuilder:
             )
             defaults.extend(node_defaults)
         return Program(
-            entries, nodes, dense, defaults, clear_cols, self.columns, self.groups, self.max_depth
+            entries, nodes, dense, defaults, clear_cols, self.columns, self.groups, self.max_nesting
         )
 
     def _entry_row(self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int) -> tuple:
