@@ -470,3 +470,43 @@ def test_range_check_reads_only_the_selected_elements(compile_proto) -> None:
     assert tc.transcode([data]).column(0).to_pylist()[0].timestamp() == 5
     with pytest.raises(wa.DecodeError, match="out of range"):
         wa.Transcoder(schema, columns=["times[1]"], timestamp_unit="ns").transcode([data])
+
+
+NODE = (
+    'syntax = "proto3"; enum C { C_UNSET = 0; RED = 1; GREEN = 2; }'
+    "message Node { string name = 1; repeated Node children = 2; Node parent = 3; C c = 4; }"
+)
+
+
+def test_recursive_types_are_rejected_or_cut_at_max_depth(compile_proto) -> None:
+    schema, Node = compile_proto(NODE, "Node")
+    with pytest.raises(wa.PlanError, match=r"recursive message type \(Node -> Node\)"):
+        wa.Transcoder(schema)
+    leaf = Node(name="aaa", children=[Node(name="deeper")])
+    m = Node(name="root", children=[Node(name="a", children=[Node(name="aa", children=[leaf])])])
+    tc = wa.Transcoder(schema, max_depth=2)
+    row = tc.transcode([m.SerializeToString()]).to_pylist()[0]
+    aa = row["children"][0]["children"][0]
+    assert aa["name"] == "aa"
+    (kept,) = aa["children"]  # below max_depth: the serialized message, nothing lost
+    assert Node.FromString(kept) == leaf
+    assert (
+        tc.arrow_schema.field("parent").type.field("parent").type.field("parent").type
+        == pa.binary()
+    )
+    # paths into a recursive type need no max_depth
+    assert wa.Transcoder(schema, columns=["children[*].children[*].name"]).transcode(
+        [m.SerializeToString()]
+    ).column(0).to_pylist() == ["aa"]
+
+
+def test_enums_as_names(compile_proto) -> None:
+    schema, Node = compile_proto(NODE, "Node")
+    data = [Node(c=2).SerializeToString(), Node(c=7).SerializeToString(), b""]
+    tc = wa.Transcoder(schema, columns=["c", "children[?(.c == 1)].name"], enums="name")
+    assert tc.arrow_schema.field("c").type == pa.dictionary(pa.int32(), pa.utf8())
+    assert tc.transcode(data).column("c").to_pylist() == ["GREEN", "7", "C_UNSET"]
+    numbers = wa.Transcoder(schema, columns=["c"]).transcode(data).column(0).to_pylist()
+    assert numbers == [2, 7, 0]
+    with pytest.raises(wa.PlanError, match="enums"):
+        wa.Transcoder(schema, columns=["c"], enums="label")

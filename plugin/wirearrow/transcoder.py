@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +52,12 @@ class Transcoder:
     records are counted in ``stats``), or "dead_letter" (also kept for ``dead_letters()``).
     ``validate``: "plan" checks every byte the plan reads; "full" also walks every
     sub-message the plan skips, as the protobuf runtime would.
+    ``timestamp_unit``: unit of Timestamp and Duration columns ("s", "ms", "us", "ns").
+    ``max_nesting``: messages and groups nested deeper on the wire are a decode error.
+    ``max_depth``: recursive message types read whole are cut there (deeper levels are kept
+    as their serialized bytes); without it such a plan is an error naming the cycle.
+    ``enums``: "number" (int32) or "name" (dictionary<int32, utf8> of the value names;
+    numbers the schema does not declare keep their decimal text).
     """
 
     def __init__(
@@ -63,6 +69,8 @@ class Transcoder:
         validate: str = "plan",
         timestamp_unit: str = "us",
         max_nesting: int = 100,
+        max_depth: int | None = None,
+        enums: str = "number",
     ) -> None:
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
@@ -72,7 +80,11 @@ class Transcoder:
         self._columns = tuple(columns) if columns is not None else None
         self._on_error = on_error
         self._options = Options(
-            timestamp_unit=timestamp_unit, validate=validate, max_nesting=max_nesting
+            timestamp_unit=timestamp_unit,
+            validate=validate,
+            max_nesting=max_nesting,
+            max_depth=max_depth,
+            enums=enums,
         )
         self._plan: CompiledPlan = compile_plan(
             schema.descriptor, self._plan_columns(), self._options
@@ -104,17 +116,7 @@ class Transcoder:
     # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
 
     def __reduce__(self) -> tuple:
-        return (
-            _rebuild,
-            (
-                self._schema,
-                self._columns,
-                self._on_error,
-                self._options.validate,
-                self._options.timestamp_unit,
-                self._options.max_nesting,
-            ),
-        )
+        return (_rebuild, (self._schema, self._columns, self._on_error, asdict(self._options)))
 
     # -- public API ---------------------------------------------------------------------
 
@@ -252,15 +254,8 @@ class Transcoder:
             self._dead.extend(dead)
 
 
-def _rebuild(schema, columns, on_error, validate, timestamp_unit, max_nesting) -> Transcoder:
-    return Transcoder(
-        schema,
-        columns,
-        on_error=on_error,
-        validate=validate,
-        timestamp_unit=timestamp_unit,
-        max_nesting=max_nesting,
-    )
+def _rebuild(schema: Schema, columns: object, on_error: str, options: dict) -> Transcoder:
+    return Transcoder(schema, columns, on_error=on_error, **options)  # type: ignore[arg-type]
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

@@ -23,6 +23,7 @@ from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
 from wirearrow.plan.leaves import (
+    EnumLeaf,
     JsonLeaf,
     Leaf,
     ListLeaf,
@@ -86,6 +87,8 @@ class Assembler:
 
     def _build(self, leaf: Leaf) -> pa.Array:
         n = self.counts[leaf.group]
+        if isinstance(leaf, EnumLeaf):
+            return _enum_names(self._scalar(leaf.column, pa.int32(), n), leaf.names)
         if isinstance(leaf, ScalarLeaf):
             return self._scalar(leaf.column, leaf.type, n)
         if isinstance(leaf, StructLeaf):
@@ -513,6 +516,28 @@ def _value(
         return per_record.take(pa.array(records.rows)) if records.expanded else per_record
     args = [_value(a, inputs, n, records) for a in expr.args]
     return expr.function.evaluate(args, expr.call, n)  # type: ignore[arg-type]
+
+
+def _enum_names(numbers: pa.Array, names: tuple[tuple[int, str], ...]) -> pa.DictionaryArray:
+    """Enum numbers as a dictionary of value names; an undeclared number keeps its digits."""
+    declared: dict[int, str] = {}
+    for number, name in names:
+        declared.setdefault(number, name)  # aliases: the first name wins
+    values = numbers.to_numpy(zero_copy_only=False)
+    valid = ~np.asarray(numbers.is_null()) if numbers.null_count else None
+    seen = np.unique(values if valid is None else values[valid]).astype(np.int64)
+    extra = [int(v) for v in seen if int(v) not in declared]
+    known = np.array([*declared, *extra], dtype=np.int64)
+    words = [*declared.values(), *(str(v) for v in extra)]
+    order = np.argsort(known, kind="stable")
+    filled = np.where(valid, values, known[0] if len(known) else 0) if valid is not None else values
+    index = (
+        order[np.searchsorted(known[order], filled)]
+        if len(known)
+        else np.zeros(len(values), np.int64)
+    )
+    indices = pa.array(index.astype(np.int32), mask=None if valid is None else ~valid)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(words, pa.utf8()))
 
 
 def _kept_offsets(keep: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from wirearrow.plan.expressions import (
     PathRef,
 )
 from wirearrow.plan.leaves import (
+    EnumLeaf,
     JsonLeaf,
     Leaf,
     ListLeaf,
@@ -83,7 +84,9 @@ class Column:
 class Options:
     timestamp_unit: str = "us"
     validate: str = "plan"  # "plan": what the plan reads; "full": every byte, as the runtime
-    max_nesting: int = 100
+    max_nesting: int = 100  # wire: messages and groups nested deeper are a decode error
+    max_depth: int | None = None  # schema: recursive types read whole are cut below this
+    enums: str = "number"  # "number": int32; "name": dictionary<int32, utf8> of value names
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +134,12 @@ def compile_plan(
         raise PlanError(
             [f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"]
         )
+    if options.enums not in ("number", "name"):
+        raise PlanError([f"enums must be 'number' or 'name', not {options.enums!r}"])
+    if options.max_depth is not None and (
+        not isinstance(options.max_depth, int) or options.max_depth < 1
+    ):
+        raise PlanError([f"max_depth must be a positive integer, not {options.max_depth!r}"])
     if options.validate not in ("plan", "full"):
         raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
@@ -396,7 +405,7 @@ class _Resolver:
                     return sel, self._scalar_leaf(entry, fd.message_type.fields_by_number[1])
                 if is_message(value_fd):
                     if i == len(steps):
-                        return sel, self._message_leaf(entry, value_fd, set())
+                        return sel, self._message_leaf(entry, value_fd, self._stack())
                     node = self.b.message(entry, value_fd)
                     message = value_fd.message_type
                     continue
@@ -405,7 +414,7 @@ class _Resolver:
                 return sel, self._scalar_leaf(entry, value_fd)
             if is_repeated(fd):
                 if nxt is None:
-                    return sel, self._list_leaf(node, fd, node.presence, set())
+                    return sel, self._list_leaf(node, fd, node.presence, self._stack())
                 if _is_json(fd) and not isinstance(nxt, FieldStep):
                     if isinstance(nxt, FilterStep):
                         raise PathError(
@@ -438,16 +447,16 @@ class _Resolver:
                 if isinstance(child, NodeSpec):
                     node, message = child, fd.message_type
                     if i == len(steps):
-                        return sel, self._node_leaf(child, -1, set(), fd)
+                        return sel, self._node_leaf(child, -1, self._stack(), fd)
                     continue
                 if i < len(steps):
                     raise PathError(
                         f"elements of {fd.name!r} are scalars: no fields", text, steps[i].pos
                     )
-                return sel, ScalarLeaf(group, scalar_kind(fd).arrow, child, fd)
+                return sel, self._scalar(group, fd, child)
             if is_message(fd):
                 if nxt is None:
-                    return sel, self._message_leaf(node, fd, set())
+                    return sel, self._message_leaf(node, fd, self._stack())
                 if isinstance(nxt, FilterStep):
                     child = self.b.message(node, fd)
                     predicate = self._predicate(child, nxt.predicate, text)
@@ -462,7 +471,7 @@ class _Resolver:
                     node, message = child, fd.message_type
                     i += 2
                     if i == len(steps):
-                        return sel, self._node_leaf(child, child.presence, set(), fd)
+                        return sel, self._node_leaf(child, child.presence, self._stack(), fd)
                     continue
                 if not isinstance(nxt, FieldStep):
                     raise PathError(f"{fd.name!r} is not repeated: no index", text, nxt.pos)
@@ -581,13 +590,16 @@ class _Resolver:
                 )
             if k == len(atom.fields) - 1:
                 if is_message(fd):
-                    leaf = self._message_leaf(node, fd, set())
+                    leaf = self._message_leaf(node, fd, self._stack())
                     if not isinstance(leaf, ScalarLeaf | TemporalLeaf):
                         raise PathError(
                             f"{name!r} is a message: compare one of its fields", text, atom.pos
                         )
                     return Operand(leaf)
-                return Operand(self._scalar_leaf(node, fd))
+                # filters compare enum numbers whatever the output form of enums
+                return Operand(
+                    ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
+                )
             if not is_message(fd):
                 raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
@@ -596,10 +608,39 @@ class _Resolver:
 
     # -- leaves -------------------------------------------------------------------------
 
-    def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
-        return ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
+    def _stack(self) -> tuple[str, ...]:
+        return (self.b.root.message.full_name,)
 
-    def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
+    def _cut(self, fd: FieldDescriptor, stack: tuple[str, ...]) -> bool:
+        """Whether message field `fd` is read as serialized bytes instead of a struct.
+
+        Only a recursive type is cut, and only with max_depth: without it, a recursive type
+        read whole is a plan error naming the cycle.
+        """
+        name = fd.message_type.full_name
+        if name not in stack:
+            return False
+        if self.options.max_depth is None:
+            cycle = " -> ".join((*stack[stack.index(name) :], name))
+            raise PathError(
+                f"recursive message type ({cycle}) cannot be read whole at field "
+                f"{fd.full_name}: set max_depth=N to keep levels below N as serialized bytes, "
+                "or select its fields by path",
+                fd.name,
+                0,
+            )
+        return len(stack) > self.options.max_depth
+
+    def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
+        return self._scalar(node.group, fd, self.b.scalar(node, fd))
+
+    def _scalar(self, group: int, fd: FieldDescriptor, column: int) -> ScalarLeaf:
+        if fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
+            names = tuple((v.number, v.name) for v in fd.enum_type.values)
+            return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
+        return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
+
+    def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
         if is_map(fd):
             return self._map_leaf(node, fd, stack)
         if is_repeated(fd):
@@ -609,38 +650,45 @@ class _Resolver:
         return self._scalar_leaf(node, fd)
 
     def _list_leaf(
-        self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: set[str]
+        self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: tuple[str, ...]
     ) -> ListLeaf:
         if _is_json(fd):
             group, column = self.b.raw(node, fd)
             json_leaf = JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
             return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
+        if is_message(fd) and self._cut(fd, stack):
+            group, column = self.b.raw(node, fd)
+            raw = ScalarLeaf(group, pa.binary(), column)
+            return ListLeaf(node.group, pa.list_(pa.binary()), group, raw, presence)
         group, child = self.b.repeated(node, fd)
         if isinstance(child, NodeSpec):
             element = self._node_leaf(child, -1, stack, fd)
         else:
-            element = ScalarLeaf(group, scalar_kind(fd).arrow, child, fd)
+            element = self._scalar(group, fd, child)
         return ListLeaf(node.group, pa.list_(element.type), group, element, presence)
 
     def _map_leaf(
-        self, node: NodeSpec, fd: FieldDescriptor, stack: set[str] | None = None
+        self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...] | None = None
     ) -> MapLeaf:
         group, entry = self.b.repeated(node, fd)
         assert isinstance(entry, NodeSpec)
         key_fd, value_fd = (fd.message_type.fields_by_number[n] for n in (1, 2))
         key = self._scalar_leaf(entry, key_fd)
-        value = self._field_leaf(entry, value_fd, stack or set())
+        value = self._field_leaf(entry, value_fd, stack or self._stack())
         return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
 
-    def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: set[str]) -> Leaf:
+    def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
         if _is_json(fd):
             group, column = self.b.raw(node, fd)
             return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
+        if self._cut(fd, stack):
+            group, column = self.b.raw(node, fd)
+            return ScalarLeaf(group, pa.binary(), column)
         child = self.b.message(node, fd)
         return self._node_leaf(child, child.presence, stack, fd)
 
     def _node_leaf(
-        self, node: NodeSpec, presence: int, stack: set[str], fd: FieldDescriptor
+        self, node: NodeSpec, presence: int, stack: tuple[str, ...], fd: FieldDescriptor
     ) -> Leaf:
         """The value of a whole message held by `node` (a struct, or a well-known type)."""
         message = node.message
@@ -665,14 +713,7 @@ class _Resolver:
             return self._scalar_leaf(node, value)
         if wkt == "fieldmask":
             return self._list_leaf(node, fields["paths"], presence, stack)
-        if message.full_name in stack:
-            raise PathError(
-                f"recursive message {message.full_name} cannot be read whole (field {fd.full_name}); "
-                "select its fields by path instead",
-                fd.name,
-                0,
-            )
-        stack = stack | {message.full_name}
+        stack = (*stack, message.full_name)
         # An empty message is a struct with no children: Arrow holds it (and whether it is
         # present); a writer that cannot (Parquet) is the sink's concern.
         children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)

@@ -72,3 +72,10 @@ class JsonLeaf(Leaf):
 
     column: int  # views of the serialized sub-message
     message: str  # full name
+
+
+@dataclass(frozen=True, eq=False)
+class EnumLeaf(ScalarLeaf):
+    """An enum read as the names of its values: dictionary<int32, utf8>."""
+
+    names: tuple[tuple[int, str], ...] = ()  # (number, name), declaration order
