@@ -509,12 +509,12 @@ ERRORS = {
     ),
     "option values": (
         HEAD
-        + "timestamp_unit: sec\nvalidate: all\nenums: name\nmax_nesting: 0\n"
+        + "timestamp_unit: sec\nvalidate: all\nenums: label\nmax_nesting: 0\n"
         + "errors: {policy: ignore}\n",
         [
             r"2: timestamp_unit: unknown value 'sec'; expected one of: s, ms, us, ns",
             r"3: validate: unknown value 'all'; expected one of: plan, full",
-            r"4: enums: 'name' is reserved but not supported yet; use number",
+            r"4: enums: unknown value 'label'; expected one of: number, name",
             r"5: max_nesting: must be at least 1, got 0",
             r"6: errors.policy: unknown value 'ignore'; expected one of: raise, skip, dead_letter",
         ],

@@ -55,8 +55,8 @@ __all__ = [
 ]
 
 VALIDATE = ("plan", "full")
-ENUMS = ("number",)  # "name" (dictionary<int32, utf8>) is reserved
-RESERVED_ENUMS = ("name",)
+ENUMS = ("number", "name")
+RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 FRAMINGS = ("varint", "u32le", "u32be")
 AUX_KEYS = ("sep", "literal", "literal2", "param")
@@ -81,6 +81,7 @@ _TOP_KEYS = (
     "validate",
     "enums",
     "max_nesting",
+    "max_depth",
     "output",
     "input",
 )
@@ -117,13 +118,14 @@ class ProtoSource:
 
 @dataclass(frozen=True)
 class TranscodeOptions:
-    """The keyword arguments of :class:`~wirearrow.Transcoder` (and ``enums``)."""
+    """The keyword arguments of :class:`~wirearrow.Transcoder`."""
 
     on_error: str = "raise"
     validate: str = "plan"
     timestamp_unit: str = "us"
     max_nesting: int = 100
     enums: str = "number"
+    max_depth: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -131,6 +133,8 @@ class TranscodeOptions:
             "validate": self.validate,
             "timestamp_unit": self.timestamp_unit,
             "max_nesting": self.max_nesting,
+            "enums": self.enums,
+            "max_depth": self.max_depth,
         }
 
 
@@ -517,11 +521,12 @@ class _Checker:
                 chosen = self.choice(value, key, line, allowed, reserved)
                 if chosen is not None:
                     options = replace(options, **{key: chosen})
-        value, line = at("max_nesting")
-        if value is not None:
-            depth = self.integer(value, "max_nesting", line, minimum=1)
-            if depth is not None:
-                options = replace(options, max_nesting=depth)
+        for key in ("max_nesting", "max_depth"):
+            value, line = at(key)
+            if value is not None:
+                depth = self.integer(value, key, line, minimum=1)
+                if depth is not None:
+                    options = replace(options, **{key: depth})
         output = self.output(*at("output"))
         framing = self.input(*at("input"))
         if self.problems or proto is None:
