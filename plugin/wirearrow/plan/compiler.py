@@ -193,13 +193,33 @@ def compile_plan(
         program=builder.build(),
         columns=tuple(inputs.columns),
         outputs=tuple(outputs),
-        selections=tuple(resolver.preorder(resolver.root)),
-        trees={root.index: tuple(resolver.preorder(root)) for root in resolver.roots},
+        selections=tuple(resolver.preorder(resolver.root, _fan_out_order(inputs.columns))),
+        trees={
+            root.index: tuple(resolver.preorder(root, _fan_out_order(inputs.columns)))
+            for root in resolver.roots
+        },
         schema=schema,
         nodes=tuple(builder.nodes),
         group_parents=tuple(builder.groups),
         column_groups=tuple(g for _, g in builder.columns),
     )
+
+
+def _fan_out_order(columns: Sequence[OutputColumn]) -> dict[int, int]:
+    """For each selection: the first column whose rows fan out at or below it.
+
+    A pick (imp[0]) holding a fan-out (imp[0].deals[*]) is ordered by that fan-out's first
+    column, not by the pick's own first use (imp[0].id adds no rows).
+    """
+    order: dict[int, int] = {}
+    for i, column in enumerate(columns):
+        chain = column.selection.ancestors()
+        fans = [k for k, s in enumerate(chain) if s.fans_out]
+        if not fans:
+            continue
+        for s in chain[: fans[-1] + 1]:
+            order.setdefault(s.index, i)
+    return order
 
 
 class _Inputs:
@@ -332,12 +352,14 @@ class _Resolver:
         self.roots.append(root)
         return root
 
-    def preorder(self, root: Selection) -> list[Selection]:
+    def preorder(self, root: Selection, order: dict[int, int]) -> list[Selection]:
+        """Parents before children; siblings by `order` (the first column that fans out below
+        them), so that the first fan-out in column order is the outermost loop."""
         out: list[Selection] = []
 
         def walk(s: Selection) -> None:
             out.append(s)
-            for child in s.children:
+            for child in sorted(s.children, key=lambda c: order.get(c.index, 1 << 62)):
                 walk(child)
 
         walk(root)

@@ -1,0 +1,383 @@
+"""Malformed input: never a crash or a hang, never a silent loss, errors that say where.
+
+Random damage (truncation, byte flips, insertions) to valid records checks the accounting
+of every error policy against per-record runs and the protobuf runtime; hand-made records
+check each kind of wire error with its record index, byte offset and field path.
+WIREARROW_HYPOTHESIS_SCALE=N multiplies the number of random examples (default 150).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import os
+import pathlib
+import resource
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from google.protobuf import unknown_fields
+from google.protobuf.message import DecodeError as RuntimeDecodeError
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+import wirearrow as wa
+from oracle import assert_rows_equal, expected_rows
+from schemagen import compile_file, delimited, messages, tag, varint
+
+pytestmark = pytest.mark.malformed
+
+PROTOS = pathlib.Path(__file__).parent / "protos"
+REQUEST = "wirearrow.tests.malformed.Request"
+LEGACY = "wirearrow.tests.legacy.Legacy"
+PLAN = [
+    "id",
+    "imp[*].id",
+    "imp[*].banner.w",
+    "imp[*].deals[*].price",
+    "imp[*].sizes",
+    "s",
+    "f",
+    "blob",
+    "tree.name",
+    "tree.child.v",
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_hang() -> Iterator[None]:
+    """A hang (e.g. a loop that never advances) kills the run with a traceback."""
+    faulthandler.dump_traceback_later(300, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="module")
+def request_schema() -> tuple[wa.Schema, Any]:
+    path = PROTOS / "malformed.proto"
+    schema = wa.Schema.from_proto(str(path), REQUEST, import_paths=[str(PROTOS)])
+    return schema, compile_file(str(path)).message_class(REQUEST)
+
+
+@pytest.fixture(scope="module")
+def legacy_schema() -> wa.Schema:
+    path = PROTOS / "legacy.proto"
+    return wa.Schema.from_proto(str(path), LEGACY, import_paths=[str(PROTOS)])
+
+
+def _has_unknown_fields(message: Any) -> bool:
+    """Whether the runtime kept unknown fields anywhere (e.g. a field with the wrong wire type)."""
+    if len(unknown_fields.UnknownFieldSet(message)):
+        return True
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        if any(_has_unknown_fields(item) for item in (value if fd.is_repeated else [value])):
+            return True
+    return False
+
+
+def _runtime_parse(message_class: Any, record: bytes) -> Any | None:
+    try:
+        return message_class.FromString(record)
+    except RuntimeDecodeError:
+        return None
+
+
+def _check_dead_letter(letter: dict[str, Any], index: int, record: bytes) -> None:
+    assert letter["index"] == index
+    assert letter["raw"] == record
+    assert 0 <= letter["offset"] <= len(record), letter
+    assert isinstance(letter["path"], str)
+    assert letter["reason"], letter
+
+
+# --------------------------------------------------------------------------------------------
+# Random damage
+
+
+@st.composite
+def _damaged(draw: Any, record: bytes) -> bytes:
+    if not record:
+        return draw(st.binary(min_size=1, max_size=8))
+    kind = draw(st.sampled_from(["truncate", "flip", "insert", "overwrite"]))
+    at = draw(st.integers(0, len(record) - 1))
+    if kind == "truncate":
+        return record[:at]
+    if kind == "insert":
+        return record[:at] + draw(st.binary(min_size=1, max_size=4)) + record[at:]
+    if kind == "overwrite":
+        junk = draw(st.binary(min_size=1, max_size=4))
+        return record[:at] + junk + record[at + len(junk) :]
+    out = bytearray(record)
+    for _ in range(draw(st.integers(1, 3))):
+        out[draw(st.integers(0, len(out) - 1))] ^= draw(st.integers(1, 255))
+    return bytes(out)
+
+
+@settings(
+    max_examples=max(1, int(150 * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_damaged_records(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
+    schema, request = request_schema
+    values = data.draw(st.lists(messages(request.DESCRIPTOR, max_depth=3), min_size=1, max_size=5))
+    records = [value.SerializeToString() for value in values]
+    for i in data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1), label="damaged"):
+        records[i] = data.draw(_damaged(records[i]), label=f"record {i}")
+    validate = data.draw(st.sampled_from(["plan", "full"]), label="validate")
+    note(f"records: {[r.hex() for r in records]}")
+
+    # Each record on its own: accepted with its rows, or one dead letter naming it.
+    single = wa.Transcoder(schema, columns=PLAN, on_error="dead_letter", validate=validate)
+    accepted: dict[int, list[dict[str, Any]]] = {}
+    for i, record in enumerate(records):
+        rows = single.transcode([record]).to_pylist()
+        letters = single.dead_letters().to_pylist()
+        if letters:
+            assert rows == [] and len(letters) == 1, (i, rows, letters)
+            _check_dead_letter(letters[0], 0, record)
+        else:
+            assert rows, f"record {i} gave no rows and no dead letter"
+            accepted[i] = rows
+        parsed = _runtime_parse(request, record)
+        event(
+            f"runtime {'rejects' if parsed is None else 'accepts'}, wirearrow {'accepts' if i in accepted else 'rejects'}"
+        )
+        if parsed is None:
+            if validate == "full":
+                assert i not in accepted, (
+                    f"record {i}: the runtime rejects it, validate=full accepts"
+                )
+            continue
+        if i in accepted:
+            want = expected_rows(request, [record], PLAN)
+            assert_rows_equal(single.arrow_schema, accepted[i], want, f"record {i}")
+        elif not _has_unknown_fields(parsed):
+            pytest.fail(f"record {i} is valid protobuf but was rejected: {letters[0]}")
+    failed = [i for i in range(len(records)) if i not in accepted]
+    good_rows = [row for i in sorted(accepted) for row in accepted[i]]
+
+    # All records at once, under each policy, agree with the single runs.
+    for policy in ("skip", "dead_letter"):
+        tc = wa.Transcoder(schema, columns=PLAN, on_error=policy, validate=validate)
+        batch = tc.transcode(pa.array(records, pa.binary()))
+        assert_rows_equal(batch.schema, batch.to_pylist(), good_rows, policy)
+        stats = tc.stats
+        assert (stats.records_in, stats.rows_out, stats.records_failed) == (
+            len(records),
+            len(good_rows),
+            len(failed),
+        )
+        letters = tc.dead_letters().to_pylist()
+        if policy == "dead_letter":
+            assert [letter["index"] for letter in letters] == failed
+            for letter in letters:
+                _check_dead_letter(letter, letter["index"], records[letter["index"]])
+        else:
+            assert letters == []
+    tc = wa.Transcoder(schema, columns=PLAN, validate=validate)
+    if failed:
+        with pytest.raises(wa.DecodeError) as info:
+            tc.transcode(records)
+        assert info.value.index == failed[0]
+        assert 0 <= info.value.offset <= len(records[failed[0]])
+    else:
+        assert_rows_equal(tc.arrow_schema, tc.transcode(records).to_pylist(), good_rows, "raise")
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-made records
+
+
+def _nested(depth: int) -> bytes:
+    """A Request whose tree is ``depth`` Nodes deep."""
+    node = tag(1, 2) + b"\x04leaf"
+    for _ in range(depth - 1):
+        node = delimited(2, node)
+    return delimited(1, b"x") + delimited(7, node)
+
+
+def _imps_with_bad_banner_w() -> bytes:
+    good_imp = delimited(2, tag(1, 0) + varint(300))
+    bad_imp = delimited(2, tag(1, 5) + b"\x2c\x01\x00\x00")  # w as fixed32: wrong wire type
+    return b"".join(
+        delimited(2, delimited(1, b"i%d" % i) + imp)
+        for i, imp in enumerate([good_imp, good_imp, bad_imp])
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    record: bytes
+    columns: tuple[str, ...]
+    path: str | tuple[str, ...]  # the error path, or the paths any of which is acceptable
+    validate: str = "plan"
+
+
+CASES = [
+    Case("truncated-varint", tag(5, 0) + b"\xff\xff", ("s",), "s"),
+    Case("varint-over-10-bytes", tag(5, 0) + b"\xff" * 10 + b"\x01", ("s",), "s"),
+    Case("length-past-end", tag(1, 2) + varint(5) + b"ab", ("id",), "id"),
+    Case("length-past-end-of-unread-field", delimited(1, b"x") + tag(7, 2) + varint(50) + b"\x0a", ("id",), "tree"),
+    Case("field-number-0", delimited(1, b"x") + b"\x00\x00", ("id",), ("#0", "")),
+    Case("wire-type-6", delimited(1, b"x") + tag(1, 6) + b"\x00", ("id",), "id"),
+    Case("wire-type-7-unknown-field", tag(17, 7) + b"\x00" + delimited(1, b"x"), ("id",), "#17"),
+    Case("wire-type-7-nested", delimited(2, delimited(1, b"a")) + delimited(2, tag(1, 7)), ("imp[*].id",), "imp[1].id"),
+    Case("stray-end-group", delimited(1, b"x") + tag(17, 4), ("id",), "#17"),
+    Case("end-group-mismatch", tag(17, 3) + tag(1, 0) + b"\x01" + tag(18, 4), ("id",), ("#17", "#18")),
+    Case("unterminated-group", delimited(1, b"x") + tag(17, 3) + tag(1, 0) + b"\x01", ("id",), "#17"),
+    Case("invalid-utf8-read", delimited(1, b"\xff\xfe"), ("id",), "id"),
+    Case("invalid-utf8-unread-full", delimited(8, b"\xc3") + delimited(1, b"x"), ("id",), "note", "full"),
+    Case("wrong-wire-type-read", _imps_with_bad_banner_w(), ("imp[*].banner.w",), "imp[2].banner.w"),
+    Case("huge-length", tag(1, 2) + varint(1 << 62) + b"x", ("id",), "id"),
+    Case("huge-length-2gib", tag(1, 2) + varint(2**31 - 1) + b"x", ("id",), "id"),
+    Case("huge-packed-length", delimited(2, tag(4, 2) + varint(1 << 40) + b"\x01"), ("imp[*].sizes",), "imp[0].sizes"),
+    Case("nesting-too-deep", _nested(150), ("id",), "tree", "full"),
+    Case("truncated-varint-in-packed", delimited(2, delimited(4, b"\x01\x80")), ("imp[*].sizes",), "imp[0].sizes"),
+    Case("group-for-a-read-string", tag(1, 3) + tag(1, 4), ("id",), "id"),
+    Case("packed-fixed32-length-not-multiple-of-4", delimited(9, b"\x01\x02\x03"), ("marks",), "marks"),
+    Case("tag-over-32-bits", delimited(1, b"x") + varint(1 << 35), ("id",), ("", "#4294967296")),
+]  # fmt: skip
+
+
+def _check_path(case: Case, path: str) -> None:
+    if isinstance(case.path, tuple):
+        assert path in case.path, f"{case.name}: path {path!r}, expected one of {case.path}"
+    elif case.name.startswith("nesting"):
+        assert path.startswith(case.path), f"{case.name}: path {path!r}"
+    else:
+        assert path == case.path, f"{case.name}: path {path!r}, expected {case.path!r}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_bad_record_raises(request_schema: tuple[wa.Schema, Any], case: Case) -> None:
+    schema, request = request_schema
+    good = request(id="ok", s=-3).SerializeToString()
+    tc = wa.Transcoder(schema, columns=list(case.columns), validate=case.validate)
+    tracemalloc.start()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    try:
+        with pytest.raises(wa.DecodeError) as info:
+            tc.transcode([good, case.record, good])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 5
+    assert peak < 64 << 20, f"{case.name}: {peak} bytes allocated"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 256 << 10  # KiB
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert err.index == 1
+    assert 0 <= err.offset <= len(case.record), f"{case.name}: offset {err.offset}"
+    _check_path(case, err.path)
+    assert err.reason
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_bad_record_skipped_or_dead_lettered(
+    request_schema: tuple[wa.Schema, Any], case: Case
+) -> None:
+    schema, request = request_schema
+    good = [request(id="a", s=1).SerializeToString(), request(id="b").SerializeToString()]
+    columns = list(case.columns)
+    clean = wa.Transcoder(schema, columns=columns, validate=case.validate).transcode(good)
+    raised = wa.Transcoder(schema, columns=columns, validate=case.validate)
+    with pytest.raises(wa.DecodeError) as info:
+        raised.transcode([good[0], case.record, good[1]])
+
+    for policy in ("skip", "dead_letter"):
+        tc = wa.Transcoder(schema, columns=columns, on_error=policy, validate=case.validate)
+        batch = tc.transcode([good[0], case.record, good[1]])
+        assert batch.to_pylist() == clean.to_pylist(), f"{case.name}/{policy}"
+        stats = tc.stats
+        assert (stats.records_in, stats.rows_out, stats.records_failed) == (3, clean.num_rows, 1)
+        letters = tc.dead_letters()
+        if policy == "skip":
+            assert letters.num_rows == 0
+            continue
+        assert letters.schema.names == ["index", "offset", "path", "reason", "raw"]
+        assert letters.schema.field("index").type == pa.int64()
+        assert letters.schema.field("raw").type == pa.binary()
+        (letter,) = letters.to_pylist()
+        _check_dead_letter(letter, 1, case.record)
+        assert (letter["offset"], letter["path"]) == (info.value.offset, info.value.path)
+        assert tc.dead_letters().num_rows == 0, "dead_letters() drains"
+
+
+def test_deep_nesting_within_the_limit_is_accepted(request_schema: tuple[wa.Schema, Any]) -> None:
+    schema, request = request_schema
+    record = _nested(50)
+    assert request.FromString(record).tree.child.child.name == ""
+    batch = wa.Transcoder(schema, columns=["id"], validate="full").transcode([record])
+    assert batch.to_pylist() == [{"id": "x"}]
+
+
+def test_deep_nesting_the_plan_never_enters_is_skipped(
+    request_schema: tuple[wa.Schema, Any],
+) -> None:
+    """validate="plan" skips sub-messages the plan does not read by length, unchecked."""
+    schema, _ = request_schema
+    batch = wa.Transcoder(schema, columns=["id"], validate="plan").transcode([_nested(150)])
+    assert batch.to_pylist() == [{"id": "x"}]
+
+
+def test_invalid_utf8_in_an_unread_field_passes_plan_validation(
+    request_schema: tuple[wa.Schema, Any],
+) -> None:
+    schema, _ = request_schema
+    record = delimited(8, b"\xc3") + delimited(1, b"x")
+    batch = wa.Transcoder(schema, columns=["id"], validate="plan").transcode([record])
+    assert batch.to_pylist() == [{"id": "x"}]
+
+
+@pytest.mark.parametrize("validate", ["plan", "full"])
+def test_an_unread_field_with_another_wire_type_is_skipped(
+    request_schema: tuple[wa.Schema, Any], validate: str
+) -> None:
+    """Like the runtime: a known field the plan does not read is treated as unknown."""
+    schema, request = request_schema
+    record = tag(8, 0) + varint(5) + delimited(1, b"x") + tag(9, 0) + varint(1)
+    assert request.FromString(record).id == "x"
+    batch = wa.Transcoder(schema, columns=["id"], validate=validate).transcode([record])
+    assert batch.to_pylist() == [{"id": "x"}]
+
+
+def test_proto2_strings_are_checked_only_where_arrow_needs_it(legacy_schema: wa.Schema) -> None:
+    # proto2 has no UTF-8 rule, so bytes the plan does not output are not checked; a string
+    # the plan outputs lands in an Arrow utf8 column, which must be valid UTF-8.
+    record = (
+        delimited(1, b"\xff\xfe")
+        + delimited(2, b"ok")
+        + delimited(2, b"\xc3")
+        + tag(3, 0)
+        + b"\x07"
+    )
+    for validate in ("plan", "full"):
+        ok = wa.Transcoder(legacy_schema, columns=["n"], validate=validate).transcode([record])
+        assert ok.column(0).to_pylist() == [7]
+        tc = wa.Transcoder(
+            legacy_schema, columns=["name", "tags[*]"], validate=validate, on_error="dead_letter"
+        )
+        assert tc.transcode([record]).num_rows == 0
+        dead = tc.dead_letters()
+        assert dead.column("reason").to_pylist() == ["invalid UTF-8 in a string field"]
+        assert dead.column("path").to_pylist() == ["name"]
+
+
+def test_truncated_framed_stream(request_schema: tuple[wa.Schema, Any]) -> None:
+    schema, request = request_schema
+    record = request(id="a").SerializeToString()
+    stream = varint(len(record)) + record + varint(len(record) + 5) + record
+    with pytest.raises(wa.DecodeError) as info:
+        wa.Transcoder(schema, columns=["id"]).transcode(stream, framing="varint")
+    assert info.value.index == 1
