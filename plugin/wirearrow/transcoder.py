@@ -94,6 +94,7 @@ class Transcoder:
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
         # Elements per record of each group in the last batch: sizes the next batch's buffers.
         self._per_record: np.ndarray | None = None
+        self._bytes_per_record: np.ndarray | None = None  # string bytes, per column
 
     def _plan_columns(self) -> Sequence[str | Column]:
         if self._columns is not None:
@@ -164,8 +165,11 @@ class Transcoder:
                 POLICY_RAISE if raising else POLICY_SKIP,
                 0,
                 self._capacity(len(starts)),
+                self._arena_capacity(len(starts)),
             )
             failed = [(self._error(e, index), e[0]) for e in result.errors]
+            # (read before assembly releases the arenas column by column)
+            arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
             rejected: list[tuple[DecodeError, int]] = []
             try:
                 columns, n_rows = Assembler(self._plan, result, data).columns()
@@ -193,9 +197,9 @@ class Transcoder:
             keep = np.ones(len(starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
-        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / max(
-            result.records, 1
-        )
+        records = max(result.records, 1)
+        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / records
+        self._bytes_per_record = np.asarray(arena_bytes, np.float64) / records
         self._account(n_in, failures, n_rows, n_bytes)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
 
@@ -213,6 +217,12 @@ class Transcoder:
             # pages a group never fills are never touched (and cost no resident memory).
             return [n] * len(self._plan.group_parents)
         return [int(x * n * 1.05) + 16 for x in per_record]
+
+    def _arena_capacity(self, n: int) -> list[int] | None:
+        per_record = self._bytes_per_record
+        if per_record is None:
+            return None
+        return [int(x * n * 1.05) + 64 if x > 0 else 0 for x in per_record]
 
     # -- errors and accounting ----------------------------------------------------------
 

@@ -43,6 +43,7 @@ cdef enum Status:
     E_TAG_OVERFLOW = 12
     E_NO_MEMORY = 13
     E_PACKED_LENGTH = 14
+    E_TOO_LARGE = 15
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
@@ -60,6 +61,7 @@ STATUS_TEXT = {
     E_TAG_OVERFLOW: "tag larger than 32 bits",
     E_NO_MEMORY: "out of memory",
     E_PACKED_LENGTH: "packed fixed-width field length is not a multiple of the value size",
+    E_TOO_LARGE: "a string column holds over 4 GiB in one batch: use smaller batches",
 }
 
 # Error policies of decode().
@@ -274,28 +276,28 @@ cdef class Result:
     cdef readonly list group_counts
     cdef readonly list col_values      # OwnedBuffer (width * count bytes) or None
     cdef readonly list col_valid       # OwnedBuffer (count bytes)
+    cdef readonly list col_arena       # OwnedBuffer of a K_BYTES column's bytes, else None
     cdef readonly list col_counts
     cdef readonly list errors
     cdef readonly int64_t records
 
 
 def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
-           const int64_t[::1] ends, int policy, int64_t index_base=0, capacity=None):
+           const int64_t[::1] ends, int policy, int64_t index_base=0, capacity=None,
+           arena_capacity=None):
     """Decode records data[starts[i]:ends[i]] for every i; return a Result.
 
     With POLICY_RAISE decoding stops at the first bad record (it is in Result.errors and the
     records before it are kept); with POLICY_SKIP every bad record is rolled back and listed.
     `capacity`: expected elements per group (e.g. from the previous batch), allocated up
-    front with calloc so that stores neither reallocate nor copy.
+    front with calloc so that stores neither reallocate nor copy; `arena_capacity`: the
+    same for the string bytes of each column.
     """
     cdef int64_t n = starts.shape[0]
     if ends.shape[0] != n:
         raise ValueError("starts and ends differ in length")
     cdef int64_t size = data.shape[0]
     cdef int64_t i
-    if size > 0xFFFFFFFF:
-        # string views are 32-bit offsets into the batch (half the memory of 64-bit ones)
-        raise ValueError("a batch holds at most 4 GiB of records: split it")
     for i in range(n):
         if not 0 <= starts[i] <= ends[i] <= size:
             raise ValueError(f"record {i}: bounds outside the data")
@@ -334,6 +336,17 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             free_ctx(c, program)
             PyMem_RawFree(checkpoint)
             raise MemoryError()
+    if arena_capacity is not None:
+        if len(arena_capacity) != program.n_cols:
+            free_ctx(c, program)
+            PyMem_RawFree(checkpoint)
+            raise ValueError("arena_capacity needs one entry per column")
+        for i in range(program.n_cols):
+            if c.cols[i].width == 8 and arena_capacity[i] > 0:
+                c.cols[i].arena_cap = min(int(arena_capacity[i]), ARENA_MAX)
+                c.cols[i].arena = <uint8_t*>PyMem_RawMalloc(c.cols[i].arena_cap)
+                if c.cols[i].arena == NULL:
+                    c.cols[i].arena_cap = 0
 
     errors = []
     cdef int status = OK
@@ -408,6 +421,7 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
         for i in range(program.n_cols):
             PyMem_RawFree(c.cols[i].values)
             PyMem_RawFree(c.cols[i].valid)
+            PyMem_RawFree(c.cols[i].arena)
     if c.groups != NULL:
         for i in range(program.n_groups):
             PyMem_RawFree(c.groups[i].parent)
@@ -432,6 +446,7 @@ cdef int export(Ctx* c, Result r) except -1:
         gs.parent = NULL
     r.col_values = []
     r.col_valid = []
+    r.col_arena = []
     r.col_counts = []
     for i in range(c.n_cols):
         cs = &c.cols[i]
@@ -444,9 +459,11 @@ cdef int export(Ctx* c, Result r) except -1:
         if cs.width == 0:
             PyMem_RawFree(cs.values)
         r.col_valid.append(OwnedBuffer.adopt(cs.valid, count))
+        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len) if cs.arena != NULL else None)
         r.col_counts.append(count)
         cs.values = NULL
         cs.valid = NULL
+        cs.arena = NULL
     return 0
 
 
@@ -987,10 +1004,41 @@ cdef inline int decode_scalar(Ctx* c, const FieldEntry* f, const uint8_t** pp,
         dst = slot(c, f.column)
         if dst == NULL:
             return E_NO_MEMORY
-        view[0] = <uint32_t>(p - c.data)
-        view[1] = <uint32_t>n
+        st = append_bytes(&c.cols[f.column], p, n, view)
+        if st != OK:
+            return st
         memcpy(dst, view, 8)
     pp[0] = p + n
+    return OK
+
+
+cdef int64_t ARENA_MAX = (<int64_t>1 << 32) - 1  # views hold uint32 offsets
+
+
+cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
+                             uint32_t* view) noexcept nogil:
+    """Copy a string into the column's arena now, while it is in cache: gathering it from
+    the batch input after the whole batch is decoded costs a cache miss per value.
+    A value overwritten later (last one wins) or rolled back stays as unused bytes."""
+    cdef int64_t cap
+    cdef uint8_t* grown
+    if cs.arena_len + n > cs.arena_cap:
+        cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
+        while cap < cs.arena_len + n:
+            cap *= 2
+        if cap > ARENA_MAX:
+            if cs.arena_len + n > ARENA_MAX:
+                return E_TOO_LARGE
+            cap = ARENA_MAX
+        grown = <uint8_t*>PyMem_RawRealloc(cs.arena, cap)
+        if grown == NULL:
+            return E_NO_MEMORY
+        cs.arena = grown
+        cs.arena_cap = cap
+    view[0] = <uint32_t>cs.arena_len
+    view[1] = <uint32_t>n
+    memcpy(cs.arena + cs.arena_len, p, n)
+    cs.arena_len += n
     return OK
 
 

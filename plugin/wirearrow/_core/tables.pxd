@@ -15,7 +15,7 @@ cdef enum Kind:
     K_ZIGZAG64 = 4      # sint64
     K_FIXED32 = 5       # fixed32 / sfixed32 / float: 4 little-endian bytes, copied as is
     K_FIXED64 = 6       # fixed64 / sfixed64 / double
-    K_BYTES = 7         # string / bytes: a view (uint32 offset into the batch data, uint32 length)
+    K_BYTES = 7         # string / bytes: a view (uint32 offset, uint32 length) into the column's arena
     K_MESSAGE = 8       # length-delimited sub-message: descend into `child`
     K_GROUP = 9         # delimited (group) sub-message: descend until the matching end-group
 
@@ -53,6 +53,9 @@ ctypedef struct ColumnStore:
     int64_t capacity    # slots allocated (zero-filled beyond the group's count)
     int32_t width       # 0 (presence only), 1, 4 or 8 (a K_BYTES view is 8)
     int32_t group
+    uint8_t* arena      # K_BYTES: the bytes, copied while they are in cache; views index it
+    int64_t arena_len
+    int64_t arena_cap
 
 ctypedef struct GroupStore:
     int64_t* parent     # element -> element of parent_group (the root group: record index)

@@ -45,6 +45,7 @@ class BadRecords(Exception):
         self.problems = problems
 
 
+_NO_BYTES = memoryview(b"")
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
@@ -136,7 +137,9 @@ class Assembler:
     def _strings(self, column: int, t: pa.DataType, n: int, indices: np.ndarray | None) -> pa.Array:
         values = self.r.col_values[column]
         valid = self.r.col_valid[column]
-        validity, nulls, offsets, data = gather_views(self.data, values, valid, n, indices)
+        arena = self.r.col_arena[column]
+        source = arena if arena is not None else _NO_BYTES
+        validity, nulls, offsets, data = gather_views(source, values, valid, n, indices)
         rows = n if indices is None else len(indices)
         buffers = [
             pa.py_buffer(validity) if validity is not None else None,
@@ -438,6 +441,7 @@ class Assembler:
                 if storage_uses[c] == 0:
                     self.r.col_values[c] = None
                     self.r.col_valid[c] = None
+                    self.r.col_arena[c] = None
             self._arrays.clear()
         built: list[pa.Array] = out  # type: ignore[assignment]
         records = _Records(
@@ -459,6 +463,8 @@ class Assembler:
                 if isinstance(x, MapLeaf):
                     self.map_keep(x.child_group, x.key)
         self.parents = []
+        for g in range(len(self.r.group_parents)):
+            self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end
 
     def _column(
         self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool
@@ -468,6 +474,9 @@ class Assembler:
         if s.parent is None and not expanded:
             return self.leaf(leaf)
         idx = table[s.index]
+        n = self.counts[leaf.group]
+        if len(idx) == n and (n == 0 or (idx[0] == 0 and np.all(np.diff(idx) == 1))):
+            return self.leaf(leaf)  # one row per element, in order: no take needed
         if isinstance(leaf, ScalarLeaf) and (
             pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type)
         ):
