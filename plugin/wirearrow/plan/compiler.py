@@ -42,6 +42,7 @@ from wirearrow.plan.expressions import (
     Lit,
     MaybePath,
     PathRef,
+    literal_type,
 )
 from wirearrow.plan.leaves import (
     EnumLeaf,
@@ -269,7 +270,7 @@ class _Inputs:
                 return self.bind(PathRef(expr.text), tree)
             return BoundExpr(pa.utf8(), value=expr.text)
         if isinstance(expr, Lit):
-            return BoundExpr(_literal_type(expr.value), value=expr.value)
+            return BoundExpr(literal_type(expr.value), value=expr.value)
         if isinstance(expr, Call):
             function = FUNCTIONS.get(expr.func)
             if function is None:
@@ -321,20 +322,6 @@ class _Inputs:
         if "." in text or "[" in text:
             return True
         return text in self.resolver.b.root.message.fields_by_name
-
-
-def _literal_type(value: object) -> pa.DataType:
-    if value is None:
-        return pa.null()
-    if isinstance(value, bool):
-        return pa.bool_()
-    if isinstance(value, int):
-        return pa.int64() if -(2**63) <= value < 2**63 else pa.uint64()
-    if isinstance(value, float):
-        return pa.float64()
-    if isinstance(value, str):
-        return pa.utf8()
-    raise ExprTypeError(f"unsupported literal {value!r}")
 
 
 class _Resolver:

@@ -162,6 +162,21 @@ def register(
     return deco
 
 
+def literal_type(value: object) -> pa.DataType:
+    """The Arrow type of a literal (ints beyond int64 are uint64)."""
+    if value is None:
+        return pa.null()
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64() if -(2**63) <= value < 2**63 else pa.uint64()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, str):
+        return pa.utf8()
+    raise ExprTypeError(f"unsupported literal {value!r}")
+
+
 def common_type(types: Sequence[pa.DataType], what: str) -> pa.DataType:
     """The type several values unify to (nulls adapt; ints widen; int+float -> float64)."""
     real = [t for t in types if not pa.types.is_null(t)]

@@ -99,6 +99,7 @@ from wirearrow.plan.expressions import (
     common_type,
     list_length,
     lit,
+    literal_type,
     register,
     truthy,
 )
@@ -278,20 +279,6 @@ def _nulls(n: int, t: pa.DataType | None = None) -> pa.Array:
     return pa.nulls(n, type=t or pa.null())
 
 
-def _literal_type(value: object) -> pa.DataType:
-    if value is None:
-        return pa.null()
-    if isinstance(value, bool):
-        return pa.bool_()
-    if isinstance(value, int):
-        return pa.int64() if -(2**63) <= value < 2**63 else pa.uint64()
-    if isinstance(value, float):
-        return pa.float64()
-    if isinstance(value, str):
-        return pa.utf8()
-    raise ExprTypeError(f"unsupported literal {value!r}")
-
-
 _UNITS = {1: "s", 1_000: "ms", 1_000_000: "us", 1_000_000_000: "ns"}
 _PER_SECOND = {u: k for k, u in _UNITS.items()}
 _FINER = ["s", "ms", "us", "ns"]
@@ -438,7 +425,7 @@ def _coalesce(args: Sequence[Value], call: Call, n: int) -> Value:
 
 
 def _default_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
-    return common_type([types[0], _literal_type(call.literal)], "default")
+    return common_type([types[0], literal_type(call.literal)], "default")
 
 
 @_fn("default", 1, 1, _default_type, aux=("literal",))
