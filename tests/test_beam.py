@@ -1,0 +1,614 @@
+"""wirearrow.beam on Beam's local runners.
+
+Batch pipelines run on FnApiRunner (pinned: the default runner wants to download Prism),
+in-process and with 2 worker processes. Streaming tests use TestStream, which FnApiRunner
+does not run (Beam 2.77: NotImplementedError beam:transform:teststream:v1), so they use
+the direct runner's streaming engine, BundleBasedDirectRunner, offline as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import itertools
+import pickle
+import re
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+beam = pytest.importorskip("apache_beam")
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: E402
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner  # noqa: E402
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
+from apache_beam.testing import test_stream  # noqa: E402
+from apache_beam.testing.util import assert_that  # noqa: E402
+from apache_beam.transforms import trigger, window  # noqa: E402
+
+import wirearrow as wa  # noqa: E402
+import wirearrow.beam as wab  # noqa: E402
+
+pytestmark = [
+    pytest.mark.beam,
+    # Beam's own modules warn on import and while running (deprecations, pickling hints).
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:apache_beam.*"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = str(ROOT / "transforms" / "openrtb_flat.yaml")
+SCHEMA_DIR = str(ROOT / "examples" / "schema")
+ID_PLAN = {
+    "proto": {
+        "file": "bidrequest.proto",
+        "message": "BidRequestEvent",
+        "import_paths": [SCHEMA_DIR],
+    },
+    "denormalizer": {"columns": [{"name": "id", "path": "id"}]},
+}
+# Records every plan rejects: field number 0; a string whose length runs past the end.
+BAD = [bytes([0x00]), bytes([0x0A, 0x05, 0x41])]
+
+
+def in_process(**options) -> beam.Pipeline:
+    return beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(**options))
+
+
+def two_workers() -> beam.Pipeline:
+    options = PipelineOptions(direct_num_workers=2, direct_running_mode="multi_processing")
+    return beam.Pipeline(runner=FnApiRunner(), options=options)
+
+
+def rows_of(batches) -> list[str]:
+    """Order-insensitive comparable form of the rows of some batches / tables."""
+    out = []
+    for b in batches:
+        out.extend(repr(sorted(r.items())) for r in b.to_pylist())
+    return sorted(out)
+
+
+def expected_rows(plan, records) -> tuple[list[str], pa.Table]:
+    """The in-process transcoder's rows and dead letters (ToArrow's default policy)."""
+    cfg = wa.load_plan(plan)
+    options = dataclasses.replace(cfg.options, on_error="dead_letter")
+    tc = dataclasses.replace(cfg, options=options).transcoder()
+    batch = tc.transcode(records)
+    return rows_of([batch]), tc.dead_letters()
+
+
+def equal_to_rows(expected: list[str]):
+    def check(actual) -> None:
+        got = rows_of(actual)
+        if got != expected:
+            raise AssertionError(
+                f"{len(got)} rows, expected {len(expected)}; first diff: "
+                f"{next((a, b) for a, b in zip(got, expected, strict=False) if a != b) if got and expected else None}"
+            )
+
+    return check
+
+
+def read_parquet_dir(path: Path) -> pa.Table:
+    files = sorted(path.glob("*.parquet"))
+    assert files, f"no Parquet file in {path}"
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+# ----------------------------------------------------------------------------- ToArrow
+
+
+def test_to_arrow_equals_the_transcoder_with_dead_letters(bid_corpus) -> None:
+    records = bid_corpus[:120] + BAD + bid_corpus[120:]
+    want_rows, want_dead = expected_rows(PLAN, records)
+    transform = wab.ToArrow(PLAN, batch_size=37)
+    assert transform.schema == wa.Transcoder.from_config(PLAN).arrow_schema
+
+    with in_process() as p:
+        result = p | beam.Create(records) | transform
+        assert_that(result.batches, equal_to_rows(want_rows), label="rows")
+        assert_that(
+            result.dead_letters | beam.Map(lambda d: (d.reason, d.path, d.raw, d.key)),
+            lambda got: _same(
+                sorted(got),
+                sorted((r["reason"], r["path"], r["raw"], None) for r in want_dead.to_pylist()),
+            ),
+            label="dead",
+        )
+        assert_that(
+            result.batches
+            | beam.Map(lambda b: b.num_rows <= 37 * 50 and b.schema.equals(transform.schema)),
+            lambda flags: _same(set(flags), {True}),
+            label="schema",
+        )
+    metrics = p.result.metrics().query()["counters"]
+    totals = {c.key.metric.name: c.committed for c in metrics}
+    assert totals["records_in"] == len(records)
+    assert totals["records_failed"] == len(BAD) == want_dead.num_rows
+    assert totals["rows_out"] == len(want_rows)
+
+
+def _same(got, want) -> None:
+    if got != want:
+        raise AssertionError(f"got {got!r:.500}\nwant {want!r:.500}")
+
+
+def test_keyed_and_row_inputs_carry_keys_to_dead_letters(bid_corpus) -> None:
+    records = bid_corpus[:40]
+    want_rows, _ = expected_rows(ID_PLAN, records)
+    keyed = [(f"k{i}", r) for i, r in enumerate(records)] + [("bad-0", BAD[0]), (b"bad-1", BAD[1])]
+    rows = [beam.Row(value=r, n=i) for i, r in enumerate([*records, BAD[0]])]
+
+    with in_process() as p:
+        by_key = (
+            p | "keyed" >> beam.Create(keyed) | "ToArrowKeyed" >> wab.ToArrow(ID_PLAN, batch_size=8)
+        )
+        assert_that(by_key.batches, equal_to_rows(want_rows), label="keyed rows")
+        assert_that(
+            by_key.dead_letters | "keys" >> beam.Map(lambda d: d.key),
+            lambda got: _same(sorted(got), ["bad-0", "bad-1"]),
+            label="keyed dead",
+        )
+        from_rows = (
+            p | "rows" >> beam.Create(rows) | "ToArrowRows" >> wab.ToArrow(ID_PLAN, field="value")
+        )
+        assert_that(from_rows.batches, equal_to_rows(want_rows), label="row rows")
+        assert_that(
+            from_rows.dead_letters | "count" >> beam.combiners.Count.Globally(),
+            lambda n: _same(n, [1]),
+            label="row dead",
+        )
+
+
+def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
+    """Buffered per window; every batch in its records' window, at their latest timestamp."""
+    records = bid_corpus[:60]
+    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    stamp = {rid: 3 * i for i, rid in enumerate(ids)}  # 0..177 s: 18 windows of 10 s
+
+    def describe(batch, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam):
+        batch_ids = batch.column("id").to_pylist()
+        return (w.start.micros // 10**6, ts.micros / 10**6, batch_ids)
+
+    def check(got) -> None:
+        seen = []
+        for start, ts, batch_ids in got:
+            assert all(start <= stamp[i] < start + 10 for i in batch_ids), (start, batch_ids)
+            assert ts == max(stamp[i] for i in batch_ids), (ts, batch_ids)
+            assert len(batch_ids) <= 2
+            seen.extend(batch_ids)
+        assert sorted(seen) == sorted(ids)
+
+    out = tmp_path / "out"
+    with in_process() as p:
+        result = (
+            p
+            | beam.Create(list(enumerate(records)))
+            | beam.Map(lambda e: window.TimestampedValue(e[1], 3 * e[0]))
+            | beam.WindowInto(window.FixedWindows(10))
+            | wab.ToArrow(ID_PLAN, batch_size=2)
+        )
+        assert_that(result.batches | beam.Map(describe), check)
+        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+
+    # Bounded and windowed: one file per window (one firing, one shard), that window's rows.
+    files = sorted(out.glob("*.parquet"))
+    assert len(files) == 18
+    for f in files:
+        start = re.fullmatch(r"part-19700101T(\d{6})\.000000Z-.*-0-00000-of-00001\.parquet", f.name)
+        assert start, f.name
+        seconds = int(start[1][:2]) * 3600 + int(start[1][2:4]) * 60 + int(start[1][4:])
+        got = pq.read_table(f).column("id").to_pylist()
+        assert got and all(seconds <= stamp[i] < seconds + 10 for i in got)
+    assert sorted(i for f in files for i in pq.read_table(f).column("id").to_pylist()) == sorted(
+        ids
+    )
+
+
+# ----------------------------------------------------------------------------- Shared, pickling
+
+
+def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
+    transform = wab.ToArrow(ID_PLAN)
+    fn = wab._TranscodeBytesFn(transform._spec, 8, "value", "dead_letters")
+    a, b = pickle.loads(pickle.dumps(fn)), pickle.loads(pickle.dumps(fn))
+    a.setup()
+    b.setup()
+    assert a._prototype is b._prototype  # one compile per process (Shared)
+    assert a._tc is not b._tc and a._tc._plan is b._tc._plan
+    a._tc.transcode(BAD)
+    assert b._tc.dead_letters().num_rows == 0
+    assert a._tc.dead_letters().num_rows == 2
+
+
+def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
+    """What dill builds on: every DoFn and row round-trips through plain pickle too."""
+    schema = wa.Transcoder.from_config(PLAN).arrow_schema
+    rows_fn = pickle.loads(pickle.dumps(wab._RowsFn(schema, "R")))
+    rows_fn.setup()
+    batch = wa.Transcoder.from_config(PLAN).transcode(bid_corpus[:3])
+    rows = list(rows_fn.process(batch))
+    back = pickle.loads(pickle.dumps(rows))
+    assert back == rows and back[0].request_id == rows[0].request_id
+    for fn in (
+        wab._PlanChunksFn("varint", "auto", 1 << 20, "raise"),
+        wab._ReadChunkFn("varint", 100, "raise"),
+        wab._AssignShardFn(2),
+        wab._FiringFn(2),
+        wab._SinkFactory(schema, "zstd", 1000),
+        wab._FileNaming("part"),
+    ):
+        pickle.loads(pickle.dumps(fn))
+
+
+@pytest.mark.parametrize("library", ["cloudpickle", "dill"])
+def test_pickles_with_cloudpickle_and_dill(library: str, bid_corpus) -> None:
+    if library == "dill":
+        pytest.importorskip("dill", reason="dill is not installed in this environment")
+    from apache_beam.internal import pickler
+
+    records = bid_corpus[:30]
+    want_rows, _ = expected_rows(ID_PLAN, records)
+    pickler.set_library(library)
+    try:
+        for fn in (
+            wab._TranscodeBytesFn(wab.ToArrow(ID_PLAN)._spec, 8, "value", "dead"),
+            wab._RowsFn(wa.Transcoder.from_config(PLAN).arrow_schema, "R"),
+        ):
+            restored = pickler.loads(pickler.dumps(fn))
+            restored.setup()
+        with in_process(pickle_library=library) as p:
+            records_pc = p | beam.Create(records)
+            assert_that((records_pc | wab.ToArrow(ID_PLAN)).batches, equal_to_rows(want_rows))
+            rows = (records_pc | wab.ToRows(PLAN)).rows
+            assert_that(rows | beam.combiners.Count.Globally(), lambda n: n[0] > 30, label="rows")
+    finally:
+        pickler.set_library(pickler.DEFAULT_PICKLE_LIB)
+
+
+# ----------------------------------------------------------------------------- ToRows
+
+
+def test_to_rows_schema_and_values(bid_schema, bid_corpus) -> None:
+    from apache_beam.typehints.schemas import typing_to_runner_api
+
+    nested = wa.Transcoder(bid_schema)  # whole messages: structs, lists, maps, uint32
+    to_rows = wab.ToRows(nested, type_name="BidRow")
+    schema = typing_to_runner_api(to_rows.row_type).row_type.schema
+    fields = {f.name: f.type for f in schema.fields}
+    assert fields["tmax"].atomic_type == 4  # uint32 -> INT64 (schema_pb2.INT64)
+    assert fields["at"].atomic_type == 3  # enum -> INT32
+    assert fields["timestamp"].logical_type.urn == "beam:logical_type:micros_instant:v1"
+    imp = fields["imp"].array_type.element_type.row_type.schema
+    banner = {f.name: f.type for f in imp.fields}["banner"].row_type.schema
+    assert {f.name: f.type.atomic_type for f in banner.fields}["w"] == 4  # uint32 -> INT64
+    assert fields["id"].nullable
+
+    flat = wab.ToRows(PLAN)
+    assert [n for n, _ in flat.row_type.__annotations__.items()] == flat._to_arrow.schema.names
+
+    records = bid_corpus[:50]
+    arrow = nested.transcode(records).to_pylist()
+    expected = sorted(
+        (r["id"], r["tmax"], len(r["imp"]), r["timestamp"].timestamp()) for r in arrow
+    )
+    coder = beam.coders.RowCoder.from_type_hint(to_rows.row_type, None)
+
+    def check(rows) -> None:
+        got = sorted((r.id, r.tmax, len(r.imp), r.timestamp.micros / 1e6) for r in rows)
+        _same(got, expected)
+        for r in rows[:5]:  # rows survive RowCoder (what crosses every fusion break)
+            back = coder.decode(coder.encode(r))
+            assert back.id == r.id and back.imp[0].banner == r.imp[0].banner
+
+    with in_process() as p:
+        rows = (p | beam.Create(records) | to_rows).rows | beam.Reshuffle()
+        assert_that(rows, check)
+
+
+def test_row_type_mapping_of_unusual_types() -> None:
+    schema = pa.schema(
+        [
+            ("u8", pa.uint8()), ("u64", pa.uint64()), ("ns", pa.timestamp("ns", tz="UTC")),
+            ("d", pa.duration("ms")), ("day", pa.date32()), ("imp[*].id", pa.list_(pa.string())),
+            ("m", pa.map_(pa.string(), pa.int32())), ("e", pa.struct([])),
+        ]
+    )  # fmt: skip
+    row_cls, convert = wab._row_converter(schema, "T")
+    assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m")  # e: empty struct
+    batch = pa.record_batch(
+        [
+            pa.array([255, None], pa.uint8()), pa.array([2**64 - 1, 5], pa.uint64()),
+            pa.array([1_500, None], pa.timestamp("ns", tz="UTC")), pa.array([3, 4], pa.duration("ms")),
+            pa.array([1, 2], pa.date32()), pa.array([["a", "b"], None], pa.list_(pa.string())),
+            pa.array([[("k", 1)], []], pa.map_(pa.string(), pa.int32())),
+            pa.array([{}, None], pa.struct([])),
+        ],
+        schema=schema,
+    )  # fmt: skip
+    first, second = convert(batch.slice(0, 2))
+    assert first.u8 == 255 and first.u64 == -1 and second.u64 == 5
+    assert first.ns.micros == 1 and second.ns is None
+    assert first.d == 3000 and first.imp_id == ["a", "b"] and second.imp_id is None
+    assert first.m == {"k": 1} and second.m == {}
+
+
+# ----------------------------------------------------------------------------- ReadDelimited
+
+
+def _write_framed(path: Path, records: list[bytes], framing: str, opener=open) -> None:
+    import corpus
+
+    with opener(path, "wb") as f:
+        f.writelines(corpus.frame(records, framing))
+
+
+@pytest.mark.parametrize("framing", ["varint", "u32be"])
+def test_read_delimited_reads_every_record_once_across_splits(
+    tmp_path, framing, bid_corpus
+) -> None:
+    big = [r + bytes([i % 7]) for i, r in enumerate(bid_corpus * 3)]  # 900 records, ~850 KB
+    small, compressed = bid_corpus[:3], bid_corpus[3:40]
+    _write_framed(tmp_path / "a.bin", big, framing)
+    _write_framed(tmp_path / "b.bin", small, framing)
+    _write_framed(tmp_path / "c.bin", [], framing)
+    _write_framed(tmp_path / "d.bin.gz", compressed, framing, opener=gzip.open)
+    chunks = list(
+        wab._PlanChunksFn(framing, "auto", 20_000, "raise").process(
+            beam.io.filesystems.FileSystems.match([str(tmp_path / "a.bin")])[0].metadata_list[0]
+        )
+    )
+    assert len(chunks) > 30  # many splits, each a whole number of records
+    assert chunks[0].start == 0 and all(x.end == y.start for x, y in itertools.pairwise(chunks))
+    want = Counter(big + small + compressed)
+
+    with in_process() as p:
+        records = p | wab.ReadDelimited(
+            str(tmp_path / "*"), framing, chunk_bytes=20_000, batch_size=64
+        )
+        assert_that(records, lambda got: _same(Counter(got), want))
+
+
+def test_to_arrow_takes_read_delimited_batches_whole(tmp_path, bid_corpus) -> None:
+    """Fused after ReadDelimited, ToArrow gets its RecordArrays: no per-record call."""
+    _write_framed(tmp_path / "a.bin", bid_corpus[:100], "u32le")
+    want_rows, _ = expected_rows(ID_PLAN, bid_corpus[:100])
+    with in_process() as p:
+        records = p | wab.ReadDelimited(str(tmp_path / "a.bin"), "u32le", batch_size=30)
+        result = records | wab.ToArrow(ID_PLAN, batch_size=20)
+        assert_that(result.batches, equal_to_rows(want_rows))
+    counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]}
+    assert counters["record_arrays_in"] == 4  # 30 + 30 + 30 + 10 records
+    assert counters["batches_out"] == 7  # each sliced to batch_size 20
+    assert counters["records_in"] == counters["records_read"] == 100
+
+
+def test_read_delimited_truncated_files(tmp_path, bid_corpus) -> None:
+    path = tmp_path / "t.bin"
+    _write_framed(path, bid_corpus[:20], "u32le")
+    path.write_bytes(path.read_bytes()[:-10])
+    with (
+        pytest.raises(Exception, match=r"truncated u32le stream: the record at byte \d+"),
+        in_process() as p,
+    ):
+        _ = p | wab.ReadDelimited(str(path), "u32le")
+    for chunk_bytes in (1_000, 10**9):  # planned (scan) and unplanned (one chunk) paths
+        with in_process() as p:
+            records = p | wab.ReadDelimited(
+                str(path), "u32le", chunk_bytes=chunk_bytes, truncated="skip"
+            )
+            assert_that(records, lambda got: _same(sorted(got), sorted(bid_corpus[:19])))
+
+
+# ----------------------------------------------------------------------------- batch pipeline
+
+
+def test_batch_pipeline_on_two_worker_processes(tmp_path, bid_corpus) -> None:
+    """Files -> ToArrow -> Parquet with 2 SDK worker processes: the transcoder's result."""
+    import corpus
+
+    corpus.write_corpus(tmp_path / "in" / "a.varint", 400, seed=11, framing="varint")
+    corpus.write_corpus(tmp_path / "in" / "b.varint", 300, seed=12, framing="varint")
+    records = corpus.generate(400, seed=11) + corpus.generate(300, seed=12)
+    want_rows, _ = expected_rows(PLAN, records)
+    out = tmp_path / "out"
+    with two_workers() as p:
+        result = (
+            p
+            | wab.ReadDelimited(str(tmp_path / "in" / "*.varint"), chunk_bytes=50_000)
+            | wab.ToArrow(PLAN, batch_size=100)
+        )
+        # Nothing from this module in the graph: the worker processes cannot import it.
+        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+    names = sorted(f.name for f in out.glob("*.parquet"))
+    assert all(re.fullmatch(r"part-\d{5}-of-\d{5}\.parquet", n) for n in names), names
+    table = read_parquet_dir(out)
+    assert rows_of([table.cast(result.schema)]) == want_rows
+    assert [p.name for p in out.iterdir() if not p.name.endswith(".parquet")] == []  # temp dir gone
+
+
+def test_write_to_parquet_refuses_accumulating_panes() -> None:
+    p = beam.Pipeline(runner=FnApiRunner())
+    batches = (
+        p
+        | beam.Create([pa.record_batch({"x": [1]})])
+        | beam.WindowInto(
+            window.FixedWindows(10),
+            trigger=trigger.AfterWatermark(early=trigger.AfterCount(1)),
+            accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+        )
+    )
+    with pytest.raises(ValueError, match="accumulat"):
+        _ = batches | wab.WriteToParquet("/nonexistent")
+
+
+def test_parquet_file_sink_footer_once(tmp_path) -> None:
+    sink = wab._SinkFactory(None, "zstd", 2)(None)
+    path = tmp_path / "f.parquet"
+    with open(path, "wb") as fh:
+        sink.open(fh)
+        for i in range(3):
+            sink.write(("dest", pa.record_batch({"x": [i, i]})))
+        sink.flush()
+        sink.flush()  # idempotent
+        with pytest.raises(ValueError, match="footer"):
+            sink.write(pa.record_batch({"x": [9]}))
+    assert pq.read_table(path).column("x").to_pylist() == [0, 0, 1, 1, 2, 2]
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
+    tmp_path, bid_corpus
+) -> None:
+    records = bid_corpus[:60]
+    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    stream = (
+        test_stream.TestStream()
+        .add_elements([window.TimestampedValue(r, 10 + i) for i, r in enumerate(records[:20])])
+        .add_elements([window.TimestampedValue(r, 70 + i) for i, r in enumerate(records[20:40])])
+        .advance_watermark_to(125)  # windows [0, 60) and [60, 120) fire
+        .add_elements([window.TimestampedValue(r, 30) for r in records[40:45]])  # late, allowed
+        .add_elements([window.TimestampedValue(r, 130 + i) for i, r in enumerate(records[45:55])])
+        .advance_watermark_to(1000)
+        .add_elements([window.TimestampedValue(r, 40) for r in records[55:60]])  # too late
+        .advance_watermark_to_infinity()
+    )
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    out = tmp_path / "out"
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
+        result = (
+            p
+            | stream
+            | beam.WindowInto(
+                window.FixedWindows(60),
+                trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                allowed_lateness=300,
+                accumulation_mode=trigger.AccumulationMode.DISCARDING,
+            )
+            | wab.ToArrow(ID_PLAN, batch_size=8)
+        )
+        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema, shards=2)
+
+    files = sorted(out.glob("*.parquet"))
+    by_window: dict[str, set] = {}
+    pattern = re.compile(
+        r"part-(\d{8}T\d{6}\.\d{6}Z)-\d{8}T\d{6}\.\d{6}Z-(\d+)-(\d{5})-of-00002\.parquet"
+    )
+    firings = Counter()
+    for f in files:
+        m = pattern.fullmatch(f.name)
+        assert m, f.name
+        pq.read_metadata(f)  # every file is complete: it has its footer
+        firings[(m[1], m[2])] += 1
+        got = pq.read_table(f).column("id").to_pylist()
+        by_window.setdefault(m[1], set()).update(got)
+        assert len(got) == len(set(got))
+    assert by_window == {
+        "19700101T000000.000000Z": set(ids[:20]) | set(ids[40:45]),
+        "19700101T000100.000000Z": set(ids[20:40]),
+        "19700101T000200.000000Z": set(ids[45:55]),
+    }
+    late = {k for k in firings if k[1] == "1"}
+    assert late == {("19700101T000000.000000Z", "1")}  # the late firing has its own file
+    total = sum(pq.read_metadata(f).num_rows for f in files)
+    assert total == 55  # the 5 records past the allowed lateness are dropped
+
+
+# ----------------------------------------------------------------------------- Beam YAML
+
+
+YAML_PIPELINE = ROOT / "pipelines" / "beam_yaml_pipeline.yaml"
+
+
+def _yaml_spec(tmp_path: Path) -> tuple[str, Path]:
+    import corpus
+
+    corpus.write_corpus(tmp_path / "in" / "a.varint", 200, seed=3, framing="varint")
+    with open(tmp_path / "in" / "a.varint", "ab") as f:
+        f.writelines(corpus.frame(BAD, "varint"))
+    text = YAML_PIPELINE.read_text()
+    values = {
+        "input": str(tmp_path / "in" / "*.varint"),
+        "plan": PLAN,
+        "output": str(tmp_path / "out"),
+    }
+    for name, value in values.items():
+        text = text.replace(f"{{{{ {name} }}}}", value)
+    return text, tmp_path / "out"
+
+
+def test_yaml_pipeline_file_wires_the_wirearrow_transforms(tmp_path) -> None:
+    """Beam YAML's python provider, emulated: what it does with the example file.
+
+    The provider imports each fully qualified name and calls it with the config as keyword
+    arguments (InlineProvider.create_transform); outputs are referenced as Name.output.
+    This runs even where apache_beam.yaml cannot be imported (it needs jinja2).
+    """
+    import importlib
+
+    import yaml
+
+    text, out = _yaml_spec(tmp_path)
+    spec = yaml.safe_load(text)
+    (provider,) = spec["providers"]
+    assert provider["type"] == "python"
+    factories = {}
+    for name, qualified in provider["transforms"].items():
+        module, _, attr = qualified.rpartition(".")
+        factories[name] = getattr(importlib.import_module(module), attr)
+    outputs: dict[str, object] = {}
+    with in_process() as p:
+        for t in spec["pipeline"]["transforms"]:
+            name = t.get("name", t["type"])
+            source = t.get("input")
+            if source is None:
+                pcoll = p
+            else:
+                step, _, tag = source.partition(".")
+                pcoll = outputs[step][tag] if tag else outputs[step]
+            if t["type"] in factories:
+                outputs[name] = pcoll | name >> factories[t["type"]](**t.get("config", {}))
+            else:  # a Beam built-in (MapToFields, WriteToJson): check its input is schema'd
+                assert t["type"] in ("MapToFields", "WriteToJson")
+                element = getattr(pcoll, "element_type", None)
+                if element is not None and t["type"] == "MapToFields":
+                    assert element is wab.DeadLetter
+                    outputs[name] = pcoll | name >> beam.Map(lambda d: d.reason)
+                    assert_that(
+                        outputs[name] | "count" >> beam.combiners.Count.Globally(),
+                        lambda n: _same(n, [2]),
+                        label="dead letters",
+                    )
+    assert read_parquet_dir(out / "parquet").num_rows > 200
+
+
+def test_yaml_pipeline_runs_with_beam_yaml(tmp_path) -> None:
+    pytest.importorskip("jinja2", reason="Beam YAML needs jinja2, not installed here")
+    pytest.importorskip("docstring_parser", reason="Beam YAML's python provider needs it")
+    from apache_beam.yaml import yaml_transform
+
+    text, out = _yaml_spec(tmp_path)
+    with in_process() as p:
+        yaml_transform.expand_pipeline(p, text)
+    assert read_parquet_dir(out / "parquet").num_rows > 200
+    assert list((out / "dead_letters").glob("dead*"))
+
+
+def test_yaml_pipeline_validates_against_beams_schema(tmp_path) -> None:
+    """The example against apache_beam/yaml/pipeline.schema.yaml (read without jinja2)."""
+    import jsonschema
+    import yaml
+
+    schema_path = Path(beam.__file__).parent / "yaml" / "pipeline.schema.yaml"
+    schema = yaml.safe_load(schema_path.read_text())
+    text, _ = _yaml_spec(tmp_path)
+    jsonschema.validate(yaml.safe_load(text), schema)
