@@ -1,0 +1,372 @@
+"""wirearrow.ray on a local 2-CPU Ray: results equal the in-process transcoder's.
+
+One Ray session for the whole file (session fixture, shut down at the end). Ray may
+reorder rows, so comparisons are order-insensitive (sorted row reprs) unless the test is
+about order. The data is small (hundreds of records): each Ray job costs ~1-2 s of
+scheduling here, whatever its size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import corpus  # benchmarks/, put on sys.path by conftest.py
+import wirearrow as wa
+from wirearrow import transcoder as transcoder_module
+from wirearrow.config import load_plan
+
+ray = pytest.importorskip("ray")
+war = pytest.importorskip("wirearrow.ray")
+
+pytestmark = [
+    pytest.mark.ray,
+    # Ray warns about its own internals (DataContext fields it deprecates, ...): not ours.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+FLAT = ROOT / "transforms" / "openrtb_flat.yaml"
+NESTED = ROOT / "transforms" / "openrtb_nested.yaml"
+
+
+# ---- fixtures and helpers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A private local Ray of 2 CPUs (the laptop case), shut down after the last test."""
+    if ray.is_initialized():  # pragma: no cover - another suite left one running
+        ray.shutdown()
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def records() -> list[bytes]:
+    return corpus.generate(400, seed=11)
+
+
+def framed(messages: list[bytes], framing: str = "varint") -> bytes:
+    return b"".join(corpus.frame(messages, framing))
+
+
+def in_process(plan: object, messages: list[bytes], on_error: str | None = None) -> pa.Table:
+    config = load_plan(plan)  # type: ignore[arg-type]
+    if on_error is not None:
+        options = dataclasses.replace(config.options, on_error=on_error)
+        config = dataclasses.replace(config, options=options)
+    return pa.Table.from_batches([config.transcoder().transcode(messages)])
+
+
+def rows_of(table: pa.Table) -> list[str]:
+    """Order-insensitive form of a table: its rows' reprs, sorted."""
+    return sorted(map(repr, table.to_pylist()))
+
+
+def collect(ds) -> pa.Table:
+    blocks = [ray.get(ref) for ref in ds.to_arrow_refs()]
+    blocks = [b for b in blocks if b.num_rows] or blocks[:1]
+    return pa.concat_tables(blocks) if blocks else pa.table({})
+
+
+def corrupt(messages: list[bytes], bad: set[int]) -> list[bytes]:
+    """Records at ``bad`` made invalid: a field whose length runs past the record's end."""
+    return [m + b"\x0a\x7f" if i in bad else m for i, m in enumerate(messages)]
+
+
+# ---- no Ray needed ---------------------------------------------------------------------------
+
+
+def test_import_does_not_import_ray() -> None:
+    code = "import sys, wirearrow.ray; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_transcode_class_compiles_once(
+    records: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The actor's life in one process: unpickle the plan once, then only decode."""
+    compiles = []
+    real = transcoder_module.compile_plan
+
+    def counting(*args, **kwargs):
+        compiles.append(1)
+        return real(*args, **kwargs)
+
+    shipped = pickle.dumps(wa.Transcoder.from_config(FLAT))  # what ray.put stores
+    monkeypatch.setattr(transcoder_module, "compile_plan", counting)
+    fn = war.Transcode(pickle.loads(shipped), "value")
+    assert len(compiles) == 1
+    table = pa.table({"value": pa.array(records, pa.binary())})
+    out = [fn(table.slice(i, 100)) for i in range(0, len(records), 100)]
+    assert len(compiles) == 1  # four batches, no more compiles
+    assert rows_of(pa.concat_tables(out)) == rows_of(in_process(FLAT, records))
+    assert fn.stats.batches == 4 and fn.stats.records_in == len(records)
+    assert len(shipped) < 20_000  # schema bytes + column spec, not decoder tables
+
+
+def test_keep_prefix_keeps_error_semantics(records: list[bytes]) -> None:
+    """keep= feeds prefixed records: the dead letters must be exactly those without it."""
+    messages = corrupt(records[:60], {3, 17, 40})
+    messages[25] = b"\x0a\x7f" + records[25]  # broken at its very first byte
+    table = pa.table(
+        {"value": pa.array(messages, pa.binary()), "n": pa.array(range(60), pa.int64())}
+    )
+    ledger = _ListLedger()
+    plain = war.Transcode(FLAT, on_error="dead_letter", ledger=ledger)
+    keyed = war.Transcode(FLAT, keep=["n"], on_error="dead_letter", ledger=ledger)
+    a, b = plain(table), keyed(table)
+    assert b.drop_columns(["n"]).equals(a)
+    dead_a, dead_b = ledger.dead
+    assert dead_a.equals(dead_b)
+    assert dead_a.column("index").to_pylist() == [3, 17, 25, 40]
+    assert dead_a.column("raw").to_pylist() == [messages[i] for i in (3, 17, 25, 40)]
+    assert dead_a.column("source").to_pylist() == [{"n": i} for i in (3, 17, 25, 40)]
+    assert keyed.stats.bytes_in == plain.stats.bytes_in
+
+
+class _ListLedger(war.Ledger):
+    """Keeps the dead letters it is sent, in a list."""
+
+    def __init__(self) -> None:
+        self.dead: list[pa.Table] = []
+
+    def report(self, stats, dead, file) -> None:
+        if dead is not None:
+            self.dead.append(dead)
+
+
+def test_dead_letters_need_a_sink() -> None:
+    with pytest.raises(ValueError, match="dead_letters"):
+        war.Transcode(FLAT, on_error="dead_letter")
+
+
+def test_pool_size_leaves_a_cpu_for_tasks() -> None:
+    assert war.pool_size(2) == war.PoolSize(1, 1, 1.0)
+    assert war.pool_size(8) == war.PoolSize(1, 7, 1.0)
+    assert war.pool_size(2, concurrency=2) == war.PoolSize(2, 2, 0.5)
+    assert war.pool_size(2, concurrency=(1, 4)) == war.PoolSize(1, 4, 0.25)
+    assert war.pool_size(1) == war.PoolSize(1, 1, 0.0)
+    assert war.pool_size(2, concurrency=2, num_cpus=1) == war.PoolSize(2, 2, 1)
+
+
+def test_index_splits_on_record_boundaries(records: list[bytes], tmp_path: Path) -> None:
+    import pyarrow.fs as pafs
+
+    path = tmp_path / "r.varint"
+    path.write_bytes(framed(records))
+    pieces = war._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
+    assert len(pieces) > 5
+    assert pieces[0].start == 0 and pieces[-1].end == path.stat().st_size
+    assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
+    assert sum(p.records for p in pieces) == len(records)
+    data = path.read_bytes()
+    got = [r for p in pieces for r in wa.read_delimited(data[p.start : p.end]).to_pylist()]
+    assert got == records
+
+
+# ---- on Ray ----------------------------------------------------------------------------------
+
+
+def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Path) -> None:
+    path = tmp_path / "events.varint"
+    path.write_bytes(framed(records))
+    ds = war.read_delimited(str(path), framing="varint", bytes_per_task=64_000)
+    out = war.transcode(ds, str(FLAT), batch_size=100)
+    got = collect(out.rows)
+    expected = in_process(FLAT, records)
+    assert got.schema.names == expected.schema.names
+    assert rows_of(got) == rows_of(expected)
+    stats = out.stats()
+    assert (stats.records_in, stats.records_failed) == (len(records), 0)
+    assert stats.rows_out == expected.num_rows
+
+
+def test_nested_equals_in_process(ray_session, records: list[bytes]) -> None:
+    # openrtb_nested.yaml keeps dead letters: transcode() collects them (none here).
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
+    out = war.transcode(ds, str(NESTED), batch_size=150)
+    got = collect(out.rows)
+    expected = in_process(NESTED, records)
+    assert got.schema == expected.schema
+    assert rows_of(got) == rows_of(expected)
+    assert out.stats().records_ok == len(records)
+    assert out.dead_letters.count() == 0
+
+
+def test_dead_letters_nothing_lost(ray_session, records: list[bytes], tmp_path: Path) -> None:
+    bad = {0, 7, 150, 151, 399}
+    messages = corrupt(records, bad)
+    path = tmp_path / "bad.u32be"
+    path.write_bytes(framed(messages, "u32be"))
+    ds = war.read_delimited(path, framing="u32be", include_location=True, bytes_per_task=90_000)
+    out = war.transcode(ds, FLAT, on_error="dead_letter", dead_letters=tmp_path / "dead")
+    rows = collect(out.rows)
+    good = [m for i, m in enumerate(messages) if i not in bad]
+    assert rows_of(rows) == rows_of(in_process(FLAT, good))
+
+    stats = out.stats()
+    assert stats.records_in == len(messages)
+    assert stats.records_ok + stats.records_failed == stats.records_in
+    assert stats.records_failed == stats.dead_letters == len(bad)
+    assert stats.rows_out == rows.num_rows
+
+    dead = collect(out.dead_letters)  # read back from the Parquet files written
+    assert len(stats.dead_letter_files) >= 1
+    assert sorted(dead.column("raw").to_pylist()) == sorted(messages[i] for i in bad)
+    data = path.read_bytes()
+    for row in dead.to_pylist():
+        source = row["source"]
+        assert source["file"] == str(path)
+        size = int.from_bytes(data[source["offset"] : source["offset"] + 4], "big")
+        assert data[source["offset"] + 4 : source["offset"] + 4 + size] == row["raw"]
+        assert row["reason"] == "length prefix runs past the end of the enclosing message"
+
+
+def test_dead_letters_as_a_dataset(ray_session, records: list[bytes]) -> None:
+    messages = corrupt(records[:120], {5, 60})
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(messages, pa.binary())}))
+    out = war.transcode(ds, FLAT, on_error="dead_letter", batch_size=40)
+    n_rows = out.count()  # executes the job
+    dead = collect(out.dead_letters)
+    assert dead.num_rows == 2 and sorted(dead.column("raw").to_pylist()) == sorted(
+        messages[i] for i in (5, 60)
+    )
+    assert out.stats().rows_out == n_rows
+
+
+def test_plan_travels_once(ray_session, records: list[bytes]) -> None:
+    """One compile per actor, whatever the number of batches."""
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
+    out = war.transcode(ds, FLAT, batch_size=50, concurrency=(1, 2))
+    out.materialize()
+    stats = out.stats()
+    assert stats.batches >= len(records) // 50
+    assert stats.compiles == stats.actors >= 1
+    for actor in stats.per_actor:
+        assert actor.compiles == 1 and actor.batches >= 1
+
+
+def test_building_block_with_put_plan(ray_session, records: list[bytes]) -> None:
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
+    plan_ref = war.put_plan(FLAT)
+    out = ds.map_batches(
+        war.Transcode,
+        fn_constructor_kwargs={"plan": plan_ref, "column": "value"},
+        batch_format="pyarrow",
+        zero_copy_batch=True,
+        batch_size=100,
+        num_cpus=0.5,
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2),
+    )
+    assert rows_of(collect(out)) == rows_of(in_process(FLAT, records))
+
+
+def test_read_split_files(ray_session, records: list[bytes], tmp_path: Path) -> None:
+    """Split across tasks and grouped small files: every record exactly once, located."""
+    folder = tmp_path / "topic"
+    folder.mkdir()
+    parts = {"a.bin": records[:250], "b.bin": records[250:260], "c.bin": records[260:]}
+    for name, part in parts.items():
+        (folder / name).write_bytes(framed(part, "u32le"))
+    (folder / "_SUCCESS").write_bytes(b"")  # skipped, as Ray's readers do
+    source = war.DelimitedDatasource(folder, "u32le", include_location=True, bytes_per_task=50_000)
+    assert len(source.get_read_tasks(1)) > 4  # a.bin alone is ~240 kB
+
+    ds = war.read_delimited(folder, "u32le", include_location=True, bytes_per_task=50_000)
+    got = collect(ds).sort_by([("file", "ascending"), ("offset", "ascending")])
+    assert got.column("value").to_pylist() == records
+    for name, part in parts.items():
+        data = (folder / name).read_bytes()
+        mine = got.filter(pa.compute.equal(got.column("file"), str(folder / name)))
+        for offset, value in zip(mine["offset"].to_pylist(), part, strict=True):
+            size = int.from_bytes(data[offset : offset + 4], "little")
+            assert data[offset + 4 : offset + 4 + size] == value
+
+    by_glob = war.read_delimited(str(folder / "*.bin"), "u32le", bytes_per_task=50_000)
+    assert by_glob.count() == len(records)
+
+
+def test_truncated_file_is_an_error(ray_session, records: list[bytes], tmp_path: Path) -> None:
+    path = tmp_path / "cut.varint"
+    path.write_bytes(framed(records[:50])[:-10])
+    with pytest.raises(ValueError, match="truncated varint stream"):  # found by the index
+        war.read_delimited(path, bytes_per_task=8_000)
+    with pytest.raises(Exception, match="truncated varint stream"):  # found by the reader
+        war.read_delimited(path).count()
+
+
+def test_kafka_shaped_input(ray_session, records: list[bytes]) -> None:
+    """A table shaped like ray.data.read_kafka's output (its KAFKA_MSG_SCHEMA, Ray 2.60);
+    keep= carries columns onto each row of the record."""
+    n = 200
+    messages = corrupt(records[:n], {42})
+    kafka = pa.table(
+        {
+            "offset": pa.array(range(1000, 1000 + n), pa.int64()),
+            "key": pa.array([f"k{i}".encode() for i in range(n)], pa.binary()),
+            "value": pa.array(messages, pa.binary()),
+            "topic": pa.array(["bids"] * n),
+            "partition": pa.array([i % 3 for i in range(n)], pa.int32()),
+            "timestamp": pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64()),
+            "timestamp_type": pa.array([0] * n, pa.int32()),
+            "headers": pa.array([[("trace", b"t%d" % i)] for i in range(n)], pa.map_(pa.string(), pa.binary())),
+        }
+    )
+    ds = ray.data.from_arrow(kafka)
+    out = war.transcode(ds, FLAT, keep=["partition", "offset"], on_error="dead_letter")
+    got = collect(out.rows)
+    expected = in_process(FLAT, messages, on_error="dead_letter")
+    assert got.schema.names == [*expected.schema.names, "partition", "offset"]
+    assert rows_of(got.drop_columns(["partition", "offset"])) == rows_of(expected)
+    # Each row carries its own record's partition and offset.
+    request_of = {}
+    for i, m in enumerate(messages):
+        if i != 42:
+            rid = in_process(FLAT, [m]).column("request_id")[0].as_py()
+            request_of[rid] = i
+    for row in got.select(["request_id", "partition", "offset"]).to_pylist():
+        i = request_of[row["request_id"]]
+        assert (row["partition"], row["offset"]) == (i % 3, 1000 + i)
+    dead = collect(out.dead_letters).to_pylist()
+    assert len(dead) == 1 and dead[0]["raw"] == messages[42]
+    assert dead[0]["source"]["offset"] == 1042 and dead[0]["source"]["key"] == b"k42"
+
+
+def test_write_parquet(ray_session, records: list[bytes], tmp_path: Path) -> None:
+    path = tmp_path / "in.varint"
+    path.write_bytes(framed(records))
+    out = war.transcode(war.read_delimited(path), FLAT)
+    out.write_parquet(str(tmp_path / "rows"))
+    written = pq.read_table(tmp_path / "rows")
+    assert rows_of(written) == rows_of(in_process(FLAT, records))
+    assert out.stats().rows_out == written.num_rows
+
+
+def test_raise_policy_fails_the_job(ray_session, records: list[bytes]) -> None:
+    messages = corrupt(records[:30], {12})
+    table = pa.table({"value": pa.array(messages, pa.binary()), "n": pa.array(range(30))})
+    out = war.transcode(ray.data.from_arrow(table), FLAT)  # the plan's policy: raise
+    with pytest.raises(Exception, match="record 12") as info:
+        out.materialize()
+    assert "{'n': 12}" in str(info.value)  # the input row is named in a note
