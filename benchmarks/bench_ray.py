@@ -10,7 +10,9 @@ the records into rows in a ``map_batches`` actor pool, write the rows with
 * ``wirearrow``: ``wirearrow.ray.transcode`` with ``transforms/openrtb_flat.yaml``
   (16 columns, nested fan-out, expressions);
 * ``DIY protobuf``: what a Ray user writes today -- parse each record with the protobuf
-  runtime and build the same 16 columns in Python lists (checked equal to wirearrow's);
+  runtime and build the same 16 columns in Python lists (checked equal to wirearrow's),
+  as a callable class on the same actor pools, and as a plain function on Ray's default
+  task pool (``DIY protobuf, tasks``: Ray fuses it into the write tasks);
 * ``pybufarrow``: ``append_denorm`` per record + ``flush_denorm`` per batch, with a
   HyperType, on the plan's 13 path columns (it cannot compute the expressions, and
   cross-joins the nested fan-out: more rows, less work per row).
@@ -19,7 +21,9 @@ Each (method, actors) pair runs in a fresh local Ray (``ray.init(num_cpus=--cpus
 cold job (worker processes start, modules import), then ``--reps`` warm jobs; the warm
 median is the headline. 1 and 2 actors: ``wirearrow.ray.pool_size`` sizes both pools, so
 on 2 CPUs two actors get 0.5 CPU each (a pool holding every CPU would hang the job).
-Where the time goes comes from Ray's task timeline: busy seconds of the read tasks, the map
+Ray Data's per-operator resource reservation is left at Ray's default (on) for the other
+rows, and ``transcode`` sets its own (off on <= 4 CPUs); ``--reservation on|off`` forces
+one setting on every row. Where the time goes comes from Ray's task timeline: busy seconds of the read tasks, the map
 actors and the write tasks; ``idle`` is the CPU-seconds of the wall time no stage used
 (scheduling, process start-up, waiting).
 
@@ -233,7 +237,9 @@ def diy_function(batch: pa.Table) -> pa.Table:
     return _DIY(batch)
 
 
-def job(method: str, path: Path, actors: int, cpus: float, reservation: bool, out: Path) -> int:
+def job(
+    method: str, path: Path, actors: int, cpus: float, reservation: bool | None, out: Path
+) -> int:
     """Run one job (read -> map -> write Parquet); returns the rows written."""
     import wirearrow.ray as war
 
@@ -283,8 +289,9 @@ def busy_seconds(events: list[dict[str, Any]], start: float, end: float) -> dict
             continue
         cat = str(e.get("cat", ""))
         duration = e["dur"] / 1e6
-        if cat.startswith("task::Read") and "MapBatches(" in cat:
-            busy["map"] += duration  # a task map step fused with the read: counted as map
+        if cat.startswith("task::MapBatches(") or (cat.startswith("task::Read") and "->Map" in cat):
+            # A task map step, fused by Ray with the read or the write: counted as map.
+            busy["map"] += duration
         elif cat.startswith("task::Read"):
             busy["read"] += duration
         elif cat.startswith("task::MapWorker(") and cat.endswith(".submit"):
@@ -308,7 +315,8 @@ def run_config(method: str, actors: int, args: argparse.Namespace, path: Path) -
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        ctx.op_resource_reservation_enabled = args.reserve
+        if args.reserve is not None:
+            ctx.op_resource_reservation_enabled = args.reserve
         result.num_cpus = war.pool_size(args.cpus, concurrency=actors).num_cpus if actors else 1.0
         windows = []
         for i in range(1 + args.reps):
@@ -481,22 +489,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default=None, help="regex: run the methods that match")
     p.add_argument(
         "--reservation",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="DataContext.op_resource_reservation_enabled for every row: auto (default) "
-        "is what wirearrow.ray.transcode does: off on <= 4 CPUs, on above",
+        choices=("default", "on", "off"),
+        default="default",
+        help="DataContext.op_resource_reservation_enabled: default leaves Ray's (on) to the "
+        "other rows and lets transcode() choose its own (off on <= 4 CPUs); on/off: every row",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
     args.n = args.n or (20_000 if args.quick else 200_000)
     args.reps = args.reps or (1 if args.quick else 3)
     args.cpus = args.cpus or float(os.cpu_count() or 1)
-    if args.reservation == "auto":
-        from wirearrow.ray import SMALL_CLUSTER_CPUS
-
-        args.reserve = args.cpus > SMALL_CLUSTER_CPUS
-    else:
-        args.reserve = args.reservation == "on"
+    args.reserve = {"default": None, "on": True, "off": False}[args.reservation]
     return args
 
 
@@ -524,8 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"corpus:  {args.n:,} BidRequestEvent records, {size / 1e6:.1f} MB ({path.name})")
     print(
         f"job:     read_delimited -> map_batches (batch {BATCH_SIZE:,}) -> write_parquet, "
-        f"ray.init(num_cpus={args.cpus:g}), resource reservation "
-        f"{'on' if args.reserve else 'off'}; "
+        f"ray.init(num_cpus={args.cpus:g}), resource reservation {args.reservation}; "
         f"1 cold + {args.reps} warm jobs per row, fresh Ray per row\n",
         flush=True,
     )
@@ -548,8 +550,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render(results, args.n, args.cpus))
     print(
         "\n  read / map / write: busy seconds of the read tasks, the map actors (incl. their "
-        "start) and the write tasks;\n  idle: CPU-seconds of the wall time no stage used "
-        "(Ray scheduling, process start-up, waiting)."
+        "start) and the write tasks\n  (with tasks, Ray fuses the map step into the write "
+        "tasks: counted as map); idle: CPU-seconds of the wall time\n  no stage used (Ray "
+        "scheduling, process start-up, waiting)."
     )
     for r in results:
         if r.note:

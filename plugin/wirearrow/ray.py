@@ -32,6 +32,7 @@ import functools
 import math
 import os
 import posixpath
+import sys
 import time
 import uuid
 import weakref
@@ -89,7 +90,8 @@ INDEX_CHUNK_BYTES = 16 * 1024 * 1024
 # transcode() turns Ray Data's per-operator resource reservation off on clusters this small.
 SMALL_CLUSTER_CPUS = 4
 
-# keep=: the record index rides in a field appended to the root message (see _Keyed).
+# keep=: the record's index rides in an extra field of the root message, prefixed to
+# each record's bytes (see _Keyed).
 RECORD_FIELD = "wirearrow_record_index__"
 MAX_FIELD_NUMBER = 536_870_911
 
@@ -191,7 +193,6 @@ class _Keyed:
     """
 
     def __init__(self, tc: Transcoder) -> None:
-        self.tc = tc
         field_ = tc.schema.descriptor.fields_by_name[RECORD_FIELD]
         tag = _varint((field_.number << 3) | 1)  # wire type 1: fixed64
         self.tag = np.frombuffer(tag, dtype=np.uint8)
@@ -213,6 +214,11 @@ class _Keyed:
             {**spec, "schema": _extended(schema), "columns": [*columns, Column(RECORD_FIELD)]}
         )
 
+    def unshift(self, err: DecodeError) -> DecodeError:
+        """``err`` with the offset it has in the record as given (without the prefix)."""
+        offset = max(err.offset - self.width, 0)
+        return DecodeError(err.reason, index=err.index, offset=offset, path=err.path)
+
     def prefixed(self, values: pa.Array) -> pa.Array:
         """``values`` with the record-index field in front of every record (one copy)."""
         n = len(values)
@@ -220,7 +226,7 @@ class _Keyed:
         _, off_buf, data_buf = values.buffers()
         offsets = np.frombuffer(off_buf, dtype=np.int64 if large else np.int32)
         offsets = offsets[values.offset : values.offset + n + 1].astype(np.int64)
-        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0)
+        data = np.frombuffer(data_buf if data_buf is not None else b"", dtype=np.uint8)
         body = data[offsets[0] : offsets[-1]]
         k = self.width
         new_offsets = offsets - offsets[0] + k * np.arange(n + 1, dtype=np.int64)
@@ -427,8 +433,10 @@ class Transcode:
             else:
                 rows = self._transcode_keyed(batch, values)
         except DecodeError as err:
+            if self._keyed is not None:
+                err = self._keyed.unshift(err)
             _locate(err, batch, self._column)
-            raise
+            raise err from None
         after = self._tc.stats
         failed = after.records_failed - before.records_failed
         dead = None
@@ -475,10 +483,9 @@ class Transcode:
             dead = dead.set_column(4, DEAD_LETTER_SCHEMA.field("raw"), raw)
         others = [name for name in batch.column_names if name != self._column]
         if others:
-            source = batch.select(others).take(index).combine_chunks()
+            source = batch.select(others).take(index)
             struct = pa.StructArray.from_arrays(
-                [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in source.columns],
-                fields=list(source.schema),
+                [c.combine_chunks() for c in source.columns], fields=list(source.schema)
             )
             dead = dead.append_column("source", struct)
         return dead
@@ -523,8 +530,6 @@ def _locate(err: DecodeError, batch: pa.Table, column: str) -> None:
 
 def _whereami() -> tuple[str, str]:
     """(actor id or pid-based key, node id) -- without starting Ray in a plain process."""
-    import sys
-
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ctx = ray.get_runtime_context()
