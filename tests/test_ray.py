@@ -330,7 +330,9 @@ def test_kafka_shaped_input(ray_session, records: list[bytes]) -> None:
             "partition": pa.array([i % 3 for i in range(n)], pa.int32()),
             "timestamp": pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64()),
             "timestamp_type": pa.array([0] * n, pa.int32()),
-            "headers": pa.array([[("trace", b"t%d" % i)] for i in range(n)], pa.map_(pa.string(), pa.binary())),
+            "headers": pa.array(
+                [[("trace", b"t%d" % i)] for i in range(n)], pa.map_(pa.string(), pa.binary())
+            ),
         }
     )
     ds = ray.data.from_arrow(kafka)

@@ -158,7 +158,7 @@ def _policy(tc: Transcoder, on_error: str | None) -> Transcoder:
 
 
 def put_plan(
-    plan: PlanLike, *, on_error: str | None = None, keep: bool = False
+    plan: PlanLike | ObjectRef, *, on_error: str | None = None, keep: bool = False
 ) -> ObjectRef[Transcoder]:
     """Compile ``plan`` here (errors show up now, not on a worker) and ``ray.put`` it.
 
@@ -168,6 +168,8 @@ def put_plan(
     ``keep=True`` prepares the plan for ``Transcode(keep=[...])`` so that actors do not
     derive (and compile) it themselves.
     """
+    if _is_object_ref(plan):
+        plan = _ray().get(plan)  # small; put again below, with any derivation applied
     tc = _policy(_load(plan), on_error)
     if keep and not _Keyed.is_keyed(tc):
         tc = _Keyed.derive(tc)
