@@ -51,25 +51,10 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
+from bench_flat import PLANS  # noqa: E402
 
 # flat-15 of bench_flat.py: nested fan-out (one row per deal, next to its impression).
-PLAN = (
-    "id",
-    "imp[*].id",
-    "imp[*].banner.w",
-    "imp[*].banner.h",
-    "imp[*].video.w",
-    "imp[*].pmp.deals[*].id",
-    "imp[*].pmp.deals[*].bidfloor",
-    "device.geo.country",
-    "device.os",
-    "user.id",
-    "site.publisher.id",
-    "timestamp",
-    "at",
-    "tmax",
-    "technicalprovider.id",
-)
+PLAN = PLANS["flat-15"]
 BATCH = 8192
 FRAMING = "varint"
 
