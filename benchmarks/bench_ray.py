@@ -2,7 +2,7 @@
 
 Every row is the same job on the same corpus file, in this one run: read the file of
 length-delimited ``BidRequestEvent`` records with ``wirearrow.ray.read_delimited``, turn
-the records into rows in a ``map_batches`` actor pool, write the rows with
+the records into rows in a ``map_batches`` step, write the rows with
 ``Dataset.write_parquet``. Only the map step differs:
 
 * ``identity``: returns its input (the raw bytes are written): the engine's floor, what
@@ -10,22 +10,23 @@ the records into rows in a ``map_batches`` actor pool, write the rows with
 * ``wirearrow``: ``wirearrow.ray.transcode`` with ``transforms/openrtb_flat.yaml``
   (16 columns, nested fan-out, expressions);
 * ``DIY protobuf``: what a Ray user writes today -- parse each record with the protobuf
-  runtime and build the same 16 columns in Python lists (checked equal to wirearrow's),
-  as a callable class on the same actor pools, and as a plain function on Ray's default
-  task pool (``DIY protobuf, tasks``: Ray fuses it into the write tasks);
+  runtime and build the same 16 columns in Python lists (checked equal to wirearrow's);
 * ``pybufarrow``: ``append_denorm`` per record + ``flush_denorm`` per batch, with a
   HyperType, on the plan's 13 path columns (it cannot compute the expressions, and
   cross-joins the nested fan-out: more rows, less work per row).
 
-Each (method, actors) pair runs in a fresh local Ray (``ray.init(num_cpus=--cpus)``): one
-cold job (worker processes start, modules import), then ``--reps`` warm jobs; the warm
-median is the headline. 1 and 2 actors: ``wirearrow.ray.pool_size`` sizes both pools, so
-on 2 CPUs two actors get 0.5 CPU each (a pool holding every CPU would hang the job).
+Each runs on Ray tasks (a function; for wirearrow, ``transcode``'s default
+``compute="tasks"``) and on fixed pools of 1 and 2 actors (a callable class;
+``compute="actors"``), sized by ``wirearrow.ray.pool_size``: on 2 CPUs two actors get 0.5
+CPU each, as a pool holding every CPU would hang the job. Each (method, pool) pair runs in
+a fresh local Ray (``ray.init(num_cpus=--cpus)``): one cold job (worker processes start,
+modules import), then ``--reps`` warm jobs; the warm median is the headline.
+
 Ray Data's per-operator resource reservation is left at Ray's default (on) for the other
 rows, and ``transcode`` sets its own (off on <= 4 CPUs); ``--reservation on|off`` forces
-one setting on every row. Where the time goes comes from Ray's task timeline: busy seconds of the read tasks, the map
-actors and the write tasks; ``idle`` is the CPU-seconds of the wall time no stage used
-(scheduling, process start-up, waiting).
+one setting on every row. Where the time goes comes from Ray's task timeline: busy seconds
+of the read tasks, the map step and the write tasks; ``idle`` is the CPU-seconds of the
+wall time no stage used (scheduling, process start-up, waiting).
 
 Run ``python benchmarks/bench_ray.py --help``; ``--quick`` is a smoke run.
 """
@@ -226,46 +227,58 @@ class Result:
         return statistics.median(r.busy.get(stage, 0.0) for r in self.warm)
 
 
-_DIY: DIYProtobuf | None = None
+CLASSES: dict[str, type] = {
+    "identity": Identity,
+    "DIY protobuf": DIYProtobuf,
+    "pybufarrow": Pybufarrow,
+}
+_TASK_INSTANCES: dict[str, Any] = {}
 
 
-def diy_function(batch: pa.Table) -> pa.Table:
-    """DIY protobuf as a plain function (Ray tasks): the schema loads once per worker."""
-    global _DIY
-    if _DIY is None:
-        _DIY = DIYProtobuf()
-    return _DIY(batch)
+def task_fn(batch: pa.Table, method: str) -> pa.Table:
+    """A method's map step as a plain function (Ray tasks): built once per worker process,
+    as a user's module-level setup would be."""
+    fn = _TASK_INSTANCES.get(method)
+    if fn is None:
+        fn = _TASK_INSTANCES[method] = CLASSES[method]()
+    return fn(batch)
 
 
 def job(
     method: str, path: Path, actors: int, cpus: float, reservation: bool | None, out: Path
 ) -> int:
-    """Run one job (read -> map -> write Parquet); returns the rows written."""
+    """Run one job (read -> map -> write Parquet); returns the rows written.
+
+    ``actors``: 0 for Ray tasks (Ray's default compute for a function), -1 for tasks one
+    at a time, else the size of a fixed actor pool.
+    """
+    import ray
+
     import wirearrow.ray as war
 
     ds = war.read_delimited(str(path), framing=FRAMING)
+    common: dict[str, Any] = {
+        "batch_format": "pyarrow",
+        "zero_copy_batch": True,
+        "batch_size": BATCH_SIZE,
+    }
     if method == "wirearrow":
         rows = war.transcode(
             ds,
             str(PLAN),
-            concurrency=actors,
+            compute="actors" if actors > 0 else "tasks",
+            concurrency=abs(actors) or None,
             batch_size=BATCH_SIZE,
             resource_reservation=reservation,
         ).rows
-    elif method == TASKS:  # Ray's default compute: a task pool, 1 CPU per task
-        rows = ds.map_batches(
-            diy_function, batch_format="pyarrow", zero_copy_batch=True, batch_size=BATCH_SIZE
-        )
+    elif actors <= 0:
+        if actors < 0:
+            common["compute"] = ray.data.TaskPoolStrategy(size=1)
+        rows = ds.map_batches(task_fn, fn_kwargs={"method": method}, **common)
     else:
-        fn = {"identity": Identity, "DIY protobuf": DIYProtobuf, "pybufarrow": Pybufarrow}[method]
         pool = war.pool_size(cpus, concurrency=actors)  # the same pool as transcode()'s
         rows = ds.map_batches(
-            fn,
-            batch_format="pyarrow",
-            zero_copy_batch=True,
-            batch_size=BATCH_SIZE,
-            compute=pool.compute(),
-            num_cpus=pool.num_cpus,
+            CLASSES[method], compute=pool.compute(), num_cpus=pool.num_cpus, **common
         )
     shutil.rmtree(out, ignore_errors=True)
     rows.write_parquet(str(out))
@@ -317,7 +330,9 @@ def run_config(method: str, actors: int, args: argparse.Namespace, path: Path) -
         ctx.print_on_execution_start = False
         if args.reserve is not None:
             ctx.op_resource_reservation_enabled = args.reserve
-        result.num_cpus = war.pool_size(args.cpus, concurrency=actors).num_cpus if actors else 1.0
+        result.num_cpus = (
+            war.pool_size(args.cpus, concurrency=actors).num_cpus if actors > 0 else 1.0
+        )
         windows = []
         for i in range(1 + args.reps):
             t0 = time.time()
@@ -329,7 +344,7 @@ def run_config(method: str, actors: int, args: argparse.Namespace, path: Path) -
                 result.cold = run
             else:
                 result.warm.append(run)
-            print(f"    {method}, {actors} actor(s), run {i}: {t1 - t0:.2f} s", file=sys.stderr)
+            print(f"    {method}, pool {actors}, run {i}: {t1 - t0:.2f} s", file=sys.stderr)
         time.sleep(1.5)  # task events reach the GCS about once a second
         try:
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
@@ -374,23 +389,26 @@ def _s(v: float | None, digits: int = 2) -> str:
 
 def render(results: Sequence[Result], n: int, cpus: float) -> str:
     header = (
-        "method", "actors", "cpu/actor", "cold s", "warm s", "best s", "warm rec/s", "rows",
+        "method", "pool", "cpu/worker", "cold s", "warm s", "best s", "warm rec/s", "rows",
         "read", "map", "write", "idle", "vs floor",
     )  # fmt: skip
     floor = {r.actors: r.warm_wall for r in results if r.method == "identity"}
+    label = {0: "tasks", -1: "1 task"}
     lines = []
     for r in results:
         if r.status != "ok" or r.warm_wall is None:
-            lines.append((r.method, str(r.actors or "tasks"), _s(r.num_cpus, 2), r.status))
+            lines.append(
+                (r.method, label.get(r.actors, str(r.actors)), _s(r.num_cpus, 2), r.status)
+            )
             continue
         wall = r.warm_wall
         busy = {k: r.busy(k) or 0.0 for k in ("read", "map", "actor start", "write")}
         idle = wall * cpus - sum(busy.values())
-        base = floor.get(r.actors or 1)
+        base = floor.get(r.actors)
         lines.append(
             (
                 r.method,
-                str(r.actors or "tasks"),
+                label.get(r.actors, str(r.actors)),
                 _s(r.num_cpus, 2),
                 _s(r.cold.wall if r.cold else None),
                 _s(wall),
@@ -428,8 +446,11 @@ def targets(results: Sequence[Result], n: int) -> list[str]:
         return None
 
     def best(method: str) -> Result | None:
-        found = [r for r in results if r.method.startswith(method) and r.warm_wall is not None]
+        found = [r for r in results if r.method == method and r.warm_wall is not None]
         return min(found, key=lambda r: r.warm_wall or 0.0) if found else None
+
+    def pool(r: Result) -> str:
+        return {0: "tasks", -1: "1 task at a time"}.get(r.actors, f"{r.actors} actor(s)")
 
     out = []
     wa_best, diy_best = best("wirearrow"), best("DIY protobuf")
@@ -437,10 +458,10 @@ def targets(results: Sequence[Result], n: int) -> list[str]:
         ratio = (diy_best.warm_wall or 0) / (wa_best.warm_wall or 1)
         out.append(
             f"records/s vs DIY protobuf (warm, best pool of each): {ratio:.1f}x "
-            f"(wirearrow {n / wa_best.warm_wall:,.0f}/s with {wa_best.actors} actor(s), DIY "
-            f"{n / diy_best.warm_wall:,.0f}/s with {diy_best.actors or 'tasks'}) (target >= 3x)"
+            f"(wirearrow {n / wa_best.warm_wall:,.0f}/s on {pool(wa_best)}, DIY "
+            f"{n / diy_best.warm_wall:,.0f}/s on {pool(diy_best)}) (target >= 3x)"
         )
-    for actors in (1, 2):
+    for actors in (0, 1, 2):
         w, d, f = find("wirearrow", actors), find("DIY protobuf", actors), find("identity", actors)
         parts = []
         if w and d:
@@ -451,12 +472,16 @@ def targets(results: Sequence[Result], n: int) -> list[str]:
                 f"(best vs best {(w.warm_best or 0) / (f.warm_best or 1):.2f}x; target <= 1.3x)"
             )
         if parts:
-            out.append(f"{actors} actor(s): " + "; ".join(parts))
+            out.append(f"{'tasks' if not actors else f'{actors} actor(s)'}: " + "; ".join(parts))
     for method in ("identity", "wirearrow", "DIY protobuf"):
         one, two = find(method, 1), find(method, 2)
         if one and two:
             gain = (one.warm_wall or 0) / (two.warm_wall or 1)
             out.append(f"2nd actor, {method}: {gain:.2f}x the 1-actor speed")
+        one, all_ = find(method, -1), find(method, 0)
+        if one and all_:
+            gain = (one.warm_wall or 0) / (all_.warm_wall or 1)
+            out.append(f"tasks in parallel vs 1 at a time, {method}: {gain:.2f}x")
     return out
 
 
@@ -472,8 +497,7 @@ def library_versions() -> dict[str, str]:
 
 # --------------------------------------------------------------------------- main
 
-TASKS = "DIY protobuf, tasks"
-METHODS = ("identity", "wirearrow", "DIY protobuf", TASKS, "pybufarrow")
+METHODS = ("identity", "wirearrow", "DIY protobuf", "pybufarrow")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -485,7 +509,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cpus", type=float, default=None, help="ray.init(num_cpus=...) (default: all cores)"
     )
-    p.add_argument("--actors", default="1,2", help="pool sizes to run (default 1,2)")
+    p.add_argument(
+        "--pools",
+        default="tasks,1,2",
+        help="tasks (as many as Ray runs), tasks1 (one at a time), actor pool sizes "
+        "(default tasks,1,2)",
+    )
     p.add_argument("--only", default=None, help="regex: run the methods that match")
     p.add_argument(
         "--reservation",
@@ -532,7 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
 
-    actor_counts = [int(a) for a in args.actors.split(",")]
+    names = {"tasks": 0, "tasks1": -1}
+    pools = [names[p] if p in names else int(p) for p in args.pools.split(",")]
     results = []
     for method in METHODS:
         if args.only and not re.search(args.only, method):
@@ -543,20 +573,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError as err:
                 results.append(Result(method, 1, status=f"not available ({err})"))
                 continue
-        for actors in [0] if method == TASKS else actor_counts:
-            print(f"  running {method}, {actors} actor(s) ...", file=sys.stderr, flush=True)
+        for actors in pools:
+            print(f"  running {method}, pool {actors} ...", file=sys.stderr, flush=True)
             results.append(run_config(method, actors, args, path))
 
     print(render(results, args.n, args.cpus))
     print(
-        "\n  read / map / write: busy seconds of the read tasks, the map actors (incl. their "
-        "start) and the write tasks\n  (with tasks, Ray fuses the map step into the write "
-        "tasks: counted as map); idle: CPU-seconds of the wall time\n  no stage used (Ray "
-        "scheduling, process start-up, waiting)."
+        "\n  pool: Ray tasks, or a fixed pool of n actors. read / map / write: busy seconds of "
+        "the read tasks, the map step\n  (actors: incl. their start; tasks: Ray fuses the map "
+        "step with the write, counted as map) and the write tasks;\n  idle: CPU-seconds of "
+        "the wall time no stage used (Ray scheduling, process start-up, waiting)."
     )
     for r in results:
         if r.note:
-            print(f"  {r.method}, {r.actors} actor(s): {r.note}")
+            print(f"  {r.method}, pool {r.actors}: {r.note}")
     print()
     if not args.only or re.search(args.only, "DIY protobuf"):
         print(check_equal(min(args.n, 5_000)))

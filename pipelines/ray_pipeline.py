@@ -8,8 +8,8 @@
 Without --input, ``--n`` BidRequestEvent records are generated with benchmarks/corpus.py
 into ``OUT/input/events.varint`` (one file: the reader splits it across read tasks at
 record boundaries). The job reads it with ``wirearrow.ray.read_delimited``, transcodes it
-with ``transforms/openrtb_flat.yaml`` (``--plan``) on an autoscaling actor pool, and
-writes ``OUT/rows/`` (Parquet, one file per block) and ``OUT/dead_letters/`` (Parquet, one
+with ``transforms/openrtb_flat.yaml`` (``--plan``) on Ray tasks (``--compute actors``:
+an actor pool), and writes ``OUT/rows/`` (Parquet, one file per block) and ``OUT/dead_letters/`` (Parquet, one
 file per batch that had bad records: the reason, the raw bytes, and the file and byte
 offset of the record). It prints the counts, checks that every record is in the rows or
 in the dead letters, and exits 1 if not.
@@ -65,7 +65,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--address", default=None, help="Ray cluster to join (default: start one)")
     p.add_argument("--cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     p.add_argument(
-        "--concurrency", type=int, default=None, help="Transcode actors (default: 1..CPUs-1)"
+        "--compute",
+        choices=("tasks", "actors"),
+        default="tasks",
+        help="transcode on Ray tasks (default) or on an actor pool",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="tasks at once, or actors (default: Ray's; actors: 1..CPUs-1)",
     )
     p.add_argument("--progress", action="store_true", help="show Ray Data's progress bars")
     return p.parse_args(argv)
@@ -101,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         args.plan,
         on_error="dead_letter",
         dead_letters=dead_out,
+        compute=args.compute,
         concurrency=args.concurrency,
     )
-    print(
-        f"job:    {source} -> {Path(args.plan).name} on {job.pool.min}..{job.pool.max} "
-        f"actor(s) of {job.pool.num_cpus:g} CPU -> {rows_out}"
-    )
+    where = "Ray tasks"
+    if job.pool is not None:
+        where = f"{job.pool.min}..{job.pool.max} actor(s) of {job.pool.num_cpus:g} CPU"
+    print(f"job:    {source} -> {Path(args.plan).name} on {where} -> {rows_out}")
     job.write_parquet(rows_out)
     done = time.perf_counter()
     wall, with_start = done - job_started, done - started
@@ -119,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(stats.dead_letter_files)} file(s) under {dead_out}"
     )
     print(
-        f"actors: {stats.actors} ({stats.compiles} plan compile(s)), {stats.batches} batches, "
+        f"work:   {stats.batches} batches on {stats.workers} worker(s) "
+        f"({stats.compiles} plan compile(s)), "
         f"{stats.transcode_seconds:.2f} s transcoding"
     )
     print(

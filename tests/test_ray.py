@@ -192,7 +192,7 @@ def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Pat
     path = tmp_path / "events.varint"
     path.write_bytes(framed(records))
     ds = war.read_delimited(str(path), framing="varint", bytes_per_task=64_000)
-    out = war.transcode(ds, str(FLAT), batch_size=100)
+    out = war.transcode(ds, str(FLAT), batch_size=100, compute="actors")
     got = collect(out.rows)
     expected = in_process(FLAT, records)
     assert got.schema.names == expected.schema.names
@@ -255,16 +255,20 @@ def test_dead_letters_as_a_dataset(ray_session, records: list[bytes]) -> None:
     assert out.stats().rows_out == n_rows
 
 
-def test_plan_travels_once(ray_session, records: list[bytes]) -> None:
-    """One compile per actor, whatever the number of batches."""
-    ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
-    out = war.transcode(ds, FLAT, batch_size=50, concurrency=(1, 2))
-    out.materialize()
+@pytest.mark.parametrize("compute", ["actors", "tasks"])
+def test_plan_travels_once(ray_session, records: list[bytes], compute: str) -> None:
+    """One compile per actor (or per worker process, with tasks), whatever the batches."""
+    table = pa.table({"value": pa.array(records, pa.binary())})
+    ds = ray.data.from_arrow([table.slice(i, 100) for i in range(0, len(records), 100)])
+    concurrency = (1, 2) if compute == "actors" else 2
+    out = war.transcode(ds, FLAT, batch_size=50, compute=compute, concurrency=concurrency)
+    assert rows_of(collect(out.rows)) == rows_of(in_process(FLAT, records))
     stats = out.stats()
     assert stats.batches >= len(records) // 50
-    assert stats.compiles == stats.actors >= 1
-    for actor in stats.per_actor:
-        assert actor.compiles == 1 and actor.batches >= 1
+    assert 1 <= stats.workers < stats.batches  # workers are reused across batches
+    assert stats.compiles == stats.workers
+    for worker in stats.per_worker:
+        assert worker.compiles == 1 and worker.batches >= 1
 
 
 def test_building_block_with_put_plan(ray_session, records: list[bytes]) -> None:
@@ -316,7 +320,7 @@ def test_truncated_file_is_an_error(ray_session, records: list[bytes], tmp_path:
         war.read_delimited(path).count()
 
 
-def test_kafka_shaped_input(ray_session, records: list[bytes]) -> None:
+def test_kafka_shaped_input(ray_session, records: list[bytes], bid_class) -> None:
     """A table shaped like ray.data.read_kafka's output (its KAFKA_MSG_SCHEMA, Ray 2.60);
     keep= carries columns onto each row of the record."""
     n = 200
@@ -342,11 +346,7 @@ def test_kafka_shaped_input(ray_session, records: list[bytes]) -> None:
     assert got.schema.names == [*expected.schema.names, "partition", "offset"]
     assert rows_of(got.drop_columns(["partition", "offset"])) == rows_of(expected)
     # Each row carries its own record's partition and offset.
-    request_of = {}
-    for i, m in enumerate(messages):
-        if i != 42:
-            rid = in_process(FLAT, [m]).column("request_id")[0].as_py()
-            request_of[rid] = i
+    request_of = {bid_class.FromString(m).id: i for i, m in enumerate(records[:n])}
     for row in got.select(["request_id", "partition", "offset"]).to_pylist():
         i = request_of[row["request_id"]]
         assert (row["partition"], row["offset"]) == (i % 3, 1000 + i)
