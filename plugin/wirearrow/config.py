@@ -10,7 +10,8 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
           expr: {func: concat, sep: x, args: [{path: "imp[*].banner.w"}, {path: "imp[*].banner.h"}]}
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
-``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``output`` and ``input``
+``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
+``keep_unknown``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -82,6 +83,7 @@ _TOP_KEYS = (
     "enums",
     "max_nesting",
     "max_depth",
+    "keep_unknown",
     "output",
     "input",
 )
@@ -126,6 +128,7 @@ class TranscodeOptions:
     max_nesting: int = 100
     enums: str = "number"
     max_depth: int | None = None
+    keep_unknown: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -135,6 +138,7 @@ class TranscodeOptions:
             "max_nesting": self.max_nesting,
             "enums": self.enums,
             "max_depth": self.max_depth,
+            "keep_unknown": self.keep_unknown,
         }
 
 
@@ -527,6 +531,11 @@ class _Checker:
                 depth = self.integer(value, key, line, minimum=1)
                 if depth is not None:
                     options = replace(options, **{key: depth})
+        value, line = at("keep_unknown")
+        if value is not None:
+            keep = self.boolean(value, "keep_unknown", line)
+            if keep is not None:
+                options = replace(options, keep_unknown=keep)
         output = self.output(*at("output"))
         framing = self.input(*at("input"))
         if self.problems or proto is None:

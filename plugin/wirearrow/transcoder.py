@@ -14,7 +14,7 @@ from wirearrow._core.framing import pack_records
 from wirearrow.delimited import split_framed
 from wirearrow.errors import DecodeError, PlanError
 from wirearrow.plan.assemble import Assembler, BadRecords
-from wirearrow.plan.compiler import Column, CompiledPlan, Options, compile_plan
+from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options, compile_plan
 from wirearrow.schema import Schema
 
 __all__ = ["DEAD_LETTER_SCHEMA", "Stats", "Transcoder"]
@@ -58,6 +58,10 @@ class Transcoder:
     as their serialized bytes); without it such a plan is an error naming the cycle.
     ``enums``: "number" (int32) or "name" (dictionary<int32, utf8> of the value names;
     numbers the schema does not declare keep their decimal text).
+    ``keep_unknown``: add a binary column ``_unknown`` with each record's unknown fields (raw
+    tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
+    every struct, so that decoding and encoding back loses nothing. Any path can also read a
+    message's unknown fields as ``<path>._unknown``.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class Transcoder:
         max_nesting: int = 100,
         max_depth: int | None = None,
         enums: str = "number",
+        keep_unknown: bool = False,
     ) -> None:
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
@@ -85,6 +90,7 @@ class Transcoder:
             max_nesting=max_nesting,
             max_depth=max_depth,
             enums=enums,
+            keep_unknown=bool(keep_unknown),
         )
         self._plan: CompiledPlan = compile_plan(
             schema.descriptor, self._plan_columns(), self._options
@@ -97,12 +103,18 @@ class Transcoder:
         self._bytes_per_record: np.ndarray | None = None  # string bytes, per column
 
     def _plan_columns(self) -> Sequence[str | Column]:
+        keep = [Column(UNKNOWN_FIELDS)] if self._options.keep_unknown else []
         if self._columns is not None:
-            return self._columns
+            return [*self._columns, *keep]
         descriptor = self._schema.descriptor
-        if not descriptor.fields:
+        if UNKNOWN_FIELDS in descriptor.fields_by_name and keep:
+            raise PlanError(
+                [f"{descriptor.full_name} has a field named {UNKNOWN_FIELDS}: keep_unknown "
+                 "cannot add its own column"]
+            )
+        if not descriptor.fields and not keep:
             raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
-        return [Column(f.name) for f in descriptor.fields]
+        return [Column(f.name) for f in descriptor.fields] + keep
 
     @classmethod
     def from_config(cls, source: object) -> Transcoder:

@@ -128,7 +128,8 @@ cdef class Program:
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
                  int max_depth):
         """entries: (number, wire_type, kind, flags, column, child, group, clear, n_clear);
-        nodes: (entries, n_entries, dense, dense_len, group, presence, defaults, n_defaults);
+        nodes: (entries, n_entries, dense, dense_len, group, presence, defaults, n_defaults,
+        unknown);
         dense: entry index or -1; defaults: (column, 16-byte default value);
         clear_cols: column indices; columns: (width, group); groups: parent group (-1 root).
         """
@@ -182,10 +183,10 @@ cdef class Program:
                 enumerate(entries):
             self._set_entry(i, number, wire_type, kind, flags, column, child, group, clear,
                             n_clear)
-        for i, (first, count, dense_at, dense_len, group, presence, dflt, n_dflt) in \
+        for i, (first, count, dense_at, dense_len, group, presence, dflt, n_dflt, unknown) in \
                 enumerate(nodes):
             self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
-                           len(dense), len(defaults))
+                           unknown, len(dense), len(defaults))
 
     cdef _check_col(self, int64_t c, str what):
         if not 0 <= c < self.n_cols:
@@ -222,7 +223,8 @@ cdef class Program:
 
     cdef _set_node(self, int32_t i, int32_t entries, int32_t n_entries, int32_t dense,
                    int32_t dense_len, int32_t group, int32_t presence, int32_t defaults,
-                   int32_t n_defaults, int64_t n_dense, int64_t n_defaults_total):
+                   int32_t n_defaults, int32_t unknown, int64_t n_dense,
+                   int64_t n_defaults_total):
         if (entries < 0 or n_entries < 0 or entries + n_entries > self.n_entries
                 or dense < 0 or dense_len < 0 or dense + dense_len > n_dense
                 or not -1 <= group < self.n_groups
@@ -230,6 +232,10 @@ cdef class Program:
             raise ValueError(f"bad node {i}")
         if presence != -1:
             self._check_col(presence, "presence column")
+        if unknown != -1:
+            self._check_col(unknown, "unknown-fields column")
+            if self.col_width[unknown] != 8 or self.col_group[unknown] != group:
+                raise ValueError(f"node {i}: the unknown-fields column is a view column of its group")
         cdef int32_t k
         for k in range(entries + 1, entries + n_entries):
             if self.entries[k - 1].number >= self.entries[k].number:
@@ -243,6 +249,7 @@ cdef class Program:
         n.presence = presence
         n.defaults = defaults
         n.n_defaults = n_defaults
+        n.unknown = unknown
 
     def __dealloc__(self):
         PyMem_RawFree(self.entries)
@@ -812,22 +819,23 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         if ei < 0:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
-            if wt == 2 and fn != 0:
-                if p < end and p[0] < 0x80:
-                    n = p[0]
+            if node.unknown < 0:
+                if wt == 2 and fn != 0:
+                    if p < end and p[0] < 0x80:
+                        n = p[0]
+                        p += 1
+                        if n > end - p:
+                            st = E_LENGTH
+                            break
+                    else:
+                        st = read_length(&p, end, &n)
+                        if st != OK:
+                            break
+                    p += n
+                    continue
+                if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
                     p += 1
-                    if n > end - p:
-                        st = E_LENGTH
-                        break
-                else:
-                    st = read_length(&p, end, &n)
-                    if st != OK:
-                        break
-                p += n
-                continue
-            if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
-                p += 1
-                continue
+                    continue
             st = check_tag(fn, wt, end_group)
             if st == END_OF_GROUP:
                 c.resume = p
@@ -835,6 +843,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             st = skip_field(c, &p, end, fn, wt, depth)
+            if st == OK and node.unknown >= 0:
+                st = keep_unknown(c, node.unknown, field_start, p)
             if st != OK:
                 break
             continue
@@ -856,6 +866,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st == OK and (f.flags & F_LENIENT):
                 # As the runtime does: a field it only checks is unknown under another type.
                 st = skip_field(c, &p, end, fn, wt, depth)
+                if st == OK and node.unknown >= 0:
+                    st = keep_unknown(c, node.unknown, field_start, p)
                 if st != OK:
                     break
                 continue
@@ -1020,26 +1032,72 @@ cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
     """Copy a string into the column's arena now, while it is in cache: gathering it from
     the batch input after the whole batch is decoded costs a cache miss per value.
     A value overwritten later (last one wins) or rolled back stays as unused bytes."""
-    cdef int64_t cap
-    cdef uint8_t* grown
-    if cs.arena_len + n > cs.arena_cap:
-        cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
-        while cap < cs.arena_len + n:
-            cap *= 2
-        if cap > ARENA_MAX:
-            if cs.arena_len + n > ARENA_MAX:
-                return E_TOO_LARGE
-            cap = ARENA_MAX
-        grown = <uint8_t*>PyMem_RawRealloc(cs.arena, cap)
-        if grown == NULL:
-            return E_NO_MEMORY
-        cs.arena = grown
-        cs.arena_cap = cap
+    cdef int st = arena_reserve(cs, n)
+    if st != OK:
+        return st
     view[0] = <uint32_t>cs.arena_len
     view[1] = <uint32_t>n
     memcpy(cs.arena + cs.arena_len, p, n)
     cs.arena_len += n
     return OK
+
+
+cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
+    """Room for n more bytes at the end of the column's arena (it may move)."""
+    cdef int64_t cap
+    cdef uint8_t* grown
+    if cs.arena_len + n <= cs.arena_cap:
+        return OK
+    cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
+    while cap < cs.arena_len + n:
+        cap *= 2
+    if cap > ARENA_MAX:
+        if cs.arena_len + n > ARENA_MAX:
+            return E_TOO_LARGE
+        cap = ARENA_MAX
+    grown = <uint8_t*>PyMem_RawRealloc(cs.arena, cap)
+    if grown == NULL:
+        return E_NO_MEMORY
+    cs.arena = grown
+    cs.arena_cap = cap
+    return OK
+
+
+cdef int keep_unknown(Ctx* c, int32_t col, const uint8_t* start,
+                      const uint8_t* stop) noexcept nogil:
+    """Append the raw bytes of one unknown field to its message's unknown-fields value.
+
+    A message's unknown fields are concatenated in wire order, across merged occurrences
+    too, as the runtime keeps them; a value that is no longer last in the arena (other
+    elements wrote after it) is moved to the end first.
+    """
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t n = stop - start
+    cdef uint32_t view[2]
+    cdef uint8_t* dst = slot(c, col)   # marks it present: keep its old validity first
+    cdef int st
+    if dst == NULL:
+        return E_NO_MEMORY
+    memcpy(view, dst, 8)
+    if view[1] == 0:
+        st = append_bytes(cs, start, n, view)
+    elif view[0] + <int64_t>view[1] == cs.arena_len:
+        st = arena_reserve(cs, n)
+        if st == OK:
+            memcpy(cs.arena + cs.arena_len, start, n)
+            cs.arena_len += n
+            view[1] += <uint32_t>n
+    else:
+        st = arena_reserve(cs, view[1] + n)
+        if st == OK:
+            memcpy(cs.arena + cs.arena_len, cs.arena + view[0], view[1])
+            memcpy(cs.arena + cs.arena_len + view[1], start, n)
+            view[0] = <uint32_t>cs.arena_len
+            view[1] += <uint32_t>n
+            cs.arena_len += view[1]
+    if st == OK:
+        memcpy(dst, view, 8)
+    return st
 
 
 cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
@@ -1052,9 +1110,10 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
         if (end - p) % width:
             return E_PACKED_LENGTH
     while p < end:
-        st = open_element(c, f.group)
-        if st != OK:
-            return st
+        if f.group >= 0:   # (a field only checked has no group)
+            st = open_element(c, f.group)
+            if st != OK:
+                return st
         st = decode_scalar(c, f, &p, end)
         if st != OK:
             return st

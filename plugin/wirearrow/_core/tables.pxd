@@ -46,6 +46,7 @@ ctypedef struct Node:
     int32_t presence    # column marked present when the node is entered, -1 = none
     int32_t defaults    # first index into default_cols / default_values
     int32_t n_defaults  # implicit-presence columns filled with their default on entry
+    int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them
 
 ctypedef struct ColumnStore:
     uint8_t* values     # width bytes a slot, slot i belongs to element i of `group`

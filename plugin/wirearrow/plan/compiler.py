@@ -58,9 +58,12 @@ from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
 
-__all__ = ["Column", "CompiledPlan", "Options", "compile_plan"]
+__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "Options", "compile_plan"]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
+# The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
+# order; null when there are none. Readable by path, and added to every struct by keep_unknown.
+UNKNOWN_FIELDS = "_unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class Options:
     max_nesting: int = 100  # wire: messages and groups nested deeper are a decode error
     max_depth: int | None = None  # schema: recursive types read whole are cut below this
     enums: str = "number"  # "number": int32; "name": dictionary<int32, utf8> of value names
+    keep_unknown: bool = False  # whole messages: every struct gets `_unknown` (raw bytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -389,6 +393,14 @@ class _Resolver:
             if not isinstance(step, FieldStep):
                 raise PathError(f"{_describe(step)} must follow a field", text, step.pos)
             fd = _field(message, step.name)
+            if fd is None and step.name == UNKNOWN_FIELDS:
+                if i != len(steps) - 1:
+                    raise PathError(
+                        f"{UNKNOWN_FIELDS} holds raw bytes: it has no fields or elements",
+                        text,
+                        steps[i + 1].pos,
+                    )
+                return sel, ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
             if fd is None:
                 raise PathError(
                     f"field {step.name!r} not in message {message.full_name}", text, step.pos
@@ -726,6 +738,16 @@ class _Resolver:
         # An empty message is a struct with no children: Arrow holds it (and whether it is
         # present); a writer that cannot (Parquet) is the sink's concern.
         children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
+        if self.options.keep_unknown:
+            if UNKNOWN_FIELDS in message.fields_by_name:
+                raise PathError(
+                    f"{message.full_name} has a field named {UNKNOWN_FIELDS}: it cannot also "
+                    "hold the unknown fields (keep_unknown)",
+                    fd.name,
+                    0,
+                )
+            unknown = ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
+            children = (*children, (UNKNOWN_FIELDS, unknown))
         t = pa.struct([pa.field(name, leaf.type, nullable=True) for name, leaf in children])
         return StructLeaf(node.group, t, presence, children)
 

@@ -34,6 +34,7 @@ class NodeSpec:
     group: int
     presence: int  # column, -1 for the root
     implicit: bool = False  # a map value: present whenever its entry is
+    unknown: int = -1  # column of the raw unknown fields (the `_unknown` pseudo-field)
     fields: dict[int, _EntrySpec] = field(default_factory=dict)
     defaults: list[tuple[int, bytes]] = field(default_factory=list)
 
@@ -131,6 +132,25 @@ class ProgramBuilder:
             entry.column = self._column(8, entry.group if entry.group >= 0 else node.group)
         return (entry.group if entry.group >= 0 else node.group), entry.column
 
+    def unknown(self, node: NodeSpec) -> int:
+        """The column of views over `node`'s unknown fields, raw and in wire order."""
+        if node.unknown < 0:
+            node.unknown = self._column(8, node.group)
+        return node.unknown
+
+    def _know_every_field(self, node: NodeSpec) -> None:
+        # Fields the plan does not read must still be told apart from unknown ones: give
+        # them entries that read and drop (a sub-message by its length, without looking in).
+        for fd in node.message.fields:
+            if fd.number in node.fields:
+                continue
+            entry = self._entry(node, fd)
+            entry.lenient = True
+            if fd.type == FieldDescriptor.TYPE_GROUP:
+                entry.child = self._validator(fd.message_type)
+            elif is_message(fd):
+                entry.raw = True
+
     # -- validate="full" --------------------------------------------------------------
 
     def validate_everything(self) -> None:
@@ -177,6 +197,8 @@ class ProgramBuilder:
     def build(self) -> Program:
         for node in list(self.nodes):
             self._complete_oneofs(node)
+            if node.unknown >= 0:
+                self._know_every_field(node)
         entries: list[tuple] = []
         nodes: list[tuple] = []
         dense: list[int] = []
@@ -214,6 +236,7 @@ class ProgramBuilder:
                     node.presence,
                     len(defaults),
                     len(node_defaults),
+                    node.unknown,
                 )
             )
             defaults.extend(node_defaults)
