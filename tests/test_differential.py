@@ -318,3 +318,37 @@ def test_random_schemas(data: st.DataObject) -> None:
         wire,
         columns,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# (c) Whole messages (nested mode): one row per record, every field, against the runtime
+
+
+@_settings(25)
+@given(data=st.data())
+def test_rich_whole_message(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
+    schema, root = rich
+    values = data.draw(
+        st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=3), label="messages"
+    )
+    wire = [data.draw(wire_bytes(value)) for value in values]
+    note(f"wire: {[w.hex() for w in wire]}")
+    columns = [fd.name for fd in root.DESCRIPTOR.fields]
+    check_transcoder(lambda: wa.Transcoder(schema), root, wire, columns)
+
+
+@_settings(60)
+@given(data=st.data())
+def test_random_schemas_whole_message(data: st.DataObject) -> None:
+    spec = data.draw(schema_specs(), label="schema")
+    note(spec.render())
+    compiled = compile_source(spec.render())
+    root = compiled.message_class(spec.root)
+    values = data.draw(
+        st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4), label="messages"
+    )
+    wire = [data.draw(wire_bytes(value)) for value in values]
+    note(f"wire: {[w.hex() for w in wire]}")
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
+    columns = [fd.name for fd in root.DESCRIPTOR.fields]
+    check_transcoder(lambda: wa.Transcoder(schema), root, wire, columns)
