@@ -447,3 +447,40 @@ def assert_rows_equal(
                 f"{label}: row {i}, column {field.name!r} ({field.type}):\n"
                 f"  wirearrow: {g!r}\n  oracle:    {w!r}"
             )
+
+
+# Unknown fields. The runtime keeps each message's unknown fields verbatim: clearing every
+# known field of a copy and serializing it yields exactly those bytes.
+
+
+def runtime_unknown(message: Any) -> bytes | None:
+    copy = type(message)()
+    copy.CopyFrom(message)
+    for fd, _ in copy.ListFields():
+        copy.ClearField(fd.name)
+    return copy.SerializeToString() or None
+
+
+def check_unknown(row: dict, message: Any) -> None:
+    """Every struct of `row` holds the unknown fields of its runtime message."""
+    assert row["_unknown"] == runtime_unknown(message), message.DESCRIPTOR.full_name
+    for fd in message.DESCRIPTOR.fields:
+        if fd.message_type is None:
+            continue
+        value = row[fd.name]
+        held = getattr(message, fd.name)
+        if fd.message_type.GetOptions().map_entry:
+            value_fd = fd.message_type.fields_by_number[2]
+            if value_fd.message_type is None:
+                continue
+            for key, sub in value:
+                if isinstance(sub, dict):
+                    check_unknown(sub, held[key])
+        elif fd.is_repeated:
+            for sub, item in zip(value, held, strict=True):
+                if isinstance(sub, dict):
+                    check_unknown(sub, item)
+        elif not message.HasField(fd.name):
+            assert value is None, fd.full_name
+        elif isinstance(value, dict):  # well-known types map to other Arrow types
+            check_unknown(value, held)

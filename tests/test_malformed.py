@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import wirearrow as wa
-from oracle import assert_rows_equal, expected_rows
+from oracle import assert_rows_equal, check_unknown, expected_rows
 from schemagen import compile_file, delimited, messages, tag, varint
 
 pytestmark = pytest.mark.malformed
@@ -381,3 +381,59 @@ def test_truncated_framed_stream(request_schema: tuple[wa.Schema, Any]) -> None:
     with pytest.raises(wa.DecodeError) as info:
         wa.Transcoder(schema, columns=["id"]).transcode(stream, framing="varint")
     assert info.value.index == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Whole messages (nested mode, unknown fields kept)
+
+WHOLE = ["id", "imp", "blob", "s", "f", "note", "marks"]  # `tree` is recursive: checked apart
+
+
+@settings(
+    max_examples=max(1, int(80 * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_damaged_whole_messages(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
+    schema, request = request_schema
+    values = data.draw(st.lists(messages(request.DESCRIPTOR, max_depth=3), min_size=1, max_size=4))
+    records = [value.SerializeToString() for value in values]
+    for i in data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1), label="damaged"):
+        records[i] = data.draw(_damaged(records[i]), label=f"record {i}")
+    validate = data.draw(st.sampled_from(["plan", "full"]), label="validate")
+    note(f"records: {[r.hex() for r in records]}")
+    tc = wa.Transcoder(
+        schema, on_error="dead_letter", validate=validate, max_depth=6, keep_unknown=True
+    )
+    plain = wa.Transcoder(schema, max_depth=6).arrow_schema
+    batch = tc.transcode(records)
+    letters = {letter["index"]: letter for letter in tc.dead_letters().to_pylist()}
+    assert tc.stats.records_in == len(records) == batch.num_rows + len(letters)
+    rows = iter(batch.to_pylist())
+    for i, record in enumerate(records):
+        parsed = _runtime_parse(request, record)
+        if i in letters:
+            _check_dead_letter(letters[i], i, record)
+            if parsed is not None:
+                # Only a known field with another wire type: the runtime keeps it as unknown.
+                assert _has_unknown_fields(parsed), f"record {i}: valid, rejected: {letters[i]}"
+            continue
+        row = next(rows)
+        if parsed is None:
+            # Only bytes the plan skips unread: under a cut recursive level, with validate=plan.
+            assert validate == "plan", f"record {i}: the runtime rejects it, validate=full accepts"
+            continue
+        want = expected_rows(request, [record], [(c, c) for c in WHOLE])
+        got = [{c: _without_unknown(row[c]) for c in WHOLE}]
+        assert_rows_equal(pa.schema([plain.field(c) for c in WHOLE]), got, want, str(i))
+        check_unknown(row, parsed)
+
+
+def _without_unknown(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_unknown(v) for k, v in value.items() if k != "_unknown"}
+    if isinstance(value, list):
+        return [_without_unknown(v) for v in value]
+    return value

@@ -1,8 +1,5 @@
-"""Unknown fields: the `_unknown` pseudo-field and keep_unknown, against the protobuf runtime.
-
-The runtime keeps each message's unknown fields verbatim; clearing every known field of a
-copy and serializing it yields exactly those bytes, which is what `_unknown` must hold.
-"""
+"""Unknown fields: the `_unknown` pseudo-field and keep_unknown, against the protobuf runtime
+(oracle.runtime_unknown: the bytes the runtime kept for each message)."""
 
 from __future__ import annotations
 
@@ -14,41 +11,9 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from oracle import check_unknown, runtime_unknown
 from schemagen import compile_source, delimited, messages, schema_specs, tag, varint, wire_bytes
 from test_differential import _settings
-
-
-def runtime_unknown(message: Any) -> bytes | None:
-    copy = type(message)()
-    copy.CopyFrom(message)
-    for fd, _ in copy.ListFields():
-        copy.ClearField(fd.name)
-    return copy.SerializeToString() or None
-
-
-def check_unknown(row: dict, message: Any) -> None:
-    """Every struct of `row` holds the unknown fields of its runtime message."""
-    assert row["_unknown"] == runtime_unknown(message), message.DESCRIPTOR.full_name
-    for fd in message.DESCRIPTOR.fields:
-        if fd.message_type is None:
-            continue
-        value = row[fd.name]
-        held = getattr(message, fd.name)
-        if fd.message_type.GetOptions().map_entry:
-            value_fd = fd.message_type.fields_by_number[2]
-            if value_fd.message_type is None:
-                continue
-            for key, sub in value:
-                if isinstance(sub, dict):
-                    check_unknown(sub, held[key])
-        elif fd.is_repeated:
-            for sub, item in zip(value, held, strict=True):
-                if isinstance(sub, dict):
-                    check_unknown(sub, item)
-        elif not message.HasField(fd.name):
-            assert value is None, fd.full_name
-        elif isinstance(value, dict):  # well-known types map to other Arrow types
-            check_unknown(value, held)
 
 
 def _extra_unknown(draw: Any, used: set[int]) -> bytes:
