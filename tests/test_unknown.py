@@ -169,10 +169,13 @@ def test_pseudo_field_errors_and_real_fields_named_unknown(compile_proto, outer)
     own, Own = compile_proto(
         'syntax = "proto3"; package o; message O { int32 _unknown = 1; int32 b = 2; }', "o.O"
     )
-    assert wa.Transcoder(own, ["_unknown"]).transcode([Own(_unknown=4).SerializeToString()]
-                                                      ).to_pylist() == [{"_unknown": 4}]
+    assert wa.Transcoder(own, ["_unknown"]).transcode(
+        [Own(_unknown=4).SerializeToString()]
+    ).to_pylist() == [{"_unknown": 4}]
     with pytest.raises(wa.PlanError, match="_unknown"):
         wa.Transcoder(own, keep_unknown=True)
+    with pytest.raises(wa.PlanError, match="_unknown"):
+        wa.Transcoder(own, ["b"], keep_unknown=True)
 
 
 def test_keep_unknown_survives_pickling_and_yaml(outer, tmp_path) -> None:

@@ -104,14 +104,12 @@ class Transcoder:
 
     def _plan_columns(self) -> Sequence[str | Column]:
         keep = [Column(UNKNOWN_FIELDS)] if self._options.keep_unknown else []
+        descriptor = self._schema.descriptor
+        if keep and UNKNOWN_FIELDS in descriptor.fields_by_name:
+            problem = f"{descriptor.full_name} has a field named {UNKNOWN_FIELDS}"
+            raise PlanError([f"{problem}: keep_unknown cannot add its own column"])
         if self._columns is not None:
             return [*self._columns, *keep]
-        descriptor = self._schema.descriptor
-        if UNKNOWN_FIELDS in descriptor.fields_by_name and keep:
-            raise PlanError(
-                [f"{descriptor.full_name} has a field named {UNKNOWN_FIELDS}: keep_unknown "
-                 "cannot add its own column"]
-            )
         if not descriptor.fields and not keep:
             raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
         return [Column(f.name) for f in descriptor.fields] + keep
