@@ -119,21 +119,35 @@ def _damaged(draw: Any, record: bytes) -> bytes:
     return bytes(out)
 
 
-@settings(
-    max_examples=max(1, int(150 * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))),
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=st.data())
-def test_damaged_records(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
-    schema, request = request_schema
-    values = data.draw(st.lists(messages(request.DESCRIPTOR, max_depth=3), min_size=1, max_size=5))
+def _damage_settings(examples: int) -> settings:
+    return settings(
+        max_examples=max(
+            1, int(examples * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))
+        ),
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def _damaged_batch(data: st.DataObject, request: Any, size: int) -> tuple[list[bytes], str]:
+    """1..size valid records of `request`, at least one of them damaged; and a validate mode."""
+    values = data.draw(
+        st.lists(messages(request.DESCRIPTOR, max_depth=3), min_size=1, max_size=size)
+    )
     records = [value.SerializeToString() for value in values]
     for i in data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1), label="damaged"):
         records[i] = data.draw(_damaged(records[i]), label=f"record {i}")
     validate = data.draw(st.sampled_from(["plan", "full"]), label="validate")
     note(f"records: {[r.hex() for r in records]}")
+    return records, validate
+
+
+@_damage_settings(150)
+@given(data=st.data())
+def test_damaged_records(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
+    schema, request = request_schema
+    records, validate = _damaged_batch(data, request, 5)
 
     # Each record on its own: accepted with its rows, or one dead letter naming it.
     single = wa.Transcoder(schema, columns=PLAN, on_error="dead_letter", validate=validate)
@@ -389,21 +403,11 @@ def test_truncated_framed_stream(request_schema: tuple[wa.Schema, Any]) -> None:
 WHOLE = ["id", "imp", "blob", "s", "f", "note", "marks"]  # `tree` is recursive: checked apart
 
 
-@settings(
-    max_examples=max(1, int(80 * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))),
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@_damage_settings(80)
 @given(data=st.data())
 def test_damaged_whole_messages(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, request = request_schema
-    values = data.draw(st.lists(messages(request.DESCRIPTOR, max_depth=3), min_size=1, max_size=4))
-    records = [value.SerializeToString() for value in values]
-    for i in data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1), label="damaged"):
-        records[i] = data.draw(_damaged(records[i]), label=f"record {i}")
-    validate = data.draw(st.sampled_from(["plan", "full"]), label="validate")
-    note(f"records: {[r.hex() for r in records]}")
+    records, validate = _damaged_batch(data, request, 4)
     tc = wa.Transcoder(
         schema, on_error="dead_letter", validate=validate, max_depth=6, keep_unknown=True
     )

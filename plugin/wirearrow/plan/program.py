@@ -139,17 +139,17 @@ class ProgramBuilder:
         return node.unknown
 
     def _know_every_field(self, node: NodeSpec) -> None:
-        # Fields the plan does not read must still be told apart from unknown ones: give
-        # them entries that read and drop (a sub-message by its length, without looking in).
+        # Fields the plan does not read must still be told apart from unknown ones.
         for fd in node.message.fields:
-            if fd.number in node.fields:
-                continue
-            entry = self._entry(node, fd)
-            entry.lenient = True
-            if fd.type == FieldDescriptor.TYPE_GROUP:
-                entry.child = self._validator(fd.message_type)
-            elif is_message(fd):
-                entry.raw = True
+            if fd.number not in node.fields:
+                self._check_only(node, fd)
+
+    def _check_only(self, node: NodeSpec, fd: FieldDescriptor) -> None:
+        """An entry that reads `fd` and drops it (a sub-message by its length, unopened)."""
+        entry = self._entry(node, fd)
+        entry.lenient = True
+        if fd.type == FieldDescriptor.TYPE_GROUP:  # no length: walked to its end-group tag
+            entry.child = self._validator(fd.message_type)
 
     # -- validate="full" --------------------------------------------------------------
 
@@ -187,12 +187,8 @@ class ProgramBuilder:
         }
         for oneof in oneofs.values():
             for fd in oneof.fields:
-                if fd.number in node.fields:
-                    continue
-                entry = self._entry(node, fd)
-                entry.lenient = True
-                if fd.type == FieldDescriptor.TYPE_GROUP:
-                    entry.child = self._validator(fd.message_type)
+                if fd.number not in node.fields:
+                    self._check_only(node, fd)
 
     def build(self) -> Program:
         for node in list(self.nodes):
