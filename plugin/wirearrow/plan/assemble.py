@@ -144,7 +144,7 @@ class Assembler:
         buffers = [
             pa.py_buffer(validity) if validity is not None else None,
             pa.py_buffer(offsets),
-            pa.py_buffer(data),
+            pa.py_buffer(data if data is not None else source),  # None: the arena as is
         ]
         return pa.Array.from_buffers(t, rows, buffers, nulls)
 
