@@ -37,7 +37,6 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 import corpus
 from bench_flat import (

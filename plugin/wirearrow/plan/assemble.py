@@ -61,6 +61,8 @@ class Assembler:
         self._offsets: dict[int, np.ndarray] = {}
         self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
+        self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
+        _share_validity(plan, result)
 
     # -- groups -------------------------------------------------------------------------
 
@@ -83,8 +85,15 @@ class Assembler:
     def _validity(self, column: int, n: int) -> tuple[pa.Buffer | None, int]:
         if column < 0:
             return None, 0
-        bitmap, nulls = pack_bits(self.r.col_valid[column], n)
-        return (pa.py_buffer(bitmap) if nulls else None), nulls
+        # Columns sharing one validity (a message's implicit fields) pack it once.
+        key = self.plan.validity_from.get(column, column)
+        if key < 0:
+            return None, 0  # valid in every slot
+        packed = self._bitmaps.get(key)
+        if packed is None:
+            bitmap, nulls = pack_bits(self.r.col_valid[column], n)
+            packed = self._bitmaps[key] = (pa.py_buffer(bitmap) if nulls else None), nulls
+        return packed
 
     def _build(self, leaf: Leaf) -> pa.Array:
         n = self.counts[leaf.group]
@@ -485,6 +494,23 @@ class Assembler:
         missing = idx < 0
         indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
         return arr.take(indices)
+
+
+def _share_validity(plan: CompiledPlan, result: object) -> None:
+    """Give every derived column the validity bytes of its source (plan.validity_from):
+    the decoder does not mark an implicit-presence field whose value is absent (its slot
+    already holds the zero default), so it is valid wherever its message is."""
+    valid = result.col_valid  # type: ignore[attr-defined]
+    counts = result.col_counts  # type: ignore[attr-defined]
+    ones: dict[int, np.ndarray] = {}
+    for column, source in plan.validity_from.items():
+        if source >= 0:
+            valid[column] = valid[source]
+        else:
+            n = counts[column]
+            valid[column] = ones.get(n)
+            if valid[column] is None:
+                valid[column] = ones[n] = np.ones(n, dtype=np.uint8)
 
 
 @dataclass(frozen=True)
