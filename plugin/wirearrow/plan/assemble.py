@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
-from wirearrow._core.rows import expand, group_offsets, select_slice
+from wirearrow._core.rows import expand, group_offsets, keys_unique, select_slice
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
@@ -404,7 +404,7 @@ class Assembler:
             return self._keep[group]
         n = self.counts[group]
         keep = None
-        if n > 1:
+        if n > 1 and not self._keys_unique(group, key):
             t = pa.table({"p": self.parents[group], "k": self.leaf(key), "i": np.arange(n)})
             last = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "max")])
             if last.num_rows != n:
@@ -412,6 +412,22 @@ class Assembler:
                 keep[last.column("i_max").to_numpy()] = True
         self._keep[group] = keep
         return keep
+
+    def _keys_unique(self, group: int, key: Leaf) -> bool:
+        """Quick check that no map repeats a key (the usual case); False = not known."""
+        if type(key) is not ScalarLeaf or self.r.col_values[key.column] is None:
+            return False
+        n = self.counts[group]
+        values = self.r.col_values[key.column]
+        views = pa.types.is_string(key.type) or pa.types.is_binary(key.type)
+        arena = self.r.col_arena[key.column] if views else None
+        return keys_unique(
+            self.offsets(group),
+            values,
+            len(values) // n,
+            arena if arena is not None else _NO_BYTES,
+            views,
+        )
 
     # -- columns ------------------------------------------------------------------------
 
