@@ -109,10 +109,15 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
     after bounds checks; checked again here). Without `indices` the output has the n slots
     in order; with them (int64, -1 = null) output row i holds slot indices[i], which fuses
     Arrow's take into the one copy strings need anyway. Returns (validity bitmap or None,
-    null count, int32 offsets, values) of an Arrow binary/utf8 array.
+    null count, int32 offsets, values) of an Arrow binary/utf8 array; values is None when
+    `data` already holds them in order (see offsets_in_place): use `data` itself then.
     """
     if views.shape[0] < n * 8 or valid.shape[0] < n:
         raise ValueError("gather_views: n exceeds the view buffers")
+    if indices is None:
+        in_place = offsets_in_place(data, views, valid, n)
+        if in_place is not None:
+            return in_place
     # Row indices come as int32 (the usual row table) or int64 (very large batches).
     cdef const int32_t[::1] idx32
     cdef const int64_t[::1] idx64
@@ -178,3 +183,37 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
     return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8) if nulls else None, nulls,
             OwnedBuffer.adopt(<uint8_t*>offsets, (rows + 1) * sizeof(int32_t)),
             OwnedBuffer.adopt(out, total))
+
+
+cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
+                      const uint8_t[::1] valid, int64_t n):
+    """The arrays of gather_views(data, views, valid, n) when the views already lie end to
+    end in `data` (slot order, no gaps): only offsets are built and `data` itself is the
+    values buffer (returned as None). The decoder appends each column's strings to its
+    arena in slot order, so this holds unless a record was rolled back or a value
+    overwritten (a repeated singular field, a oneof): then None, and the caller copies.
+    """
+    cdef const uint32_t* v = <const uint32_t*>&views[0] if n > 0 else NULL
+    cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
+    cdef int64_t i, pos = 0, nulls = 0, size = data.shape[0]
+    cdef bint contiguous = True
+    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((n + 1) * sizeof(int32_t))
+    if offsets == NULL:
+        raise MemoryError()
+    with nogil:
+        offsets[0] = 0
+        for i in range(n):
+            if not ok[i]:
+                nulls += 1
+            elif v[2 * i + 1] > 0:
+                if v[2 * i] != pos:
+                    contiguous = False
+                    break
+                pos += v[2 * i + 1]
+            offsets[i + 1] = <int32_t>pos
+    if not contiguous or pos > size or pos > 0x7FFFFFFF:
+        PyMem_RawFree(offsets)
+        return None
+    bitmap, zeros = pack_bits(valid, n) if nulls else (None, 0)
+    return (bitmap, zeros, OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t)),
+            None)

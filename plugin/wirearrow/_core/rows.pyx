@@ -4,7 +4,8 @@
 A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` are the
 elements of parent p. A selection picks, for each parent, some of those elements in order.
 """
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcmp
 
 import numpy as np
 
@@ -151,3 +152,53 @@ cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
                 o[pos] = <out_t>r
                 el[pos] = <out_t>sel[k]
                 pos += 1
+
+
+cdef enum:
+    KEYS_SCAN_LIMIT = 32   # entries per parent compared pairwise; above, ask for the hash path
+
+
+def keys_unique(const int64_t[::1] offsets, const uint8_t[::1] values, int64_t width,
+                const uint8_t[::1] arena, bint views):
+    """True when no parent's entries repeat a key: a map needs no last-one-wins filter.
+
+    Keys are `width`-byte slots (`views`: 8-byte (uint32 offset, uint32 length) views into
+    `arena`, compared by their bytes). Entries are compared pairwise within each parent, so
+    a parent with more than KEYS_SCAN_LIMIT entries makes the answer False: the caller then
+    runs the general (hash) check.
+    """
+    cdef int64_t n_parent = offsets.shape[0] - 1, p, i, j, lo, hi
+    cdef int64_t size = arena.shape[0]
+    cdef const uint8_t* vals = &values[0] if values.shape[0] > 0 else NULL
+    cdef const uint8_t* bytes_ = &arena[0] if size > 0 else <const uint8_t*>""
+    cdef const uint32_t* v = NULL
+    cdef bint unique = True
+    if n_parent < 0 or (n_parent > 0 and offsets[n_parent] * width > values.shape[0]):
+        raise ValueError("keys_unique: offsets outside the key slots")
+    if views:
+        if width != 8:
+            raise ValueError("keys_unique: views are 8 bytes")
+        v = <const uint32_t*>vals
+        for i in range(offsets[n_parent] if n_parent > 0 else 0):
+            if <int64_t>v[2 * i] + v[2 * i + 1] > size:
+                raise ValueError("keys_unique: a view points outside the data")
+    with nogil:
+        for p in range(n_parent):
+            lo = offsets[p]
+            hi = offsets[p + 1]
+            if hi - lo > KEYS_SCAN_LIMIT:
+                unique = False
+                break
+            for i in range(lo + 1, hi):
+                for j in range(lo, i):
+                    if views:
+                        if (v[2 * i + 1] == v[2 * j + 1]
+                                and memcmp(bytes_ + v[2 * i], bytes_ + v[2 * j], v[2 * i + 1]) == 0):
+                            unique = False
+                    elif memcmp(vals + i * width, vals + j * width, width) == 0:
+                        unique = False
+                if not unique:
+                    break
+            if not unique:
+                break
+    return unique

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
-from wirearrow._core.rows import expand, group_offsets, select_slice
+from wirearrow._core.rows import expand, group_offsets, keys_unique, select_slice
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
@@ -61,6 +61,8 @@ class Assembler:
         self._offsets: dict[int, np.ndarray] = {}
         self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
+        self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
+        _share_validity(plan, result)
 
     # -- groups -------------------------------------------------------------------------
 
@@ -83,8 +85,15 @@ class Assembler:
     def _validity(self, column: int, n: int) -> tuple[pa.Buffer | None, int]:
         if column < 0:
             return None, 0
-        bitmap, nulls = pack_bits(self.r.col_valid[column], n)
-        return (pa.py_buffer(bitmap) if nulls else None), nulls
+        # Columns sharing one validity (a message's implicit fields) pack it once.
+        key = self.plan.validity_from.get(column, column)
+        if key < 0:
+            return None, 0  # valid in every slot
+        packed = self._bitmaps.get(key)
+        if packed is None:
+            bitmap, nulls = pack_bits(self.r.col_valid[column], n)
+            packed = self._bitmaps[key] = (pa.py_buffer(bitmap) if nulls else None), nulls
+        return packed
 
     def _build(self, leaf: Leaf) -> pa.Array:
         n = self.counts[leaf.group]
@@ -144,7 +153,7 @@ class Assembler:
         buffers = [
             pa.py_buffer(validity) if validity is not None else None,
             pa.py_buffer(offsets),
-            pa.py_buffer(data),
+            pa.py_buffer(data if data is not None else source),  # None: the arena as is
         ]
         return pa.Array.from_buffers(t, rows, buffers, nulls)
 
@@ -395,7 +404,7 @@ class Assembler:
             return self._keep[group]
         n = self.counts[group]
         keep = None
-        if n > 1:
+        if n > 1 and not self._keys_unique(group, key):
             t = pa.table({"p": self.parents[group], "k": self.leaf(key), "i": np.arange(n)})
             last = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "max")])
             if last.num_rows != n:
@@ -403,6 +412,22 @@ class Assembler:
                 keep[last.column("i_max").to_numpy()] = True
         self._keep[group] = keep
         return keep
+
+    def _keys_unique(self, group: int, key: Leaf) -> bool:
+        """Quick check that no map repeats a key (the usual case); False = not known."""
+        if type(key) is not ScalarLeaf or self.r.col_values[key.column] is None:
+            return False
+        n = self.counts[group]
+        values = self.r.col_values[key.column]
+        views = pa.types.is_string(key.type) or pa.types.is_binary(key.type)
+        arena = self.r.col_arena[key.column] if views else None
+        return keys_unique(
+            self.offsets(group),
+            values,
+            len(values) // n,
+            arena if arena is not None else _NO_BYTES,
+            views,
+        )
 
     # -- columns ------------------------------------------------------------------------
 
@@ -485,6 +510,23 @@ class Assembler:
         missing = idx < 0
         indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
         return arr.take(indices)
+
+
+def _share_validity(plan: CompiledPlan, result: object) -> None:
+    """Give every derived column the validity bytes of its source (plan.validity_from):
+    the decoder does not mark an implicit-presence field whose value is absent (its slot
+    already holds the zero default), so it is valid wherever its message is."""
+    valid = result.col_valid  # type: ignore[attr-defined]
+    counts = result.col_counts  # type: ignore[attr-defined]
+    ones: dict[int, np.ndarray] = {}
+    for column, source in plan.validity_from.items():
+        if source >= 0:
+            valid[column] = valid[source]
+        else:
+            n = counts[column]
+            valid[column] = ones.get(n)
+            if valid[column] is None:
+                valid[column] = ones[n] = np.ones(n, dtype=np.uint8)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ plan are reported together (PlanError), each path error with a caret under its f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -130,6 +130,9 @@ class CompiledPlan:
     nodes: tuple[NodeSpec, ...]
     group_parents: tuple[int, ...]
     column_groups: tuple[int, ...]
+    # Column -> column whose validity bytes it shares (-1: always valid): implicit-presence
+    # fields, valid wherever their message is (see ProgramBuilder._derive_zero_defaults).
+    validity_from: dict[int, int] = field(default_factory=dict)
 
 
 def compile_plan(
@@ -207,6 +210,7 @@ def compile_plan(
         nodes=tuple(builder.nodes),
         group_parents=tuple(builder.groups),
         column_groups=tuple(g for _, g in builder.columns),
+        validity_from=builder.validity_from,  # complete once build() has run, above
     )
 
 

@@ -57,6 +57,8 @@ class ProgramBuilder:
         self.group_of_column: list[int] = []
         self.nodes: list[NodeSpec] = []
         self._validators: dict[str, NodeSpec] = {}
+        # Column -> the column whose validity it shares (-1: always valid), filled by build().
+        self.validity_from: dict[int, int] = {}
         self.root = self._node(root, group=0, presence=-1)
 
     # -- allocation -------------------------------------------------------------------
@@ -222,6 +224,7 @@ class ProgramBuilder:
                     table[number] = first + i
             dense.extend(table)
             node_defaults = self._defaults_on_entry(node)
+            node_defaults = self._derive_zero_defaults(node, node_defaults)
             nodes.append(
                 (
                     first,
@@ -282,6 +285,25 @@ class ProgramBuilder:
                 out.append((child.presence, bytes(16)))
                 out.extend(self._defaults_on_entry(child))
         return out
+
+    def _derive_zero_defaults(
+        self, node: NodeSpec, defaults: list[tuple[int, bytes]]
+    ) -> list[tuple[int, bytes]]:
+        """Drop the all-zero defaults from what the decoder fills on entry to `node`.
+
+        Slots start zeroed, so such a column holds its default wherever nothing was read;
+        its validity is that of the node's presence (every proto3 implicit-presence field,
+        every map value). Saves a store per field per message entered on the hot path; the
+        assembler shares the presence bytes instead (validity_from).
+        """
+        kept = []
+        source = self.validity_from.get(node.presence, node.presence)
+        for column, value in defaults:
+            if any(value):
+                kept.append((column, value))
+            else:
+                self.validity_from[column] = source
+        return kept
 
     def _oneof_clear_lists(self, node: NodeSpec) -> dict[int, list[int]]:
         """For each read oneof member: the columns of the other members, unset when it is read."""
