@@ -8,7 +8,14 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import read_delimited
-from wirearrow.errors import DecodeError, PathError, PlanError, SchemaError, WirearrowError
+from wirearrow.errors import (
+    DecodeError,
+    EncodeError,
+    PathError,
+    PlanError,
+    SchemaError,
+    WirearrowError,
+)
 from wirearrow.parquet import write_parquet
 from wirearrow.plan.compiler import Column
 from wirearrow.plan.expressions import lit, path
@@ -74,6 +81,7 @@ from wirearrow.transcoder import Stats, Transcoder
 __all__ = [
     "Column",
     "DecodeError",
+    "EncodeError",
     "PathError",
     "PlanConfig",
     "PlanError",

@@ -6,7 +6,14 @@ that already catch ``ValueError`` around parsing keep working.
 
 from __future__ import annotations
 
-__all__ = ["DecodeError", "PathError", "PlanError", "SchemaError", "WirearrowError"]
+__all__ = [
+    "DecodeError",
+    "EncodeError",
+    "PathError",
+    "PlanError",
+    "SchemaError",
+    "WirearrowError",
+]
 
 
 class WirearrowError(Exception):
@@ -61,3 +68,20 @@ class DecodeError(WirearrowError, ValueError):
         self.path = path
         where = f" at {path}" if path else ""
         super().__init__(f"record {index}, byte {offset}{where}: {reason}")
+
+
+class EncodeError(WirearrowError, ValueError):
+    """Arrow rows that cannot be written as protobuf messages of the schema.
+
+    ``row`` is the row of the batch (``None`` when the batch's schema itself does not fit),
+    ``path`` the column path of the offending value (``points[3].x``: element 3 of the list
+    ``points``; ``m[0].key``: the key of a map's first entry, in the array's order).
+    """
+
+    def __init__(self, reason: str, *, row: int | None, path: str) -> None:
+        self.reason = reason
+        self.row = row
+        self.path = path
+        where = [f"row {row}"] if row is not None else []
+        where += [f"column {path}"] if path else []
+        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)

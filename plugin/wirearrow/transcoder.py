@@ -12,9 +12,10 @@ import pyarrow as pa
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
 from wirearrow._core.framing import pack_records
 from wirearrow.delimited import split_framed
-from wirearrow.errors import DecodeError, PlanError
+from wirearrow.errors import DecodeError, EncodeError, PlanError
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options, compile_plan
+from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
 
 __all__ = ["DEAD_LETTER_SCHEMA", "Stats", "Transcoder"]
@@ -212,6 +213,54 @@ class Transcoder:
         self._bytes_per_record = np.asarray(arena_bytes, np.float64) / records
         self._account(n_in, failures, n_rows, n_bytes)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+
+    def encode(self, batch: pa.RecordBatch | pa.Table | pa.StructArray) -> pa.Array:
+        """Arrow rows -> protobuf bytes: one serialized message per row, as a BinaryArray.
+
+        The inverse of whole-message ``transcode``: ``batch`` has this transcoder's
+        ``arrow_schema`` (plus ``_unknown`` columns when they were kept), as a RecordBatch,
+        a Table (encoded chunk by chunk) or a StructArray (a null row is an error). Each
+        value is byte-identical to the protobuf runtime's
+        ``SerializeToString(deterministic=True)`` of the message the row holds; a
+        LargeBinaryArray when the batch serializes to over 2 GiB. Rows that cannot be
+        encoded (a null list element or map key, an enum name the enum does not declare, a
+        timestamp outside Timestamp's range) raise :class:`EncodeError` naming the row and
+        the column. See docs/round-trip.md.
+        """
+        if self._columns is not None:
+            raise EncodeError(
+                "encode needs a whole-message Transcoder (no columns=): a flat plan does "
+                "not hold every field of the message",
+                row=None,
+                path="",
+            )
+        if isinstance(batch, pa.Table):
+            chunks = [self.encode(b) for b in batch.to_batches()]
+            if not chunks:
+                return self.encode(pa.RecordBatch.from_pylist([], schema=batch.schema))
+            large = any(pa.types.is_large_binary(c.type) for c in chunks)
+            if large:
+                chunks = [c.cast(pa.large_binary()) for c in chunks]
+            return pa.concat_arrays(chunks)
+        if isinstance(batch, pa.StructArray):
+            if batch.null_count:
+                row = int(np.flatnonzero(~np.asarray(batch.is_valid()))[0])
+                raise EncodeError("a null row is not a message", row=row, path="")
+            batch = pa.RecordBatch.from_struct_array(batch)
+        if not isinstance(batch, pa.RecordBatch):
+            raise TypeError(f"encode takes a RecordBatch, Table or StructArray, not {type(batch)}")
+        return self._encoding_plan(batch.schema).encode(batch)
+
+    def _encoding_plan(self, schema: pa.Schema) -> EncodingPlan:
+        plans: dict[pa.Schema, EncodingPlan] = self.__dict__.setdefault("_encoding_plans", {})
+        plan = plans.get(schema)
+        if plan is None:
+            plan = EncodingPlan(self._schema.descriptor, schema)
+            with self._lock:
+                if len(plans) > 16:  # schemas seen in one process: a handful
+                    plans.clear()
+                plans[schema] = plan
+        return plan
 
     def _raw(
         self, data: memoryview, starts: np.ndarray, ends: np.ndarray, pos: int

@@ -1,0 +1,478 @@
+# cython: freethreading_compatible = True
+"""The table-driven protobuf wire encoder: Arrow buffers -> serialized messages.
+
+One call encodes a whole batch with the GIL released into one buffer, as upb does: the
+buffer is written **backwards**, from its end towards its start, so that when a
+sub-message's bytes are complete its length is known and is written just before them; no
+size pass, no backpatching. Rows, fields (by descending field number), repeated elements and
+map entries are therefore visited in reverse, and land in forward order.
+
+Tables (built by wirearrow.plan.encoding, passed as int64 matrices):
+- cols: one row per Arrow array (validity address, offset, values address, offsets
+  address, 64-bit offsets flag, bad-value mask address, map permutation address). Element
+  `k` of an array (its *logical* index, what parents' offsets hold) lives at physical slot
+  `k + offset`; the bad mask and the permutation are indexed by the logical index.
+- entries: one row per field of a message node, ascending field number (tag, end-group
+  tag, value kind, shape, presence rule, column, element column, child node, oneof).
+- nodes: (first entry, entry count). Node 0 is the root; its columns are the batch's.
+
+Invariants: the caller keeps every addressed buffer alive and sized as Arrow says (the
+plan checked each array's type); offsets of a list column index into its element column.
+Space is reserved before every write (`reserve`), so writes below `ptr` never cross `buf`.
+The host is little-endian, as Arrow's buffers and protobuf's fixed-width values are.
+"""
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
+
+from wirearrow._core.buffers cimport OwnedBuffer
+
+
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
+
+# Value kinds: how one value is read from its Arrow slot and written.
+cdef enum Kind:
+    V_INT32 = 0      # int32 slot -> varint of the sign-extended value (int32, enum)
+    V_UINT32 = 1     # uint32 slot -> varint
+    V_INT64 = 2      # 64-bit slot -> varint (int64, uint64)
+    V_SINT32 = 3     # int32 slot -> zigzag varint
+    V_SINT64 = 4     # int64 slot -> zigzag varint
+    V_FIXED32 = 5    # 4 bytes as they are (fixed32, sfixed32, float)
+    V_FIXED64 = 6    # 8 bytes as they are (fixed64, sfixed64, double)
+    V_BOOL = 7       # bit of an Arrow boolean bitmap -> varint 0/1
+    V_BYTES = 8      # binary/utf8 slot -> length + bytes (also a message kept serialized)
+    V_MESSAGE = 9    # child node, length-delimited
+    V_GROUP = 10     # child node between start- and end-group tags
+    V_RAW_GROUP = 11 # binary slot holding a group's body, between its tags
+    V_UNKNOWN = 12   # binary slot appended as is (a message's unknown fields)
+
+KIND = {
+    "int32": V_INT32, "uint32": V_UINT32, "int64": V_INT64, "sint32": V_SINT32,
+    "sint64": V_SINT64, "fixed32": V_FIXED32, "fixed64": V_FIXED64, "bool": V_BOOL,
+    "bytes": V_BYTES, "message": V_MESSAGE, "group": V_GROUP, "raw_group": V_RAW_GROUP,
+    "unknown": V_UNKNOWN,
+}
+
+cdef enum Shape:
+    S_SINGULAR = 0
+    S_REPEATED = 1   # one tagged record per element (maps: per entry, in `perm` order)
+    S_PACKED = 2     # one length-delimited record holding every element
+
+SHAPE = {"singular": S_SINGULAR, "repeated": S_REPEATED, "packed": S_PACKED}
+
+cdef enum Presence:
+    P_EXPLICIT = 0   # written when the slot is valid
+    P_IMPLICIT = 1   # written when valid and not zero (bitwise: -0.0 is written)
+    P_ALWAYS = 2     # written always; a null is an error (map keys and values)
+
+PRESENCE = {"explicit": P_EXPLICIT, "implicit": P_IMPLICIT, "always": P_ALWAYS}
+
+cdef enum Status:
+    OK = 0
+    E_NULL_ELEMENT = 1
+    E_NULL_ENTRY = 2
+    E_BAD_VALUE = 3
+    E_ONEOF = 4
+    E_NO_MEMORY = 5
+    E_TOO_LARGE = 6
+
+STATUS_TEXT = {
+    E_NULL_ELEMENT: "null element in a repeated field (protobuf lists cannot hold nulls)",
+    E_NULL_ENTRY: "null map key or value (protobuf map entries cannot hold nulls)",
+    E_BAD_VALUE: "value cannot be encoded",
+    E_ONEOF: "more than one member of a oneof is set",
+    E_NO_MEMORY: "out of memory",
+    E_TOO_LARGE: "a serialized message would exceed 2 GiB",
+}
+
+COL_WIDTH = 7
+ENTRY_WIDTH = 9
+
+
+ctypedef struct Col:
+    const uint8_t* validity    # Arrow validity bitmap, NULL when all valid
+    int64_t offset             # the array's offset (physical = logical + offset)
+    const uint8_t* values      # fixed-width values, boolean bitmap, or string data
+    const uint8_t* offsets     # int32 (or int64 when wide) offsets of strings / lists
+    const uint8_t* bad         # 1 byte per logical slot: cannot be encoded; NULL = none
+    const int64_t* perm        # maps: entries in key order, by logical entry index
+    int32_t wide
+
+
+ctypedef struct Entry:
+    uint64_t tag               # field number << 3 | wire type (2 when packed)
+    uint64_t end_tag           # groups: field number << 3 | 4
+    int32_t kind
+    int32_t shape
+    int32_t presence
+    int32_t col                # the field's array, indexed like its message
+    int32_t elem               # repeated: the element array
+    int32_t child              # messages, groups, map entries: the node
+    int32_t oneof              # 1-based oneof of the message, 0 = none
+
+
+ctypedef struct NodeT:
+    int32_t first
+    int32_t count
+
+
+ctypedef struct Enc:
+    uint8_t* buf
+    uint8_t* ptr               # next byte is written at ptr - 1
+    uint8_t* limit             # end of the buffer: the output is [ptr, limit)
+    const Col* cols
+    const Entry* entries
+    const NodeT* nodes
+    int32_t err_col
+    int64_t err_index
+
+
+cdef int grow(Enc* e, size_t n) noexcept nogil:
+    """Move the written bytes to the end of a buffer with room for n more below them."""
+    cdef size_t used = e.limit - e.ptr
+    cdef size_t cap = e.limit - e.buf
+    cdef size_t new_cap = cap * 2 if cap > 0 else 4096
+    while new_cap < used + n:
+        new_cap *= 2
+    cdef uint8_t* grown = <uint8_t*>PyMem_RawMalloc(new_cap)
+    if grown == NULL:
+        return E_NO_MEMORY
+    if used:
+        memcpy(grown + new_cap - used, e.ptr, used)
+    PyMem_RawFree(e.buf)
+    e.buf = grown
+    e.limit = grown + new_cap
+    e.ptr = e.limit - used
+    return OK
+
+
+cdef inline int reserve(Enc* e, size_t n) noexcept nogil:
+    if <size_t>(e.ptr - e.buf) >= n:
+        return OK
+    return grow(e, n)
+
+
+cdef inline int varint_size(uint64_t v) noexcept nogil:
+    if v < 0x80:
+        return 1
+    return (63 - __builtin_clzll(v)) // 7 + 1
+
+
+cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
+    """Base-128 varint, low group first, continuation bit on all but the last byte."""
+    cdef uint8_t* p
+    if v < 0x80:
+        e.ptr -= 1
+        e.ptr[0] = <uint8_t>v
+        return
+    e.ptr -= varint_size(v)
+    p = e.ptr
+    while v >= 0x80:
+        p[0] = <uint8_t>(v | 0x80)
+        p += 1
+        v >>= 7
+    p[0] = <uint8_t>v
+
+
+cdef inline bint is_set(const uint8_t* bitmap, int64_t i) noexcept nogil:
+    return (bitmap[i >> 3] >> (i & 7)) & 1
+
+
+cdef inline bint is_null(const Col* c, int64_t p) noexcept nogil:
+    return c.validity != NULL and not is_set(c.validity, p)
+
+
+cdef inline void span(const Col* c, int64_t p, int64_t* lo, int64_t* hi) noexcept nogil:
+    if c.wide:
+        lo[0] = (<const int64_t*>c.offsets)[p]
+        hi[0] = (<const int64_t*>c.offsets)[p + 1]
+    else:
+        lo[0] = (<const int32_t*>c.offsets)[p]
+        hi[0] = (<const int32_t*>c.offsets)[p + 1]
+
+
+cdef inline bint is_zero(const Col* c, int32_t kind, int64_t p) noexcept nogil:
+    """Whether slot p holds the default of an implicit-presence field (bits, not value)."""
+    cdef int64_t lo, hi
+    if kind == V_INT32 or kind == V_UINT32 or kind == V_SINT32 or kind == V_FIXED32:
+        return (<const uint32_t*>c.values)[p] == 0
+    if kind == V_INT64 or kind == V_SINT64 or kind == V_FIXED64:
+        return (<const uint64_t*>c.values)[p] == 0
+    if kind == V_BOOL:
+        return not is_set(c.values, p)
+    span(c, p, &lo, &hi)
+    return hi == lo
+
+
+cdef int put_value(Enc* e, const Col* c, int32_t kind, int64_t p) noexcept nogil:
+    """Write the value of slot p without its tag."""
+    cdef int64_t lo, hi, v
+    cdef size_t n
+    if reserve(e, 10):
+        return E_NO_MEMORY
+    if kind == V_INT32:
+        put_varint(e, <uint64_t><int64_t>(<const int32_t*>c.values)[p])
+    elif kind == V_UINT32:
+        put_varint(e, (<const uint32_t*>c.values)[p])
+    elif kind == V_INT64:
+        put_varint(e, (<const uint64_t*>c.values)[p])
+    elif kind == V_SINT32:
+        v = (<const int32_t*>c.values)[p]
+        put_varint(e, <uint32_t>((<uint32_t>v << 1) ^ <uint32_t>(v >> 31)))
+    elif kind == V_SINT64:
+        v = (<const int64_t*>c.values)[p]
+        put_varint(e, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+    elif kind == V_FIXED32:
+        e.ptr -= 4
+        memcpy(e.ptr, c.values + 4 * p, 4)
+    elif kind == V_FIXED64:
+        e.ptr -= 8
+        memcpy(e.ptr, c.values + 8 * p, 8)
+    elif kind == V_BOOL:
+        put_varint(e, is_set(c.values, p))
+    else:  # V_BYTES, V_UNKNOWN, V_RAW_GROUP: a binary slot
+        span(c, p, &lo, &hi)
+        n = <size_t>(hi - lo)
+        if reserve(e, n + 10):
+            return E_NO_MEMORY
+        e.ptr -= n
+        if n:
+            memcpy(e.ptr, c.values + lo, n)
+        if kind == V_BYTES:
+            put_varint(e, n)
+    return OK
+
+
+cdef inline int put_tag(Enc* e, uint64_t tag) noexcept nogil:
+    if reserve(e, 10):
+        return E_NO_MEMORY
+    put_varint(e, tag)
+    return OK
+
+
+cdef int put_delimited(Enc* e, size_t used_before, uint64_t tag) noexcept nogil:
+    """Length prefix and tag of the bytes written since `used_before`."""
+    cdef size_t n = <size_t>(e.limit - e.ptr) - used_before
+    if n > 0x7FFFFFFF:
+        return E_TOO_LARGE
+    if reserve(e, 20):
+        return E_NO_MEMORY
+    put_varint(e, n)
+    put_varint(e, tag)
+    return OK
+
+
+cdef int fail(Enc* e, int status, int32_t col, int64_t index) noexcept nogil:
+    e.err_col = col
+    e.err_index = index
+    return status
+
+
+cdef int put_record(Enc* e, const Entry* en, const Col* c, int64_t k) noexcept nogil:
+    """One tagged value of field `en`: element k (logical) of array c."""
+    cdef int status
+    cdef size_t before
+    cdef int32_t kind = en.kind
+    if kind == V_MESSAGE:
+        before = e.limit - e.ptr
+        status = encode_message(e, en.child, k)
+        if status:
+            return status
+        return put_delimited(e, before, en.tag)
+    if kind == V_GROUP or kind == V_RAW_GROUP:
+        status = put_tag(e, en.end_tag)
+        if status:
+            return status
+        if kind == V_GROUP:
+            status = encode_message(e, en.child, k)
+        else:
+            status = put_value(e, c, kind, k + c.offset)
+        if status:
+            return status
+        return put_tag(e, en.tag)
+    status = put_value(e, c, kind, k + c.offset)
+    if status or kind == V_UNKNOWN:
+        return status
+    return put_tag(e, en.tag)
+
+
+cdef int put_repeated(Enc* e, const Entry* en, const Col* c, int64_t p) noexcept nogil:
+    cdef int64_t lo, hi, j, k
+    cdef int status
+    cdef size_t before
+    cdef const Col* ec = &e.cols[en.elem]
+    span(c, p, &lo, &hi)
+    if lo == hi:
+        return OK
+    if en.shape == S_PACKED:
+        before = e.limit - e.ptr
+        j = hi
+        while j > lo:
+            j -= 1
+            if is_null(ec, j + ec.offset):
+                return fail(e, E_NULL_ELEMENT, en.elem, j)
+            if ec.bad != NULL and ec.bad[j]:
+                return fail(e, E_BAD_VALUE, en.elem, j)
+            status = put_value(e, ec, en.kind, j + ec.offset)
+            if status:
+                return status
+        return put_delimited(e, before, en.tag)
+    j = hi
+    while j > lo:
+        j -= 1
+        k = c.perm[j] if c.perm != NULL else j
+        if is_null(ec, k + ec.offset):
+            return fail(e, E_NULL_ELEMENT, en.elem, k)
+        if ec.bad != NULL and ec.bad[k]:
+            return fail(e, E_BAD_VALUE, en.elem, k)
+        status = put_record(e, en, ec, k)
+        if status:
+            return status
+    return OK
+
+
+cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
+    """Message k (logical index of the node's arrays): fields last to first."""
+    cdef const NodeT* nd = &e.nodes[node]
+    cdef const Entry* en
+    cdef const Col* c
+    cdef int32_t i = nd.first + nd.count
+    cdef int64_t p
+    cdef uint64_t oneofs = 0, bit
+    cdef int status
+    while i > nd.first:
+        i -= 1
+        en = &e.entries[i]
+        c = &e.cols[en.col]
+        p = k + c.offset
+        if is_null(c, p):
+            if en.presence == P_ALWAYS:
+                return fail(e, E_NULL_ENTRY, en.col, k)
+            continue
+        if c.bad != NULL and c.bad[k]:
+            return fail(e, E_BAD_VALUE, en.col, k)
+        if en.shape != S_SINGULAR:
+            status = put_repeated(e, en, c, p)
+        else:
+            if en.presence == P_IMPLICIT and is_zero(c, en.kind, p):
+                continue
+            if en.oneof:
+                bit = (<uint64_t>1) << ((en.oneof - 1) & 63)
+                if oneofs & bit:
+                    return fail(e, E_ONEOF, en.col, k)
+                oneofs |= bit
+            status = put_record(e, en, c, k)
+        if status:
+            return status
+    return OK
+
+
+cdef class _Tables:
+    cdef Col* cols
+    cdef Entry* entries
+    cdef NodeT* nodes
+
+    def __cinit__(self):
+        self.cols = NULL
+        self.entries = NULL
+        self.nodes = NULL
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.cols)
+        PyMem_RawFree(self.entries)
+        PyMem_RawFree(self.nodes)
+
+
+def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
+           const int64_t[:, ::1] nodes, int64_t n_rows, int64_t capacity=0):
+    """Encode rows 0..n_rows-1 of node 0.
+
+    Returns (status, error column, error logical index, data, start, offsets, wide): the
+    serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
+    when `wide`). On failure (status != 0) data and offsets are None.
+    """
+    if cols.shape[1] != COL_WIDTH or entries.shape[1] != ENTRY_WIDTH or nodes.shape[1] != 2:
+        raise ValueError("encode: malformed tables")
+    if nodes.shape[0] < 1 or n_rows < 0:
+        raise ValueError("encode: no root node")
+    cdef Py_ssize_t i
+    cdef _Tables t = _Tables()
+    t.cols = <Col*>PyMem_RawMalloc(max(cols.shape[0], 1) * sizeof(Col))
+    t.entries = <Entry*>PyMem_RawMalloc(max(entries.shape[0], 1) * sizeof(Entry))
+    t.nodes = <NodeT*>PyMem_RawMalloc(nodes.shape[0] * sizeof(NodeT))
+    if t.cols == NULL or t.entries == NULL or t.nodes == NULL:
+        raise MemoryError()
+    for i in range(cols.shape[0]):
+        t.cols[i].validity = <const uint8_t*><uintptr_t>cols[i, 0]
+        t.cols[i].offset = cols[i, 1]
+        t.cols[i].values = <const uint8_t*><uintptr_t>cols[i, 2]
+        t.cols[i].offsets = <const uint8_t*><uintptr_t>cols[i, 3]
+        t.cols[i].wide = <int32_t>cols[i, 4]
+        t.cols[i].bad = <const uint8_t*><uintptr_t>cols[i, 5]
+        t.cols[i].perm = <const int64_t*><uintptr_t>cols[i, 6]
+    for i in range(entries.shape[0]):
+        t.entries[i].tag = <uint64_t>entries[i, 0]
+        t.entries[i].end_tag = <uint64_t>entries[i, 1]
+        t.entries[i].kind = <int32_t>entries[i, 2]
+        t.entries[i].shape = <int32_t>entries[i, 3]
+        t.entries[i].presence = <int32_t>entries[i, 4]
+        t.entries[i].col = <int32_t>entries[i, 5]
+        t.entries[i].elem = <int32_t>entries[i, 6]
+        t.entries[i].child = <int32_t>entries[i, 7]
+        t.entries[i].oneof = <int32_t>entries[i, 8]
+        if not (0 <= t.entries[i].col < cols.shape[0]) or (
+            t.entries[i].shape != S_SINGULAR and not (0 <= t.entries[i].elem < cols.shape[0])
+        ) or ((t.entries[i].kind == V_MESSAGE or t.entries[i].kind == V_GROUP)
+              and not (0 <= t.entries[i].child < nodes.shape[0])):
+            raise ValueError("encode: an entry points outside the tables")
+    for i in range(nodes.shape[0]):
+        t.nodes[i].first = <int32_t>nodes[i, 0]
+        t.nodes[i].count = <int32_t>nodes[i, 1]
+        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].count > entries.shape[0]:
+            raise ValueError("encode: a node points outside the tables")
+
+    cdef int64_t* used = <int64_t*>PyMem_RawMalloc((n_rows + 1) * sizeof(int64_t))
+    if used == NULL:
+        raise MemoryError()
+    cdef Enc e
+    e.cols = t.cols
+    e.entries = t.entries
+    e.nodes = t.nodes
+    e.err_col = -1
+    e.err_index = -1
+    e.buf = NULL
+    e.ptr = NULL
+    e.limit = NULL
+    cdef int status = OK
+    cdef int64_t r, total
+    with nogil:
+        status = grow(&e, <size_t>max(capacity, 4096))
+        used[n_rows] = 0
+        r = n_rows
+        while r > 0 and status == OK:
+            r -= 1
+            status = encode_message(&e, 0, r)
+            used[r] = e.limit - e.ptr
+    if status:
+        PyMem_RawFree(e.buf)
+        PyMem_RawFree(used)
+        if status == E_NO_MEMORY:
+            raise MemoryError()
+        return status, e.err_col, e.err_index, None, 0, None, False
+    total = e.limit - e.ptr
+    cdef bint wide = total > 0x7FFFFFFF
+    cdef int32_t* off32
+    with nogil:
+        # offsets[r] = total - used[r]; rewritten in place (int32 fits in the int64 slots)
+        if wide:
+            for r in range(n_rows + 1):
+                used[r] = total - used[r]
+        else:
+            off32 = <int32_t*>used
+            for r in range(n_rows + 1):
+                off32[r] = <int32_t>(total - used[r])
+    data = OwnedBuffer.adopt(e.buf, e.limit - e.buf)
+    offsets = OwnedBuffer.adopt(<uint8_t*>used, (n_rows + 1) * (8 if wide else 4))
+    return OK, -1, -1, data, e.ptr - e.buf, offsets, wide
