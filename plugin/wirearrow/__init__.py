@@ -6,6 +6,7 @@ tc = wa.Transcoder(schema, columns=["id", wa.Column("imp[*].id", name="imp_id")]
 batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.RecordBatch
 """
 
+from wirearrow.cache import ParserCache
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import read_delimited
 from wirearrow.errors import DecodeError, PathError, PlanError, SchemaError, WirearrowError
@@ -74,6 +75,7 @@ from wirearrow.transcoder import Stats, Transcoder
 __all__ = [
     "Column",
     "DecodeError",
+    "ParserCache",
     "PathError",
     "PlanConfig",
     "PlanError",
