@@ -544,6 +544,8 @@ class ParserCache:
     def dumps(self) -> str:
         with self._lock:
             entries = list(self._entries.values())
+            # profiles loaded for plans no transcoder asked for yet are kept as they came
+            pending = [item for items in self._pending.values() for item, _ in items]
         doc = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -552,7 +554,7 @@ class ParserCache:
                 "sample_rate": self.sample_rate,
                 "retune_every": self.retune_every,
             },
-            "plans": [e.export() for e in entries],
+            "plans": [e.export() for e in entries] + pending,
         }
         return json.dumps(doc, separators=(",", ":"))
 
@@ -624,6 +626,22 @@ class ParserCache:
         self._hub_handle = None
         return self
 
+    def pull_from_ray(self) -> ParserCache:
+        """Add the hub's merged profiles (every worker's) to this cache, e.g. to ``save``."""
+        hub = self._hub()
+        if hub is None:
+            raise ValueError("this cache does not share with Ray: call share_with_ray() first")
+        for item in self._ray_get(hub.snapshot.remote()):
+            key = (item["schema"], item["plan"])
+            with self._lock:
+                found = self._entries.get(key)
+            if found is not None:
+                with found.lock:
+                    found.delta = _Counters.empty(found.layout)  # the hub holds it already
+                    found.profile = _Counters.empty(found.layout)
+            self.add_profiles({"plans": [item]}, f"Ray actor {self.hub!r}")
+        return self
+
     def _hub(self) -> Any:
         if self.hub is None:
             return None
@@ -686,3 +704,21 @@ def default_cache() -> ParserCache:
             if _DEFAULT is None:
                 _DEFAULT = ParserCache(tune="off")
     return _DEFAULT
+
+
+def resolve_profile(profile: Any) -> ParserCache:
+    """A ``profile=`` option of the engine plugins: a ParserCache, or the path of a saved
+    profile (loaded here, on the machine that builds the job: workers need not see it)."""
+    if isinstance(profile, ParserCache):
+        return profile
+    if isinstance(profile, str | os.PathLike):
+        return ParserCache.load(profile)
+    raise TypeError(f"profile must be a ParserCache or a path, not {type(profile).__name__}")
+
+
+def with_cache(tc: Any, cache: ParserCache) -> Any:
+    """``tc``'s plan on ``cache`` (the same transcoder if it already uses it)."""
+    if tc.cache is cache:
+        return tc
+    rebuild, (schema, columns, on_error, options) = tc.__reduce__()
+    return rebuild(schema, columns, on_error, {**options, "cache": cache})
