@@ -151,7 +151,7 @@ def test_retune_under_concurrent_transcoding(schema: wa.Schema, skewed: pa.Array
             for _ in range(5):
                 for chunk, out in zip(chunks, want, strict=True):
                     assert tc.transcode(chunk).equals(out)
-        except BaseException as err:  # noqa: BLE001 - reported below
+        except BaseException as err:
             errors.append(err)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
@@ -194,8 +194,9 @@ def test_stale_profile_is_ignored_with_a_warning(
     cache = ParserCache(sample_rate=0.5)
     wa.Transcoder(schema, columns=["id"], cache=cache).transcode(skewed)
     cache.save(tmp_path / "p.json")
-    other, _ = compile_proto('syntax = "proto3"; message BidRequestEvent { string id = 1; }',
-                             "BidRequestEvent")
+    other, _ = compile_proto(
+        'syntax = "proto3"; message BidRequestEvent { string id = 1; }', "BidRequestEvent"
+    )
     loaded = ParserCache.load(tmp_path / "p.json")
     with pytest.warns(RuntimeWarning, match="another schema"):
         tc = wa.Transcoder(other, columns=["id"], cache=loaded)
@@ -242,17 +243,32 @@ def test_walker_survives_any_bytes(records: list[bytes]) -> None:
     child[2] = 1  # field 2 of the root descends into node 1
     child[8 + 3] = 0  # field 3 of node 1 back into the root (a cycle)
     counters = [np.zeros(16, np.int64) for _ in range(5)]
-    walk(view, off[:-1].copy(), off[1:].copy(), np.arange(len(records), dtype=np.int64), child,
-         np.array([0, 8], np.int32), widths, np.array([0, 64], np.int64),
-         np.zeros(2, np.int64), *counters[:4], np.zeros(128, np.int64), counters[4])
+    walk(
+        view,
+        off[:-1].copy(),
+        off[1:].copy(),
+        np.arange(len(records), dtype=np.int64),
+        child,
+        np.array([0, 8], np.int32),
+        widths,
+        np.array([0, 64], np.int64),
+        np.zeros(2, np.int64),
+        *counters[:4],
+        np.zeros(128, np.int64),
+        counters[4],
+    )
 
 
 # ---- differential: tuned vs the oracle ---------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, database=None,
-          phases=[p for p in Phase if p is not Phase.shrink],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    phases=[p for p in Phase if p is not Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_tuned_matches_oracle_on_random_schemas(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")
@@ -264,7 +280,7 @@ def test_tuned_matches_oracle_on_random_schemas(data: st.DataObject) -> None:
     schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
     try:
         want = expected_rows(root, wire, plan)
-    except Exception:  # noqa: BLE001 - a record the runtime rejects: compare tuned vs plain
+    except Exception:
         want = None
     tuned = wa.Transcoder(schema, columns=plan, cache=eager(), on_error="skip")
     plain = wa.Transcoder(schema, columns=plan, cache=ParserCache(tune="off"), on_error="skip")

@@ -144,7 +144,8 @@ class _Counters:
         self.sampled += other.sampled
         if other.batches:
             self.batch_min = (
-                other.batch_min if not self.batches - other.batches
+                other.batch_min
+                if not self.batches - other.batches
                 else min(self.batch_min, other.batch_min)
             )
             self.batch_max = max(self.batch_max, other.batch_max)
@@ -256,8 +257,9 @@ class _Entry:
     """One compiled plan and its profile. ``plan`` and ``tuning`` are read without a lock
     (one attribute load each); everything else changes under ``lock``."""
 
-    def __init__(self, cache: ParserCache, key: tuple[str, str], plan: CompiledPlan,
-                 message: str) -> None:
+    def __init__(
+        self, cache: ParserCache, key: tuple[str, str], plan: CompiledPlan, message: str
+    ) -> None:
         self.cache = cache
         self.key = key
         self.message = message
@@ -291,7 +293,7 @@ class _Entry:
         if cache.tune == "off" or records <= 0:
             return
         n = len(starts)
-        stride = max(int(round(1.0 / cache.sample_rate)), 1) if cache.sample_rate > 0 else 0
+        stride = max(round(1.0 / cache.sample_rate), 1) if cache.sample_rate > 0 else 0
         with self.lock:
             slot = self.timing["tuned" if tuning is not None else "untuned"]
             slot[0] += seconds
@@ -307,9 +309,21 @@ class _Entry:
                 if len(sample):
                     t0 = time.perf_counter()
                     batch.sampled = walk(
-                        data, starts, ends, sample, self.layout.child, self.layout.base,
-                        self.layout.widths, self.layout.fbase, batch.visits, batch.present,
-                        batch.count, batch.nbytes, batch.first, batch.follow, self.stamp,
+                        data,
+                        starts,
+                        ends,
+                        sample,
+                        self.layout.child,
+                        self.layout.base,
+                        self.layout.widths,
+                        self.layout.fbase,
+                        batch.visits,
+                        batch.present,
+                        batch.count,
+                        batch.nbytes,
+                        batch.first,
+                        batch.follow,
+                        self.stamp,
                     )
                     self.walk_seconds += time.perf_counter() - t0
             self.profile.add(batch)
@@ -327,8 +341,9 @@ class _Entry:
         with self.lock:
             self.since_retune = 0
             version = (self.tuning.version if self.tuning is not None else 0) + 1
-            tuning = Tuning(version, self.profile.records,
-                            _summary(self.layout, self.plan, self.profile))
+            tuning = Tuning(
+                version, self.profile.records, _summary(self.layout, self.plan, self.profile)
+            )
             self.tuning = tuning  # the atomic swap: transcoders read it once per batch
         with self.cache._lock:
             self.cache._retunes += 1
@@ -360,8 +375,9 @@ class _Entry:
         try:
             counters = _Counters.from_json(data["profile"], self.layout)
         except (KeyError, TypeError, ValueError) as err:
-            warnings.warn(f"profile from {where} is malformed ({err}): ignored",
-                          RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"profile from {where} is malformed ({err}): ignored", RuntimeWarning, stacklevel=4
+            )
             return False
         with self.lock:
             self.profile.add(counters)
@@ -373,14 +389,18 @@ class _Entry:
         with self.lock:
             delta, self.delta = self.delta, _Counters.empty(self.layout)
         payload = {
-            "schema": self.key[0], "plan": self.key[1], "message": self.message,
-            "layout": self.layout.signature, "profile": delta.to_json(),
+            "schema": self.key[0],
+            "plan": self.key[1],
+            "message": self.message,
+            "layout": self.layout.signature,
+            "profile": delta.to_json(),
         }
         try:
             merged = self.cache._ray_get(hub.exchange.remote(payload))
         except Exception as err:  # a hub that went away costs sharing, never a batch
-            warnings.warn(f"profile hub unreachable ({err}); profiling locally",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"profile hub unreachable ({err}); profiling locally", RuntimeWarning, stacklevel=3
+            )
             return
         if merged is None:
             return
@@ -518,9 +538,7 @@ class ParserCache:
                 timing = {k: list(v) for k, v in e.timing.items()}
                 decoded = e.profile.records
                 walk_seconds = e.walk_seconds
-            effect = {
-                k: round(v[1] / v[0], 1) if v[0] > 0 else None for k, v in timing.items()
-            }
+            effect = {k: round(v[1] / v[0], 1) if v[0] > 0 else None for k, v in timing.items()}
             decode_seconds = timing["untuned"][0] + timing["tuned"][0]
             plans.append(
                 {

@@ -30,8 +30,12 @@ class ProfileHub:
             return None  # another wirearrow version's layout: neither side is merged
         if held is None:
             held = self._plans[key] = {
-                "schema": key[0], "plan": key[1], "message": payload.get("message", ""),
-                "layout": payload["layout"], "profile": payload["profile"], "version": 1,
+                "schema": key[0],
+                "plan": key[1],
+                "message": payload.get("message", ""),
+                "layout": payload["layout"],
+                "profile": payload["profile"],
+                "version": 1,
                 "pushes": 1,
             }
             return held
