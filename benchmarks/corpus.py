@@ -42,6 +42,7 @@ __all__ = [
     "SCHEMA_DIR",
     "frame",
     "generate",
+    "generate_skewed",
     "load_schema",
     "read_corpus",
     "unframe",
@@ -341,6 +342,135 @@ def generate(n: int, seed: int = 0) -> list[bytes]:
     # deterministic=True sorts map entries by key; without it the `ext` map's order (and
     # therefore the bytes) could change between protobuf versions.
     return [_build(cls, rng).SerializeToString(deterministic=True) for _ in range(n)]
+
+
+# --------------------------------------------------------------------------- skewed variant
+# Real producers do not write fields in field-number order (the protobuf runtimes do): a
+# hand-rolled or generated encoder writes them in its own, consistent order, and real
+# traffic has a few very large strings (user agents, page URLs with tracking parameters,
+# consent strings) and many absent fields. The skewed corpus re-encodes the neutral one's
+# messages in such an order (same field values, so the same decoded result), with larger
+# strings and sparser sub-messages.
+
+# Producer field order per message type (field numbers); unlisted fields follow, by number.
+_SKEWED_ORDER: dict[str, tuple[int, ...]] = {
+    "BidRequestEvent": (16, 17, 8, 7, 18, 1, 19, 5, 6, 3, 12, 11, 2, 15),
+    "Imp": (12, 8, 9, 16, 11, 3, 2, 7, 1),
+    "Banner": (5, 4, 2, 1),
+    "Video": (8, 7, 4, 3, 1),
+    "Pmp": (2, 1),
+    "Deal": (6, 4, 2, 1),
+    "Site": (9, 7, 4, 3, 1),
+    "Publisher": (2, 1),
+    "Device": (20, 18, 4, 2, 3, 14, 13, 12),
+    "Geo": (9, 6, 4, 3, 2, 1),
+    "User": (16, 4, 3, 2, 1),
+    "TechnicalProvider": (2, 1),
+}
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _reorder(data: bytes, descriptor: Any) -> bytes:
+    """Re-encode a message with its fields in the producer order (recursively).
+
+    Repeated occurrences keep their relative order (a stable sort), so the decoded message
+    is the same; only the byte order of fields changes.
+    """
+    rank = {n: i for i, n in enumerate(_SKEWED_ORDER.get(descriptor.name, ()))}
+    chunks: list[tuple[int, int, bytes]] = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _read_varint(data, pos)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            _, pos = _read_varint(data, pos)
+            chunk = data[start:pos]
+        elif wire_type == 1:
+            pos += 8
+            chunk = data[start:pos]
+        elif wire_type == 5:
+            pos += 4
+            chunk = data[start:pos]
+        elif wire_type == 2:
+            size, body = _read_varint(data, pos)
+            pos = body + size
+            fd = descriptor.fields_by_number.get(number)
+            if fd is not None and fd.message_type is not None:
+                inner = _reorder(data[body:pos], fd.message_type)
+                chunk = data[start : body - len(_varint(size))] + _varint(len(inner)) + inner
+            else:
+                chunk = data[start:pos]
+        else:
+            raise ValueError(f"unexpected wire type {wire_type}")
+        chunks.append((rank.get(number, len(rank) + number), len(chunks), chunk))
+    chunks.sort()
+    return b"".join(c for _, _, c in chunks)
+
+
+def _skew(msg: Any, rng: random.Random) -> None:
+    """Bigger strings in a few fields, many more absent fields."""
+    if msg.HasField("device"):
+        device = msg.device
+        # Long user agents (app webviews append their own tokens).
+        device.ua += " " + " ".join(f"App/{_hex(rng, 3)}" for _ in range(rng.randint(8, 40)))
+        if rng.random() < 0.6:
+            device.ClearField("make")
+            device.ClearField("model")
+        if rng.random() < 0.5:
+            device.ClearField("ifa")
+    if msg.HasField("site"):
+        site = msg.site
+        # Page URLs carrying tracking parameters.
+        site.page += "?" + "&".join(
+            f"p{k}={_hex(rng, rng.randint(4, 24))}" for k in range(rng.randint(10, 60))
+        )
+        if rng.random() < 0.7:
+            site.ClearField("cat")
+    if msg.HasField("user"):
+        # An opaque identity token read by the plan (user.id), a few hundred bytes.
+        msg.user.id = _hex(rng, rng.randint(60, 200))
+        if rng.random() < 0.8:
+            msg.user.ClearField("yob")
+            msg.user.ClearField("gender")
+    for imp in msg.imp:
+        if rng.random() < 0.7:
+            imp.ClearField("tagid")
+        if rng.random() < 0.6:
+            imp.ClearField("bidfloorcur")
+    if rng.random() < 0.8:
+        del msg.bcat[:]
+    # A consent string (TCF-style), large and present in most requests.
+    if rng.random() < 0.8:
+        msg.ext["gdpr_consent"] = _hex(rng, rng.randint(200, 600))
+
+
+def generate_skewed(n: int, seed: int = 0) -> list[bytes]:
+    """``n`` messages with skewed field order and sizes; same ``(n, seed)``, same bytes.
+
+    Same generator as :func:`generate` (different values: the skew draws from the same
+    random stream), then :func:`_skew`, then re-encoded in the producer order.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    _, cls = load_schema()
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        msg = _build(cls, rng)
+        _skew(msg, rng)
+        out.append(_reorder(msg.SerializeToString(deterministic=True), cls.DESCRIPTOR))
+    return out
 
 
 # --------------------------------------------------------------------------- framing

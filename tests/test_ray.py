@@ -21,7 +21,6 @@ import pytest
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
-from wirearrow import transcoder as transcoder_module
 from wirearrow.config import load_plan
 
 ray = pytest.importorskip("ray")
@@ -106,15 +105,19 @@ def test_transcode_class_compiles_once(
     records: list[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The actor's life in one process: unpickle the plan once, then only decode."""
+    from wirearrow import cache as cache_module
+
     compiles = []
-    real = transcoder_module.compile_plan
+    real = cache_module.compile_plan
 
     def counting(*args, **kwargs):
         compiles.append(1)
         return real(*args, **kwargs)
 
     shipped = pickle.dumps(wa.Transcoder.from_config(FLAT))  # what ray.put stores
-    monkeypatch.setattr(transcoder_module, "compile_plan", counting)
+    monkeypatch.setattr(cache_module, "compile_plan", counting)
+    # a fresh process: its default cache has not compiled this plan yet
+    monkeypatch.setattr(cache_module, "_DEFAULT", cache_module.ParserCache(tune="off"))
     fn = war.Transcode(pickle.loads(shipped), "value")
     assert len(compiles) == 1
     table = pa.table({"value": pa.array(records, pa.binary())})

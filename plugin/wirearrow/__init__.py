@@ -6,6 +6,7 @@ tc = wa.Transcoder(schema, columns=["id", wa.Column("imp[*].id", name="imp_id")]
 batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.RecordBatch
 """
 
+from wirearrow.cache import ParserCache
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import read_delimited
 from wirearrow.errors import (
@@ -82,6 +83,7 @@ __all__ = [
     "Column",
     "DecodeError",
     "EncodeError",
+    "ParserCache",
     "PathError",
     "PlanConfig",
     "PlanError",

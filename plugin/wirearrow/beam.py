@@ -44,6 +44,7 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from wirearrow._core.framing import compact
+from wirearrow.cache import resolve_profile, with_cache
 from wirearrow.delimited import FRAMINGS, split_framed
 from wirearrow.transcoder import Stats, Transcoder
 
@@ -416,6 +417,10 @@ class ToArrow(beam.PTransform):
             bad record fails the bundle). Not allowed with a Transcoder.
         field: the bytes field of row elements.
         error_handling: Beam YAML's ``{"output": name}``: names the dead-letter output.
+        profile: a saved parser profile (path, read here) or a ``wirearrow.ParserCache``:
+            the plan is compiled on that cache, which travels with the DoFn and is one
+            instance per worker process (its profile shared by the process's DoFns, see
+            docs/cache.md).
     """
 
     def __init__(
@@ -425,11 +430,14 @@ class ToArrow(beam.PTransform):
         on_error: Optional[str] = None,  # noqa: UP045 (Beam YAML reads these annotations)
         field: str = "value",
         error_handling: Optional[Mapping[str, str]] = None,  # noqa: UP045
+        profile: Optional[Any] = None,  # noqa: UP045
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         transcoder = _resolve_transcoder(plan, on_error)
+        if profile is not None:
+            transcoder = with_cache(transcoder, resolve_profile(profile))
         self.schema: pa.Schema = transcoder.arrow_schema
         self._spec = pickle.dumps(transcoder, protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)

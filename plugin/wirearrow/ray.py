@@ -48,6 +48,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from wirearrow._core.framing import compact
+from wirearrow.cache import ParserCache, default_cache, resolve_profile, with_cache
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import FRAMINGS, split_framed
 from wirearrow.errors import DecodeError
@@ -128,6 +129,7 @@ def _spec(tc: Transcoder) -> dict[str, Any]:
         "validate": tc._options.validate,
         "timestamp_unit": tc._options.timestamp_unit,
         "max_depth": tc._options.max_depth,
+        "cache": tc._cache if tc._cache is not default_cache() else None,
     }
 
 
@@ -867,6 +869,7 @@ def transcode(
     num_cpus: float | None = None,
     batch_size: int | None = DEFAULT_BATCH_SIZE,
     resource_reservation: bool | None = None,
+    profile: str | os.PathLike[str] | ParserCache | None = None,
     **map_batches_args: Any,
 ) -> TranscodeResult:
     """Transcode the records in ``ds[column]`` with ``plan``: the one-call path.
@@ -899,6 +902,13 @@ def transcode(
     done (docs/ray.md measures both). Nothing can starve without it: tasks end, and the
     actor pool leaves a CPU to the tasks.
 
+    ``profile``: a saved profile (path, read here) or a :class:`~wirearrow.ParserCache`:
+    the plan is compiled on that cache, which travels with it (one instance per worker
+    process) and profiles the traffic; every process merges its profile with the others'
+    through a named actor at each retune (``ParserCache.share_with_ray``), so new and
+    running workers start from the job-wide profile. ``ParserCache.pull_from_ray`` on the
+    driver fetches the merged profile (to ``save`` it for the next job). See docs/cache.md.
+
     Returns a :class:`TranscodeResult`: lazy rows (a Dataset), then dead letters and counts.
     """
     ray = _ray()
@@ -906,6 +916,13 @@ def transcode(
         raise ValueError(f'compute must be "tasks" or "actors", not {compute!r}')
     if not ray.is_initialized():
         ray.init()
+    if profile is not None:
+        cache = resolve_profile(profile)
+        if cache.hub is None:
+            cache.share_with_ray()
+        if _is_object_ref(plan):
+            plan = ray.get(plan)
+        plan = with_cache(_load(plan), cache)
     ref = put_plan(plan, on_error=on_error, keep=bool(keep))
     ledger = _job_ledger()
     fs = dead_dir = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -11,10 +12,11 @@ import pyarrow as pa
 
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
 from wirearrow._core.framing import pack_records
+from wirearrow.cache import ParserCache, default_cache
 from wirearrow.delimited import split_framed
 from wirearrow.errors import DecodeError, EncodeError, PlanError
 from wirearrow.plan.assemble import Assembler, BadRecords
-from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options, compile_plan
+from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
 
@@ -63,6 +65,10 @@ class Transcoder:
     tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
+    ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
+    shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
+    profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
+    which does not profile).
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class Transcoder:
         max_depth: int | None = None,
         enums: str = "number",
         keep_unknown: bool = False,
+        cache: ParserCache | None = None,
     ) -> None:
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
@@ -93,9 +100,11 @@ class Transcoder:
             enums=enums,
             keep_unknown=bool(keep_unknown),
         )
-        self._plan: CompiledPlan = compile_plan(
-            schema.descriptor, self._plan_columns(), self._options
-        )
+        self._cache = cache if cache is not None else default_cache()
+        if not isinstance(self._cache, ParserCache):
+            raise TypeError(f"cache must be a wirearrow.ParserCache, not {type(cache).__name__}")
+        self._entry = self._cache.entry(schema, self._plan_columns(), self._options)
+        self._plan: CompiledPlan = self._entry.plan
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
@@ -128,7 +137,18 @@ class Transcoder:
     # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
 
     def __reduce__(self) -> tuple:
-        return (_rebuild, (self._schema, self._columns, self._on_error, asdict(self._options)))
+        # The default cache is per process: the worker's own is used. A given cache travels
+        # by identity (one instance per process, see ParserCache.__reduce__).
+        cache = None if self._cache is default_cache() else self._cache
+        options = asdict(self._options)
+        if cache is not None:
+            options["cache"] = cache
+        return (_rebuild, (self._schema, self._columns, self._on_error, options))
+
+    @property
+    def cache(self) -> ParserCache:
+        """The parser cache this transcoder's plan lives in."""
+        return self._cache
 
     # -- public API ---------------------------------------------------------------------
 
@@ -167,7 +187,10 @@ class Transcoder:
         n_in = len(index) + len(failures)
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._on_error == "raise"
+        entry = self._entry
+        tuning = entry.tuning  # read once: a retune during this batch applies to the next
         while True:
+            started = time.perf_counter()
             result = decode(
                 self._plan.program,
                 data,
@@ -178,9 +201,11 @@ class Transcoder:
                 self._capacity(len(starts)),
                 self._arena_capacity(len(starts)),
             )
+            decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]
             # (read before assembly releases the arenas column by column)
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
+            group_counts = result.group_counts
             rejected: list[tuple[DecodeError, int]] = []
             try:
                 columns, n_rows = Assembler(self._plan, result, data).columns()
@@ -211,6 +236,9 @@ class Transcoder:
         records = max(result.records, 1)
         self._per_record = np.asarray(result.group_counts, dtype=np.float64) / records
         self._bytes_per_record = np.asarray(arena_bytes, np.float64) / records
+        entry.observe(
+            tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
+        )
         self._account(n_in, failures, n_rows, n_bytes)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
 
