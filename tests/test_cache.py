@@ -188,6 +188,32 @@ def test_save_load_round_trip(schema: wa.Schema, skewed: pa.Array, tmp_path: Any
     )
 
 
+def test_buffer_sizes_are_shared_and_seeded_from_a_profile(
+    schema: wa.Schema, skewed: pa.Array, tmp_path: Any
+) -> None:
+    cache = ParserCache(sample_rate=0.1, retune_every=10_000)
+    first = wa.Transcoder(schema, cache=cache)  # whole messages: many groups and strings
+    entry = first._entry
+    groups, arenas = entry.capacities(len(skewed))
+    assert groups == [len(skewed)] * entry.layout.n_groups and arenas is None  # nothing known
+    want = first.transcode(skewed)
+    # What one transcoder decoded sizes the next one's first batch (same plan, same entry).
+    second = wa.Transcoder(schema, cache=cache)
+    assert second._entry is entry
+    groups, arenas = entry.capacities(len(skewed))
+    imp = [g for g, parent in enumerate(entry.plan.group_parents) if parent == 0]
+    assert max(groups[g] for g in imp) > len(skewed)  # several impressions a request
+    assert arenas is not None and sum(arenas) > skewed.nbytes / 2  # the strings' bytes
+    assert second.transcode(skewed).equals(want)
+    # A new process starts from a saved profile's sizes, before any batch.
+    cache.save(tmp_path / "p.json")
+    loaded = ParserCache.load(tmp_path / "p.json")
+    fresh = wa.Transcoder(schema, cache=loaded)
+    assert fresh._entry.capacities(len(skewed))[1] is not None
+    assert fresh._entry.capacities(len(skewed))[0] == pytest.approx(groups, rel=0.01, abs=2)
+    assert fresh.transcode(skewed).equals(want)
+
+
 def test_stale_profile_is_ignored_with_a_warning(
     schema: wa.Schema, skewed: pa.Array, tmp_path: Any, compile_proto: Any
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -190,6 +191,25 @@ def test_transcode_nested_into_one_file(work, records, bid_schema) -> None:
     assert duckdb.sql(f"select count(*) from '{work / 'all.parquet'}'").fetchall() == [(2 * N,)]
     # policy dead_letter in the plan: the side file exists, with no rows.
     assert pq.read_table(work / "dead/letters.parquet").num_rows == 0
+
+
+def test_profile_is_written_then_read_back(work, records, bid_schema) -> None:
+    profile = work / "profile.json"
+    profile.unlink(missing_ok=True)
+    first = run(work, "transcode", "nested.yaml", "a.varint", "-o", "p1.parquet",
+                "--framing", "varint", "--profile", profile)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(profile.read_text())
+    assert doc["format"] == "wirearrow-profile" and doc["plans"][0]["profile"]["records"] == N
+    second = run(work, "transcode", "nested.yaml", "a.varint", "-o", "p2.parquet",
+                 "--framing", "varint", "--profile", profile)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert json.loads(profile.read_text())["plans"][0]["profile"]["records"] == 2 * N
+    assert pq.read_table(work / "p2.parquet").equals(pq.read_table(work / "p1.parquet"))
+    (work / "junk.json").write_text("{}")
+    bad = run(work, "transcode", "nested.yaml", "a.varint", "-o", "p3.parquet",
+              "--framing", "varint", "--profile", "junk.json")  # fmt: skip
+    assert bad.returncode == 1 and "not a wirearrow profile" in bad.stderr
 
 
 def test_decode_error_under_raise(work) -> None:

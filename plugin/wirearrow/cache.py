@@ -15,12 +15,14 @@ bytes per record come free from each decode. Every ``retune_every`` records the 
 publishes a new, immutable :class:`Tuning` (a version number and the profile summary);
 transcoders read it once per batch, so a swap never lands inside a batch.
 
-What the tuning changes in the decoder: nothing, today. Two tunings were built and
-measured (docs/cache.md): expected-next-field prediction in the dispatch and buffers
-pre-sized from the shared profile. Neither beat the run-to-run noise (the dense field
-table already makes dispatch one load; each transcoder already sizes its buffers from its
-previous batch), so both were removed. The profile, its persistence and its sharing stay:
-they are what a future tuning needs, and they show where the time goes.
+What the tuning changes: the sizes of the decoder's buffers. Every entry keeps the elements
+per record of each group and the string bytes per record of each column, from the last
+batch any transcoder of the plan decoded, or -- before the first batch of a process -- from
+a loaded or merged profile; each batch allocates its buffers once, at their final size,
+instead of growing them (for whole messages of large records: +36 % on a new process's
+first batch, docs/cache.md). Expected-next-field prediction in the dispatch was built and
+measured too, and removed: it did not beat the noise (the dense field table already makes
+dispatch one load).
 
 Profiles persist with :meth:`ParserCache.save` / :meth:`ParserCache.load` (versioned JSON,
 checked against both fingerprints and the plan's table layout: a profile recorded for
@@ -29,6 +31,7 @@ another schema or plan is ignored with a warning, never applied).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -190,13 +193,19 @@ class _Counters:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Tuning:
     """One published tuning of a plan: immutable, swapped whole between batches."""
 
     version: int
     records: int  # records in the profile it was derived from
-    summary: dict[str, Any]
+    profile: _Counters = field(repr=False)  # a snapshot: the tuning never changes
+    entry: _Entry = field(repr=False)
+
+    @functools.cached_property
+    def summary(self) -> dict[str, Any]:
+        """The profile in words; computed when asked (stats()), never on the hot path."""
+        return _summary(self.entry.layout, self.entry.plan, self.profile)
 
 
 def _summary(layout: _Layout, plan: CompiledPlan, c: _Counters) -> dict[str, Any]:
@@ -276,6 +285,38 @@ class _Entry:
         self.timing = {"untuned": [0.0, 0], "tuned": [0.0, 0]}
         self.walk_seconds = 0.0
         self.hub_version = 0  # version of the merged profile last taken from a Ray hub
+        # Elements per record of each group and string bytes per record of each column:
+        # what the last batch of any transcoder of this plan held, or (before any batch) what
+        # a loaded or merged profile says. Sizes the next batch's buffers up front, so that
+        # they are neither grown (copied) nor faulted in twice. One tuple, swapped whole.
+        self.sizes: tuple[np.ndarray, np.ndarray] | None = None
+
+    def capacities(self, n: int) -> tuple[list[int], list[int] | None]:
+        """(elements per group, string bytes per column) to allocate for a batch of n."""
+        sizes = self.sizes
+        if sizes is None:
+            # Nothing known: one element per record everywhere. The buffers are calloc'd, so
+            # pages a group never fills are never touched (and cost no resident memory).
+            return [n] * self.layout.n_groups, None
+        per_record, bytes_per_record = sizes
+        return (
+            [int(x * n * 1.05) + 16 for x in per_record],
+            [int(x * n * 1.05) + 64 if x > 0 else 0 for x in bytes_per_record],
+        )
+
+    def learn_sizes(
+        self, records: int, group_counts: Sequence[int], arena_bytes: Sequence[int]
+    ) -> None:
+        if records > 0:
+            self.sizes = (
+                np.asarray(group_counts, dtype=np.float64) / records,
+                np.asarray(arena_bytes, dtype=np.float64) / records,
+            )
+
+    def _seed_sizes(self) -> None:
+        # A profile sizes the first batch of a process that has decoded nothing yet.
+        if self.sizes is None and self.profile.records > 0:
+            self.learn_sizes(self.profile.records, self.profile.elements, self.profile.arena)
 
     def observe(
         self,
@@ -341,9 +382,7 @@ class _Entry:
         with self.lock:
             self.since_retune = 0
             version = (self.tuning.version if self.tuning is not None else 0) + 1
-            tuning = Tuning(
-                version, self.profile.records, _summary(self.layout, self.plan, self.profile)
-            )
+            tuning = Tuning(version, self.profile.records, self.profile.copy(), self)
             self.tuning = tuning  # the atomic swap: transcoders read it once per batch
         with self.cache._lock:
             self.cache._retunes += 1
@@ -381,6 +420,7 @@ class _Entry:
             return False
         with self.lock:
             self.profile.add(counters)
+            self._seed_sizes()
         self.retune()
         return True
 
@@ -410,6 +450,7 @@ class _Entry:
             self.profile = counters
             self.profile.add(self.delta)
             self.hub_version = merged["version"]
+            self._seed_sizes()
 
 
 # ---- the cache -------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
+    from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
     from wirearrow.parquet import ParquetSink
     from wirearrow.transcoder import Transcoder
@@ -74,7 +75,9 @@ def _load_plan(source: str) -> PlanConfig:
         raise CliError(str(err)) from err
 
 
-def _build_transcoder(plan: PlanConfig, on_error: str | None = None) -> Transcoder:
+def _build_transcoder(
+    plan: PlanConfig, on_error: str | None = None, cache: ParserCache | None = None
+) -> Transcoder:
     """The plan's Transcoder, with ``on_error`` overriding the plan's policy when given."""
     from wirearrow.errors import WirearrowError
 
@@ -83,7 +86,7 @@ def _build_transcoder(plan: PlanConfig, on_error: str | None = None) -> Transcod
             plan, options=dataclasses.replace(plan.options, on_error=on_error)
         )
     try:
-        return plan.transcoder()
+        return plan.transcoder(cache)
     except (WirearrowError, ValueError) as err:
         raise CliError(str(err)) from err
 
@@ -546,7 +549,8 @@ def cmd_transcode(args: argparse.Namespace) -> int:
             raise CliError("--dead-letters needs --on-error dead_letter (or no --on-error)", 2)
         policy = "dead_letter"
     policy = policy or plan.options.on_error
-    tc = _build_transcoder(plan, policy)
+    cache = _profile_cache(args.profile)
+    tc = _build_transcoder(plan, policy, cache)
 
     output = args.output or plan.output.path
     if not output:
@@ -624,7 +628,26 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     if dead_path is not None:
         line += f"; dead letters -> {dead_path}"
     print(line)
+    if cache is not None:
+        try:
+            cache.save(args.profile)
+        except OSError as err:
+            raise CliError(f"cannot write the profile: {err}") from err
     return 0
+
+
+def _profile_cache(path: str | None) -> ParserCache | None:
+    """--profile: start from the saved profile when the file exists, profile this run."""
+    from wirearrow.cache import ParserCache
+
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        return ParserCache(tune="auto")
+    try:
+        return ParserCache.load(path)
+    except (OSError, ValueError) as err:
+        raise CliError(f"{path}: not a wirearrow profile ({err})") from err
 
 
 # --------------------------------------------------------------------------- check / schema
@@ -826,6 +849,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument(
         "--no-progress", action="store_true", help="no progress line, even on a terminal"
+    )
+    tr.add_argument(
+        "--profile",
+        metavar="PROFILE.json",
+        help="parser-cache profile: read it first if it exists (buffers sized from the start), "
+        "profile this run, and write the merged profile back (docs/cache.md)",
     )
     tr.set_defaults(func=cmd_transcode)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
@@ -198,15 +199,15 @@ class PlanConfig:
             self._cache[self.proto] = schema
         return schema
 
-    def transcoder(self) -> Transcoder:
-        """The :class:`~wirearrow.Transcoder` of this plan.
+    def transcoder(self, cache: ParserCache | None = None) -> Transcoder:
+        """The :class:`~wirearrow.Transcoder` of this plan (on ``cache``, if given).
 
         Path errors (a field the message does not have, ...) are raised as one
         :class:`~wirearrow.PlanError`, each problem located at its column's line.
         """
         schema = self.schema()
         try:
-            return Transcoder(schema, self.columns, **self.options.kwargs())
+            return Transcoder(schema, self.columns, cache=cache, **self.options.kwargs())
         except PlanError as err:
             raise PlanError([self._locate(problem) for problem in err.problems]) from err
 

@@ -109,8 +109,7 @@ class Transcoder:
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
         # Elements per record of each group in the last batch: sizes the next batch's buffers.
-        self._per_record: np.ndarray | None = None
-        self._bytes_per_record: np.ndarray | None = None  # string bytes, per column
+        self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
 
     def _plan_columns(self) -> Sequence[str | Column]:
         keep = [Column(UNKNOWN_FIELDS)] if self._options.keep_unknown else []
@@ -198,8 +197,7 @@ class Transcoder:
                 ends,
                 POLICY_RAISE if raising else POLICY_SKIP,
                 0,
-                self._capacity(len(starts)),
-                self._arena_capacity(len(starts)),
+                *entry.capacities(len(starts)),
             )
             decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]
@@ -233,9 +231,7 @@ class Transcoder:
             keep = np.ones(len(starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
-        records = max(result.records, 1)
-        self._per_record = np.asarray(result.group_counts, dtype=np.float64) / records
-        self._bytes_per_record = np.asarray(arena_bytes, np.float64) / records
+        entry.learn_sizes(result.records, group_counts, arena_bytes)
         entry.observe(
             tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
         )
@@ -280,7 +276,7 @@ class Transcoder:
         return self._encoding_plan(batch.schema).encode(batch)
 
     def _encoding_plan(self, schema: pa.Schema) -> EncodingPlan:
-        plans: dict[pa.Schema, EncodingPlan] = self.__dict__.setdefault("_encoding_plans", {})
+        plans = self._encoding_plans
         plan = plans.get(schema)
         if plan is None:
             plan = EncodingPlan(self._schema.descriptor, schema)
@@ -296,20 +292,6 @@ class Transcoder:
         if self._on_error != "dead_letter":
             return None
         return bytes(data[starts[pos] : ends[pos]])
-
-    def _capacity(self, n: int) -> list[int] | None:
-        per_record = self._per_record
-        if per_record is None:
-            # First batch: one element per record everywhere. The buffers are calloc'd, so
-            # pages a group never fills are never touched (and cost no resident memory).
-            return [n] * len(self._plan.group_parents)
-        return [int(x * n * 1.05) + 16 for x in per_record]
-
-    def _arena_capacity(self, n: int) -> list[int] | None:
-        per_record = self._bytes_per_record
-        if per_record is None:
-            return None
-        return [int(x * n * 1.05) + 64 if x > 0 else 0 for x in per_record]
 
     # -- errors and accounting ----------------------------------------------------------
 
