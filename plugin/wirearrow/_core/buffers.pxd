@@ -1,6 +1,30 @@
 from libc.stdint cimport int64_t, uint8_t
 
 
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include <stdint.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    /* Ask for transparent huge pages over the 2 MiB-aligned part of a large buffer that is
+       about to be written front to back (or back to front): one fault per 2 MiB instead
+       of 512. A hint only; without THP (or off Linux) nothing happens. */
+    static inline void wa_hugepages(void* p, size_t n) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const uintptr_t huge = (uintptr_t)2 << 20;
+        uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        uintptr_t b = ((uintptr_t)p + n) & ~(huge - 1);
+        if (b > a) (void)madvise((void*)a, b - a, MADV_HUGEPAGE);
+    #else
+        (void)p; (void)n;
+    #endif
+    }
+    """
+    void wa_hugepages(void* p, size_t n) noexcept nogil
+
+
 cdef class OwnedBuffer:
     # Memory allocated with PyMem_Raw* (so tracemalloc sees it), handed to Arrow without a
     # copy through the buffer protocol; freed when the last Arrow buffer over it goes away.

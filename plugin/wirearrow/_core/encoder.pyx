@@ -25,7 +25,7 @@ from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
-from wirearrow._core.buffers cimport OwnedBuffer
+from wirearrow._core.buffers cimport OwnedBuffer, wa_hugepages
 
 
 cdef extern from *:
@@ -139,6 +139,8 @@ cdef int grow(Enc* e, size_t n) noexcept nogil:
     cdef uint8_t* grown = <uint8_t*>PyMem_RawMalloc(new_cap)
     if grown == NULL:
         return E_NO_MEMORY
+    if new_cap >= (<size_t>4 << 20):   # written back to front, every page: see buffers.pxd
+        wa_hugepages(grown, new_cap)
     if used:
         memcpy(grown + new_cap - used, e.ptr, used)
     PyMem_RawFree(e.buf)
@@ -174,6 +176,23 @@ cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
         p += 1
         v >>= 7
     p[0] = <uint8_t>v
+
+
+cdef inline void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n) noexcept nogil:
+    # Most strings of a message are short (ids, codes, names): fixed-size copies compile to
+    # a load and a store each, where a memcpy call costs more than the bytes it moves.
+    if n > 16:
+        memcpy(dst, src, n)
+    elif n >= 8:
+        memcpy(dst, src, 8)
+        memcpy(dst + n - 8, src + n - 8, 8)
+    elif n >= 4:
+        memcpy(dst, src, 4)
+        memcpy(dst + n - 4, src + n - 4, 4)
+    else:
+        while n:
+            n -= 1
+            dst[n] = src[n]
 
 
 cdef inline bint is_set(const uint8_t* bitmap, int64_t i) noexcept nogil:
@@ -238,8 +257,7 @@ cdef int put_value(Enc* e, const Col* c, int32_t kind, int64_t p) noexcept nogil
         if reserve(e, n + 10):
             return E_NO_MEMORY
         e.ptr -= n
-        if n:
-            memcpy(e.ptr, c.values + lo, n)
+        copy_bytes(e.ptr, c.values + lo, n)
         if kind == V_BYTES:
             put_varint(e, n)
     return OK
