@@ -734,6 +734,27 @@ cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
 
 
 cdef inline bint utf8_valid(const uint8_t* s, int64_t n) noexcept nogil:
+    # Most strings are ASCII: OR all their bytes together, 8 at a time with no early exit
+    # (the last word overlaps the one before), and validate properly only if a high bit shows.
+    cdef uint64_t acc = 0, w
+    cdef int64_t j = 0
+    if n >= 8:
+        while j + 8 <= n:
+            memcpy(&w, s + j, 8)
+            acc |= w
+            j += 8
+        memcpy(&w, s + n - 8, 8)
+        acc |= w
+    else:
+        while j < n:
+            acc |= s[j]
+            j += 1
+    if not (acc & 0x8080808080808080ULL):
+        return True
+    return utf8_valid_full(s, n)
+
+
+cdef bint utf8_valid_full(const uint8_t* s, int64_t n) noexcept nogil:
     cdef int64_t i = 0
     cdef uint64_t word
     cdef uint8_t b
@@ -838,6 +859,15 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef int act
     cdef uint32_t v32
     cdef uint32_t view[2]
+    # Calls that take an address get these copies, so that p, n, v and tag, whose address
+    # is never taken, stay in registers across the byte stores of the loop.
+    cdef const uint8_t* q
+    cdef uint64_t vq
+    cdef int64_t nq
+    # Loop invariants in locals: the byte stores below could alias anything behind `c`.
+    cdef const FieldEntry* entries = c.entries
+    cdef const int32_t* dense = c.dense + node.dense
+    cdef uint32_t dense_len = <uint32_t>node.dense_len
     if depth > c.max_depth:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
@@ -852,7 +882,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             tag = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
             p += 2
         else:
-            st = read_varint_slow(&p, end, &tag)
+            q = p
+            st = read_varint_slow(&q, end, &vq)
+            p = q
+            tag = vq
             if st != OK:
                 break
             if tag >> 32:
@@ -860,7 +893,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
-        ei = find_entry(c, node, fn)
+        if fn < dense_len:
+            ei = dense[fn]
+        else:
+            ei = find_entry(c, node, fn)
         if ei < 0:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
@@ -873,7 +909,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                             st = E_LENGTH
                             break
                     else:
-                        st = read_length(&p, end, &n)
+                        q = p
+                        st = read_length(&q, end, &nq)
+                        p = q
+                        n = nq
                         if st != OK:
                             break
                     p += n
@@ -887,16 +926,21 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 return OK
             if st != OK:
                 break
-            st = skip_field(c, &p, end, fn, wt, depth)
+            q = p
+            st = skip_field(c, &q, end, fn, wt, depth)
+            p = q
             if st == OK and node.unknown >= 0:
                 st = keep_unknown(c, node.unknown, field_start, p)
             if st != OK:
                 break
             continue
-        f = &c.entries[ei]
+        f = &entries[ei]
         if wt != f.wire_type:
             if wt == 2 and (f.flags & F_PACKABLE):
-                st = read_length(&p, end, &n)
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
                 if st != OK:
                     break
                 st = decode_packed(c, f, p, p + n)
@@ -910,7 +954,9 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 return OK
             if st == OK and (f.flags & F_LENIENT):
                 # As the runtime does: a field it only checks is unknown under another type.
-                st = skip_field(c, &p, end, fn, wt, depth)
+                q = p
+                st = skip_field(c, &q, end, fn, wt, depth)
+                p = q
                 if st == OK and node.unknown >= 0:
                     st = keep_unknown(c, node.unknown, field_start, p)
                 if st != OK:
@@ -932,7 +978,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             if act == A_MESSAGE:
-                st = read_length(&p, end, &n)
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
                 if st != OK:
                     break
                 sub_end = p + n
@@ -956,7 +1005,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 v = p[0]
                 p += 1
             else:
-                st = read_varint_slow(&p, end, &v)
+                q = p
+                st = read_varint_slow(&q, end, &vq)
+                p = q
+                v = vq
                 if st != OK:
                     break
             dst = value_slot(c, f.column, 4)
@@ -973,7 +1025,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     st = E_LENGTH
                     break
             else:
-                st = read_length(&p, end, &n)
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
                 if st != OK:
                     break
             if act == A_STRING and not utf8_valid(p, n):
@@ -993,7 +1048,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 v = p[0]
                 p += 1
             else:
-                st = read_varint_slow(&p, end, &v)
+                q = p
+                st = read_varint_slow(&q, end, &vq)
+                p = q
+                v = vq
                 if st != OK:
                     break
             dst = slot(c, f.column)
@@ -1022,7 +1080,9 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             memcpy(dst, p, 4)
             p += 4
         else:
-            st = skip_value(act, &p, end)
+            q = p
+            st = skip_value(act, &q, end)
+            p = q
             if st != OK:
                 break
     if st == OK and end_group != 0:
