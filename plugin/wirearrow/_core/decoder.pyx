@@ -1187,9 +1187,41 @@ cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
         return st
     view[0] = <uint32_t>cs.arena_len
     view[1] = <uint32_t>n
-    memcpy(cs.arena + cs.arena_len, p, n)
+    copy_bytes(cs.arena + cs.arena_len, p, n)
     cs.arena_len += n
     return OK
+
+
+cdef inline void copy_bytes(uint8_t* d, const uint8_t* s, int64_t n) noexcept nogil:
+    """memcpy for the short strings of most fields, without a library call: overlapping
+    fixed-size moves that read and write only [0, n) of each side."""
+    cdef uint64_t a, b, x, y
+    cdef uint32_t u, w
+    if n > 32:
+        memcpy(d, s, n)
+    elif n >= 16:
+        memcpy(&a, s, 8)
+        memcpy(&b, s + 8, 8)
+        memcpy(&x, s + n - 16, 8)
+        memcpy(&y, s + n - 8, 8)
+        memcpy(d, &a, 8)
+        memcpy(d + 8, &b, 8)
+        memcpy(d + n - 16, &x, 8)
+        memcpy(d + n - 8, &y, 8)
+    elif n >= 8:
+        memcpy(&a, s, 8)
+        memcpy(&b, s + n - 8, 8)
+        memcpy(d, &a, 8)
+        memcpy(d + n - 8, &b, 8)
+    elif n >= 4:
+        memcpy(&u, s, 4)
+        memcpy(&w, s + n - 4, 4)
+        memcpy(d, &u, 4)
+        memcpy(d + n - 4, &w, 4)
+    elif n > 0:
+        d[0] = s[0]
+        d[n >> 1] = s[n >> 1]
+        d[n - 1] = s[n - 1]
 
 
 cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
