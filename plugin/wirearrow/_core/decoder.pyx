@@ -1031,17 +1031,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 n = nq
                 if st != OK:
                     break
-            if act == A_STRING and not utf8_valid(p, n):
-                st = E_UTF8
-                break
-            dst = value_slot(c, f.column, 8)
-            if dst == NULL:
-                st = E_NO_MEMORY
-                break
-            st = append_bytes(&c.cols[f.column], p, n, view)
+            if act == A_STRING:
+                st = store_string(c, f.column, p, n, True)
+            else:
+                st = store_string(c, f.column, p, n, False)
             if st != OK:
                 break
-            memcpy(dst, view, 8)
             p += n
         elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
             if p < end and p[0] < 0x80:
@@ -1188,6 +1183,72 @@ cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
     view[0] = <uint32_t>cs.arena_len
     view[1] = <uint32_t>n
     copy_bytes(cs.arena + cs.arena_len, p, n)
+    cs.arena_len += n
+    return OK
+
+
+cdef inline int store_string(Ctx* c, int32_t col, const uint8_t* s, int64_t n,
+                             bint utf8) noexcept nogil:
+    """A string or bytes value: copy it into the column's arena and point the current
+    element's slot at it. Short values are copied with fixed-size moves whose words also
+    give the ASCII check for free; only a value with a high bit set is validated in full."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t e = c.cur[cs.group]
+    cdef uint8_t* d
+    cdef uint8_t* dst
+    cdef uint64_t a, b, x, y, acc = 0
+    cdef uint32_t u, w
+    cdef uint32_t view[2]
+    cdef int st
+    if cs.arena_len + n > cs.arena_cap:
+        st = arena_reserve(cs, n)
+        if st != OK:
+            return E_UTF8 if utf8 and not utf8_valid(s, n) else st
+    d = cs.arena + cs.arena_len
+    if n > 32:
+        if utf8 and not utf8_valid(s, n):
+            return E_UTF8
+        memcpy(d, s, n)
+    else:
+        if n >= 16:
+            memcpy(&a, s, 8)
+            memcpy(&b, s + 8, 8)
+            memcpy(&x, s + n - 16, 8)
+            memcpy(&y, s + n - 8, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + 8, &b, 8)
+            memcpy(d + n - 16, &x, 8)
+            memcpy(d + n - 8, &y, 8)
+            acc = a | b | x | y
+        elif n >= 8:
+            memcpy(&a, s, 8)
+            memcpy(&b, s + n - 8, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + n - 8, &b, 8)
+            acc = a | b
+        elif n >= 4:
+            memcpy(&u, s, 4)
+            memcpy(&w, s + n - 4, 4)
+            memcpy(d, &u, 4)
+            memcpy(d + n - 4, &w, 4)
+            acc = u | w
+        elif n > 0:
+            d[0] = s[0]
+            d[n >> 1] = s[n >> 1]
+            d[n - 1] = s[n - 1]
+            acc = s[0] | s[n >> 1] | s[n - 1]
+        if utf8 and (acc & 0x8080808080808080ULL) and not utf8_valid_full(s, n):
+            return E_UTF8
+    if e >= cs.capacity:
+        dst = slot_grown(cs, e)
+        if dst == NULL:
+            return E_NO_MEMORY
+    else:
+        cs.valid[e] = 1
+        dst = cs.values + e * 8
+    view[0] = <uint32_t>cs.arena_len
+    view[1] = <uint32_t>n
+    memcpy(dst, view, 8)
     cs.arena_len += n
     return OK
 
