@@ -7,7 +7,7 @@ batch here.
 """
 from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 
@@ -195,22 +195,22 @@ cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
     """
     cdef const uint32_t* v = <const uint32_t*>&views[0] if n > 0 else NULL
     cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
-    cdef int64_t i, pos = 0, nulls = 0, size = data.shape[0]
+    cdef int64_t i, pos = 0, nulls = 0, size = data.shape[0], length
     cdef bint contiguous = True
+    cdef uint64_t gap = 0
     cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((n + 1) * sizeof(int32_t))
     if offsets == NULL:
         raise MemoryError()
     with nogil:
+        # Branch-free: whether a slot is null or empty varies from row to row.
         offsets[0] = 0
         for i in range(n):
-            if not ok[i]:
-                nulls += 1
-            elif v[2 * i + 1] > 0:
-                if v[2 * i] != pos:
-                    contiguous = False
-                    break
-                pos += v[2 * i + 1]
+            length = v[2 * i + 1] if ok[i] else 0
+            gap |= <uint64_t>(v[2 * i] != pos) & <uint64_t>(length != 0)
+            nulls += ok[i] == 0
+            pos += length
             offsets[i + 1] = <int32_t>pos
+        contiguous = gap == 0
     if not contiguous or pos > size or pos > 0x7FFFFFFF:
         PyMem_RawFree(offsets)
         return None

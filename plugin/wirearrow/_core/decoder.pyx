@@ -21,9 +21,11 @@ from libc.string cimport memcpy, memset
 
 from wirearrow._core.buffers cimport OwnedBuffer
 from wirearrow._core.tables cimport (
-    ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore, K_BOOL, K_BYTES,
-    K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32, K_ZIGZAG64,
-    Node,
+    A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_SKIP_BYTES,
+    A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64, A_ZIGZAG32,
+    A_ZIGZAG64, ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore,
+    K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
+    K_ZIGZAG64, Node,
 )
 
 # Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
@@ -215,6 +217,7 @@ cdef class Program:
         e.wire_type = wire_type
         e.kind = kind
         e.flags = flags
+        e.action = entry_action(kind, flags, column)
         e.column = column
         e.child = child
         e.group = group
@@ -261,6 +264,24 @@ cdef class Program:
         PyMem_RawFree(self.col_width)
         PyMem_RawFree(self.col_group)
         PyMem_RawFree(self.group_parent)
+
+
+cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
+    if kind == K_MESSAGE:
+        return A_MESSAGE
+    if kind == K_GROUP:
+        return A_GROUP
+    if column >= 0:
+        if kind == K_BYTES:
+            return A_STRING if flags & F_UTF8 else A_BYTES
+        return kind   # the stored scalar actions are numbered as their kinds
+    if kind == K_FIXED32:
+        return A_SKIP_FIXED32
+    if kind == K_FIXED64:
+        return A_SKIP_FIXED64
+    if kind == K_BYTES:
+        return A_CHECK_STRING if flags & F_UTF8 else A_SKIP_BYTES
+    return A_SKIP_VARINT
 
 
 cdef int scalar_width(int kind) noexcept nogil:
@@ -520,10 +541,28 @@ cdef inline uint8_t* slot(Ctx* c, int32_t col) noexcept nogil:
     """Mark the current element's slot of `col` present; return where its value goes."""
     cdef ColumnStore* cs = &c.cols[col]
     cdef int64_t e = c.cur[cs.group]
-    if e >= cs.capacity and grow_column(cs, e) != OK:
-        return NULL
+    if e >= cs.capacity:
+        return slot_grown(cs, e)
     cs.valid[e] = 1
     # Presence-only columns have no values: hand back the validity byte as the non-NULL "ok".
+    return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
+
+
+cdef inline uint8_t* value_slot(Ctx* c, int32_t col, int64_t width) noexcept nogil:
+    """slot() of a column whose width the caller knows (a constant at each call site)."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t e = c.cur[cs.group]
+    if e >= cs.capacity:
+        return slot_grown(cs, e)
+    cs.valid[e] = 1
+    return cs.values + e * width
+
+
+cdef uint8_t* slot_grown(ColumnStore* cs, int64_t e) noexcept nogil:
+    # Out of line: rare once the buffers are sized from the previous batch.
+    if grow_column(cs, e) != OK:
+        return NULL
+    cs.valid[e] = 1
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
 
 
@@ -695,6 +734,27 @@ cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
 
 
 cdef inline bint utf8_valid(const uint8_t* s, int64_t n) noexcept nogil:
+    # Most strings are ASCII: OR all their bytes together, 8 at a time with no early exit
+    # (the last word overlaps the one before), and validate properly only if a high bit shows.
+    cdef uint64_t acc = 0, w
+    cdef int64_t j = 0
+    if n >= 8:
+        while j + 8 <= n:
+            memcpy(&w, s + j, 8)
+            acc |= w
+            j += 8
+        memcpy(&w, s + n - 8, 8)
+        acc |= w
+    else:
+        while j < n:
+            acc |= s[j]
+            j += 1
+    if not (acc & 0x8080808080808080ULL):
+        return True
+    return utf8_valid_full(s, n)
+
+
+cdef bint utf8_valid_full(const uint8_t* s, int64_t n) noexcept nogil:
     cdef int64_t i = 0
     cdef uint64_t word
     cdef uint8_t b
@@ -796,6 +856,18 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef const uint8_t* sub_end
     cdef const FieldEntry* opened = NULL   # entry whose element was opened by this field
     cdef uint8_t* dst
+    cdef int act
+    cdef uint32_t v32
+    cdef uint32_t view[2]
+    # Calls that take an address get these copies, so that p, n, v and tag, whose address
+    # is never taken, stay in registers across the byte stores of the loop.
+    cdef const uint8_t* q
+    cdef uint64_t vq
+    cdef int64_t nq
+    # Loop invariants in locals: the byte stores below could alias anything behind `c`.
+    cdef const FieldEntry* entries = c.entries
+    cdef const int32_t* dense = c.dense + node.dense
+    cdef uint32_t dense_len = <uint32_t>node.dense_len
     if depth > c.max_depth:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
@@ -806,8 +878,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         if p[0] < 0x80:
             tag = p[0]
             p += 1
+        elif p + 1 < end and p[1] < 0x80:
+            tag = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
+            p += 2
         else:
-            st = read_varint_slow(&p, end, &tag)
+            q = p
+            st = read_varint_slow(&q, end, &vq)
+            p = q
+            tag = vq
             if st != OK:
                 break
             if tag >> 32:
@@ -815,7 +893,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
-        ei = find_entry(c, node, fn)
+        if fn < dense_len:
+            ei = dense[fn]
+        else:
+            ei = find_entry(c, node, fn)
         if ei < 0:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
@@ -828,7 +909,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                             st = E_LENGTH
                             break
                     else:
-                        st = read_length(&p, end, &n)
+                        q = p
+                        st = read_length(&q, end, &nq)
+                        p = q
+                        n = nq
                         if st != OK:
                             break
                     p += n
@@ -842,16 +926,21 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 return OK
             if st != OK:
                 break
-            st = skip_field(c, &p, end, fn, wt, depth)
+            q = p
+            st = skip_field(c, &q, end, fn, wt, depth)
+            p = q
             if st == OK and node.unknown >= 0:
                 st = keep_unknown(c, node.unknown, field_start, p)
             if st != OK:
                 break
             continue
-        f = &c.entries[ei]
+        f = &entries[ei]
         if wt != f.wire_type:
             if wt == 2 and (f.flags & F_PACKABLE):
-                st = read_length(&p, end, &n)
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
                 if st != OK:
                     break
                 st = decode_packed(c, f, p, p + n)
@@ -865,7 +954,9 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 return OK
             if st == OK and (f.flags & F_LENIENT):
                 # As the runtime does: a field it only checks is unknown under another type.
-                st = skip_field(c, &p, end, fn, wt, depth)
+                q = p
+                st = skip_field(c, &q, end, fn, wt, depth)
+                p = q
                 if st == OK and node.unknown >= 0:
                     st = keep_unknown(c, node.unknown, field_start, p)
                 if st != OK:
@@ -876,7 +967,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             break
         if f.n_clear > 0:
             clear_siblings(c, f)
-        if f.kind >= K_MESSAGE:
+        act = f.action
+        if act >= A_MESSAGE:
             if f.group >= 0:
                 st = open_element(c, f.group)
                 if st != OK:
@@ -885,8 +977,11 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             st = enter_node(c, &c.nodes[f.child])
             if st != OK:
                 break
-            if f.kind == K_MESSAGE:
-                st = read_length(&p, end, &n)
+            if act == A_MESSAGE:
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
                 if st != OK:
                     break
                 sub_end = p + n
@@ -904,9 +999,87 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             opened = f
-        st = decode_scalar(c, f, &p, end)
-        if st != OK:
-            break
+        # One dispatch per value, on the entry's precomputed action; stores inline.
+        if act == A_VARINT32:
+            if p < end and p[0] < 0x80:
+                v = p[0]
+                p += 1
+            else:
+                q = p
+                st = read_varint_slow(&q, end, &vq)
+                p = q
+                v = vq
+                if st != OK:
+                    break
+            dst = value_slot(c, f.column, 4)
+            if dst == NULL:
+                st = E_NO_MEMORY
+                break
+            v32 = <uint32_t>v
+            memcpy(dst, &v32, 4)
+        elif act == A_STRING or act == A_BYTES:
+            if p < end and p[0] < 0x80:
+                n = p[0]
+                p += 1
+                if n > end - p:
+                    st = E_LENGTH
+                    break
+            else:
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
+                if st != OK:
+                    break
+            if act == A_STRING:
+                st = store_string(c, f.column, p, n, True)
+            else:
+                st = store_string(c, f.column, p, n, False)
+            if st != OK:
+                break
+            p += n
+        elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
+            if p < end and p[0] < 0x80:
+                v = p[0]
+                p += 1
+            else:
+                q = p
+                st = read_varint_slow(&q, end, &vq)
+                p = q
+                v = vq
+                if st != OK:
+                    break
+            dst = slot(c, f.column)
+            if dst == NULL:
+                st = E_NO_MEMORY
+                break
+            store_varint(dst, act, v)
+        elif act == A_FIXED64:
+            if end - p < 8:
+                st = E_TRUNCATED
+                break
+            dst = value_slot(c, f.column, 8)
+            if dst == NULL:
+                st = E_NO_MEMORY
+                break
+            memcpy(dst, p, 8)
+            p += 8
+        elif act == A_FIXED32:
+            if end - p < 4:
+                st = E_TRUNCATED
+                break
+            dst = value_slot(c, f.column, 4)
+            if dst == NULL:
+                st = E_NO_MEMORY
+                break
+            memcpy(dst, p, 4)
+            p += 4
+        else:
+            q = p
+            st = skip_value(act, &q, end)
+            p = q
+            if st != OK:
+                break
     if st == OK and end_group != 0:
         st = E_UNTERMINATED_GROUP
     if st != OK:
@@ -950,77 +1123,49 @@ cdef int64_t element_index(const Ctx* c, const FieldEntry* f) noexcept nogil:
     return e - k
 
 
-cdef inline int store_varint(Ctx* c, const FieldEntry* f, uint64_t v) noexcept nogil:
-    cdef uint8_t* dst
+cdef inline void store_varint(uint8_t* dst, int act, uint64_t v) noexcept nogil:
+    """Store a varint scalar of a stored action (A_VARINT32 .. A_ZIGZAG64) into its slot."""
     cdef uint32_t v32
     cdef int32_t z32
     cdef int64_t z64
-    if f.column < 0:
-        return OK
-    dst = slot(c, f.column)
-    if dst == NULL:
-        return E_NO_MEMORY
-    if f.kind == K_VARINT32:
+    if act == A_VARINT32:
         v32 = <uint32_t>v
         memcpy(dst, &v32, 4)
-    elif f.kind == K_VARINT64:
+    elif act == A_VARINT64:
         memcpy(dst, &v, 8)
-    elif f.kind == K_BOOL:
+    elif act == A_BOOL:
         dst[0] = v != 0
-    elif f.kind == K_ZIGZAG32:
+    elif act == A_ZIGZAG32:
         v32 = <uint32_t>v
         z32 = <int32_t>((v32 >> 1) ^ (~(v32 & 1) + 1))
         memcpy(dst, &z32, 4)
     else:
         z64 = <int64_t>((v >> 1) ^ (~(v & 1) + 1))
         memcpy(dst, &z64, 8)
-    return OK
 
 
-cdef inline int decode_scalar(Ctx* c, const FieldEntry* f, const uint8_t** pp,
-                              const uint8_t* end) noexcept nogil:
-    cdef uint64_t v
+cdef int skip_value(int act, const uint8_t** pp, const uint8_t* end) noexcept nogil:
+    """The actions without a column: read the value (checked) and drop it."""
     cdef int64_t n
-    cdef uint32_t view[2]
     cdef int st
-    cdef uint8_t* dst
-    cdef const uint8_t* p = pp[0]
-    if f.kind <= K_ZIGZAG64:
-        if p < end and p[0] < 0x80:
-            v = p[0]
-            pp[0] = p + 1
-        else:
-            st = read_varint_slow(pp, end, &v)
-            if st != OK:
-                return st
-        return store_varint(c, f, v)
-    if f.kind == K_FIXED32 or f.kind == K_FIXED64:
-        n = 4 if f.kind == K_FIXED32 else 8
-        if end - p < n:
+    if act == A_SKIP_VARINT:
+        return skip_varint(pp, end)
+    if act == A_SKIP_FIXED32:
+        if end - pp[0] < 4:
             return E_TRUNCATED
-        if f.column >= 0:
-            dst = slot(c, f.column)
-            if dst == NULL:
-                return E_NO_MEMORY
-            memcpy(dst, p, n)
-        pp[0] = p + n
+        pp[0] += 4
         return OK
-    # K_BYTES
+    if act == A_SKIP_FIXED64:
+        if end - pp[0] < 8:
+            return E_TRUNCATED
+        pp[0] += 8
+        return OK
     st = read_length(pp, end, &n)
     if st != OK:
         return st
-    p = pp[0]
-    if (f.flags & F_UTF8) and not utf8_valid(p, n):
+    if act == A_CHECK_STRING and not utf8_valid(pp[0], n):
         return E_UTF8
-    if f.column >= 0:
-        dst = slot(c, f.column)
-        if dst == NULL:
-            return E_NO_MEMORY
-        st = append_bytes(&c.cols[f.column], p, n, view)
-        if st != OK:
-            return st
-        memcpy(dst, view, 8)
-    pp[0] = p + n
+    pp[0] += n
     return OK
 
 
@@ -1037,9 +1182,107 @@ cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
         return st
     view[0] = <uint32_t>cs.arena_len
     view[1] = <uint32_t>n
-    memcpy(cs.arena + cs.arena_len, p, n)
+    copy_bytes(cs.arena + cs.arena_len, p, n)
     cs.arena_len += n
     return OK
+
+
+cdef inline int store_string(Ctx* c, int32_t col, const uint8_t* s, int64_t n,
+                             bint utf8) noexcept nogil:
+    """A string or bytes value: copy it into the column's arena and point the current
+    element's slot at it. Short values are copied with fixed-size moves whose words also
+    give the ASCII check for free; only a value with a high bit set is validated in full."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t e = c.cur[cs.group]
+    cdef uint8_t* d
+    cdef uint8_t* dst
+    cdef uint64_t a, b, x, y, acc = 0
+    cdef uint32_t u, w
+    cdef uint32_t view[2]
+    cdef int st
+    if cs.arena_len + n > cs.arena_cap:
+        st = arena_reserve(cs, n)
+        if st != OK:
+            return E_UTF8 if utf8 and not utf8_valid(s, n) else st
+    d = cs.arena + cs.arena_len
+    if n > 32:
+        if utf8 and not utf8_valid(s, n):
+            return E_UTF8
+        memcpy(d, s, n)
+    else:
+        if n >= 16:
+            memcpy(&a, s, 8)
+            memcpy(&b, s + 8, 8)
+            memcpy(&x, s + n - 16, 8)
+            memcpy(&y, s + n - 8, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + 8, &b, 8)
+            memcpy(d + n - 16, &x, 8)
+            memcpy(d + n - 8, &y, 8)
+            acc = a | b | x | y
+        elif n >= 8:
+            memcpy(&a, s, 8)
+            memcpy(&b, s + n - 8, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + n - 8, &b, 8)
+            acc = a | b
+        elif n >= 4:
+            memcpy(&u, s, 4)
+            memcpy(&w, s + n - 4, 4)
+            memcpy(d, &u, 4)
+            memcpy(d + n - 4, &w, 4)
+            acc = u | w
+        elif n > 0:
+            d[0] = s[0]
+            d[n >> 1] = s[n >> 1]
+            d[n - 1] = s[n - 1]
+            acc = s[0] | s[n >> 1] | s[n - 1]
+        if utf8 and (acc & 0x8080808080808080ULL) and not utf8_valid_full(s, n):
+            return E_UTF8
+    if e >= cs.capacity:
+        dst = slot_grown(cs, e)
+        if dst == NULL:
+            return E_NO_MEMORY
+    else:
+        cs.valid[e] = 1
+        dst = cs.values + e * 8
+    view[0] = <uint32_t>cs.arena_len
+    view[1] = <uint32_t>n
+    memcpy(dst, view, 8)
+    cs.arena_len += n
+    return OK
+
+
+cdef inline void copy_bytes(uint8_t* d, const uint8_t* s, int64_t n) noexcept nogil:
+    """memcpy for the short strings of most fields, without a library call: overlapping
+    fixed-size moves that read and write only [0, n) of each side."""
+    cdef uint64_t a, b, x, y
+    cdef uint32_t u, w
+    if n > 32:
+        memcpy(d, s, n)
+    elif n >= 16:
+        memcpy(&a, s, 8)
+        memcpy(&b, s + 8, 8)
+        memcpy(&x, s + n - 16, 8)
+        memcpy(&y, s + n - 8, 8)
+        memcpy(d, &a, 8)
+        memcpy(d + 8, &b, 8)
+        memcpy(d + n - 16, &x, 8)
+        memcpy(d + n - 8, &y, 8)
+    elif n >= 8:
+        memcpy(&a, s, 8)
+        memcpy(&b, s + n - 8, 8)
+        memcpy(d, &a, 8)
+        memcpy(d + n - 8, &b, 8)
+    elif n >= 4:
+        memcpy(&u, s, 4)
+        memcpy(&w, s + n - 4, 4)
+        memcpy(d, &u, 4)
+        memcpy(d + n - 4, &w, 4)
+    elif n > 0:
+        d[0] = s[0]
+        d[n >> 1] = s[n >> 1]
+        d[n - 1] = s[n - 1]
 
 
 cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
@@ -1104,19 +1347,75 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
                        const uint8_t* end) noexcept nogil:
     """Packed repeated scalars: one element per value, all inside one length prefix."""
     cdef int st
-    cdef int64_t width
-    if f.kind == K_FIXED32 or f.kind == K_FIXED64:
-        width = 4 if f.kind == K_FIXED32 else 8
+    cdef int act = f.action
+    cdef int64_t width, k, first
+    cdef uint64_t v
+    cdef uint8_t* dst
+    cdef ColumnStore* cs
+    if act == A_FIXED32 or act == A_FIXED64 or act == A_SKIP_FIXED32 or act == A_SKIP_FIXED64:
+        width = 4 if act == A_FIXED32 or act == A_SKIP_FIXED32 else 8
         if (end - p) % width:
             return E_PACKED_LENGTH
+        k = (end - p) // width
+        if f.group < 0 or k == 0:   # (a field only checked has no group)
+            return OK
+        # Fixed width: open the k elements at once and copy the values in one go.
+        st = open_elements(c, f.group, k)
+        if st != OK:
+            return st
+        if f.column < 0:
+            return OK
+        cs = &c.cols[f.column]
+        first = c.cur[f.group] - k + 1
+        if c.cur[f.group] >= cs.capacity and grow_column(cs, c.cur[f.group]) != OK:
+            return E_NO_MEMORY
+        memset(cs.valid + first, 1, k)
+        memcpy(cs.values + first * width, p, k * width)
+        return OK
     while p < end:
-        if f.group >= 0:   # (a field only checked has no group)
+        if f.group >= 0:
             st = open_element(c, f.group)
             if st != OK:
                 return st
-        st = decode_scalar(c, f, &p, end)
-        if st != OK:
-            return st
+        if act <= A_ZIGZAG64:
+            if p[0] < 0x80:
+                v = p[0]
+                p += 1
+            else:
+                st = read_varint_slow(&p, end, &v)
+                if st != OK:
+                    return st
+            dst = slot(c, f.column)
+            if dst == NULL:
+                return E_NO_MEMORY
+            store_varint(dst, act, v)
+        else:
+            # (packable entries are never bytes: this is a varint only checked)
+            st = skip_value(act, &p, end)
+            if st != OK:
+                return st
+    return OK
+
+
+cdef int open_elements(Ctx* c, int32_t g, int64_t k) noexcept nogil:
+    """open_element k times: k sibling elements, the last one current."""
+    cdef GroupStore* gs = &c.groups[g]
+    cdef int64_t cap = gs.capacity, i, parent_element
+    cdef int64_t* parent
+    if gs.count + k > cap:
+        cap = cap * 2 if cap >= 64 else 64
+        while cap < gs.count + k:
+            cap *= 2
+        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
+        if parent == NULL:
+            return E_NO_MEMORY
+        gs.parent = parent
+        gs.capacity = cap
+    parent_element = c.cur[gs.parent_group]
+    for i in range(gs.count, gs.count + k):
+        gs.parent[i] = parent_element
+    gs.count += k
+    c.cur[g] = gs.count - 1
     return OK
 
 

@@ -76,21 +76,26 @@ def select_slice(const int64_t[::1] offsets, const int64_t[::1] parents, object 
 
 def group_offsets(const int64_t[::1] parents, int64_t n_parent):
     """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing)."""
-    cdef int64_t n = parents.shape[0], i, p = 0
-    out = np.empty(n_parent + 1, dtype=np.int64)
-    cdef int64_t[::1] o = out
-    for i in range(n):
-        if not 0 <= parents[i] < n_parent or (i > 0 and parents[i] < parents[i - 1]):
-            raise ValueError("group parents must be sorted and in range")
+    cdef int64_t n = parents.shape[0], i, x, prev = 0
+    out = np.zeros(n_parent + 1, dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    cdef int64_t* o = &ov[0]
+    cdef const int64_t* par = &parents[0] if n > 0 else NULL
+    cdef bint bad = False
     with nogil:
-        o[0] = 0
+        # Count the children of each parent, then a running sum: no branch depends on how
+        # many children a parent has (walking parent by parent mispredicts once per parent).
         for i in range(n):
-            while p < parents[i]:
-                p += 1
-                o[p] = i
-        while p < n_parent:
-            p += 1
-            o[p] = n
+            x = par[i]
+            if x < prev or x >= n_parent:
+                bad = True
+                break
+            o[x + 1] += 1
+            prev = x
+        for i in range(n_parent):
+            o[i + 1] += o[i]
+    if bad:
+        raise ValueError("group parents must be sorted and in range")
     return out
 
 

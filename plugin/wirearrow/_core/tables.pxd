@@ -26,11 +26,33 @@ cdef enum Flag:
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
 
+# FieldEntry.action: what the decoder does with one value of the entry's own wire type,
+# settled once when the tables are built so that the hot loop dispatches a single time
+# (kind x column-or-not x UTF-8). Repeated entries open their element before the action.
+cdef enum Action:
+    A_VARINT32 = 0      # the Kind values of stored scalars come first, unchanged
+    A_VARINT64 = 1
+    A_BOOL = 2
+    A_ZIGZAG32 = 3
+    A_ZIGZAG64 = 4
+    A_FIXED32 = 5
+    A_FIXED64 = 6
+    A_BYTES = 7         # stored bytes, not checked
+    A_STRING = 8        # stored bytes, UTF-8 checked
+    A_SKIP_VARINT = 9   # no column: read (checked) and drop
+    A_SKIP_FIXED32 = 10
+    A_SKIP_FIXED64 = 11
+    A_SKIP_BYTES = 12
+    A_CHECK_STRING = 13 # no column, UTF-8 checked
+    A_MESSAGE = 14      # message kinds last: action >= A_MESSAGE descends
+    A_GROUP = 15
+
 ctypedef struct FieldEntry:
     uint32_t number     # field number
     uint8_t wire_type   # wire type of one unpacked value
     uint8_t kind        # Kind
     uint8_t flags       # Flag bits
+    uint8_t action      # Action: derived from the above by Program, never by the compiler
     int32_t column      # column slot written (scalar kinds), -1 = read and drop
     int32_t child       # node descended into (message kinds)
     int32_t group       # element group opened per occurrence (F_REPEATED), else -1
