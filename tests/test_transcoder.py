@@ -510,3 +510,44 @@ def test_enums_as_names(compile_proto) -> None:
     assert numbers == [2, 7, 0]
     with pytest.raises(wa.PlanError, match="enums"):
         wa.Transcoder(schema, columns=["c"], enums="label")
+
+
+def test_large_whole_message_batches_are_decoded_in_parts(compile_proto) -> None:
+    # Over 2 x 8192 records, whole messages are decoded a part at a time and concatenated:
+    # the result, the accounting and the error that wins must not show it.
+    schema, M = compile_proto(
+        """
+        syntax = "proto3"; package big;
+        enum E { E0 = 0; E1 = 1; }
+        message Item { string s = 1; }
+        message M { int64 n = 1; E e = 2; repeated Item items = 3; map<string, int32> m = 4; }
+        """,
+        "big.M",
+    )
+    n = 3 * 8192 + 17
+    records = [
+        M(n=i, e=i % 3, items=[{"s": str(i)}] * (i % 3), m={str(i % 5): i}).SerializeToString()
+        for i in range(n)
+    ]
+    whole = wa.Transcoder(schema, enums="name", keep_unknown=True)
+    batch = whole.transcode(records)
+    small = [whole.transcode(records[lo : lo + 1000]) for lo in range(0, n, 1000)]
+    assert batch.num_rows == n
+    assert batch.to_pylist() == [row for b in small for row in b.to_pylist()]
+    assert batch.column("e").to_pylist()[:4] == ["E0", "E1", "2", "E0"]  # dictionaries unified
+
+    bad = list(records)
+    bad[20_000] = b"\x0f"  # reserved wire type, in the third part
+    bad[24_580] = None  # a null record, rejected before decoding, in the last part
+    tc = wa.Transcoder(schema, on_error="dead_letter")
+    rows = tc.transcode(bad)
+    assert rows.num_rows == n - 2
+    assert [d["index"] for d in tc.dead_letters().to_pylist()] == [20_000, 24_580]
+    assert (tc.stats.records_in, tc.stats.records_failed) == (n, 2)
+    with pytest.raises(wa.DecodeError) as err:
+        wa.Transcoder(schema).transcode(bad)
+    assert err.value.index == 20_000
+    bad[10] = None  # now the null record is the lowest
+    with pytest.raises(wa.DecodeError) as err:
+        wa.Transcoder(schema).transcode(bad)
+    assert err.value.index == 10
