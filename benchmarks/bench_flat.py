@@ -836,13 +836,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.probe_key:
-        print(json.dumps(_probe_memory(args.probe_key, args.probe_corpus)))
-        return 0
-
-    c = load_corpus(args)
+def print_header(c: Corpus, args: argparse.Namespace) -> tuple[dict, dict]:
+    """Machine, library versions, corpus and timing rules: the first lines of every run."""
     machine, versions = machine_info(), library_versions()
     print(f"machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable)")
     print(f"python:  {machine['python']} on {machine['platform']}")
@@ -857,6 +852,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "single thread, gc off\n",
         flush=True,  # progress lines go to stderr; keep the two streams in order
     )
+    return machine, versions
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.probe_key:
+        print(json.dumps(_probe_memory(args.probe_key, args.probe_corpus)))
+        return 0
+
+    c = load_corpus(args)
+    machine, versions = print_header(c, args)
 
     benchmarks = [b for b in all_benchmarks() if not args.only or re.search(args.only, b.method)]
     results: list[Result] = []

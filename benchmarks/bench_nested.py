@@ -49,8 +49,7 @@ from bench_flat import (
     _find,
     _fmt_rate,
     import_wirearrow,
-    library_versions,
-    machine_info,
+    print_header,
     run_benchmark,
     setup_protobuf_parse,
     setup_ptars,
@@ -298,20 +297,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     c = Corpus.from_messages(corpus.generate(args.records, args.seed))
-    machine, versions = machine_info(), library_versions()
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable)")
-    print(f"python:  {machine['python']} on {machine['platform']}")
-    for name, v in versions.items():
-        print(f"  {name:<11} {v}")
-    print(
-        f"corpus:  {c.n:,} BidRequestEvent messages, {c.payload_bytes / 1e6:.1f} MB, "
-        f"mean {c.payload_bytes / max(c.n, 1):,.0f} B (seed {args.seed})"
-    )
-    print(
-        f"timing:  median of {args.repeat} (best = min), >= {args.min_time} s each, "
-        "single thread, gc off\n",
-        flush=True,
-    )
+    machine, versions = print_header(c, args)
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="wirearrow-tagwalk-") as build_dir:
         benchmarks = [
