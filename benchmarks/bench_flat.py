@@ -915,19 +915,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
 
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "machine": machine,
-            "versions": versions,
-            "corpus": {"messages": c.n, "payload_bytes": c.payload_bytes, "seed": args.seed},
-            "timing": {"repeat": args.repeat, "min_time": args.min_time},
-            "plans": {k: list(v) for k, v in PLANS.items()},
-            "results": [asdict(r) for r in results],
-            "checks": checks,
-            "targets": targets,
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_json(
+            args, (machine, versions), c, results, targets,
+            plans={k: list(v) for k, v in PLANS.items()}, checks=checks,
+        )  # fmt: skip
     return 0
+
+
+def write_json(
+    args: argparse.Namespace,
+    header: tuple[dict, dict],
+    c: Corpus,
+    results: list[Result],
+    targets: list[str],
+    **extra: object,
+) -> None:
+    """Every measurement of a run, with the machine, library versions and corpus."""
+    machine, versions = header
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "machine": machine,
+        "versions": versions,
+        "corpus": {"messages": c.n, "payload_bytes": c.payload_bytes, "seed": args.seed},
+        "timing": {"repeat": args.repeat, "min_time": args.min_time},
+        "results": [asdict(r) for r in results],
+        "targets": targets,
+        **extra,
+    }
+    args.json.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

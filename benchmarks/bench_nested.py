@@ -25,13 +25,11 @@ import argparse
 import contextlib
 import importlib.util
 import io
-import json
 import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -54,6 +52,7 @@ from bench_flat import (
     setup_protobuf_parse,
     setup_ptars,
     setup_pybufarrow_nested,
+    write_json,
 )
 
 NESTED = "nested"
@@ -319,16 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in targets:
         print(line)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "machine": machine,
-            "versions": versions,
-            "corpus": {"messages": c.n, "payload_bytes": c.payload_bytes, "seed": args.seed},
-            "timing": {"repeat": args.repeat, "min_time": args.min_time},
-            "results": [asdict(r) for r in results],
-            "targets": targets,
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_json(args, (machine, versions), c, results, targets)
     return 0
 
 
