@@ -6,6 +6,7 @@ tc = wa.Transcoder(schema, columns=["id", wa.Column("imp[*].id", name="imp_id")]
 batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.RecordBatch
 """
 
+from wirearrow._core.buffers import buffer_pool
 from wirearrow.cache import ParserCache
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import read_delimited
@@ -97,6 +98,7 @@ __all__ = [
     "age",
     "and_",
     "bucket",
+    "buffer_pool",
     "cast_float",
     "cast_int",
     "cast_string",

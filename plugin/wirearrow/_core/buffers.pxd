@@ -25,14 +25,24 @@ cdef extern from *:
     void wa_hugepages(void* p, size_t n) noexcept nogil
 
 
+# Large column buffers are recycled instead of freed (see buffers.pyx: fresh pages cost a
+# page fault each, which was a third of a large batch's decode). Both are safe without the
+# GIL; pool_alloc zeroes only when asked and reports the size it really gave, which is
+# what pool_free takes back (with any PyMem_Raw* block, grown by realloc or not).
+cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil
+cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil
+
+
 cdef class OwnedBuffer:
     # Memory allocated with PyMem_Raw* (so tracemalloc sees it), handed to Arrow without a
-    # copy through the buffer protocol; freed when the last Arrow buffer over it goes away.
+    # copy through the buffer protocol; given back to the pool (or freed) when the last
+    # Arrow buffer over it goes away.
     cdef uint8_t* data
     cdef int64_t size
+    cdef int64_t allocated     # bytes behind data (>= size); 0 = unknown: freed, not pooled
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
     cdef int exports
 
     @staticmethod
-    cdef OwnedBuffer adopt(uint8_t* data, int64_t size)
+    cdef OwnedBuffer adopt(uint8_t* data, int64_t size, int64_t allocated=*)

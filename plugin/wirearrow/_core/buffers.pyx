@@ -6,7 +6,14 @@ cheaper than a read-modify-write of a bit); packing them into Arrow bitmaps happ
 batch here.
 """
 from cpython.buffer cimport PyBUF_WRITABLE
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc
+from cpython.pythread cimport (
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -18,22 +25,128 @@ cdef enum:
     PREFETCH = 16
 
 
+# ---- buffer pool ---------------------------------------------------------------------
+#
+# A batch's column buffers are large (tens of MB for 50k records) and short-lived: the user
+# drops a batch once written, and the next one needs the same sizes again. Freed, malloc
+# hands such blocks back to the kernel, and each page of the next batch's buffers then costs
+# a page fault on its first write: a third of a 50k-record nested decode. So large blocks
+# are kept here, up to a byte limit, and handed out again to the first request they fit.
+
+cdef enum:
+    POOL_MIN = 64 * 1024    # smaller blocks: malloc reuses them from its own free lists
+    POOL_SLOTS = 512
+
+cdef uint8_t* pool_data[POOL_SLOTS]
+cdef int64_t pool_size[POOL_SLOTS]
+cdef int pool_count = 0
+cdef int64_t pool_bytes = 0
+cdef int64_t pool_limit = 256 << 20
+cdef int64_t pool_hits = 0
+cdef int64_t pool_misses = 0
+cdef PyThread_type_lock pool_lock = PyThread_allocate_lock()
+
+
+cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil:
+    """At least `size` bytes (zeroed if asked; NULL when out of memory); *allocated is set to
+    the block's real size, which is what pool_free must be given back."""
+    cdef int i, best = -1
+    cdef uint8_t* p = NULL
+    global pool_count, pool_bytes, pool_hits, pool_misses
+    if size < 1:
+        size = 1
+    if size >= POOL_MIN:
+        PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+        # Best fit, and never a block more than twice the request: memory held for a
+        # column must stay proportional to what it stores.
+        for i in range(pool_count):
+            if size <= pool_size[i] <= 2 * size and (best < 0 or pool_size[i] < pool_size[best]):
+                best = i
+        if best >= 0:
+            p = pool_data[best]
+            allocated[0] = pool_size[best]
+            pool_bytes -= pool_size[best]
+            pool_count -= 1
+            pool_data[best] = pool_data[pool_count]
+            pool_size[best] = pool_size[pool_count]
+            pool_hits += 1
+        else:
+            pool_misses += 1
+        PyThread_release_lock(pool_lock)
+        if p != NULL:
+            if zero:
+                memset(p, 0, <size_t>size)
+            return p
+    p = <uint8_t*>(PyMem_RawCalloc(<size_t>size, 1) if zero else PyMem_RawMalloc(<size_t>size))
+    allocated[0] = size if p != NULL else 0
+    return p
+
+
+cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil:
+    global pool_count, pool_bytes
+    if data == NULL:
+        return
+    if allocated >= POOL_MIN:
+        PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+        if pool_count < POOL_SLOTS and pool_bytes + allocated <= pool_limit:
+            pool_data[pool_count] = data
+            pool_size[pool_count] = allocated
+            pool_count += 1
+            pool_bytes += allocated
+            data = NULL
+        PyThread_release_lock(pool_lock)
+    PyMem_RawFree(data)
+
+
+def buffer_pool(limit=None):
+    """Statistics of the pool of large column buffers, after setting its byte limit if given.
+
+    wirearrow keeps the large buffers of dropped batches (up to `limit` bytes, 256 MiB by
+    default) for the next batch to reuse, instead of returning them to the system and paying
+    a page fault per 4 KiB when writing fresh ones. limit=0 frees them all and disables it.
+    Returns a dict: limit, bytes and blocks held, hits and misses of large requests so far.
+    """
+    global pool_limit, pool_count, pool_bytes
+    cdef int i, best
+    if limit is not None:
+        if limit < 0:
+            raise ValueError("buffer_pool: limit must be >= 0")
+        PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+        pool_limit = limit
+        # Shrink to the new limit, largest blocks first.
+        while pool_count > 0 and pool_bytes > pool_limit:
+            best = 0
+            for i in range(pool_count):
+                if pool_size[i] > pool_size[best]:
+                    best = i
+            PyMem_RawFree(pool_data[best])
+            pool_bytes -= pool_size[best]
+            pool_count -= 1
+            pool_data[best] = pool_data[pool_count]
+            pool_size[best] = pool_size[pool_count]
+        PyThread_release_lock(pool_lock)
+    return {"limit": pool_limit, "bytes": pool_bytes, "blocks": pool_count,
+            "hits": pool_hits, "misses": pool_misses}
+
+
 cdef class OwnedBuffer:
     def __cinit__(self):
         self.data = NULL
         self.size = 0
+        self.allocated = 0
         self.exports = 0
 
     def __dealloc__(self):
         if self.data != NULL:
-            PyMem_RawFree(self.data)
+            pool_free(self.data, self.allocated)
             self.data = NULL
 
     @staticmethod
-    cdef OwnedBuffer adopt(uint8_t* data, int64_t size):
+    cdef OwnedBuffer adopt(uint8_t* data, int64_t size, int64_t allocated=0):
         cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
         b.data = data
         b.size = size
+        b.allocated = allocated
         return b
 
     def __len__(self):
@@ -69,8 +182,8 @@ def pack_bits(const uint8_t[::1] flags, int64_t n):
     """
     if not 0 <= n <= flags.shape[0]:
         raise ValueError("pack_bits: n outside the input")
-    cdef int64_t nbytes = (n + 7) // 8
-    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(nbytes if nbytes > 0 else 1)
+    cdef int64_t nbytes = (n + 7) // 8, allocated
+    cdef uint8_t* out = pool_alloc(nbytes, False, &allocated)
     if out == NULL:
         raise MemoryError()
     cdef int64_t i, j, ones = 0
@@ -92,7 +205,7 @@ def pack_bits(const uint8_t[::1] flags, int64_t n):
             out[i] = byte
         for i in range(nbytes):
             ones += popcount8(out[i])
-    return OwnedBuffer.adopt(out, nbytes), n - ones
+    return OwnedBuffer.adopt(out, nbytes, allocated), n - ones
 
 
 cdef inline int popcount8(uint8_t v) noexcept nogil:
@@ -151,13 +264,15 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
         raise ValueError("gather_views: a view or index points outside the data")
     if total > 0x7FFFFFFF:
         raise OverflowError("a string column exceeds 2 GiB in one batch: use smaller batches")
-    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((rows + 1) * sizeof(int32_t))
-    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
-    cdef uint8_t* bitmap = <uint8_t*>PyMem_RawMalloc((rows + 7) // 8 + 1) if nulls else NULL
+    cdef int64_t offsets_alloc = 0, out_alloc = 0, bitmap_alloc = 0
+    cdef int32_t* offsets = <int32_t*>pool_alloc((rows + 1) * sizeof(int32_t), False,
+                                                 &offsets_alloc)
+    cdef uint8_t* out = pool_alloc(total, False, &out_alloc)
+    cdef uint8_t* bitmap = pool_alloc((rows + 7) // 8 + 1, False, &bitmap_alloc) if nulls else NULL
     if offsets == NULL or out == NULL or (nulls and bitmap == NULL):
-        PyMem_RawFree(offsets)
-        PyMem_RawFree(out)
-        PyMem_RawFree(bitmap)
+        pool_free(<uint8_t*>offsets, offsets_alloc)
+        pool_free(out, out_alloc)
+        pool_free(bitmap, bitmap_alloc)
         raise MemoryError()
     cdef const uint8_t* src = &data[0] if size > 0 else NULL
     cdef int64_t pos = 0
@@ -180,9 +295,9 @@ def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_
                     memcpy(out + pos, src + v[2 * k], v[2 * k + 1])
                     pos += v[2 * k + 1]
             offsets[i + 1] = <int32_t>pos
-    return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8) if nulls else None, nulls,
-            OwnedBuffer.adopt(<uint8_t*>offsets, (rows + 1) * sizeof(int32_t)),
-            OwnedBuffer.adopt(out, total))
+    return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8, bitmap_alloc) if nulls else None, nulls,
+            OwnedBuffer.adopt(<uint8_t*>offsets, (rows + 1) * sizeof(int32_t), offsets_alloc),
+            OwnedBuffer.adopt(out, total, out_alloc))
 
 
 cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
@@ -198,7 +313,8 @@ cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
     cdef int64_t i, pos = 0, nulls = 0, size = data.shape[0], length
     cdef bint contiguous = True
     cdef uint64_t gap = 0
-    cdef int32_t* offsets = <int32_t*>PyMem_RawMalloc((n + 1) * sizeof(int32_t))
+    cdef int64_t allocated
+    cdef int32_t* offsets = <int32_t*>pool_alloc((n + 1) * sizeof(int32_t), False, &allocated)
     if offsets == NULL:
         raise MemoryError()
     with nogil:
@@ -212,8 +328,8 @@ cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
             offsets[i + 1] = <int32_t>pos
         contiguous = gap == 0
     if not contiguous or pos > size or pos > 0x7FFFFFFF:
-        PyMem_RawFree(offsets)
+        pool_free(<uint8_t*>offsets, allocated)
         return None
     bitmap, zeros = pack_bits(valid, n) if nulls else (None, 0)
-    return (bitmap, zeros, OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t)),
-            None)
+    return (bitmap, zeros,
+            OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t), allocated), None)

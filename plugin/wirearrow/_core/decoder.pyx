@@ -19,7 +19,7 @@ from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from wirearrow._core.buffers cimport OwnedBuffer
+from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_SKIP_BYTES,
     A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64, A_ZIGZAG32,
@@ -371,10 +371,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             raise ValueError("arena_capacity needs one entry per column")
         for i in range(program.n_cols):
             if c.cols[i].width == 8 and arena_capacity[i] > 0:
-                c.cols[i].arena_cap = min(int(arena_capacity[i]), ARENA_MAX)
-                c.cols[i].arena = <uint8_t*>PyMem_RawMalloc(c.cols[i].arena_cap)
-                if c.cols[i].arena == NULL:
-                    c.cols[i].arena_cap = 0
+                c.cols[i].arena = pool_alloc(min(int(arena_capacity[i]), ARENA_MAX), False,
+                                             &c.cols[i].arena_alloc)
+                c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
 
     errors = []
     cdef int status = OK
@@ -419,18 +418,22 @@ cdef int presize(Ctx* c, list capacity) except? -1:
     cdef ColumnStore* cs
     for i in range(c.n_groups):
         cap = capacity[i]
+    cdef int64_t allocated
+    for i in range(c.n_groups):
+        cap = capacity[i]
         if cap > 0:
-            c.groups[i].parent = <int64_t*>PyMem_RawMalloc(cap * 8)
+            c.groups[i].parent = <int64_t*>pool_alloc(cap * 8, False, &allocated)
             if c.groups[i].parent == NULL:
                 return E_NO_MEMORY
-            c.groups[i].capacity = cap
+            c.groups[i].capacity = allocated // 8
     for i in range(c.n_cols):
         cs = &c.cols[i]
         cap = capacity[cs.group]
         if cap > 0:
-            cs.valid = <uint8_t*>PyMem_RawCalloc(cap, 1)
+            # Zeroed: a slot never written is a null (and a zero value) of its element.
+            cs.valid = pool_alloc(cap, True, &cs.valid_alloc)
             if cs.width > 0:
-                cs.values = <uint8_t*>PyMem_RawCalloc(cap, cs.width)
+                cs.values = pool_alloc(cap * cs.width, True, &cs.values_alloc)
             if cs.valid == NULL or (cs.width > 0 and cs.values == NULL):
                 return E_NO_MEMORY
             cs.capacity = cap
@@ -447,12 +450,12 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
     cdef int32_t i
     if c.cols != NULL:
         for i in range(program.n_cols):
-            PyMem_RawFree(c.cols[i].values)
-            PyMem_RawFree(c.cols[i].valid)
-            PyMem_RawFree(c.cols[i].arena)
+            pool_free(c.cols[i].values, c.cols[i].values_alloc)
+            pool_free(c.cols[i].valid, c.cols[i].valid_alloc)
+            pool_free(c.cols[i].arena, c.cols[i].arena_alloc)
     if c.groups != NULL:
         for i in range(program.n_groups):
-            PyMem_RawFree(c.groups[i].parent)
+            pool_free(<uint8_t*>c.groups[i].parent, c.groups[i].capacity * 8)
     PyMem_RawFree(c.cols)
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
@@ -469,7 +472,8 @@ cdef int export(Ctx* c, Result r) except -1:
     r.group_counts = []
     for i in range(c.n_groups):
         gs = &c.groups[i]
-        r.group_parents.append(OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8))
+        r.group_parents.append(OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8,
+                                                 gs.capacity * 8))
         r.group_counts.append(gs.count)
         gs.parent = NULL
     r.col_values = []
@@ -482,12 +486,13 @@ cdef int export(Ctx* c, Result r) except -1:
         # Slots past the capacity were never written: grow so that every element has one.
         if cs.capacity < count and grow_column(cs, count - 1) != OK:
             raise MemoryError()
-        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width)
+        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width, cs.values_alloc)
                             if cs.width > 0 else None)
         if cs.width == 0:
-            PyMem_RawFree(cs.values)
-        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count))
-        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len) if cs.arena != NULL else None)
+            pool_free(cs.values, cs.values_alloc)
+        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count, cs.valid_alloc))
+        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len, cs.arena_alloc)
+                           if cs.arena != NULL else None)
         r.col_counts.append(count)
         cs.values = NULL
         cs.valid = NULL
@@ -525,6 +530,7 @@ cdef int grow_column(ColumnStore* cs, int64_t slot) noexcept nogil:
     if valid == NULL:
         return E_NO_MEMORY
     cs.valid = valid
+    cs.valid_alloc = cap
     memset(valid + cs.capacity, 0, cap - cs.capacity)
     cdef uint8_t* values
     if cs.width > 0:
@@ -532,6 +538,7 @@ cdef int grow_column(ColumnStore* cs, int64_t slot) noexcept nogil:
         if values == NULL:
             return E_NO_MEMORY
         cs.values = values
+        cs.values_alloc = cap * cs.width
         memset(values + cs.capacity * cs.width, 0, (cap - cs.capacity) * cs.width)
     cs.capacity = cap
     return OK
@@ -1303,6 +1310,7 @@ cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
         return E_NO_MEMORY
     cs.arena = grown
     cs.arena_cap = cap
+    cs.arena_alloc = cap
     return OK
 
 

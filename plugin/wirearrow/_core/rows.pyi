@@ -2,10 +2,13 @@ from collections.abc import Buffer
 
 import numpy as np
 
+from wirearrow._core.buffers import OwnedBuffer
+
 def select_slice(
     offsets: Buffer, parents: Buffer, start: int | None, stop: int | None, step: int | None
 ) -> tuple[np.ndarray, np.ndarray]: ...
 def group_offsets(parents: Buffer, n_parent: int) -> np.ndarray: ...
+def list_offsets(parents: Buffer, n_parent: int) -> OwnedBuffer: ...
 def expand(rows: Buffer, sel: Buffer, sel_off: Buffer) -> tuple[np.ndarray, np.ndarray]: ...
 def keys_unique(
     offsets: Buffer, values: Buffer, width: int, arena: Buffer, views: bool

@@ -5,7 +5,9 @@ A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` a
 elements of parent p. A selection picks, for each parent, some of those elements in order.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memset
+
+from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
 
 import numpy as np
 
@@ -97,6 +99,33 @@ def group_offsets(const int64_t[::1] parents, int64_t n_parent):
     if bad:
         raise ValueError("group parents must be sorted and in range")
     return out
+
+
+def list_offsets(const int64_t[::1] parents, int64_t n_parent):
+    """group_offsets as the int32 offsets buffer of an Arrow list (an OwnedBuffer), built
+    straight into pooled memory: whole-message batches need one per list column."""
+    cdef int64_t n = parents.shape[0], i, x, prev = 0, allocated
+    if n > 0x7FFFFFFF:
+        raise OverflowError("a list column exceeds 2**31 elements in one batch")
+    cdef int32_t* o = <int32_t*>pool_alloc((n_parent + 1) * sizeof(int32_t), True, &allocated)
+    if o == NULL:
+        raise MemoryError()
+    cdef const int64_t* par = &parents[0] if n > 0 else NULL
+    cdef bint bad = False
+    with nogil:
+        for i in range(n):
+            x = par[i]
+            if x < prev or x >= n_parent:
+                bad = True
+                break
+            o[x + 1] += 1
+            prev = x
+        for i in range(n_parent):
+            o[i + 1] += o[i]
+    if bad:
+        pool_free(<uint8_t*>o, allocated)
+        raise ValueError("group parents must be sorted and in range")
+    return OwnedBuffer.adopt(<uint8_t*>o, (n_parent + 1) * sizeof(int32_t), allocated)
 
 
 ctypedef fused index_t:

@@ -78,7 +78,10 @@ ctypedef struct ColumnStore:
     int32_t group
     uint8_t* arena      # K_BYTES: the bytes, copied while they are in cache; views index it
     int64_t arena_len
-    int64_t arena_cap
+    int64_t arena_cap   # bytes usable (views hold uint32 offsets)
+    int64_t arena_alloc # bytes allocated behind arena, values and valid (for the pool)
+    int64_t values_alloc
+    int64_t valid_alloc
 
 ctypedef struct GroupStore:
     int64_t* parent     # element -> element of parent_group (the root group: record index)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_views, pack_bits
-from wirearrow._core.rows import expand, group_offsets, keys_unique, select_slice
+from wirearrow._core.rows import expand, group_offsets, keys_unique, list_offsets, select_slice
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
@@ -59,6 +59,7 @@ class Assembler:
         self.counts: list[int] = list(result.group_counts)
         self.parents = [np.frombuffer(b, dtype=np.int64) for b in result.group_parents]
         self._offsets: dict[int, np.ndarray] = {}
+        self._list_offsets: dict[int, pa.Buffer] = {}
         self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
         self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
@@ -73,6 +74,21 @@ class Assembler:
             n_parent = self.counts[self.plan.group_parents[group]]
             off = self._offsets[group] = group_offsets(self.parents[group], n_parent)
         return off
+
+    def list_offsets(self, group: int) -> pa.Buffer:
+        """offsets(group) as the int32 offsets buffer of an Arrow list over the group."""
+        buf = self._list_offsets.get(group)
+        if buf is None:
+            off = self._offsets.get(group)
+            if off is not None:  # already built for a selection or a key check
+                if off[-1] > np.iinfo(np.int32).max:
+                    raise OverflowError("a list column exceeds 2**31 elements in one batch")
+                buf = pa.py_buffer(off.astype(np.int32))
+            else:
+                n_parent = self.counts[self.plan.group_parents[group]]
+                buf = pa.py_buffer(list_offsets(self.parents[group], n_parent))
+            self._list_offsets[group] = buf
+        return buf
 
     # -- leaves -------------------------------------------------------------------------
 
@@ -106,10 +122,8 @@ class Assembler:
             validity, nulls = self._validity(leaf.presence, n)
             return pa.Array.from_buffers(leaf.type, n, [validity], nulls, children=children)
         if isinstance(leaf, ListLeaf | MapLeaf):
-            off = self.offsets(leaf.child_group)
-            if off[-1] > np.iinfo(np.int32).max:
-                raise OverflowError("a list column exceeds 2**31 elements in one batch")
             validity, nulls = self._validity(leaf.presence, n)
+            keep = None
             if isinstance(leaf, ListLeaf):
                 child = self.leaf(leaf.element)
             else:
@@ -119,10 +133,11 @@ class Assembler:
                     fields=[map_type.key_field, map_type.item_field],
                 )
                 keep = self._keep.get(leaf.child_group)
-                if keep is not None:
-                    off = _kept_offsets(keep, off)
-                    child = child.filter(pa.array(keep))
-            offsets = pa.py_buffer(off.astype(np.int32))
+            offsets = self.list_offsets(leaf.child_group)
+            if keep is not None:
+                off = _kept_offsets(keep, np.frombuffer(offsets, dtype=np.int32))
+                child = child.filter(pa.array(keep))
+                offsets = pa.py_buffer(off.astype(np.int32))
             return pa.Array.from_buffers(leaf.type, n, [validity, offsets], nulls, children=[child])
         if isinstance(leaf, TemporalLeaf):
             return self._temporal(leaf, n)
@@ -482,11 +497,11 @@ class Assembler:
         """Element parents are only needed for offsets (and error messages) from here on."""
         leaves = [col.leaf for col in self.plan.columns]
         for leaf in leaves:
-            for g in _child_groups(leaf):
-                self.offsets(g)
             for x in _walk(leaf):
                 if isinstance(x, MapLeaf):
                     self.map_keep(x.child_group, x.key)
+            for g in _child_groups(leaf):
+                self.list_offsets(g)
         self.parents = []
         for g in range(len(self.r.group_parents)):
             self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end

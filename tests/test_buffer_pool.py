@@ -1,0 +1,74 @@
+"""The pool of large column buffers: reuse across batches, never under a live batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+import wirearrow as wa
+
+
+@pytest.fixture(scope="module")
+def big_corpora() -> list[pa.Array]:
+    import corpus
+
+    # 3000 records of ~1 KB: most decoder buffers are over the pool's 64 KiB floor.
+    return [pa.array(corpus.generate(3000, seed=seed), pa.binary()) for seed in (1, 2, 3)]
+
+
+@pytest.fixture
+def pool_limit() -> Iterator[None]:
+    before = wa.buffer_pool()["limit"]
+    yield
+    wa.buffer_pool(limit=before)
+
+
+@pytest.mark.parametrize("columns", [None, ["id", "imp[*].id", "device.ua", "imp[*].tagid"]])
+def test_live_batch_survives_reuse(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], columns: list[str] | None
+) -> None:
+    tc = wa.Transcoder(bid_schema, columns=columns)
+    kept = tc.transcode(big_corpora[0])
+    expected = kept.to_pylist()
+    hits = wa.buffer_pool()["hits"]
+    for _ in range(3):  # other content through the same sizes: dropped, pooled, reused
+        for other in big_corpora[1:]:
+            tc.transcode(other)
+    assert wa.buffer_pool()["hits"] > hits
+    kept.validate(full=True)
+    assert kept.to_pylist() == expected
+    assert tc.transcode(big_corpora[0]).to_pylist() == expected
+
+
+def test_dropped_batch_buffers_are_reused(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], pool_limit: None
+) -> None:
+    tc = wa.Transcoder(bid_schema)
+    wa.buffer_pool(limit=0)
+    wa.buffer_pool(limit=256 << 20)
+    tc.transcode(big_corpora[0])  # sizes learned; its buffers go to the pool when dropped
+    held = wa.buffer_pool()
+    assert held["bytes"] > 0 and held["blocks"] > 0
+    tc.transcode(big_corpora[1])
+    after = wa.buffer_pool()
+    assert after["hits"] - held["hits"] >= held["blocks"] // 2
+
+
+def test_limit_bounds_what_is_held(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], pool_limit: None
+) -> None:
+    tc = wa.Transcoder(bid_schema)
+    expected = tc.transcode(big_corpora[2]).to_pylist()
+    wa.buffer_pool(limit=1 << 20)
+    assert wa.buffer_pool()["bytes"] <= 1 << 20
+    for corpus in big_corpora:
+        tc.transcode(corpus)
+        assert wa.buffer_pool()["bytes"] <= 1 << 20
+    stats = wa.buffer_pool(limit=0)
+    assert stats["bytes"] == 0 and stats["blocks"] == 0 and stats["limit"] == 0
+    assert tc.transcode(big_corpora[2]).to_pylist() == expected  # no pool: plain malloc
+    assert wa.buffer_pool()["bytes"] == 0
+    with pytest.raises(ValueError):
+        wa.buffer_pool(limit=-1)
