@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 from typing import Any
 
 import google.type.date_pb2
@@ -296,6 +297,32 @@ def test_map_order_matches_runtime_examples(maps: tuple[wa.Schema, type]) -> Non
     assert out[0].as_py() == message.SerializeToString(deterministic=True)
     entries = tc.transcode([out[0].as_py()]).column("k_string")[0].as_py()  # wire order
     assert [key for key, _ in entries] == ["aa", "ab", "a", "ba", "b", "z", "é", ""]
+
+
+def test_map_order_long_maps_and_sliced_batches(maps: tuple[wa.Schema, type]) -> None:
+    # Maps over the core's insertion-sort limit (64 entries) take the general sort; a slice
+    # of a batch starts its keys at an array offset.
+    schema, cls = maps
+    rng = random.Random(5)
+    messages = []
+    for size in (0, 1, 3, 64, 65, 200, 2):
+        strings = {
+            "".join(rng.choice("ab\u00e9") for _ in range(rng.randint(0, 4))) for _ in range(size)
+        }
+        messages.append(
+            cls(
+                k_int32={rng.randint(-(2**31), 2**31 - 1): "v" for _ in range(size)},
+                k_uint64={rng.randint(0, 2**64 - 1): "" for _ in range(size)},
+                k_bool={rng.random() < 0.5: "" for _ in range(min(size, 2))},
+                k_string={k: {} for k in strings},
+            )
+        )
+    tc = wa.Transcoder(schema)
+    batch = tc.transcode([m.SerializeToString() for m in messages])
+    expected = [m.SerializeToString(deterministic=True) for m in messages]
+    assert tc.encode(batch).to_pylist() == expected
+    for lo, hi in ((1, 3), (4, 5), (6, 7), (2, 7)):
+        assert tc.encode(batch.slice(lo, hi - lo)).to_pylist() == expected[lo:hi]
 
 
 @pytest.mark.parametrize(

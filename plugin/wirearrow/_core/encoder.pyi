@@ -1,5 +1,7 @@
 from collections.abc import Buffer
 
+import numpy as np
+
 from wirearrow._core.buffers import OwnedBuffer
 
 KIND: dict[str, int]
@@ -12,3 +14,12 @@ ENTRY_WIDTH: int
 def encode(
     cols: Buffer, entries: Buffer, nodes: Buffer, n_rows: int, capacity: int = 0
 ) -> tuple[int, int, int, OwnedBuffer | None, int, OwnedBuffer | None, bool]: ...
+def map_order(
+    offsets: Buffer,
+    n_entries: int,
+    kind: int,
+    key_offset: int,
+    data: Buffer,
+    key_offsets: Buffer | None,
+    wide: bool,
+) -> np.ndarray | None: ...

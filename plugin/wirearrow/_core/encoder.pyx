@@ -23,9 +23,11 @@ The host is little-endian, as Arrow's buffers and protobuf's fixed-width values 
 """
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
-from wirearrow._core.buffers cimport OwnedBuffer, wa_hugepages
+import numpy as np
+
+from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free, wa_hugepages
 
 
 cdef extern from *:
@@ -122,6 +124,7 @@ ctypedef struct Enc:
     uint8_t* buf
     uint8_t* ptr               # next byte is written at ptr - 1
     uint8_t* limit             # end of the buffer: the output is [ptr, limit)
+    int64_t allocated          # bytes behind buf (given back to the pool with it)
     const Col* cols
     const Entry* entries
     const NodeT* nodes
@@ -136,15 +139,20 @@ cdef int grow(Enc* e, size_t n) noexcept nogil:
     cdef size_t new_cap = cap * 2 if cap > 0 else 4096
     while new_cap < used + n:
         new_cap *= 2
-    cdef uint8_t* grown = <uint8_t*>PyMem_RawMalloc(new_cap)
+    cdef int64_t allocated
+    # The pool's blocks were written before (no page faults); a fresh one is written back
+    # to front, every page, so it asks for huge pages (see buffers.pxd).
+    cdef uint8_t* grown = pool_alloc(new_cap, False, &allocated)
     if grown == NULL:
         return E_NO_MEMORY
-    if new_cap >= (<size_t>4 << 20):   # written back to front, every page: see buffers.pxd
+    if new_cap >= (<size_t>4 << 20):
         wa_hugepages(grown, new_cap)
+    new_cap = <size_t>allocated
     if used:
         memcpy(grown + new_cap - used, e.ptr, used)
-    PyMem_RawFree(e.buf)
+    pool_free(e.buf, e.allocated)
     e.buf = grown
+    e.allocated = allocated
     e.limit = grown + new_cap
     e.ptr = e.limit - used
     return OK
@@ -451,7 +459,9 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
         if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].count > entries.shape[0]:
             raise ValueError("encode: a node points outside the tables")
 
-    cdef int64_t* used = <int64_t*>PyMem_RawMalloc((n_rows + 1) * sizeof(int64_t))
+    cdef int64_t used_allocated
+    cdef int64_t* used = <int64_t*>pool_alloc((n_rows + 1) * sizeof(int64_t), False,
+                                              &used_allocated)
     if used == NULL:
         raise MemoryError()
     cdef Enc e
@@ -463,6 +473,7 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
     e.buf = NULL
     e.ptr = NULL
     e.limit = NULL
+    e.allocated = 0
     cdef int status = OK
     cdef int64_t r, total
     with nogil:
@@ -474,8 +485,8 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
             status = encode_message(&e, 0, r)
             used[r] = e.limit - e.ptr
     if status:
-        PyMem_RawFree(e.buf)
-        PyMem_RawFree(used)
+        pool_free(e.buf, e.allocated)
+        pool_free(<uint8_t*>used, used_allocated)
         if status == E_NO_MEMORY:
             raise MemoryError()
         return status, e.err_col, e.err_index, None, 0, None, False
@@ -491,6 +502,95 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
             off32 = <int32_t*>used
             for r in range(n_rows + 1):
                 off32[r] = <int32_t>(total - used[r])
-    data = OwnedBuffer.adopt(e.buf, e.limit - e.buf)
-    offsets = OwnedBuffer.adopt(<uint8_t*>used, (n_rows + 1) * (8 if wide else 4))
+    data = OwnedBuffer.adopt(e.buf, e.limit - e.buf, e.allocated)
+    offsets = OwnedBuffer.adopt(<uint8_t*>used, (n_rows + 1) * (8 if wide else 4), used_allocated)
     return OK, -1, -1, data, e.ptr - e.buf, offsets, wide
+
+
+# ---- map entry order ------------------------------------------------------------------
+
+cdef enum:
+    SORT_MAX = 64   # longer maps are left to the caller (a general sort)
+
+
+cdef inline bint before(int kind, const uint8_t* data, const uint8_t* offsets, bint wide,
+                        int64_t a, int64_t b) noexcept nogil:
+    """Whether entry a goes on the wire before entry b (physical key slots), upb's order."""
+    cdef uint64_t x, y
+    cdef int64_t alo, ahi, blo, bhi, n
+    cdef int c
+    if kind == 1:  # bool: true first
+        return ((data[a >> 3] >> (a & 7)) & 1) > ((data[b >> 3] >> (b & 7)) & 1)
+    if kind == 4:  # 32-bit keys descend as unsigned numbers
+        return (<const uint32_t*>data)[a] > (<const uint32_t*>data)[b]
+    if kind == 8:
+        return (<const uint64_t*>data)[a] > (<const uint64_t*>data)[b]
+    if wide:
+        alo = (<const int64_t*>offsets)[a]
+        ahi = (<const int64_t*>offsets)[a + 1]
+        blo = (<const int64_t*>offsets)[b]
+        bhi = (<const int64_t*>offsets)[b + 1]
+    else:
+        alo = (<const int32_t*>offsets)[a]
+        ahi = (<const int32_t*>offsets)[a + 1]
+        blo = (<const int32_t*>offsets)[b]
+        bhi = (<const int32_t*>offsets)[b + 1]
+    n = min(ahi - alo, bhi - blo)
+    c = memcmp(data + alo, data + blo, <size_t>n) if n > 0 else 0
+    if c != 0:
+        return c < 0
+    return ahi - alo > bhi - blo  # a prefix comes after the longer strings it starts
+
+
+def map_order(const int64_t[::1] offsets, int64_t n_entries, int kind, int64_t key_offset,
+              const uint8_t[::1] data, key_offsets, bint wide):
+    """Logical entry indices of a map array with each map's entries in upb's wire order.
+
+    offsets: the maps' entry offsets (logical); keys are the entries' key array given by
+    its values `data` (bitmap for bool keys, kind 1; 4- or 8-byte numbers, kind 4 / 8; or
+    bytes, kind 0, with `key_offsets`, int64 when `wide`) and its array offset. Maps are
+    short: each is insertion-sorted in place. None when a map has more than SORT_MAX
+    entries (the caller sorts those batches another way).
+    """
+    cdef int64_t n_maps = offsets.shape[0] - 1, m, lo, hi, i, j, x
+    cdef bint too_long = False
+    perm = np.arange(n_entries, dtype=np.int64)
+    cdef int64_t[::1] pv = perm
+    cdef int64_t* p = &pv[0] if n_entries > 0 else NULL
+    cdef const uint8_t[::1] ko
+    cdef const uint8_t* kop = NULL
+    if kind == 0:
+        ko = key_offsets
+        kop = &ko[0] if ko.shape[0] > 0 else NULL
+    cdef const uint8_t* d = &data[0] if data.shape[0] > 0 else NULL
+    if n_maps > 0 and (offsets[0] < 0 or offsets[n_maps] > n_entries):
+        raise ValueError("map_order: offsets outside the entries")
+    cdef int64_t end = key_offset + n_entries
+    if key_offset < 0 or not (
+        (kind == 1 and (end + 7) // 8 <= data.shape[0])
+        or ((kind == 4 or kind == 8) and end * kind <= data.shape[0])
+        or (kind == 0 and (end + 1) * (8 if wide else 4) <= ko.shape[0])
+    ):
+        raise ValueError("map_order: keys shorter than the entries")
+    if kind == 0 and n_entries > 0:
+        # every string of the key array lies inside its data (offsets never decrease)
+        if wide and not 0 <= (<const int64_t*>kop)[key_offset] <= (<const int64_t*>kop)[end] <= data.shape[0]:
+            raise ValueError("map_order: key strings outside their data")
+        if not wide and not 0 <= (<const int32_t*>kop)[key_offset] <= (<const int32_t*>kop)[end] <= data.shape[0]:
+            raise ValueError("map_order: key strings outside their data")
+    with nogil:
+        for m in range(n_maps):
+            lo = offsets[m]
+            hi = offsets[m + 1]
+            if hi - lo > SORT_MAX:
+                too_long = True
+                break
+            for i in range(lo + 1, hi):
+                x = p[i]
+                j = i
+                while j > lo and before(kind, d, kop, wide, x + key_offset,
+                                        p[j - 1] + key_offset):
+                    p[j] = p[j - 1]
+                    j -= 1
+                p[j] = x
+    return None if too_long else perm

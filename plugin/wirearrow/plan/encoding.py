@@ -634,6 +634,9 @@ def _map_order(array: pa.Array, order: str) -> np.ndarray | None:
     lo, hi = int(offsets[0]), int(offsets[-1])
     if hi - lo < 2:
         return None
+    fast = _map_order_short(offsets, entries, order)
+    if fast is not None:
+        return fast
     keys = entries.field(0).slice(lo, hi - lo)
     owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
     if order == "string":
@@ -663,6 +666,29 @@ def _map_order(array: pa.Array, order: str) -> np.ndarray | None:
     perm = np.arange(len(entries), dtype=np.int64)
     perm[lo:hi] = sorted_idx.astype(np.int64) + lo
     return perm
+
+
+def _map_order_short(offsets: np.ndarray, entries: pa.StructArray, order: str) -> np.ndarray | None:
+    """_map_order in the core when no key is null and no map is long (the usual batch)."""
+    keys = entries.field(0)  # flattened: the struct's offset applied
+    if keys.null_count:
+        return None
+    buffers = keys.buffers()
+    if order == "string":
+        kind, key_offsets, data = 0, buffers[1], buffers[2]
+        wide = pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type)
+    else:
+        kind = 1 if order == "bool" else np.dtype(order).itemsize
+        key_offsets, data, wide = None, buffers[1], False
+    return core.map_order(
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        len(entries),
+        kind,
+        keys.offset,
+        np.frombuffer(data if data is not None else b"", dtype=np.uint8),
+        None if key_offsets is None else np.frombuffer(key_offsets, dtype=np.uint8),
+        wide,
+    )
 
 
 def _upb_string_order(a: bytes, b: bytes) -> int:
