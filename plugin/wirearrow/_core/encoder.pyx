@@ -366,8 +366,11 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     cdef const Col* c
     cdef int32_t i = nd.first + nd.count
     cdef int64_t p
-    cdef uint64_t oneofs = 0, bit
+    cdef uint64_t oneofs = 0, bit, v
     cdef int status
+    cdef int32_t kind
+    cdef int64_t lo
+    cdef size_t n, before
     while i > nd.first:
         i -= 1
         en = &e.entries[i]
@@ -379,6 +382,45 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             continue
         if c.bad != NULL and c.bad[k]:
             return fail(e, E_BAD_VALUE, en.col, k)
+        if en.shape == S_SINGULAR and en.oneof == 0:
+            # The common singular kinds inline: one reserve for value, length and tag, the
+            # zero test on the value already loaded.
+            kind = en.kind
+            if kind == V_BYTES and not c.wide:
+                lo = (<const int32_t*>c.offsets)[p]
+                n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
+                if n == 0 and en.presence == P_IMPLICIT:
+                    continue
+                if reserve(e, n + 20):
+                    return E_NO_MEMORY
+                e.ptr -= n
+                copy_bytes(e.ptr, c.values + lo, n)
+                put_varint(e, n)
+                put_varint(e, en.tag)
+                continue
+            if kind == V_INT32 or kind == V_INT64 or kind == V_UINT32:
+                if kind == V_INT32:
+                    v = <uint64_t><int64_t>(<const int32_t*>c.values)[p]
+                elif kind == V_UINT32:
+                    v = (<const uint32_t*>c.values)[p]
+                else:
+                    v = (<const uint64_t*>c.values)[p]
+                if v == 0 and en.presence == P_IMPLICIT:
+                    continue
+                if reserve(e, 20):
+                    return E_NO_MEMORY
+                put_varint(e, v)
+                put_varint(e, en.tag)
+                continue
+            if kind == V_MESSAGE:
+                before = e.limit - e.ptr
+                status = encode_message(e, en.child, k)
+                if status:
+                    return status
+                status = put_delimited(e, before, en.tag)
+                if status:
+                    return status
+                continue
         if en.shape != S_SINGULAR:
             status = put_repeated(e, en, c, p)
         else:
