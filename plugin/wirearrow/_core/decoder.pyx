@@ -21,9 +21,10 @@ from libc.string cimport memcpy, memset
 
 from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
 from wirearrow._core.tables cimport (
-    A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_SKIP_BYTES,
-    A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64, A_ZIGZAG32,
-    A_ZIGZAG64, ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore,
+    A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
+    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
+    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
+    GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
 )
@@ -78,6 +79,7 @@ ctypedef struct Ctx:
     const FieldEntry* entries
     const Node* nodes
     const int32_t* dense
+    const FieldEntry* dense_entries  # dense, with each entry copied in (A_NONE: no entry)
     const int32_t* default_cols
     const uint8_t* default_values    # 16 bytes per default
     const int32_t* clear_cols
@@ -108,6 +110,7 @@ cdef class Program:
     cdef FieldEntry* entries
     cdef Node* nodes
     cdef int32_t* dense
+    cdef FieldEntry* dense_entries
     cdef int32_t* default_cols
     cdef uint8_t* default_values
     cdef int32_t* clear_cols
@@ -120,6 +123,7 @@ cdef class Program:
         self.entries = NULL
         self.nodes = NULL
         self.dense = NULL
+        self.dense_entries = NULL
         self.default_cols = NULL
         self.default_values = NULL
         self.clear_cols = NULL
@@ -148,6 +152,7 @@ cdef class Program:
         self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
         self.nodes = <Node*>PyMem_RawCalloc(self.n_nodes, sizeof(Node))
         self.dense = <int32_t*>PyMem_RawCalloc(max(len(dense), 1), sizeof(int32_t))
+        self.dense_entries = <FieldEntry*>PyMem_RawCalloc(max(len(dense), 1), sizeof(FieldEntry))
         self.default_cols = <int32_t*>PyMem_RawCalloc(max(len(defaults), 1), sizeof(int32_t))
         self.default_values = <uint8_t*>PyMem_RawCalloc(max(len(defaults), 1), 16)
         self.clear_cols = <int32_t*>PyMem_RawCalloc(max(len(clear_cols), 1), sizeof(int32_t))
@@ -155,6 +160,7 @@ cdef class Program:
         self.col_group = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.group_parent = <int32_t*>PyMem_RawCalloc(self.n_groups, sizeof(int32_t))
         if (self.entries == NULL or self.nodes == NULL or self.dense == NULL
+                or self.dense_entries == NULL
                 or self.default_cols == NULL or self.default_values == NULL
                 or self.clear_cols == NULL or self.col_width == NULL or self.col_group == NULL
                 or self.group_parent == NULL):
@@ -189,6 +195,31 @@ cdef class Program:
                 enumerate(nodes):
             self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
                            unknown, len(dense), len(defaults))
+        self._check_groups()
+        # The hot loop reads a field's entry straight from the dense slot of its number:
+        # one dependent load less per field than slot -> index -> entry.
+        for i, d in enumerate(dense):
+            if d >= 0:
+                self.dense_entries[i] = self.entries[d]
+            else:
+                self.dense_entries[i].action = A_NONE
+
+    cdef _check_groups(self):
+        # The decoder takes the element a stored value belongs to from the node being
+        # decoded (its group's current element, held in a register) or, for a repeated
+        # scalar, from the element the value itself opened: each column must belong there.
+        cdef int32_t i, k
+        cdef const FieldEntry* f
+        cdef int32_t want
+        for i in range(self.n_nodes):
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                f = &self.entries[k]
+                if f.column < 0 or f.kind >= K_MESSAGE:
+                    continue
+                want = f.group if f.flags & F_REPEATED else self.nodes[i].group
+                if self.col_group[f.column] != want:
+                    raise ValueError(f"entry {k} of node {i}: its column is not in the group "
+                                     f"its values belong to")
 
     cdef _check_col(self, int64_t c, str what):
         if not 0 <= c < self.n_cols:
@@ -258,6 +289,7 @@ cdef class Program:
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
         PyMem_RawFree(self.dense)
+        PyMem_RawFree(self.dense_entries)
         PyMem_RawFree(self.default_cols)
         PyMem_RawFree(self.default_values)
         PyMem_RawFree(self.clear_cols)
@@ -343,6 +375,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.entries = program.entries
     c.nodes = program.nodes
     c.dense = program.dense
+    c.dense_entries = program.dense_entries
     c.default_cols = program.default_cols
     c.default_values = program.default_values
     c.clear_cols = program.clear_cols
@@ -559,6 +592,23 @@ cdef inline uint8_t* value_slot(Ctx* c, int32_t col, int64_t width) noexcept nog
     """slot() of a column whose width the caller knows (a constant at each call site)."""
     cdef ColumnStore* cs = &c.cols[col]
     cdef int64_t e = c.cur[cs.group]
+    if e >= cs.capacity:
+        return slot_grown(cs, e)
+    cs.valid[e] = 1
+    return cs.values + e * width
+
+
+cdef inline uint8_t* slot_at(Ctx* c, int32_t col, int64_t e) noexcept nogil:
+    """slot() of element e, which the caller already knows (see decode_fields)."""
+    cdef ColumnStore* cs = &c.cols[col]
+    if e >= cs.capacity:
+        return slot_grown(cs, e)
+    cs.valid[e] = 1
+    return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
+
+
+cdef inline uint8_t* value_slot_at(Ctx* c, int32_t col, int64_t e, int64_t width) noexcept nogil:
+    cdef ColumnStore* cs = &c.cols[col]
     if e >= cs.capacity:
         return slot_grown(cs, e)
     cs.valid[e] = 1
@@ -873,8 +923,13 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef int64_t nq
     # Loop invariants in locals: the byte stores below could alias anything behind `c`.
     cdef const FieldEntry* entries = c.entries
-    cdef const int32_t* dense = c.dense + node.dense
+    cdef const FieldEntry* dense = c.dense_entries + node.dense
     cdef uint32_t dense_len = <uint32_t>node.dense_len
+    # The element this message's values belong to: fixed while its fields are decoded (a
+    # repeated field opens elements in its own group), so it is read once, not per value;
+    # Program checked that every column is in the group its values are stored by.
+    cdef int64_t node_element = c.cur[node.group] if node.group >= 0 else -1
+    cdef int64_t el
     if depth > c.max_depth:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
@@ -901,10 +956,13 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn < dense_len:
-            ei = dense[fn]
+            f = &dense[fn]
+            if f.action == A_NONE:
+                f = NULL
         else:
             ei = find_entry(c, node, fn)
-        if ei < 0:
+            f = &entries[ei] if ei >= 0 else NULL
+        if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
             if node.unknown < 0:
@@ -941,7 +999,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             continue
-        f = &entries[ei]
         if wt != f.wire_type:
             if wt == 2 and (f.flags & F_PACKABLE):
                 q = p
@@ -1001,11 +1058,13 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 # The inner level recorded itself; add this one.
                 return record_level(c, node_id, fn, element_index(c, f), st)
             continue
+        el = node_element
         if f.group >= 0:
             st = open_element(c, f.group)
             if st != OK:
                 break
             opened = f
+            el = c.cur[f.group]
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
             if p < end and p[0] < 0x80:
@@ -1018,7 +1077,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 v = vq
                 if st != OK:
                     break
-            dst = value_slot(c, f.column, 4)
+            dst = value_slot_at(c, f.column, el, 4)
             if dst == NULL:
                 st = E_NO_MEMORY
                 break
@@ -1039,9 +1098,9 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if st != OK:
                     break
             if act == A_STRING:
-                st = store_string(c, f.column, p, n, True)
+                st = store_string(c, f.column, el, p, n, True)
             else:
-                st = store_string(c, f.column, p, n, False)
+                st = store_string(c, f.column, el, p, n, False)
             if st != OK:
                 break
             p += n
@@ -1056,7 +1115,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 v = vq
                 if st != OK:
                     break
-            dst = slot(c, f.column)
+            dst = slot_at(c, f.column, el)
             if dst == NULL:
                 st = E_NO_MEMORY
                 break
@@ -1065,7 +1124,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if end - p < 8:
                 st = E_TRUNCATED
                 break
-            dst = value_slot(c, f.column, 8)
+            dst = value_slot_at(c, f.column, el, 8)
             if dst == NULL:
                 st = E_NO_MEMORY
                 break
@@ -1075,7 +1134,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if end - p < 4:
                 st = E_TRUNCATED
                 break
-            dst = value_slot(c, f.column, 4)
+            dst = value_slot_at(c, f.column, el, 4)
             if dst == NULL:
                 st = E_NO_MEMORY
                 break
@@ -1194,13 +1253,12 @@ cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
     return OK
 
 
-cdef inline int store_string(Ctx* c, int32_t col, const uint8_t* s, int64_t n,
+cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, int64_t n,
                              bint utf8) noexcept nogil:
     """A string or bytes value: copy it into the column's arena and point the current
     element's slot at it. Short values are copied with fixed-size moves whose words also
     give the ASCII check for free; only a value with a high bit set is validated in full."""
     cdef ColumnStore* cs = &c.cols[col]
-    cdef int64_t e = c.cur[cs.group]
     cdef uint8_t* d
     cdef uint8_t* dst
     cdef uint64_t a, b, x, y, acc = 0

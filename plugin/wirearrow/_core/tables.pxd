@@ -46,6 +46,7 @@ cdef enum Action:
     A_CHECK_STRING = 13 # no column, UTF-8 checked
     A_MESSAGE = 14      # message kinds last: action >= A_MESSAGE descends
     A_GROUP = 15
+    A_NONE = 255        # an empty slot of a node's dense table (no entry for the number)
 
 ctypedef struct FieldEntry:
     uint32_t number     # field number
