@@ -220,6 +220,18 @@ cdef class Program:
                 if self.col_group[f.column] != want:
                     raise ValueError(f"entry {k} of node {i}: its column is not in the group "
                                      f"its values belong to")
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                f = &self.entries[k]
+                want = f.group if f.group >= 0 else self.nodes[i].group
+                # (-1: a message only checked, never stored)
+                if f.kind >= K_MESSAGE and self.nodes[f.child].group not in (want, -1):
+                    raise ValueError(f"entry {k} of node {i}: its message is not in the group "
+                                     f"it opens or its parent's")
+            if self.nodes[i].presence >= 0 and self.col_group[self.nodes[i].presence] != self.nodes[i].group:
+                raise ValueError(f"node {i}: its presence column is not in its group")
+            for k in range(self.nodes[i].defaults, self.nodes[i].defaults + self.nodes[i].n_defaults):
+                if self.col_group[self.default_cols[k]] != self.nodes[i].group:
+                    raise ValueError(f"node {i}: a default column is not in its group")
 
     cdef _check_col(self, int64_t c, str what):
         if not 0 <= c < self.n_cols:
@@ -640,22 +652,21 @@ cdef inline int open_element(Ctx* c, int32_t g) noexcept nogil:
     return OK
 
 
-cdef inline int enter_node(Ctx* c, const Node* node) noexcept nogil:
-    """A sub-message (or the record) starts: mark it present, fill implicit defaults."""
+cdef inline int enter_node(Ctx* c, const Node* node, int64_t e) noexcept nogil:
+    """A sub-message (or the record) starts as element e of its group: mark it present,
+    fill implicit defaults (Program checked that these columns are in the node's group)."""
     cdef int32_t k, col
     cdef ColumnStore* cs
-    cdef int64_t e
     cdef uint8_t* dst
-    if node.presence >= 0 and slot(c, node.presence) == NULL:
+    if node.presence >= 0 and slot_at(c, node.presence, e) == NULL:
         return E_NO_MEMORY
     for k in range(node.defaults, node.defaults + node.n_defaults):
         col = c.default_cols[k]
         cs = &c.cols[col]
-        e = c.cur[cs.group]
         # Merged occurrences of a message must not reset what an earlier one set.
         if e < cs.capacity and cs.valid[e]:
             continue
-        dst = slot(c, col)
+        dst = slot_at(c, col, e)
         if dst == NULL:
             return E_NO_MEMORY
         if cs.width > 0:
@@ -873,10 +884,10 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
     root.parent[root.count] = index
     c.cur[0] = root.count
     root.count += 1
-    st = enter_node(c, &c.nodes[0])
+    st = enter_node(c, &c.nodes[0], root.count - 1)
     if st != OK:
         return st
-    return decode_fields(c, 0, p, end, 0, 0)
+    return decode_fields(c, 0, p, end, 0, 0, root.count - 1)
 
 
 cdef inline int32_t find_entry(const Ctx* c, const Node* node, uint32_t number) noexcept nogil:
@@ -896,7 +907,7 @@ cdef inline int32_t find_entry(const Ctx* c, const Node* node, uint32_t number) 
 
 
 cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t* end,
-                       uint32_t end_group, int depth) noexcept nogil:
+                       uint32_t end_group, int depth, int64_t node_element) noexcept nogil:
     """Decode the fields of one message in [p, end).
 
     end_group != 0: the message is a group; stop after its end-group tag and leave the
@@ -925,10 +936,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef const FieldEntry* entries = c.entries
     cdef const FieldEntry* dense = c.dense_entries + node.dense
     cdef uint32_t dense_len = <uint32_t>node.dense_len
-    # The element this message's values belong to: fixed while its fields are decoded (a
-    # repeated field opens elements in its own group), so it is read once, not per value;
-    # Program checked that every column is in the group its values are stored by.
-    cdef int64_t node_element = c.cur[node.group] if node.group >= 0 else -1
+    # node_element: the element of the node's group this message is (fixed while its fields
+    # are decoded: a repeated field opens elements in its own group), passed down instead of
+    # read per value; Program checked that every column is in the group its values are
+    # stored by.
     cdef int64_t el
     if depth > c.max_depth:
         c.err_offset = p - c.record
@@ -1033,12 +1044,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             clear_siblings(c, f)
         act = f.action
         if act >= A_MESSAGE:
+            el = node_element
             if f.group >= 0:
                 st = open_element(c, f.group)
                 if st != OK:
                     break
                 opened = f
-            st = enter_node(c, &c.nodes[f.child])
+                el = c.cur[f.group]
+            st = enter_node(c, &c.nodes[f.child], el)
             if st != OK:
                 break
             if act == A_MESSAGE:
@@ -1049,10 +1062,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if st != OK:
                     break
                 sub_end = p + n
-                st = decode_fields(c, f.child, p, sub_end, 0, depth + 1)
+                st = decode_fields(c, f.child, p, sub_end, 0, depth + 1, el)
                 p = sub_end
             else:
-                st = decode_fields(c, f.child, p, end, fn, depth + 1)
+                st = decode_fields(c, f.child, p, end, fn, depth + 1, el)
                 p = c.resume
             if st != OK:
                 # The inner level recorded itself; add this one.
