@@ -72,3 +72,23 @@ def test_limit_bounds_what_is_held(
     assert wa.buffer_pool()["bytes"] == 0
     with pytest.raises(ValueError):
         wa.buffer_pool(limit=-1)
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_decoder_buffers_pooled_only_when_asked(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], pool_limit: None, pooled: bool
+) -> None:
+    # Flat plans decode unpooled: they drop most decoder buffers within the call, and
+    # pooled blocks would lift the call's peak memory while Arrow allocates the output.
+    from wirearrow._core.decoder import POLICY_SKIP, decode
+    from wirearrow.transcoder import _records
+
+    tc = wa.Transcoder(bid_schema)
+    data, starts, ends, _, _ = _records(big_corpora[0], None)
+    sizes = [3000 * 4] * tc._plan.program.n_groups  # room for every element up front
+    wa.buffer_pool(limit=0)
+    wa.buffer_pool(limit=256 << 20)
+    result = decode(tc._plan.program, data, starts, ends, POLICY_SKIP, 0, sizes, None, pooled)
+    assert result.records == 3000
+    del result
+    assert (wa.buffer_pool()["bytes"] > 0) == pooled

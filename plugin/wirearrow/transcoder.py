@@ -198,6 +198,10 @@ class Transcoder:
                 POLICY_RAISE if raising else POLICY_SKIP,
                 0,
                 *entry.capacities(len(starts)),
+                # Whole messages: the decoder's buffers are most of the output and come
+                # back whole with the next batch. A flat plan drops most of them within
+                # the call: pooled, they would lift its peak memory (docs/memory.md).
+                pooled=self._columns is None,
             )
             decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]

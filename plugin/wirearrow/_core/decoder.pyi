@@ -34,5 +34,13 @@ class Result:
     records: int
 
 def decode(
-    program: Program, data: Buffer, starts: Buffer, ends: Buffer, policy: int, index_base: int = 0
+    program: Program,
+    data: Buffer,
+    starts: Buffer,
+    ends: Buffer,
+    policy: int,
+    index_base: int = 0,
+    capacity: Sequence[int] | None = None,
+    arena_capacity: Sequence[int] | None = None,
+    pooled: bool = True,
 ) -> Result: ...

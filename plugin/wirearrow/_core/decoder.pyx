@@ -91,6 +91,7 @@ ctypedef struct Ctx:
     int32_t n_cols
     int32_t n_groups
     int32_t max_depth
+    bint pooled                      # buffers come from and go back to the buffer pool
     # error report, filled on the way out of a failing record
     int32_t err_status
     int64_t err_offset
@@ -356,14 +357,17 @@ cdef class Result:
 
 def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
            const int64_t[::1] ends, int policy, int64_t index_base=0, capacity=None,
-           arena_capacity=None):
+           arena_capacity=None, bint pooled=True):
     """Decode records data[starts[i]:ends[i]] for every i; return a Result.
 
     With POLICY_RAISE decoding stops at the first bad record (it is in Result.errors and the
     records before it are kept); with POLICY_SKIP every bad record is rolled back and listed.
     `capacity`: expected elements per group (e.g. from the previous batch), allocated up
     front with calloc so that stores neither reallocate nor copy; `arena_capacity`: the
-    same for the string bytes of each column.
+    same for the string bytes of each column. `pooled`: take the buffers from the buffer
+    pool and give them back to it when released (see buffers.pyx); without it they are
+    plain allocations, freed when released (a flat plan drops most of them within the call,
+    and pooled they would lift its peak memory while Arrow allocates the output).
     """
     cdef int64_t n = starts.shape[0]
     if ends.shape[0] != n:
@@ -394,6 +398,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.n_cols = program.n_cols
     c.n_groups = program.n_groups
     c.max_depth = program.max_depth
+    c.pooled = pooled
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
         c.cols[i].width = program.col_width[i]
@@ -416,7 +421,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             raise ValueError("arena_capacity needs one entry per column")
         for i in range(program.n_cols):
             if c.cols[i].width == 8 and arena_capacity[i] > 0:
-                c.cols[i].arena = pool_alloc(min(int(arena_capacity[i]), ARENA_MAX), False,
+                c.cols[i].arena = take_block(c, min(int(arena_capacity[i]), ARENA_MAX), False,
                                              &c.cols[i].arena_alloc)
                 c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
 
@@ -467,7 +472,7 @@ cdef int presize(Ctx* c, list capacity) except? -1:
     for i in range(c.n_groups):
         cap = capacity[i]
         if cap > 0:
-            c.groups[i].parent = <int64_t*>pool_alloc(cap * 8, False, &allocated)
+            c.groups[i].parent = <int64_t*>take_block(c, cap * 8, False, &allocated)
             if c.groups[i].parent == NULL:
                 return E_NO_MEMORY
             c.groups[i].capacity = allocated // 8
@@ -476,13 +481,27 @@ cdef int presize(Ctx* c, list capacity) except? -1:
         cap = capacity[cs.group]
         if cap > 0:
             # Zeroed: a slot never written is a null (and a zero value) of its element.
-            cs.valid = pool_alloc(cap, True, &cs.valid_alloc)
+            cs.valid = take_block(c, cap, True, &cs.valid_alloc)
             if cs.width > 0:
-                cs.values = pool_alloc(cap * cs.width, True, &cs.values_alloc)
+                cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc)
             if cs.valid == NULL or (cs.width > 0 and cs.values == NULL):
                 return E_NO_MEMORY
             cs.capacity = cap
     return OK
+
+
+cdef uint8_t* take_block(Ctx* c, int64_t size, bint zero, int64_t* allocated) noexcept:
+    """A buffer of at least size bytes; *allocated = the size behind it (at least size)."""
+    if c.pooled:
+        return pool_alloc(size, zero, allocated)
+    cdef uint8_t* p = <uint8_t*>(PyMem_RawCalloc(size, 1) if zero else PyMem_RawMalloc(size))
+    allocated[0] = size if p != NULL else 0
+    return p
+
+
+cdef inline int64_t pool_size(const Ctx* c, int64_t allocated) noexcept nogil:
+    # What a buffer is given back to the pool with: 0 (free it) when the ctx is not pooled.
+    return allocated if c.pooled else 0
 
 
 cdef list error_stack(Ctx* c, int status):
@@ -495,12 +514,12 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
     cdef int32_t i
     if c.cols != NULL:
         for i in range(program.n_cols):
-            pool_free(c.cols[i].values, c.cols[i].values_alloc)
-            pool_free(c.cols[i].valid, c.cols[i].valid_alloc)
-            pool_free(c.cols[i].arena, c.cols[i].arena_alloc)
+            pool_free(c.cols[i].values, pool_size(c, c.cols[i].values_alloc))
+            pool_free(c.cols[i].valid, pool_size(c, c.cols[i].valid_alloc))
+            pool_free(c.cols[i].arena, pool_size(c, c.cols[i].arena_alloc))
     if c.groups != NULL:
         for i in range(program.n_groups):
-            pool_free(<uint8_t*>c.groups[i].parent, c.groups[i].capacity * 8)
+            pool_free(<uint8_t*>c.groups[i].parent, pool_size(c, c.groups[i].capacity * 8))
     PyMem_RawFree(c.cols)
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
@@ -518,7 +537,7 @@ cdef int export(Ctx* c, Result r) except -1:
     for i in range(c.n_groups):
         gs = &c.groups[i]
         r.group_parents.append(OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8,
-                                                 gs.capacity * 8))
+                                                 pool_size(c, gs.capacity * 8)))
         r.group_counts.append(gs.count)
         gs.parent = NULL
     r.col_values = []
@@ -531,12 +550,13 @@ cdef int export(Ctx* c, Result r) except -1:
         # Slots past the capacity were never written: grow so that every element has one.
         if cs.capacity < count and grow_column(cs, count - 1) != OK:
             raise MemoryError()
-        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width, cs.values_alloc)
+        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width,
+                                              pool_size(c, cs.values_alloc))
                             if cs.width > 0 else None)
         if cs.width == 0:
-            pool_free(cs.values, cs.values_alloc)
-        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count, cs.valid_alloc))
-        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len, cs.arena_alloc)
+            pool_free(cs.values, pool_size(c, cs.values_alloc))
+        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc)))
+        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
                            if cs.arena != NULL else None)
         r.col_counts.append(count)
         cs.values = NULL
