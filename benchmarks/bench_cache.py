@@ -11,7 +11,7 @@ batch time is reported.
 * loaded: a fresh cache from the tuned one's ``save()``, as a new job would start.
 
 Cold start: the first batch of a new process (a fresh cache and transcoder per batch, the
-compile not timed), with nothing known (``tune="off"``) against a cache loaded from the
+compile not timed, the buffer pool emptied), with nothing known (``tune="off"``) against a cache loaded from the
 saved profile, whose sizes allocate every buffer once, at its final size.
 
 Compile time: building N transcoders of the plan with one shared cache (one compile) vs a
@@ -139,6 +139,10 @@ def run(wa, schema, columns, batch, args) -> dict:
                     else wa.ParserCache.load(Path(tmp) / "profile.json")
                 )
                 tc = wa.Transcoder(schema, columns, cache=cache)
+                # A new process starts with an empty buffer pool (docs/memory.md).
+                limit = wa.buffer_pool()["limit"]
+                wa.buffer_pool(limit=0)
+                wa.buffer_pool(limit=limit)
                 t0 = time.perf_counter()
                 tc.transcode(batch)
                 cold[key].append(time.perf_counter() - t0)
