@@ -396,6 +396,18 @@ def test_bidrequest_corpus_round_trips(bid_schema: wa.Schema, bid_class: type, b
     assert_round_trip(tc, list(bid_corpus), expected)
 
 
+def test_bidrequest_slices_span_blocks(bid_schema: wa.Schema, bid_class: type, bid_corpus) -> None:
+    # Rows are encoded in blocks of 64 and the next block's lines located through every
+    # list's offsets: slices starting and ending inside blocks, over several of them.
+    tc = wa.Transcoder(bid_schema)
+    batch = tc.transcode(list(bid_corpus))
+    expected = [
+        truncated(bid_class.FromString(r)).SerializeToString(deterministic=True) for r in bid_corpus
+    ]
+    for lo, hi in ((0, 300), (37, 230), (63, 129), (64, 65), (1, 299), (250, 300)):
+        assert tc.encode(batch.slice(lo, hi - lo)).to_pylist() == expected[lo:hi], (lo, hi)
+
+
 # --------------------------------------------------------------------------------------------
 # Parity: random schemas
 

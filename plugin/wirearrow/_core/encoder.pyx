@@ -32,6 +32,7 @@ from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free, wa_huge
 
 cdef extern from *:
     int __builtin_clzll(unsigned long long) nogil
+    void __builtin_prefetch(const void* addr) nogil
 
 
 # Value kinds: how one value is read from its Arrow slot and written.
@@ -437,6 +438,91 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     return OK
 
 
+# ---- prefetching ----------------------------------------------------------------------
+#
+# A row reads one slot of each of its ~100 arrays (values, offsets, string bytes, bits):
+# too many streams for the hardware prefetcher, so at 50k rows most new cache lines a row
+# touches miss (the loads of values, string offsets and bytes were ~60% of the samples).
+# Rows are encoded in blocks; while a block is written, the cache lines the next block
+# will read (found through the list offsets, as the encoder will) are requested a few per
+# row, so that the fetches overlap the work instead of being issued in one burst that the
+# memory system would mostly drop.
+
+cdef enum:
+    BLOCK = 64          # rows a block
+    MAX_LINES = 16384   # lines listed for a block (beyond: not prefetched)
+
+
+ctypedef struct Lines:
+    const uint8_t** at
+    int64_t count
+    int64_t issued
+
+
+cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t hi) noexcept nogil:
+    """The cache lines of bytes [lo, hi) of base."""
+    cdef int64_t a
+    if base == NULL or hi <= lo:
+        return
+    a = lo & ~(<int64_t>63)
+    while a < hi and ls.count < MAX_LINES:
+        ls.at[ls.count] = base + a
+        ls.count += 1
+        a += 64
+
+
+cdef inline int64_t offset_at(const Col* c, int64_t p) noexcept nogil:
+    if c.wide:
+        return (<const int64_t*>c.offsets)[p]
+    return (<const int32_t*>c.offsets)[p]
+
+
+cdef void list_col(Lines* ls, const Col* c, int32_t kind, int64_t a, int64_t b) noexcept nogil:
+    """The lines of slots [a, b) (logical) of one array, as the encoder reads them."""
+    cdef int64_t pa = a + c.offset, pb = b + c.offset
+    cdef int64_t w = 8 if c.wide else 4
+    if c.validity != NULL:
+        add_lines(ls, c.validity, pa >> 3, (pb + 7) >> 3)
+    if kind == V_INT32 or kind == V_UINT32 or kind == V_SINT32 or kind == V_FIXED32:
+        add_lines(ls, c.values, pa * 4, pb * 4)
+    elif kind == V_INT64 or kind == V_SINT64 or kind == V_FIXED64:
+        add_lines(ls, c.values, pa * 8, pb * 8)
+    elif kind == V_BOOL:
+        add_lines(ls, c.values, pa >> 3, (pb + 7) >> 3)
+    elif kind == V_BYTES or kind == V_UNKNOWN or kind == V_RAW_GROUP:
+        add_lines(ls, c.offsets, pa * w, (pb + 1) * w)
+        add_lines(ls, c.values, offset_at(c, pa), offset_at(c, pb))
+
+
+cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
+                    int depth) noexcept nogil:
+    """The lines every array of `node` is read at for its messages [a, b)."""
+    cdef const NodeT* nd = &e.nodes[node]
+    cdef const Entry* en
+    cdef const Col* c
+    cdef int32_t i
+    cdef int64_t ea, eb, w
+    if b <= a or depth > 16:
+        return
+    for i in range(nd.first, nd.first + nd.count):
+        en = &e.entries[i]
+        c = &e.cols[en.col]
+        if en.shape == S_SINGULAR:
+            list_col(ls, c, en.kind, a, b)
+            if en.kind == V_MESSAGE or en.kind == V_GROUP:
+                list_node(ls, e, en.child, a, b, depth + 1)
+            continue
+        w = 8 if c.wide else 4
+        if c.validity != NULL:
+            add_lines(ls, c.validity, (a + c.offset) >> 3, (b + c.offset + 7) >> 3)
+        add_lines(ls, c.offsets, (a + c.offset) * w, (b + c.offset + 1) * w)
+        ea = offset_at(c, a + c.offset)
+        eb = offset_at(c, b + c.offset)
+        list_col(ls, &e.cols[en.elem], en.kind, ea, eb)
+        if en.kind == V_MESSAGE or en.kind == V_GROUP:
+            list_node(ls, e, en.child, ea, eb, depth + 1)
+
+
 cdef class _Tables:
     cdef Col* cols
     cdef Entry* entries
@@ -518,14 +604,33 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
     e.allocated = 0
     cdef int status = OK
     cdef int64_t r, total
+    cdef Lines ls
+    ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
+    ls.count = 0
+    ls.issued = 0
+    cdef int64_t lo, hi = 0, step = 0
     with nogil:
         status = grow(&e, <size_t>max(capacity, 4096))
         used[n_rows] = 0
         r = n_rows
+        lo = r
         while r > 0 and status == OK:
+            if r == lo:
+                # A block starts: rows [lo, r). List what the next one reads.
+                hi = r
+                lo = max(((r - 1) // BLOCK) * BLOCK, 0)
+                ls.count = 0
+                ls.issued = 0
+                if ls.at != NULL and lo > 0:
+                    list_node(&ls, &e, 0, max(lo - BLOCK, 0), lo, 0)
+                step = (ls.count + (r - lo) - 1) // (r - lo)
+            while ls.issued < ls.count and ls.issued < (hi - r + 1) * step:
+                __builtin_prefetch(ls.at[ls.issued])
+                ls.issued += 1
             r -= 1
             status = encode_message(&e, 0, r)
             used[r] = e.limit - e.ptr
+    PyMem_RawFree(ls.at)
     if status:
         pool_free(e.buf, e.allocated)
         pool_free(<uint8_t*>used, used_allocated)
