@@ -8,6 +8,7 @@ leaf array taken at those indices (no take at all for a plan without fan-out).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -617,29 +618,37 @@ def _index_dtype(n: int) -> type:
     return np.int32 if n < 2**31 - 1 else np.int64
 
 
-def _walk(leaf: Leaf) -> list[Leaf]:
+# Leaves are immutable and compared by identity: what these find is kept (a whole-message
+# plan has ~170 leaves, walked for every batch otherwise).
+_LEAF_FACTS = 16384
+
+
+@functools.lru_cache(maxsize=_LEAF_FACTS)
+def _walk(leaf: Leaf) -> tuple[Leaf, ...]:
     if isinstance(leaf, StructLeaf):
-        return [leaf] + [x for _, child in leaf.children for x in _walk(child)]
+        return (leaf, *(x for _, child in leaf.children for x in _walk(child)))
     if isinstance(leaf, ListLeaf):
-        return [leaf, *_walk(leaf.element)]
+        return (leaf, *_walk(leaf.element))
     if isinstance(leaf, MapLeaf):
-        return [leaf, *_walk(leaf.key), *_walk(leaf.value)]
-    return [leaf]
+        return (leaf, *_walk(leaf.key), *_walk(leaf.value))
+    return (leaf,)
 
 
-def _child_groups(leaf: Leaf) -> list[int]:
-    return [x.child_group for x in _walk(leaf) if isinstance(x, ListLeaf | MapLeaf)]
+@functools.lru_cache(maxsize=_LEAF_FACTS)
+def _child_groups(leaf: Leaf) -> tuple[int, ...]:
+    return tuple(x.child_group for x in _walk(leaf) if isinstance(x, ListLeaf | MapLeaf))
 
 
-def _storage(leaf: Leaf) -> list[int]:
+@functools.lru_cache(maxsize=_LEAF_FACTS)
+def _storage(leaf: Leaf) -> tuple[int, ...]:
     """Decoder columns a leaf reads."""
     if isinstance(leaf, ScalarLeaf | JsonLeaf):
-        return [leaf.column]
+        return (leaf.column,)
     if isinstance(leaf, TemporalLeaf):
-        return [*leaf.columns, *([leaf.presence] if leaf.presence >= 0 else [])]
-    own = [leaf.presence] if getattr(leaf, "presence", -1) >= 0 else []
+        return (*leaf.columns, *((leaf.presence,) if leaf.presence >= 0 else ()))
+    own = (leaf.presence,) if getattr(leaf, "presence", -1) >= 0 else ()
     if isinstance(leaf, StructLeaf):
-        return own + [c for _, child in leaf.children for c in _storage(child)]
+        return own + tuple(c for _, child in leaf.children for c in _storage(child))
     if isinstance(leaf, ListLeaf):
         return own + _storage(leaf.element)
     if isinstance(leaf, MapLeaf):
