@@ -25,6 +25,29 @@ cdef extern from *:
     void wa_hugepages(void* p, size_t n) noexcept nogil
 
 
+# Prefetching (decoder writes, encoder reads): the cache lines a block of rows will touch,
+# listed at the block's start and issued a few per row (a burst would mostly be dropped).
+cdef enum:
+    MAX_LINES = 16384       # lines listed for one block (beyond: not prefetched)
+
+ctypedef struct Lines:
+    const uint8_t** at      # MAX_LINES slots, or NULL: no prefetching
+    int64_t count
+    int64_t issued
+
+
+cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t hi) noexcept nogil:
+    """The cache lines of bytes [lo, hi) of base."""
+    cdef int64_t a
+    if base == NULL or hi <= lo:
+        return
+    a = lo & ~(<int64_t>63)
+    while a < hi and ls.count < MAX_LINES:
+        ls.at[ls.count] = base + a
+        ls.count += 1
+        a += 64
+
+
 # Large column buffers are recycled instead of freed (see buffers.pyx: fresh pages cost a
 # page fault each, which was a third of a large batch's decode). Both are safe without the
 # GIL; pool_alloc zeroes only when asked and reports the size it really gave, which is

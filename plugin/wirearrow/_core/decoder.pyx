@@ -19,7 +19,7 @@ from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
+from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
     A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
@@ -74,16 +74,10 @@ POLICY_SKIP = 1
 cdef enum:
     MAX_STACK = 1024
     BLOCK = 64          # records a prefetch block (see list_writes)
-    MAX_LINES = 16384
 
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr, int rw) nogil
-
-
-ctypedef struct Lines:
-    const uint8_t** at
-    int64_t count
 
 
 ctypedef struct Ctx:
@@ -441,9 +435,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     cdef Lines ls
     ls.at = NULL
     ls.count = 0
+    ls.issued = 0
     cdef int64_t* block_elems = NULL
     cdef int64_t* block_bytes = NULL
-    cdef int64_t step = 0, issued = 0
+    cdef int64_t step = 0
     if capacity is not None and arena_capacity is not None and n >= 2 * BLOCK:
         ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
         block_elems = <int64_t*>PyMem_RawMalloc(program.n_groups * sizeof(int64_t))
@@ -470,10 +465,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
                     if i % BLOCK == 0:
                         list_writes(c, &ls, block_elems, block_bytes)
                         step = (ls.count + BLOCK - 1) // BLOCK
-                        issued = 0
-                    while issued < ls.count and issued < (i % BLOCK + 1) * step:
-                        __builtin_prefetch(ls.at[issued], 1)
-                        issued += 1
+                        ls.issued = 0
+                    while ls.issued < ls.count and ls.issued < (i % BLOCK + 1) * step:
+                        __builtin_prefetch(ls.at[ls.issued], 1)
+                        ls.issued += 1
                 for g in range(c.n_groups):
                     checkpoint[g] = c.groups[g].count
                 start = ps[i]
@@ -503,17 +498,6 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     result.errors = errors
     result.records = i
     return result
-
-
-cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t a
-    if base == NULL or hi <= lo:
-        return
-    a = lo & ~(<int64_t>63)
-    while a < hi and ls.count < MAX_LINES:
-        ls.at[ls.count] = base + a
-        ls.count += 1
-        a += 64
 
 
 cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,

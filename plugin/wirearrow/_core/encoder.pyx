@@ -27,7 +27,9 @@ from libc.string cimport memcmp, memcpy
 
 import numpy as np
 
-from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free, wa_hugepages
+from wirearrow._core.buffers cimport (
+    MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free, wa_hugepages,
+)
 
 
 cdef extern from *:
@@ -450,25 +452,6 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
 
 cdef enum:
     BLOCK = 64          # rows a block
-    MAX_LINES = 16384   # lines listed for a block (beyond: not prefetched)
-
-
-ctypedef struct Lines:
-    const uint8_t** at
-    int64_t count
-    int64_t issued
-
-
-cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t hi) noexcept nogil:
-    """The cache lines of bytes [lo, hi) of base."""
-    cdef int64_t a
-    if base == NULL or hi <= lo:
-        return
-    a = lo & ~(<int64_t>63)
-    while a < hi and ls.count < MAX_LINES:
-        ls.at[ls.count] = base + a
-        ls.count += 1
-        a += 64
 
 
 cdef inline int64_t offset_at(const Col* c, int64_t p) noexcept nogil:

@@ -76,27 +76,38 @@ def select_slice(const int64_t[::1] offsets, const int64_t[::1] parents, object 
     return out, out_off
 
 
+ctypedef fused offset_t:
+    int32_t
+    int64_t
+
+
+cdef bint count_children(const int64_t* par, int64_t n, int64_t n_parent,
+                         offset_t* o) noexcept nogil:
+    """Zeroed o[0..n_parent] -> offsets of each parent's elements; False when the parents
+    are not sorted or not in range. Counts, then a running sum: no branch depends on how
+    many children a parent has (walking parent by parent mispredicts once per parent)."""
+    cdef int64_t i, x, prev = 0
+    for i in range(n):
+        x = par[i]
+        if x < prev or x >= n_parent:
+            return False
+        o[x + 1] += 1
+        prev = x
+    for i in range(n_parent):
+        o[i + 1] += o[i]
+    return True
+
+
 def group_offsets(const int64_t[::1] parents, int64_t n_parent):
     """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing)."""
-    cdef int64_t n = parents.shape[0], i, x, prev = 0
+    cdef int64_t n = parents.shape[0]
     out = np.zeros(n_parent + 1, dtype=np.int64)
     cdef int64_t[::1] ov = out
-    cdef int64_t* o = &ov[0]
     cdef const int64_t* par = &parents[0] if n > 0 else NULL
-    cdef bint bad = False
+    cdef bint ok
     with nogil:
-        # Count the children of each parent, then a running sum: no branch depends on how
-        # many children a parent has (walking parent by parent mispredicts once per parent).
-        for i in range(n):
-            x = par[i]
-            if x < prev or x >= n_parent:
-                bad = True
-                break
-            o[x + 1] += 1
-            prev = x
-        for i in range(n_parent):
-            o[i + 1] += o[i]
-    if bad:
+        ok = count_children(par, n, n_parent, &ov[0])
+    if not ok:
         raise ValueError("group parents must be sorted and in range")
     return out
 
@@ -104,25 +115,17 @@ def group_offsets(const int64_t[::1] parents, int64_t n_parent):
 def list_offsets(const int64_t[::1] parents, int64_t n_parent):
     """group_offsets as the int32 offsets buffer of an Arrow list (an OwnedBuffer), built
     straight into pooled memory: whole-message batches need one per list column."""
-    cdef int64_t n = parents.shape[0], i, x, prev = 0, allocated
+    cdef int64_t n = parents.shape[0], allocated
     if n > 0x7FFFFFFF:
         raise OverflowError("a list column exceeds 2**31 elements in one batch")
     cdef int32_t* o = <int32_t*>pool_alloc((n_parent + 1) * sizeof(int32_t), True, &allocated)
     if o == NULL:
         raise MemoryError()
     cdef const int64_t* par = &parents[0] if n > 0 else NULL
-    cdef bint bad = False
+    cdef bint ok
     with nogil:
-        for i in range(n):
-            x = par[i]
-            if x < prev or x >= n_parent:
-                bad = True
-                break
-            o[x + 1] += 1
-            prev = x
-        for i in range(n_parent):
-            o[i + 1] += o[i]
-    if bad:
+        ok = count_children(par, n, n_parent, o)
+    if not ok:
         pool_free(<uint8_t*>o, allocated)
         raise ValueError("group parents must be sorted and in range")
     return OwnedBuffer.adopt(<uint8_t*>o, (n_parent + 1) * sizeof(int32_t), allocated)
