@@ -92,3 +92,25 @@ def test_decoder_buffers_pooled_only_when_asked(
     assert result.records == 3000
     del result
     assert (wa.buffer_pool()["bytes"] > 0) == pooled
+
+
+def test_threads_share_the_pool(bid_schema: wa.Schema, big_corpora: list[pa.Array]) -> None:
+    # The GIL is released while decoding and encoding: blocks are taken and given back by
+    # several threads at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    tc = wa.Transcoder(bid_schema)
+    expected = [tc.transcode(c).to_pylist() for c in big_corpora]
+    encoded = [tc.encode(tc.transcode(c)).to_pylist() for c in big_corpora]
+
+    def work(k: int) -> bool:
+        ok = True
+        for j in range(3):
+            corpus = big_corpora[(k + j) % len(big_corpora)]
+            batch = tc.transcode(corpus)
+            ok &= batch.to_pylist() == expected[(k + j) % len(big_corpora)]
+            ok &= tc.encode(batch).to_pylist() == encoded[(k + j) % len(big_corpora)]
+        return ok
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
