@@ -47,12 +47,21 @@ cdef int64_t pool_misses = 0
 cdef PyThread_type_lock pool_lock = PyThread_allocate_lock()
 
 
+cdef inline void pool_remove(int i) noexcept nogil:
+    # Slot i leaves the pool (its block is the caller's now); the last slot takes its place.
+    global pool_count, pool_bytes
+    pool_bytes -= pool_size[i]
+    pool_count -= 1
+    pool_data[i] = pool_data[pool_count]
+    pool_size[i] = pool_size[pool_count]
+
+
 cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil:
     """At least `size` bytes (zeroed if asked; NULL when out of memory); *allocated is set to
     the block's real size, which is what pool_free must be given back."""
     cdef int i, best = -1
     cdef uint8_t* p = NULL
-    global pool_count, pool_bytes, pool_hits, pool_misses
+    global pool_hits, pool_misses
     if size < 1:
         size = 1
     if size >= POOL_MIN:
@@ -65,10 +74,7 @@ cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept n
         if best >= 0:
             p = pool_data[best]
             allocated[0] = pool_size[best]
-            pool_bytes -= pool_size[best]
-            pool_count -= 1
-            pool_data[best] = pool_data[pool_count]
-            pool_size[best] = pool_size[pool_count]
+            pool_remove(best)
             pool_hits += 1
         else:
             pool_misses += 1
@@ -106,7 +112,7 @@ def buffer_pool(limit=None):
     a page fault per 4 KiB when writing fresh ones. limit=0 frees them all and disables it.
     Returns a dict: limit, bytes and blocks held, hits and misses of large requests so far.
     """
-    global pool_limit, pool_count, pool_bytes
+    global pool_limit
     cdef int i, best
     if limit is not None:
         if limit < 0:
@@ -120,10 +126,7 @@ def buffer_pool(limit=None):
                 if pool_size[i] > pool_size[best]:
                     best = i
             PyMem_RawFree(pool_data[best])
-            pool_bytes -= pool_size[best]
-            pool_count -= 1
-            pool_data[best] = pool_data[pool_count]
-            pool_size[best] = pool_size[pool_count]
+            pool_remove(best)
         PyThread_release_lock(pool_lock)
     return {"limit": pool_limit, "bytes": pool_bytes, "blocks": pool_count,
             "hits": pool_hits, "misses": pool_misses}

@@ -220,19 +220,15 @@ cdef class Program:
         for i in range(self.n_nodes):
             for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
                 f = &self.entries[k]
-                if f.column < 0 or f.kind >= K_MESSAGE:
-                    continue
-                want = f.group if f.flags & F_REPEATED else self.nodes[i].group
-                if self.col_group[f.column] != want:
+                want = f.group if f.group >= 0 else self.nodes[i].group
+                if f.kind >= K_MESSAGE:
+                    # (-1: a message only checked, never stored)
+                    if self.nodes[f.child].group not in (want, -1):
+                        raise ValueError(f"entry {k} of node {i}: its message is not in the "
+                                         f"group it opens or its parent's")
+                elif f.column >= 0 and self.col_group[f.column] != want:
                     raise ValueError(f"entry {k} of node {i}: its column is not in the group "
                                      f"its values belong to")
-            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
-                f = &self.entries[k]
-                want = f.group if f.group >= 0 else self.nodes[i].group
-                # (-1: a message only checked, never stored)
-                if f.kind >= K_MESSAGE and self.nodes[f.child].group not in (want, -1):
-                    raise ValueError(f"entry {k} of node {i}: its message is not in the group "
-                                     f"it opens or its parent's")
             if self.nodes[i].presence >= 0 and self.col_group[self.nodes[i].presence] != self.nodes[i].group:
                 raise ValueError(f"node {i}: its presence column is not in its group")
             for k in range(self.nodes[i].defaults, self.nodes[i].defaults + self.nodes[i].n_defaults):
@@ -502,8 +498,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 
 cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
                       const int64_t* block_bytes) noexcept nogil:
-    """The cache lines the block of records after the next one will write, by the sizes
-    expected: a column's slots past its group's count, its arena past its length. Asked
+    """The cache lines the next block of records will write, by the sizes expected: a column's slots past its group's count, its arena past its length. Asked
     for a few per record (with write intent), they are in cache when the stores come:
     ~170 output streams are more than the hardware prefetcher follows."""
     cdef int32_t col, g
@@ -533,8 +528,6 @@ cdef int presize(Ctx* c, list capacity) except? -1:
     cdef int32_t i
     cdef int64_t cap
     cdef ColumnStore* cs
-    for i in range(c.n_groups):
-        cap = capacity[i]
     cdef int64_t allocated
     for i in range(c.n_groups):
         cap = capacity[i]

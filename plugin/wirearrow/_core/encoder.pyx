@@ -214,13 +214,20 @@ cdef inline bint is_null(const Col* c, int64_t p) noexcept nogil:
     return c.validity != NULL and not is_set(c.validity, p)
 
 
+cdef inline int64_t offset_in(const uint8_t* offsets, bint wide, int64_t p) noexcept nogil:
+    """Entry p of an Arrow offsets buffer (int64 when wide, else int32)."""
+    if wide:
+        return (<const int64_t*>offsets)[p]
+    return (<const int32_t*>offsets)[p]
+
+
+cdef inline int64_t offset_at(const Col* c, int64_t p) noexcept nogil:
+    return offset_in(c.offsets, c.wide, p)
+
+
 cdef inline void span(const Col* c, int64_t p, int64_t* lo, int64_t* hi) noexcept nogil:
-    if c.wide:
-        lo[0] = (<const int64_t*>c.offsets)[p]
-        hi[0] = (<const int64_t*>c.offsets)[p + 1]
-    else:
-        lo[0] = (<const int32_t*>c.offsets)[p]
-        hi[0] = (<const int32_t*>c.offsets)[p + 1]
+    lo[0] = offset_at(c, p)
+    hi[0] = offset_at(c, p + 1)
 
 
 cdef inline bint is_zero(const Col* c, int32_t kind, int64_t p) noexcept nogil:
@@ -454,12 +461,6 @@ cdef enum:
     BLOCK = 64          # rows a block
 
 
-cdef inline int64_t offset_at(const Col* c, int64_t p) noexcept nogil:
-    if c.wide:
-        return (<const int64_t*>c.offsets)[p]
-    return (<const int32_t*>c.offsets)[p]
-
-
 cdef void list_col(Lines* ls, const Col* c, int32_t kind, int64_t a, int64_t b) noexcept nogil:
     """The lines of slots [a, b) (logical) of one array, as the encoder reads them."""
     cdef int64_t pa = a + c.offset, pb = b + c.offset
@@ -655,16 +656,10 @@ cdef inline bint before(int kind, const uint8_t* data, const uint8_t* offsets, b
         return (<const uint32_t*>data)[a] > (<const uint32_t*>data)[b]
     if kind == 8:
         return (<const uint64_t*>data)[a] > (<const uint64_t*>data)[b]
-    if wide:
-        alo = (<const int64_t*>offsets)[a]
-        ahi = (<const int64_t*>offsets)[a + 1]
-        blo = (<const int64_t*>offsets)[b]
-        bhi = (<const int64_t*>offsets)[b + 1]
-    else:
-        alo = (<const int32_t*>offsets)[a]
-        ahi = (<const int32_t*>offsets)[a + 1]
-        blo = (<const int32_t*>offsets)[b]
-        bhi = (<const int32_t*>offsets)[b + 1]
+    alo = offset_in(offsets, wide, a)
+    ahi = offset_in(offsets, wide, a + 1)
+    blo = offset_in(offsets, wide, b)
+    bhi = offset_in(offsets, wide, b + 1)
     n = min(ahi - alo, bhi - blo)
     c = memcmp(data + alo, data + blo, <size_t>n) if n > 0 else 0
     if c != 0:
@@ -704,9 +699,7 @@ def map_order(const int64_t[::1] offsets, int64_t n_entries, int kind, int64_t k
         raise ValueError("map_order: keys shorter than the entries")
     if kind == 0 and n_entries > 0:
         # every string of the key array lies inside its data (offsets never decrease)
-        if wide and not 0 <= (<const int64_t*>kop)[key_offset] <= (<const int64_t*>kop)[end] <= data.shape[0]:
-            raise ValueError("map_order: key strings outside their data")
-        if not wide and not 0 <= (<const int32_t*>kop)[key_offset] <= (<const int32_t*>kop)[end] <= data.shape[0]:
+        if not 0 <= offset_in(kop, wide, key_offset) <= offset_in(kop, wide, end) <= data.shape[0]:
             raise ValueError("map_order: key strings outside their data")
     with nogil:
         for m in range(n_maps):
