@@ -217,122 +217,89 @@ cdef inline int popcount8(uint8_t v) noexcept nogil:
     return (v + (v >> 4)) & 0x0F
 
 
-def gather_views(const uint8_t[::1] data, const uint8_t[::1] views, const uint8_t[::1] valid,
-                 int64_t n, object indices=None):
-    """Copy the byte ranges named by view slots out of the batch data.
+def gather_strings(const uint8_t[::1] arena, const uint8_t[::1] offsets,
+                   const uint8_t[::1] valid, int64_t n, object indices=None):
+    """The buffers of an Arrow binary / utf8 array over the n values of a decoded bytes
+    column: `offsets` holds n + 1 uint32 offsets into `arena` (non-decreasing, from 0, as
+    the decoder writes them), `valid` a byte a value (0 = null).
 
-    A view slot is 8 bytes: uint32 offset into `data`, uint32 length (written by the decoder
-    after bounds checks; checked again here). Without `indices` the output has the n slots
-    in order; with them (int64, -1 = null) output row i holds slot indices[i], which fuses
-    Arrow's take into the one copy strings need anyway. Returns (validity bitmap or None,
-    null count, int32 offsets, values) of an Arrow binary/utf8 array; values is None when
-    `data` already holds them in order (see offsets_in_place): use `data` itself then.
+    Returns (validity bitmap or None, null count, offsets, values). Without `indices` the
+    decoder's offsets and arena already are the array's (offsets and values come back None:
+    use them as they are). With `indices` (int32 or int64, -1 = null) output row i holds
+    value indices[i]: Arrow's take fused into the one copy it needs.
     """
-    if views.shape[0] < n * 8 or valid.shape[0] < n:
-        raise ValueError("gather_views: n exceeds the view buffers")
+    if offsets.shape[0] < (n + 1) * 4 or valid.shape[0] < n:
+        raise ValueError("gather_strings: n exceeds the offsets or validity")
+    cdef const uint32_t* off = <const uint32_t*>&offsets[0]
+    cdef int64_t size = arena.shape[0]
     if indices is None:
-        in_place = offsets_in_place(data, views, valid, n)
-        if in_place is not None:
-            return in_place
+        if off[0] != 0 or off[n] > size:
+            raise ValueError("gather_strings: offsets outside the arena")
+        if off[n] > 0x7FFFFFFF:
+            raise OverflowError("a string column exceeds 2 GiB in one batch: use smaller batches")
+        packed, zeros = pack_bits(valid, n)
+        return (packed if zeros else None), zeros, None, None
     # Row indices come as int32 (the usual row table) or int64 (very large batches).
     cdef const int32_t[::1] idx32
     cdef const int64_t[::1] idx64
     cdef const int32_t* i32 = NULL
     cdef const int64_t* i64 = NULL
-    cdef int64_t rows = n
-    cdef bint take = indices is not None
-    if take:
-        if indices.dtype.itemsize == 4:
-            idx32 = indices
-            rows = idx32.shape[0]
-            i32 = &idx32[0] if rows > 0 else NULL
-        else:
-            idx64 = indices
-            rows = idx64.shape[0]
-            i64 = &idx64[0] if rows > 0 else NULL
-    cdef const uint32_t* v = <const uint32_t*>&views[0] if n > 0 else NULL
+    cdef int64_t rows
+    if indices.dtype.itemsize == 4:
+        idx32 = indices
+        rows = idx32.shape[0]
+        i32 = &idx32[0] if rows > 0 else NULL
+    else:
+        idx64 = indices
+        rows = idx64.shape[0]
+        i64 = &idx64[0] if rows > 0 else NULL
     cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
-    cdef int64_t i, k, kp, total = 0, nulls = 0, size = data.shape[0], bad = -1
+    cdef int64_t i, k, kp, total = 0, nulls = 0, bad = -1
     with nogil:
         for i in range(rows):
-            k = (i32[i] if i32 != NULL else i64[i]) if take else i
-            if k < 0 or not ok[k]:
+            k = i32[i] if i32 != NULL else i64[i]
+            if k < 0 or (k < n and not ok[k]):
                 nulls += 1
                 continue
-            if k >= n or <int64_t>v[2 * k] + v[2 * k + 1] > size:
+            if k >= n or off[k] > off[k + 1] or off[k + 1] > size:
                 bad = i
                 break
-            total += v[2 * k + 1]
+            total += off[k + 1] - off[k]
     if bad >= 0:
-        raise ValueError("gather_views: a view or index points outside the data")
+        raise ValueError("gather_strings: an offset or index points outside the data")
     if total > 0x7FFFFFFF:
         raise OverflowError("a string column exceeds 2 GiB in one batch: use smaller batches")
     cdef int64_t offsets_alloc = 0, out_alloc = 0, bitmap_alloc = 0
-    cdef int32_t* offsets = <int32_t*>pool_alloc((rows + 1) * sizeof(int32_t), False,
+    cdef int32_t* out_off = <int32_t*>pool_alloc((rows + 1) * sizeof(int32_t), False,
                                                  &offsets_alloc)
     cdef uint8_t* out = pool_alloc(total, False, &out_alloc)
     cdef uint8_t* bitmap = pool_alloc((rows + 7) // 8 + 1, False, &bitmap_alloc) if nulls else NULL
-    if offsets == NULL or out == NULL or (nulls and bitmap == NULL):
-        pool_free(<uint8_t*>offsets, offsets_alloc)
+    if out_off == NULL or out == NULL or (nulls and bitmap == NULL):
+        pool_free(<uint8_t*>out_off, offsets_alloc)
         pool_free(out, out_alloc)
         pool_free(bitmap, bitmap_alloc)
         raise MemoryError()
-    cdef const uint8_t* src = &data[0] if size > 0 else NULL
+    cdef const uint8_t* src = &arena[0] if size > 0 else NULL
     cdef int64_t pos = 0
     with nogil:
         if nulls:
             memset(bitmap, 0, (rows + 7) // 8 + 1)
-        offsets[0] = 0
+        out_off[0] = 0
         for i in range(rows):
-            # The strings are scattered over the batch input: ask for the one PREFETCH rows
-            # ahead so that its cache miss overlaps this copy.
+            # Rows pick values all over the arena: ask for the one PREFETCH rows ahead so
+            # that its cache miss overlaps this copy.
             if i + PREFETCH < rows:
-                kp = (i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]) if take else i + PREFETCH
-                if kp >= 0:
-                    __builtin_prefetch(src + v[2 * kp])
-            k = (i32[i] if i32 != NULL else i64[i]) if take else i
+                kp = i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]
+                if 0 <= kp < n:
+                    __builtin_prefetch(src + off[kp])
+            k = i32[i] if i32 != NULL else i64[i]
             if k >= 0 and ok[k]:
                 if nulls:
                     bitmap[i >> 3] |= 1 << (i & 7)
-                if v[2 * k + 1] > 0:
-                    memcpy(out + pos, src + v[2 * k], v[2 * k + 1])
-                    pos += v[2 * k + 1]
-            offsets[i + 1] = <int32_t>pos
+                if off[k + 1] > off[k]:
+                    memcpy(out + pos, src + off[k], off[k + 1] - off[k])
+                    pos += off[k + 1] - off[k]
+            out_off[i + 1] = <int32_t>pos
     return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8, bitmap_alloc) if nulls else None, nulls,
-            OwnedBuffer.adopt(<uint8_t*>offsets, (rows + 1) * sizeof(int32_t), offsets_alloc),
+            OwnedBuffer.adopt(<uint8_t*>out_off, (rows + 1) * sizeof(int32_t), offsets_alloc),
             OwnedBuffer.adopt(out, total, out_alloc))
-
-
-cdef offsets_in_place(const uint8_t[::1] data, const uint8_t[::1] views,
-                      const uint8_t[::1] valid, int64_t n):
-    """The arrays of gather_views(data, views, valid, n) when the views already lie end to
-    end in `data` (slot order, no gaps): only offsets are built and `data` itself is the
-    values buffer (returned as None). The decoder appends each column's strings to its
-    arena in slot order, so this holds unless a record was rolled back or a value
-    overwritten (a repeated singular field, a oneof): then None, and the caller copies.
-    """
-    cdef const uint32_t* v = <const uint32_t*>&views[0] if n > 0 else NULL
-    cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
-    cdef int64_t i, pos = 0, nulls = 0, size = data.shape[0], length
-    cdef bint contiguous = True
-    cdef uint64_t gap = 0
-    cdef int64_t allocated
-    cdef int32_t* offsets = <int32_t*>pool_alloc((n + 1) * sizeof(int32_t), False, &allocated)
-    if offsets == NULL:
-        raise MemoryError()
-    with nogil:
-        # Branch-free: whether a slot is null or empty varies from row to row.
-        offsets[0] = 0
-        for i in range(n):
-            length = v[2 * i + 1] if ok[i] else 0
-            gap |= <uint64_t>(v[2 * i] != pos) & <uint64_t>(length != 0)
-            nulls += ok[i] == 0
-            pos += length
-            offsets[i + 1] = <int32_t>pos
-        contiguous = gap == 0
-    if not contiguous or pos > size or pos > 0x7FFFFFFF:
-        pool_free(<uint8_t*>offsets, allocated)
-        return None
-    bitmap, zeros = pack_bits(valid, n) if nulls else (None, 0)
-    return (bitmap, zeros,
-            OwnedBuffer.adopt(<uint8_t*>offsets, (n + 1) * sizeof(int32_t), allocated), None)

@@ -27,8 +27,9 @@ class Program:
 class Result:
     group_parents: list[Buffer]
     group_counts: list[int]
-    col_values: list[Buffer | None]
+    col_values: list[Buffer | None]  # a bytes column: count + 1 uint32 offsets into col_arena
     col_valid: list[Buffer]
+    col_arena: list[Buffer | None]
     col_counts: list[int]
     errors: list[tuple[int, int, int, list[tuple[int, int, int]]]]
     records: int

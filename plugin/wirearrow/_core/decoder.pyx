@@ -47,6 +47,7 @@ cdef enum Status:
     E_NO_MEMORY = 13
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
+    E_INTERNAL = 16
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
@@ -65,6 +66,7 @@ STATUS_TEXT = {
     E_NO_MEMORY: "out of memory",
     E_PACKED_LENGTH: "packed fixed-width field length is not a multiple of the value size",
     E_TOO_LARGE: "a string column holds over 4 GiB in one batch: use smaller batches",
+    E_INTERNAL: "internal error: a value for an element that is already closed",
 }
 
 # Error policies of decode().
@@ -122,6 +124,7 @@ cdef class Program:
     cdef int32_t* clear_cols
     cdef int32_t* col_width
     cdef int32_t* col_group
+    cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
     cdef int32_t* group_parent
     cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, max_depth
 
@@ -164,11 +167,13 @@ cdef class Program:
         self.clear_cols = <int32_t*>PyMem_RawCalloc(max(len(clear_cols), 1), sizeof(int32_t))
         self.col_width = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.col_group = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
+        self.col_bytes = <uint8_t*>PyMem_RawCalloc(max(self.n_cols, 1), 1)
         self.group_parent = <int32_t*>PyMem_RawCalloc(self.n_groups, sizeof(int32_t))
         if (self.entries == NULL or self.nodes == NULL or self.dense == NULL
                 or self.dense_entries == NULL
                 or self.default_cols == NULL or self.default_values == NULL
                 or self.clear_cols == NULL or self.col_width == NULL or self.col_group == NULL
+                or self.col_bytes == NULL
                 or self.group_parent == NULL):
             raise MemoryError()
         for i, (width, group) in enumerate(columns):
@@ -202,6 +207,7 @@ cdef class Program:
             self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
                            unknown, len(dense), len(defaults))
         self._check_groups()
+        self._check_bytes(len(defaults))
         # The hot loop reads a field's entry straight from the dense slot of its number:
         # one dependent load less per field than slot -> index -> entry.
         for i, d in enumerate(dense):
@@ -235,6 +241,22 @@ cdef class Program:
                 if self.col_group[self.default_cols[k]] != self.nodes[i].group:
                     raise ValueError(f"node {i}: a default column is not in its group")
 
+    cdef _check_bytes(self, int64_t n_defaults):
+        # A bytes column holds offsets, not slots: only string / bytes values (and a node's
+        # unknown fields) may be stored in it.
+        cdef int32_t i, k
+        cdef const FieldEntry* f
+        for k in range(self.n_entries):
+            f = &self.entries[k]
+            if f.kind < K_MESSAGE and f.column >= 0 and (f.kind == K_BYTES) != self.col_bytes[f.column]:
+                raise ValueError(f"entry {k}: its column also holds values of another kind")
+        for i in range(self.n_nodes):
+            if self.nodes[i].presence >= 0 and self.col_bytes[self.nodes[i].presence]:
+                raise ValueError(f"node {i}: its presence column holds bytes")
+        for k in range(n_defaults):
+            if self.col_bytes[self.default_cols[k]]:
+                raise ValueError("a default (other than empty) for a bytes column")
+
     cdef _check_col(self, int64_t c, str what):
         if not 0 <= c < self.n_cols:
             raise ValueError(f"bad {what} {c}")
@@ -257,6 +279,8 @@ cdef class Program:
                 raise ValueError(f"entry {i}: column width does not fit the kind")
         if clear != -1 and (clear < 0 or n_clear < 0):
             raise ValueError(f"entry {i}: bad clear list")
+        if column != -1 and kind == K_BYTES:
+            self.col_bytes[column] = 1
         cdef FieldEntry* e = &self.entries[i]
         e.number = number
         e.wire_type = wire_type
@@ -283,7 +307,8 @@ cdef class Program:
         if unknown != -1:
             self._check_col(unknown, "unknown-fields column")
             if self.col_width[unknown] != 8 or self.col_group[unknown] != group:
-                raise ValueError(f"node {i}: the unknown-fields column is a view column of its group")
+                raise ValueError(f"node {i}: the unknown-fields column is a bytes column of its group")
+            self.col_bytes[unknown] = 1
         cdef int32_t k
         for k in range(entries + 1, entries + n_entries):
             if self.entries[k - 1].number >= self.entries[k].number:
@@ -309,6 +334,7 @@ cdef class Program:
         PyMem_RawFree(self.clear_cols)
         PyMem_RawFree(self.col_width)
         PyMem_RawFree(self.col_group)
+        PyMem_RawFree(self.col_bytes)
         PyMem_RawFree(self.group_parent)
 
 
@@ -348,9 +374,10 @@ cdef class Result:
     """
     cdef readonly list group_parents   # OwnedBuffer of int64 per group
     cdef readonly list group_counts
-    cdef readonly list col_values      # OwnedBuffer (width * count bytes) or None
+    cdef readonly list col_values      # OwnedBuffer (width * count bytes) or None; a bytes
+                                       # column: count + 1 uint32 offsets into its arena
     cdef readonly list col_valid       # OwnedBuffer (count bytes)
-    cdef readonly list col_arena       # OwnedBuffer of a K_BYTES column's bytes, else None
+    cdef readonly list col_arena       # OwnedBuffer of a bytes column's bytes, or None
     cdef readonly list col_counts
     cdef readonly list errors
     cdef readonly int64_t records
@@ -402,7 +429,8 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.pooled = pooled
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
-        c.cols[i].width = program.col_width[i]
+        c.cols[i].bytes = program.col_bytes[i]
+        c.cols[i].width = 4 if c.cols[i].bytes else program.col_width[i]
         c.cols[i].group = program.col_group[i]
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
@@ -421,7 +449,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             PyMem_RawFree(checkpoint)
             raise ValueError("arena_capacity needs one entry per column")
         for i in range(program.n_cols):
-            if c.cols[i].width == 8 and arena_capacity[i] > 0:
+            if c.cols[i].bytes and arena_capacity[i] > 0:
                 c.cols[i].arena = take_block(c, min(int(arena_capacity[i]), ARENA_MAX), False,
                                              &c.cols[i].arena_alloc)
                 c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
@@ -541,8 +569,13 @@ cdef int presize(Ctx* c, list capacity) except? -1:
         cap = capacity[cs.group]
         if cap > 0:
             # Zeroed: a slot never written is a null (and a zero value) of its element.
+            # Offsets are all written (see store_string), so they need no zeroing.
             cs.valid = take_block(c, cap, True, &cs.valid_alloc)
-            if cs.width > 0:
+            if cs.bytes:
+                cs.values = take_block(c, (cap + 1) * 4, False, &cs.values_alloc)
+                if cs.values != NULL:
+                    memset(cs.values, 0, 4)
+            elif cs.width > 0:
                 cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc)
             if cs.valid == NULL or (cs.width > 0 and cs.values == NULL):
                 return E_NO_MEMORY
@@ -608,9 +641,12 @@ cdef int export(Ctx* c, Result r) except -1:
         cs = &c.cols[i]
         count = c.groups[cs.group].count
         # Slots past the capacity were never written: grow so that every element has one.
-        if cs.capacity < count and grow_column(cs, count - 1) != OK:
+        if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
+                grow_column(cs, max(count - 1, 0)) != OK:
             raise MemoryError()
-        r.col_values.append(OwnedBuffer.adopt(cs.values, count * cs.width,
+        if cs.bytes:
+            close_offsets(cs, count)
+        r.col_values.append(OwnedBuffer.adopt(cs.values, (count + cs.bytes) * cs.width,
                                               pool_size(c, cs.values_alloc))
                             if cs.width > 0 else None)
         if cs.width == 0:
@@ -637,8 +673,11 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
             stop = cs.capacity
         if stop > keep:
             memset(cs.valid + keep, 0, stop - keep)
-            if cs.width > 0:
+            if cs.width > 0 and not cs.bytes:
                 memset(cs.values + keep * cs.width, 0, (stop - keep) * cs.width)
+        if cs.bytes and cs.filled > keep:
+            cs.filled = keep
+            cs.arena_len = (<uint32_t*>cs.values)[keep]
     for i in range(c.n_groups):
         c.groups[i].count = checkpoint[i]
 
@@ -658,7 +697,16 @@ cdef int grow_column(ColumnStore* cs, int64_t slot) noexcept nogil:
     cs.valid_alloc = cap
     memset(valid + cs.capacity, 0, cap - cs.capacity)
     cdef uint8_t* values
-    if cs.width > 0:
+    if cs.bytes:
+        # capacity + 1 offsets; those past `filled` are written before they are read.
+        values = <uint8_t*>PyMem_RawRealloc(cs.values, (cap + 1) * 4)
+        if values == NULL:
+            return E_NO_MEMORY
+        if cs.values == NULL:
+            memset(values, 0, 4)
+        cs.values = values
+        cs.values_alloc = (cap + 1) * 4
+    elif cs.width > 0:
         values = <uint8_t*>PyMem_RawRealloc(cs.values, cap * cs.width)
         if values == NULL:
             return E_NO_MEMORY
@@ -765,6 +813,10 @@ cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
         e = c.cur[cs.group]
         if e < cs.capacity:
             cs.valid[e] = 0
+        if cs.bytes and e + 1 == cs.filled:
+            # Its value was the arena's last: drop it (the element is the newest).
+            cs.filled = e
+            cs.arena_len = (<uint32_t*>cs.values)[e]
 
 
 # ---- wire primitives -----------------------------------------------------------------
@@ -1328,36 +1380,32 @@ cdef int skip_value(int act, const uint8_t** pp, const uint8_t* end) noexcept no
     return OK
 
 
-cdef int64_t ARENA_MAX = (<int64_t>1 << 32) - 1  # views hold uint32 offsets
-
-
-cdef inline int append_bytes(ColumnStore* cs, const uint8_t* p, int64_t n,
-                             uint32_t* view) noexcept nogil:
-    """Copy a string into the column's arena now, while it is in cache: gathering it from
-    the batch input after the whole batch is decoded costs a cache miss per value.
-    A value overwritten later (last one wins) or rolled back stays as unused bytes."""
-    cdef int st = arena_reserve(cs, n)
-    if st != OK:
-        return st
-    view[0] = <uint32_t>cs.arena_len
-    view[1] = <uint32_t>n
-    copy_bytes(cs.arena + cs.arena_len, p, n)
-    cs.arena_len += n
-    return OK
+cdef int64_t ARENA_MAX = (<int64_t>1 << 32) - 1  # offsets are uint32
 
 
 cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, int64_t n,
                              bint utf8) noexcept nogil:
-    """A string or bytes value: copy it into the column's arena and point the current
-    element's slot at it. Short values are copied with fixed-size moves whose words also
-    give the ASCII check for free; only a value with a high bit set is validated in full."""
+    """A string or bytes value of element e: append it to the column's arena, now, while it
+    is in cache, and end the element's offsets there (Arrow's layout, built as we go: no
+    pass over the column afterwards). Short values are copied with fixed-size moves whose
+    words also give the ASCII check for free; only a value with a high bit set is
+    validated in full."""
     cdef ColumnStore* cs = &c.cols[col]
     cdef uint8_t* d
-    cdef uint8_t* dst
+    cdef uint32_t* off
     cdef uint64_t a, b, x, y, acc = 0
     cdef uint32_t u, w
-    cdef uint32_t view[2]
+    cdef int64_t k
     cdef int st
+    if e < cs.filled:
+        # e holds a value already (a field repeated on the wire, last one wins): as the
+        # newest element, its value is the arena's tail, which is dropped.
+        if e + 1 != cs.filled:
+            return E_INTERNAL
+        cs.filled = e
+        cs.arena_len = (<uint32_t*>cs.values)[e]
+    elif e >= cs.capacity and grow_column(cs, e) != OK:
+        return E_NO_MEMORY
     if cs.arena_len + n > cs.arena_cap:
         st = arena_reserve(cs, n)
         if st != OK:
@@ -1397,50 +1445,24 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
             acc = s[0] | s[n >> 1] | s[n - 1]
         if utf8 and (acc & 0x8080808080808080ULL) and not utf8_valid_full(s, n):
             return E_UTF8
-    if e >= cs.capacity:
-        dst = slot_grown(cs, e)
-        if dst == NULL:
-            return E_NO_MEMORY
-    else:
-        cs.valid[e] = 1
-        dst = cs.values + e * 8
-    view[0] = <uint32_t>cs.arena_len
-    view[1] = <uint32_t>n
-    memcpy(dst, view, 8)
+    off = <uint32_t*>cs.values
+    k = cs.filled
+    while k < e:          # elements in between have no value: empty (null by `valid`)
+        k += 1
+        off[k] = <uint32_t>cs.arena_len
+    cs.valid[e] = 1
     cs.arena_len += n
+    off[e + 1] = <uint32_t>cs.arena_len
+    cs.filled = e + 1
     return OK
 
 
-cdef inline void copy_bytes(uint8_t* d, const uint8_t* s, int64_t n) noexcept nogil:
-    """memcpy for the short strings of most fields, without a library call: overlapping
-    fixed-size moves that read and write only [0, n) of each side."""
-    cdef uint64_t a, b, x, y
-    cdef uint32_t u, w
-    if n > 32:
-        memcpy(d, s, n)
-    elif n >= 16:
-        memcpy(&a, s, 8)
-        memcpy(&b, s + 8, 8)
-        memcpy(&x, s + n - 16, 8)
-        memcpy(&y, s + n - 8, 8)
-        memcpy(d, &a, 8)
-        memcpy(d + 8, &b, 8)
-        memcpy(d + n - 16, &x, 8)
-        memcpy(d + n - 8, &y, 8)
-    elif n >= 8:
-        memcpy(&a, s, 8)
-        memcpy(&b, s + n - 8, 8)
-        memcpy(d, &a, 8)
-        memcpy(d + n - 8, &b, 8)
-    elif n >= 4:
-        memcpy(&u, s, 4)
-        memcpy(&w, s + n - 4, 4)
-        memcpy(d, &u, 4)
-        memcpy(d + n - 4, &w, 4)
-    elif n > 0:
-        d[0] = s[0]
-        d[n >> 1] = s[n >> 1]
-        d[n - 1] = s[n - 1]
+cdef void close_offsets(ColumnStore* cs, int64_t count) noexcept nogil:
+    """End the offsets of a bytes column at its group's count (capacity >= count)."""
+    cdef uint32_t* off = <uint32_t*>cs.values
+    while cs.filled < count:
+        cs.filled += 1
+        off[cs.filled] = <uint32_t>cs.arena_len
 
 
 cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
@@ -1470,36 +1492,34 @@ cdef int keep_unknown(Ctx* c, int32_t col, const uint8_t* start,
     """Append the raw bytes of one unknown field to its message's unknown-fields value.
 
     A message's unknown fields are concatenated in wire order, across merged occurrences
-    too, as the runtime keeps them; a value that is no longer last in the arena (other
-    elements wrote after it) is moved to the end first.
+    too, as the runtime keeps them: the message is the newest element of its group, so
+    what it holds already is the arena's tail, and the new bytes simply follow.
     """
     cdef ColumnStore* cs = &c.cols[col]
+    cdef int64_t e = c.cur[cs.group]
     cdef int64_t n = stop - start
-    cdef uint32_t view[2]
-    cdef uint8_t* dst = slot(c, col)   # marks it present: keep its old validity first
+    cdef uint32_t* off
+    cdef int64_t k
     cdef int st
-    if dst == NULL:
+    if e < cs.filled:
+        if e + 1 != cs.filled:
+            return E_INTERNAL
+    elif e >= cs.capacity and grow_column(cs, e) != OK:
         return E_NO_MEMORY
-    memcpy(view, dst, 8)
-    if view[1] == 0:
-        st = append_bytes(cs, start, n, view)
-    elif view[0] + <int64_t>view[1] == cs.arena_len:
-        st = arena_reserve(cs, n)
-        if st == OK:
-            memcpy(cs.arena + cs.arena_len, start, n)
-            cs.arena_len += n
-            view[1] += <uint32_t>n
-    else:
-        st = arena_reserve(cs, view[1] + n)
-        if st == OK:
-            memcpy(cs.arena + cs.arena_len, cs.arena + view[0], view[1])
-            memcpy(cs.arena + cs.arena_len + view[1], start, n)
-            view[0] = <uint32_t>cs.arena_len
-            view[1] += <uint32_t>n
-            cs.arena_len += view[1]
-    if st == OK:
-        memcpy(dst, view, 8)
-    return st
+    st = arena_reserve(cs, n)
+    if st != OK:
+        return st
+    off = <uint32_t*>cs.values
+    k = cs.filled
+    while k < e:
+        k += 1
+        off[k] = <uint32_t>cs.arena_len
+    memcpy(cs.arena + cs.arena_len, start, n)
+    cs.valid[e] = 1
+    cs.arena_len += n
+    off[e + 1] = <uint32_t>cs.arena_len
+    cs.filled = e + 1
+    return OK
 
 
 cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,

@@ -196,29 +196,33 @@ cdef enum:
 
 
 def keys_unique(const int64_t[::1] offsets, const uint8_t[::1] values, int64_t width,
-                const uint8_t[::1] arena, bint views):
+                const uint8_t[::1] arena, bint strings):
     """True when no parent's entries repeat a key: a map needs no last-one-wins filter.
 
-    Keys are `width`-byte slots (`views`: 8-byte (uint32 offset, uint32 length) views into
-    `arena`, compared by their bytes). Entries are compared pairwise within each parent, so
-    a parent with more than KEYS_SCAN_LIMIT entries makes the answer False: the caller then
-    runs the general (hash) check.
+    Keys are `width`-byte slots, or with `strings` the values of a decoded bytes column
+    (`values`: its uint32 offsets into `arena`, one more than the keys; compared by their
+    bytes). Entries are compared pairwise within each parent, so a parent with more than
+    KEYS_SCAN_LIMIT entries makes the answer False: the caller then runs the general
+    (hash) check.
     """
     cdef int64_t n_parent = offsets.shape[0] - 1, p, i, j, lo, hi
     cdef int64_t size = arena.shape[0]
+    cdef int64_t keys = offsets[n_parent] if n_parent > 0 else 0
     cdef const uint8_t* vals = &values[0] if values.shape[0] > 0 else NULL
     cdef const uint8_t* bytes_ = &arena[0] if size > 0 else <const uint8_t*>""
-    cdef const uint32_t* v = NULL
+    cdef const uint32_t* o = NULL
     cdef bint unique = True
-    if n_parent < 0 or (n_parent > 0 and offsets[n_parent] * width > values.shape[0]):
+    if n_parent < 0 or keys < 0:
+        raise ValueError("keys_unique: bad offsets")
+    if strings:
+        if values.shape[0] < (keys + 1) * 4:
+            raise ValueError("keys_unique: offsets outside the key slots")
+        o = <const uint32_t*>vals
+        for i in range(keys):
+            if o[i] > o[i + 1] or o[i + 1] > size:
+                raise ValueError("keys_unique: a key points outside the data")
+    elif keys * width > values.shape[0]:
         raise ValueError("keys_unique: offsets outside the key slots")
-    if views:
-        if width != 8:
-            raise ValueError("keys_unique: views are 8 bytes")
-        v = <const uint32_t*>vals
-        for i in range(offsets[n_parent] if n_parent > 0 else 0):
-            if <int64_t>v[2 * i] + v[2 * i + 1] > size:
-                raise ValueError("keys_unique: a view points outside the data")
     with nogil:
         for p in range(n_parent):
             lo = offsets[p]
@@ -228,9 +232,9 @@ def keys_unique(const int64_t[::1] offsets, const uint8_t[::1] values, int64_t w
                 break
             for i in range(lo + 1, hi):
                 for j in range(lo, i):
-                    if views:
-                        if (v[2 * i + 1] == v[2 * j + 1]
-                                and memcmp(bytes_ + v[2 * i], bytes_ + v[2 * j], v[2 * i + 1]) == 0):
+                    if strings:
+                        if (o[i + 1] - o[i] == o[j + 1] - o[j]
+                                and memcmp(bytes_ + o[i], bytes_ + o[j], o[i + 1] - o[i]) == 0):
                             unique = False
                     elif memcmp(vals + i * width, vals + j * width, width) == 0:
                         unique = False

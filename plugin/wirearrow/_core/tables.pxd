@@ -15,7 +15,7 @@ cdef enum Kind:
     K_ZIGZAG64 = 4      # sint64
     K_FIXED32 = 5       # fixed32 / sfixed32 / float: 4 little-endian bytes, copied as is
     K_FIXED64 = 6       # fixed64 / sfixed64 / double
-    K_BYTES = 7         # string / bytes: a view (uint32 offset, uint32 length) into the column's arena
+    K_BYTES = 7         # string / bytes: copied into the column's arena, indexed by offsets
     K_MESSAGE = 8       # length-delimited sub-message: descend into `child`
     K_GROUP = 9         # delimited (group) sub-message: descend until the matching end-group
 
@@ -72,17 +72,23 @@ ctypedef struct Node:
     int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them
 
 ctypedef struct ColumnStore:
-    uint8_t* values     # width bytes a slot, slot i belongs to element i of `group`
+    # The fields the hot loop touches come first: they share one cache line.
+    uint8_t* values     # width bytes a slot, slot i belongs to element i of `group`;
+                        # a bytes column: capacity + 1 uint32 offsets into `arena`, Arrow's
+                        # layout: element i is arena[values[i], values[i + 1])
     uint8_t* valid      # one byte a slot: 0 = null
-    int64_t capacity    # slots allocated (zero-filled beyond the group's count)
-    int32_t width       # 0 (presence only), 1, 4 or 8 (a K_BYTES view is 8)
-    int32_t group
-    uint8_t* arena      # K_BYTES: the bytes, copied while they are in cache; views index it
+    uint8_t* arena      # bytes column: the bytes, copied while they are in cache
     int64_t arena_len
-    int64_t arena_cap   # bytes usable (views hold uint32 offsets)
+    int64_t arena_cap   # bytes usable (offsets are uint32)
+    int64_t filled      # bytes column: offsets[0 .. filled] are written and
+                        # offsets[filled] == arena_len (the elements after are still open)
+    int64_t capacity    # slots allocated (zero-filled beyond the group's count)
+    int32_t width       # 0 (presence only), 1, 4 or 8 (a bytes column: 4, one offset)
+    int32_t group
     int64_t arena_alloc # bytes allocated behind arena, values and valid (for the pool)
     int64_t values_alloc
     int64_t valid_alloc
+    bint bytes          # string / bytes values, copied into `arena`
 
 ctypedef struct GroupStore:
     int64_t* parent     # element -> element of parent_group (the root group: record index)

@@ -1,7 +1,8 @@
 """Decoded buffers -> Arrow columns.
 
 Leaves become arrays over their group's elements without copying the decoder's buffers
-(strings are gathered once from their views); the fan-out tree becomes one row -> element
+(strings too: the decoder writes Arrow's offsets; only a fanned-out string column is
+copied, by the take it needs); the fan-out tree becomes one row -> element
 index per selection, computed with vectorised integer operations; a column is then its
 leaf array taken at those indices (no take at all for a plan without fan-out).
 """
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wirearrow._core.buffers import gather_views, pack_bits
+from wirearrow._core.buffers import gather_strings, pack_bits
 from wirearrow._core.rows import expand, group_offsets, keys_unique, list_offsets, select_slice
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
@@ -164,12 +165,12 @@ class Assembler:
         valid = self.r.col_valid[column]
         arena = self.r.col_arena[column]
         source = arena if arena is not None else _NO_BYTES
-        validity, nulls, offsets, data = gather_views(source, values, valid, n, indices)
+        validity, nulls, offsets, data = gather_strings(source, values, valid, n, indices)
         rows = n if indices is None else len(indices)
-        buffers = [
+        buffers = [  # None: the decoder's offsets and arena as they are
             pa.py_buffer(validity) if validity is not None else None,
-            pa.py_buffer(offsets),
-            pa.py_buffer(data if data is not None else source),  # None: the arena as is
+            pa.py_buffer(offsets if offsets is not None else values),
+            pa.py_buffer(data if data is not None else source),
         ]
         return pa.Array.from_buffers(t, rows, buffers, nulls)
 
@@ -435,14 +436,14 @@ class Assembler:
             return False
         n = self.counts[group]
         values = self.r.col_values[key.column]
-        views = pa.types.is_string(key.type) or pa.types.is_binary(key.type)
-        arena = self.r.col_arena[key.column] if views else None
+        strings = pa.types.is_string(key.type) or pa.types.is_binary(key.type)
+        arena = self.r.col_arena[key.column] if strings else None
         return keys_unique(
             self.offsets(group),
             values,
-            len(values) // n,
+            0 if strings else len(values) // n,
             arena if arena is not None else _NO_BYTES,
-            views,
+            strings,
         )
 
     # -- columns ------------------------------------------------------------------------
