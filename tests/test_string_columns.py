@@ -185,3 +185,25 @@ def test_unknown_fields_of_merged_messages_concatenate(compiled) -> None:
         assert cls.FromString(raw).SerializeToString(deterministic=True) == cls.FromString(
             original
         ).SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("length", [1, 3, 4, 7, 8, 15, 16, 31, 32, 33, 40, 63, 64, 65, 100])
+def test_utf8_is_checked_at_every_length_and_position(compiled, length: int) -> None:
+    """Short values are copied and checked word by word, in overlapping head and tail
+    words: a bad byte anywhere must be seen, and multi-byte text must pass."""
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, "t.Rec")
+    tc = wa.Transcoder(schema, columns=["id"], on_error="dead_letter")
+    records = []
+    for position in range(length):
+        value = bytearray(b"a" * length)
+        value[position] = 0xFF
+        records.append(delimited(1, bytes(value)))
+    text = ("é" * length).encode()[:length]
+    text = text.decode("utf-8", errors="ignore").encode()  # whole characters only
+    records.append(delimited(1, text))
+    records.append(delimited(1, b"b" * length))
+    batch = tc.transcode(records)
+    assert batch.column(0).to_pylist() == [text.decode(), "b" * length]
+    dead = tc.dead_letters()
+    assert dead.num_rows == length
+    assert all("UTF-8" in reason for reason in dead.column("reason").to_pylist())

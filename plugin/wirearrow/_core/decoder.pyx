@@ -1411,12 +1411,32 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
         if st != OK:
             return E_UTF8 if utf8 and not utf8_valid(s, n) else st
     d = cs.arena + cs.arena_len
-    if n > 32:
+    if n > 64:
         if utf8 and not utf8_valid(s, n):
             return E_UTF8
         memcpy(d, s, n)
     else:
-        if n >= 16:
+        if n > 32:
+            # (ids and UUIDs: a library call and a validation loop each, otherwise)
+            memcpy(&a, s, 8)
+            memcpy(&b, s + 8, 8)
+            memcpy(&x, s + 16, 8)
+            memcpy(&y, s + 24, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + 8, &b, 8)
+            memcpy(d + 16, &x, 8)
+            memcpy(d + 24, &y, 8)
+            acc = a | b | x | y
+            memcpy(&a, s + n - 32, 8)
+            memcpy(&b, s + n - 24, 8)
+            memcpy(&x, s + n - 16, 8)
+            memcpy(&y, s + n - 8, 8)
+            memcpy(d + n - 32, &a, 8)
+            memcpy(d + n - 24, &b, 8)
+            memcpy(d + n - 16, &x, 8)
+            memcpy(d + n - 8, &y, 8)
+            acc |= a | b | x | y
+        elif n >= 16:
             memcpy(&a, s, 8)
             memcpy(&b, s + 8, 8)
             memcpy(&x, s + n - 16, 8)
