@@ -36,11 +36,18 @@ directives = {
     "embedsignature": True,
 }
 
+# The decoder's per-value helpers (store_string above all) are `cdef inline`, but GCC keeps
+# the larger ones out of line: a call per string value cost ~2 ms of a 50k-record nested
+# batch (~6%). Forced inline, each call site is also specialised (UTF-8 checked or not).
+FORCE_INLINE = (
+    [] if DEBUG or sys.platform == "win32" else ["-DCYTHON_INLINE=__attribute__((always_inline)) inline"]
+)
+
 extensions = [
     Extension(
         f"wirearrow._core.{name}",
         [f"plugin/wirearrow/_core/{name}.pyx"],
-        extra_compile_args=compile_args,
+        extra_compile_args=compile_args + (FORCE_INLINE if name == "decoder" else []),
         extra_link_args=link_args,
     )
     for name in EXTENSIONS
