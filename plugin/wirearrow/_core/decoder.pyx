@@ -12,8 +12,9 @@ Invariants:
 - a column slot belongs to the current element of its group; an element is opened by a
   repeated field occurrence and is never reopened, so every write lands in the newest
   element of its group (this is what makes rollback of a bad record a matter of counts);
-- a record that fails leaves no trace: groups are cut back to their counts before it and
-  the slots past those counts are zeroed.
+- a record that fails leaves no trace: groups are cut back to their counts before it, the
+  slots past those counts are zeroed, and string columns end where they ended before it
+  (their offsets are written in order, so this is a count and an arena length).
 """
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -93,7 +94,7 @@ ctypedef struct Ctx:
     ColumnStore* cols
     GroupStore* groups
     int64_t* cur                     # current element of each group
-    const uint8_t* data              # batch data; views are offsets from here
+    const uint8_t* data              # batch data
     const uint8_t* record            # start of the record being decoded
     int32_t n_cols
     int32_t n_groups
@@ -1058,7 +1059,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint8_t* dst
     cdef int act
     cdef uint32_t v32
-    cdef uint32_t view[2]
     # Calls that take an address get these copies, so that p, n, v and tag, whose address
     # is never taken, stay in registers across the byte stores of the loop.
     cdef const uint8_t* q
