@@ -148,10 +148,9 @@ class Assembler:
         raise AssertionError(f"unknown leaf {leaf!r}")
 
     def _scalar(self, column: int, t: pa.DataType, n: int) -> pa.Array:
-        values = self.r.col_values[column]
-        self.r.col_valid[column]
         if pa.types.is_string(t) or pa.types.is_binary(t):
             return self._strings(column, t, n, None)
+        values = self.r.col_values[column]
         validity, nulls = self._validity(column, n)
         if pa.types.is_boolean(t):
             bits, _ = pack_bits(values, n)
