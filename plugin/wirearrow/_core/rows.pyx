@@ -195,11 +195,12 @@ cdef enum:
     KEYS_SCAN_LIMIT = 32   # entries per parent compared pairwise; above, ask for the hash path
 
 
-def keys_unique(const int64_t[::1] offsets, const uint8_t[::1] values, int64_t width,
+def keys_unique(const offset_t[::1] offsets, const uint8_t[::1] values, int64_t width,
                 const uint8_t[::1] arena, bint strings):
     """True when no parent's entries repeat a key: a map needs no last-one-wins filter.
 
-    Keys are `width`-byte slots, or with `strings` the values of a decoded bytes column
+    `offsets` (int32 or int64) delimit each parent's keys. Keys are `width`-byte slots, or
+    with `strings` the values of a decoded bytes column
     (`values`: its uint32 offsets into `arena`, one more than the keys; compared by their
     bytes). Entries are compared pairwise within each parent, so a parent with more than
     KEYS_SCAN_LIMIT entries makes the answer False: the caller then runs the general

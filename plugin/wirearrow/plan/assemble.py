@@ -437,8 +437,12 @@ class Assembler:
         values = self.r.col_values[key.column]
         strings = pa.types.is_string(key.type) or pa.types.is_binary(key.type)
         arena = self.r.col_arena[key.column] if strings else None
+        # The map's list offsets are built anyway; int64 ones only if a selection has them.
+        off = self._offsets.get(group)
+        if off is None:
+            off = np.frombuffer(self.list_offsets(group), dtype=np.int32)
         return keys_unique(
-            self.offsets(group),
+            off,
             values,
             0 if strings else len(values) // n,
             arena if arena is not None else _NO_BYTES,
