@@ -20,7 +20,6 @@ from libc.string cimport memcpy, memset
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) nogil
-    int __builtin_popcountll(unsigned long long x) nogil
 
 cdef enum:
     PREFETCH = 16
@@ -192,24 +191,23 @@ def pack_bits(const uint8_t[::1] flags, int64_t n):
         raise MemoryError()
     cdef int64_t i, j, ones = 0
     cdef uint8_t byte
-    cdef uint64_t x, t
     cdef const uint8_t* src = &flags[0] if n > 0 else NULL
     with nogil:
+        if nbytes > 0:
+            memset(out, 0, <size_t>nbytes)
         for i in range(n // 8):
-            # Eight flags a word: the top bit of each byte set iff the byte is non-zero,
-            # moved down to bit 0 and gathered LSB-first into the top byte by one multiply.
-            memcpy(&x, src + i * 8, 8)
-            t = (((x & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | x) >> 7
-            t &= 0x0101010101010101ULL
-            out[i] = <uint8_t>((t * 0x0102040810204080ULL) >> 56)
-            ones += __builtin_popcountll(t)
+            byte = 0
+            for j in range(8):
+                byte |= (src[i * 8 + j] != 0) << j
+            out[i] = byte
         i = n // 8
         if n % 8:
             byte = 0
             for j in range(n % 8):
                 byte |= (src[i * 8 + j] != 0) << j
             out[i] = byte
-            ones += popcount8(byte)
+        for i in range(nbytes):
+            ones += popcount8(out[i])
     return OwnedBuffer.adopt(out, nbytes, allocated), n - ones
 
 
