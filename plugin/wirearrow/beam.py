@@ -13,7 +13,6 @@ The public PTransforms only wire the graph; the work happens in private DoFns wh
 state (the compiled plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
-import dataclasses
 import hashlib
 import itertools
 import keyword
@@ -21,7 +20,6 @@ import logging
 import pickle
 import random
 import re
-import threading
 import typing
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -44,9 +42,9 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from wirearrow._core.framing import compact
-from wirearrow.cache import resolve_profile, with_cache
+from wirearrow.cache import resolve_profile
 from wirearrow.delimited import FRAMINGS, split_framed
-from wirearrow.transcoder import Stats, Transcoder
+from wirearrow.transcoder import Transcoder
 
 __all__ = [
     "ArrowResult",
@@ -119,35 +117,17 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
 
     config = load_plan(plan)  # type: ignore[arg-type]
     policy = on_error or "dead_letter"
-    if config.options.on_error != policy:
-        options = dataclasses.replace(config.options, on_error=policy)
-        config = dataclasses.replace(config, options=options)
-    return config.transcoder()
-
-
-# The Transcoder's per-call state. Everything else (the compiled plan, the schema) is
-# read-only while decoding, so threads can share it.
-_PER_INSTANCE_STATE = ("_lock", "_stats", "_dead", "_per_record")
+    return config.with_options(on_error=policy).transcoder()
 
 
 def _private_copy(shared: Transcoder) -> Transcoder:
-    """A Transcoder on ``shared``'s compiled plan, with its own counters and dead letters.
+    """A Transcoder of ``shared``'s spec, with its own counters and dead letters.
 
     ``Transcoder.dead_letters()`` hands out (and forgets) every dead letter gathered since
     the last call, so two threads on one instance could take each other's. Each DoFn
-    instance gets this cheap view instead: the compiled plan stays shared per process.
+    instance gets its own; the compiled plan is shared through the parser cache (a hit).
     """
-    state = vars(shared)
-    if not all(name in state for name in _PER_INSTANCE_STATE):
-        # The Transcoder's layout changed: fall back to a private compile (correct, slower).
-        return pickle.loads(pickle.dumps(shared))
-    view = object.__new__(Transcoder)
-    vars(view).update(state)
-    view._lock = threading.Lock()
-    view._stats = Stats()
-    view._dead = []
-    view._per_record = None
-    return view
+    return Transcoder(shared.spec, cache=shared.cache)
 
 
 # =========================================================================== batches
@@ -437,7 +417,7 @@ class ToArrow(beam.PTransform):
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         transcoder = _resolve_transcoder(plan, on_error)
         if profile is not None:
-            transcoder = with_cache(transcoder, resolve_profile(profile))
+            transcoder = Transcoder(transcoder.spec, cache=resolve_profile(profile))
         self.schema: pa.Schema = transcoder.arrow_schema
         self._spec = pickle.dumps(transcoder, protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import pathlib
 import re
@@ -81,11 +80,9 @@ def _build_transcoder(
     """The plan's Transcoder, with ``on_error`` overriding the plan's policy when given."""
     from wirearrow.errors import WirearrowError
 
-    if on_error is not None and on_error != plan.options.on_error:
-        plan = dataclasses.replace(
-            plan, options=dataclasses.replace(plan.options, on_error=on_error)
-        )
     try:
+        if on_error is not None and on_error != plan.options["on_error"]:
+            plan = plan.with_options(on_error=on_error)
         return plan.transcoder(cache)
     except (WirearrowError, ValueError) as err:
         raise CliError(str(err)) from err
@@ -548,7 +545,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
         if policy not in (None, "dead_letter"):
             raise CliError("--dead-letters needs --on-error dead_letter (or no --on-error)", 2)
         policy = "dead_letter"
-    policy = policy or plan.options.on_error
+    policy = policy or plan.options["on_error"]
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
@@ -660,7 +657,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     tc = _build_transcoder(plan, None)
     schema = tc.arrow_schema
     framing = plan.input.framing
-    parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={plan.options.on_error}"]
+    parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={tc.spec.on_error}"]
     if framing:
         parts.append(f"framing={framing}")
     print(f"{args.plan}: OK ({', '.join(parts)})")

@@ -48,12 +48,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from wirearrow._core.framing import compact
-from wirearrow.cache import ParserCache, default_cache, resolve_profile, with_cache
+from wirearrow.cache import ParserCache, resolve_profile
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.delimited import FRAMINGS, split_framed
 from wirearrow.errors import DecodeError
-from wirearrow.plan.compiler import Column
-from wirearrow.schema import Schema
+from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import DEAD_LETTER_SCHEMA, ON_ERROR, Transcoder
 
 if TYPE_CHECKING:
@@ -93,11 +92,6 @@ INDEX_CHUNK_BYTES = 16 * 1024 * 1024
 # transcode() turns Ray Data's per-operator resource reservation off on clusters this small.
 SMALL_CLUSTER_CPUS = 4
 
-# keep=: the record's index rides in an extra field of the root message, prefixed to
-# each record's bytes (see _Keyed).
-RECORD_FIELD = "wirearrow_record_index__"
-MAX_FIELD_NUMBER = 536_870_911
-
 
 def _ray() -> Any:
     """``import ray``, with an install hint (the import is lazy: see the module docstring)."""
@@ -118,26 +112,6 @@ def _is_object_ref(value: object) -> bool:
     return type(value).__name__ == "ObjectRef" and type(value).__module__.startswith("ray")
 
 
-def _spec(tc: Transcoder) -> dict[str, Any]:
-    """The constructor arguments of a Transcoder (what it pickles), to derive a variant."""
-    # Same package: the Transcoder keeps its spec in private attributes and has no public
-    # "replace" yet; this is the one place that reads them.
-    return {
-        "schema": tc.schema,
-        "columns": tc._columns,
-        "on_error": tc._on_error,
-        "validate": tc._options.validate,
-        "timestamp_unit": tc._options.timestamp_unit,
-        "max_depth": tc._options.max_depth,
-        "cache": tc._cache if tc._cache is not default_cache() else None,
-    }
-
-
-def _build(spec: Mapping[str, Any]) -> Transcoder:
-    kwargs = dict(spec)
-    return Transcoder(kwargs.pop("schema"), kwargs.pop("columns"), **kwargs)
-
-
 def _load(plan: object) -> Transcoder:
     """A Transcoder from anything a plan can be (no ObjectRef here)."""
     if isinstance(plan, Transcoder):
@@ -154,151 +128,23 @@ def _load(plan: object) -> Transcoder:
 
 def _policy(tc: Transcoder, on_error: str | None) -> Transcoder:
     """``tc`` with another error policy (compiled again), or ``tc`` itself."""
-    if on_error is None or on_error == tc._on_error:
+    if on_error is None:
         return tc
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
-    return _build({**_spec(tc), "on_error": on_error})
+    return tc.replace(on_error=on_error)
 
 
-def put_plan(
-    plan: PlanLike | ObjectRef, *, on_error: str | None = None, keep: bool = False
-) -> ObjectRef[Transcoder]:
+def put_plan(plan: PlanLike | ObjectRef, *, on_error: str | None = None) -> ObjectRef[Transcoder]:
     """Compile ``plan`` here (errors show up now, not on a worker) and ``ray.put`` it.
 
     The object is small -- the schema's descriptor bytes and the column spec; every actor
     that resolves the ref compiles its own decoder tables once, in its ``__init__``. Pass
-    the ref as ``Transcode``'s ``plan``. ``on_error`` overrides the plan's policy;
-    ``keep=True`` prepares the plan for ``Transcode(keep=[...])`` so that actors do not
-    derive (and compile) it themselves.
+    the ref as ``Transcode``'s ``plan``. ``on_error`` overrides the plan's policy.
     """
     if _is_object_ref(plan):
         plan = _ray().get(plan)  # small; put again below, with any derivation applied
-    tc = _policy(_load(plan), on_error)
-    if keep and not _Keyed.is_keyed(tc):
-        tc = _Keyed.derive(tc)
-    return _ray().put(tc)
-
-
-# ---- keep=: carrying input columns onto the rows ------------------------------------------
-
-
-class _Keyed:
-    """Rows -> the input record each came from, so that ``keep`` columns can follow.
-
-    The Transcoder does not report which record a row came from (a record fans out into
-    any number of rows). So the plan is derived once: the root message gets one extra
-    ``fixed64`` field (the highest free field number) and the plan one extra column
-    reading it; each batch is fed with every record *prefixed* by that field holding the
-    record's position. A complete field in front of a record changes nothing about how
-    the rest parses -- a bad record stays bad for the same reason, at the same path -- so
-    only byte offsets in errors shift, by the prefix length, and are shifted back. (A
-    suffix would not do: a record whose last field runs past its end would swallow it.)
-    The cost is one copy of the batch's bytes (~0.5 ns/byte); without ``keep`` the input
-    is decoded in place.
-    """
-
-    def __init__(self, tc: Transcoder) -> None:
-        field_ = tc.schema.descriptor.fields_by_name[RECORD_FIELD]
-        tag = _varint((field_.number << 3) | 1)  # wire type 1: fixed64
-        self.tag = np.frombuffer(tag, dtype=np.uint8)
-        self.width = len(tag) + 8
-
-    @staticmethod
-    def is_keyed(tc: Transcoder) -> bool:
-        return RECORD_FIELD in tc.arrow_schema.names
-
-    @staticmethod
-    def derive(tc: Transcoder) -> Transcoder:
-        """``tc``'s plan over the extended schema, with the record index as last column."""
-        spec = _spec(tc)
-        schema: Schema = spec["schema"]
-        columns = spec["columns"]
-        if columns is None:  # whole-message mode: the same columns, spelled out
-            columns = [Column(f.name) for f in schema.descriptor.fields]
-        return _build(
-            {**spec, "schema": _extended(schema), "columns": [*columns, Column(RECORD_FIELD)]}
-        )
-
-    def unshift(self, err: DecodeError) -> DecodeError:
-        """``err`` with the offset it has in the record as given (without the prefix)."""
-        offset = max(err.offset - self.width, 0)
-        return DecodeError(err.reason, index=err.index, offset=offset, path=err.path)
-
-    def prefixed(self, values: pa.Array) -> pa.Array:
-        """``values`` with the record-index field in front of every record (one copy)."""
-        n = len(values)
-        large = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
-        _, off_buf, data_buf = values.buffers()
-        offsets = np.frombuffer(off_buf, dtype=np.int64 if large else np.int32)
-        offsets = offsets[values.offset : values.offset + n + 1].astype(np.int64)
-        data = np.frombuffer(data_buf if data_buf is not None else b"", dtype=np.uint8)
-        body = data[offsets[0] : offsets[-1]]
-        k = self.width
-        new_offsets = offsets - offsets[0] + k * np.arange(n + 1, dtype=np.int64)
-        out = np.empty(int(new_offsets[-1]), dtype=np.uint8)
-        head = np.empty((n, k), dtype=np.uint8)
-        head[:, : len(self.tag)] = self.tag
-        head[:, len(self.tag) :] = np.arange(n, dtype="<u8").view(np.uint8).reshape(n, 8)
-        # Scatter the prefixes, then fill every other byte with the records, in order.
-        where = (new_offsets[:-1, None] + np.arange(k)).ravel()
-        body_mask = np.ones(len(out), dtype=bool)
-        body_mask[where] = False
-        out[where] = head.ravel()
-        out[body_mask] = body
-        validity = None
-        if values.null_count:
-            validity = values.is_valid().buffers()[1]
-        large_out = new_offsets[-1] > np.iinfo(np.int32).max
-        return pa.Array.from_buffers(
-            pa.large_binary() if large_out else pa.binary(),
-            n,
-            [
-                validity,
-                pa.py_buffer(new_offsets if large_out else new_offsets.astype(np.int32)),
-                pa.py_buffer(out),
-            ],
-        )
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _extended(schema: Schema) -> Schema:
-    """``schema`` whose root message has one more field: ``fixed64 RECORD_FIELD``."""
-    from google.protobuf import descriptor_pb2
-
-    fds = descriptor_pb2.FileDescriptorSet.FromString(schema.file_descriptor_set)
-    desc = schema.descriptor
-    names = []
-    d = desc
-    while d is not None:
-        names.insert(0, d.name)
-        d = d.containing_type
-    file_proto = next(f for f in fds.file if f.name == desc.file.name)
-    messages = file_proto.message_type
-    for name in names:
-        message = next(m for m in messages if m.name == name)
-        messages = message.nested_type
-    taken = {f.number for f in message.field}
-    ranges = [(r.start, r.end) for r in (*message.reserved_range, *message.extension_range)]
-    ranges.append((19000, 20000))  # reserved for the protobuf implementation
-    number = MAX_FIELD_NUMBER
-    while number in taken or any(a <= number < b for a, b in ranges):
-        number -= 1
-    message.field.add(
-        name=RECORD_FIELD,
-        number=number,
-        type=descriptor_pb2.FieldDescriptorProto.TYPE_FIXED64,
-        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-    )
-    return Schema.from_descriptor_set(fds.SerializeToString(), desc.full_name)
+    return _ray().put(_policy(_load(plan), on_error))
 
 
 # ---- the map_batches building block -------------------------------------------------------
@@ -377,20 +223,14 @@ class Transcode:
         derived = _policy(tc, on_error)
         compiles += derived is not tc
         self._keep = tuple(keep)
-        self._keyed: _Keyed | None = None
-        if self._keep:
-            if not _Keyed.is_keyed(derived):
-                derived = _Keyed.derive(derived)
-                compiles += 1
-            self._keyed = _Keyed(derived)
-            clash = set(self._keep) & set(derived.arrow_schema.names)
-            if clash:
-                raise ValueError(f"keep columns clash with the plan's output: {sorted(clash)}")
-        elif _Keyed.is_keyed(derived):
-            self._keyed = _Keyed(derived)  # a keyed plan without keep: drop the index column
+        clash = set(self._keep) & set(derived.arrow_schema.names)
+        if clash:
+            raise ValueError(f"keep columns clash with the plan's output: {sorted(clash)}")
+        # Rows name their record through this column, dropped once keep= has used it.
+        self._index_name = _unused_name(*derived.arrow_schema.names, *self._keep)
         self._tc = derived
         self._column = column
-        self._policy = derived._on_error
+        self._policy = derived.spec.on_error
         self._ledger = ledger
         self._dead_dir: str | None = None
         self._fs: pafs.FileSystem | None = None
@@ -403,8 +243,6 @@ class Transcode:
                 "or use wirearrow.ray.transcode(), which collects them"
             )
         self._schema: pa.Schema = derived.arrow_schema
-        if self._keyed is not None:
-            self._schema = self._schema.remove(self._schema.get_field_index(RECORD_FIELD))
         self._seq = 0
         worker, node = _whereami()
         self._stats = WorkerStats(
@@ -418,6 +256,11 @@ class Transcode:
     @property
     def stats(self) -> WorkerStats:
         return self._stats
+
+    @property
+    def spec(self) -> TranscodeSpec:
+        """The spec this instance transcodes with (the plan's, ``on_error`` applied)."""
+        return self._tc.spec
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -436,13 +279,11 @@ class Transcode:
         values = _records_column(batch, self._column)
         before = self._tc.stats
         try:
-            if self._keyed is None:
+            if not self._keep:
                 rows = pa.Table.from_batches([self._tc.transcode(values)])
             else:
-                rows = self._transcode_keyed(batch, values)
+                rows = self._transcode_keeping(batch, values)
         except DecodeError as err:
-            if self._keyed is not None:
-                err = self._keyed.unshift(err)
             _locate(err, batch, self._column)
             raise err from None
         after = self._tc.stats
@@ -452,8 +293,6 @@ class Transcode:
             dead = self._dead_letters(batch, values)
         written = self._write_dead(dead) if dead is not None and self._dead_dir else None
         bytes_in = after.bytes_in - before.bytes_in
-        if self._keyed is not None:  # the prefixes are not input
-            bytes_in -= self._keyed.width * (len(values) - values.null_count)
         s = self._stats
         self._stats = dataclasses.replace(
             s,
@@ -470,28 +309,20 @@ class Transcode:
             self._ledger.report(self._stats, dead if self._dead_dir is None else None, written)
         return rows
 
-    def _transcode_keyed(self, batch: pa.Table, values: pa.Array) -> pa.Table:
-        assert self._keyed is not None
-        out = self._tc.transcode(self._keyed.prefixed(values))
+    def _transcode_keeping(self, batch: pa.Table, values: pa.Array) -> pa.Table:
+        out = self._tc.transcode(values, record_index=self._index_name)
         index = out.column(out.num_columns - 1)
-        rows = pa.Table.from_batches([out]).drop_columns([RECORD_FIELD])
+        rows = pa.Table.from_batches([out]).drop_columns([self._index_name])
         for name in self._keep:
             rows = rows.append_column(batch.field(name), batch.column(name).take(index))
         return rows
 
     def _dead_letters(self, batch: pa.Table, values: pa.Array) -> pa.Table:
-        """The dead letters of this batch, with the raw input bytes and the ``source`` row."""
+        """The dead letters of this batch, with the ``source`` row of each."""
         dead = self._tc.dead_letters()
-        index = dead.column("index")
-        if self._keyed is not None:
-            # The transcoder saw prefixed records: give back the input's bytes and offsets.
-            offset = np.maximum(dead.column("offset").to_numpy() - self._keyed.width, 0)
-            dead = dead.set_column(1, DEAD_LETTER_SCHEMA.field("offset"), pa.array(offset))
-            raw = values.take(index).cast(pa.binary())
-            dead = dead.set_column(4, DEAD_LETTER_SCHEMA.field("raw"), raw)
         others = [name for name in batch.column_names if name != self._column]
         if others:
-            source = batch.select(others).take(index)
+            source = batch.select(others).take(dead.column("index"))
             struct = pa.StructArray.from_arrays(
                 [c.combine_chunks() for c in source.columns], fields=list(source.schema)
             )
@@ -506,6 +337,13 @@ class Transcode:
         path = posixpath.join(self._dead_dir, name)
         pq.write_table(dead, path, filesystem=self._fs)
         return path
+
+
+def _unused_name(*taken: str) -> str:
+    name = "_record_index"
+    while name in taken:
+        name = f"_{name}"
+    return name
 
 
 def _records_column(batch: pa.Table, column: str) -> pa.Array:
@@ -922,8 +760,8 @@ def transcode(
             cache.share_with_ray()
         if _is_object_ref(plan):
             plan = ray.get(plan)
-        plan = with_cache(_load(plan), cache)
-    ref = put_plan(plan, on_error=on_error, keep=bool(keep))
+        plan = Transcoder(_load(plan).spec, cache=cache)
+    ref = put_plan(plan, on_error=on_error)
     ledger = _job_ledger()
     fs = dead_dir = None
     if dead_letters is not None:
