@@ -14,7 +14,6 @@ state (the compiled plan) is built in ``setup()`` on the worker. docs/beam.md is
 """
 
 import hashlib
-import itertools
 import keyword
 import logging
 import pickle
@@ -41,9 +40,8 @@ from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from wirearrow._core.framing import compact
 from wirearrow.cache import resolve_profile
-from wirearrow.delimited import FRAMINGS, split_framed
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, plan_pieces
 from wirearrow.transcoder import Transcoder
 
 __all__ = [
@@ -814,42 +812,12 @@ class _Chunk(NamedTuple):
     compression: str
 
 
-def _truncated(path: str, framing: str, offset: int, left: int, policy: str) -> None:
-    text = (
-        f"{path}: truncated {framing} stream: the record at byte {offset} runs past the end "
-        f"({left} bytes left)"
-    )
+def _truncated(path: str, tail: Tail, policy: str) -> None:
+    text = f"{path}: {tail.reason}"
     if policy == "raise":
         raise ValueError(text)
     Metrics.counter(METRICS_NAMESPACE, "truncated_files").inc()
     _LOG.warning("%s; skipped", text)
-
-
-def _frame_cuts(stream: Any, framing: str, chunk_bytes: int) -> tuple[list[int], int, int]:
-    """Record-aligned cut points of a framed stream, about ``chunk_bytes`` apart.
-
-    Returns (cuts starting with 0, bytes of whole frames, bytes left after them). One
-    sequential pass over the lengths: no record is decoded or copied out.
-    """
-    cuts = [0]
-    base = 0  # stream offset of buf[0]
-    carry = b""
-    next_cut = chunk_bytes
-    while True:
-        block = stream.read(_READ_BLOCK_BYTES)
-        if not block:
-            break
-        buf = carry + block if carry else block
-        _, ends, consumed = split_framed(buf, framing)
-        if len(ends):
-            frame_ends = ends + base  # each frame end is the next frame's start
-            while next_cut <= frame_ends[-1]:
-                cut = int(frame_ends[np.searchsorted(frame_ends, next_cut)])
-                cuts.append(cut)
-                next_cut = cut + chunk_bytes
-        carry = buf[consumed:]
-        base += consumed
-    return cuts, base, len(carry)
 
 
 class _PlanChunksFn(beam.DoFn):
@@ -882,12 +850,14 @@ class _PlanChunksFn(beam.DoFn):
         with FileSystems.open(
             path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
         ) as stream:
-            cuts, whole, left = _frame_cuts(stream, self._framing, self._chunk_bytes)
-        if left:
-            _truncated(path, self._framing, whole, left, self._truncated)
-        bounds = [*cuts, whole] if cuts[-1] != whole else cuts
-        for start, end in itertools.pairwise(bounds):
-            yield _Chunk(path, start, end, compression)
+            pieces, tail = plan_pieces(
+                stream, self._framing, self._chunk_bytes, block_bytes=_READ_BLOCK_BYTES, name=path
+            )
+        if tail is not None:
+            _truncated(path, tail, self._truncated)
+        for piece in pieces:
+            if piece.end > piece.start:
+                yield _Chunk(path, piece.start, piece.end, compression)
 
 
 class _ReadChunkFn(beam.DoFn):
@@ -915,44 +885,31 @@ class _ReadChunkFn(beam.DoFn):
     @beam.DoFn.yields_batches
     def process(self, chunk: _Chunk) -> Iterator[RecordArray]:
         path, start, end, compression = chunk
-        framing = self._framing
-        remaining = end - start if end >= 0 else None
-        carry = b""  # the start of a record cut by the end of the last block
-        offset = start  # file offset of carry[0]
         self._pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
         self._pending_count = 0
         with FileSystems.open(path, "application/octet-stream", compression) as stream:
-            if start:
-                stream.seek(start)
-            while remaining is None or remaining > 0:
-                want = _READ_BLOCK_BYTES if remaining is None else min(_READ_BLOCK_BYTES, remaining)
-                block = stream.read(want)
-                if not block:
-                    if remaining:
-                        raise ValueError(
-                            f"{path}: ends at byte {end - remaining}, before the planned "
-                            f"{end} (did the file change while the pipeline ran?)"
-                        )
-                    break
-                if remaining is not None:
-                    remaining -= len(block)
-                self._bytes.inc(len(block))
-                buf = carry + block if carry else block
-                starts, ends, consumed = split_framed(buf, framing)
-                yield from self._batches(buf, starts, ends)
-                carry = buf[consumed:]
-                offset += consumed
+            reader = FrameReader(
+                stream,
+                self._framing,
+                block_bytes=_READ_BLOCK_BYTES,
+                start=start,
+                end=end if end >= 0 else None,
+                name=path,
+            )
+            for frames in reader:
+                self._bytes.inc(int(frames.ends[-1]))  # whole records, prefixes included
+                yield from self._batches(frames)
         if self._pending_count:
             yield self._emit(self._pending)
-        if carry:
-            _truncated(path, framing, offset, len(carry), self._truncated)
+        if reader.tail is not None:
+            _truncated(path, reader.tail, self._truncated)
 
-    def _batches(self, buf: bytes, starts: np.ndarray, ends: np.ndarray) -> Iterator[RecordArray]:
+    def _batches(self, frames: Frames) -> Iterator[RecordArray]:
         """Batches of exactly batch_size records; the rest waits in self._pending."""
-        size, lo, n = self._batch_size, 0, len(starts)
+        size, lo, n = self._batch_size, 0, len(frames)
         while lo < n:
             take = min(size - self._pending_count, n - lo)
-            self._pending.append(_binary_array(buf, starts[lo : lo + take], ends[lo : lo + take]))
+            self._pending.append(frames.records(lo, lo + take))
             self._pending_count += take
             lo += take
             if self._pending_count == size:
@@ -965,15 +922,6 @@ class _ReadChunkFn(beam.DoFn):
         self._pending, self._pending_count = [], 0
         self._records.inc(len(array))
         return RecordArray(array)
-
-
-def _binary_array(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """The records buf[starts[i]:ends[i]] as one BinaryArray (one C copy of each)."""
-    offsets, values, large = compact(buf, starts, ends)
-    kind = pa.large_binary() if large else pa.binary()
-    return pa.Array.from_buffers(
-        kind, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-    )
 
 
 def _same_type(arrays: list[pa.Array]) -> list[pa.Array]:

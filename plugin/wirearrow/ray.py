@@ -47,10 +47,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from wirearrow._core.framing import compact
 from wirearrow.cache import ParserCache, resolve_profile
 from wirearrow.config import PlanConfig, load_plan
-from wirearrow.delimited import FRAMINGS, split_framed
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, plan_pieces
 from wirearrow.errors import DecodeError
 from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import DEAD_LETTER_SCHEMA, ON_ERROR, Transcoder
@@ -882,48 +881,13 @@ class _Piece:
 
 
 def _index(fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int):
-    """Split a file into pieces of about ``task_bytes``, cut at record boundaries.
-
-    One sequential pass over the file (chunks of INDEX_CHUNK_BYTES through the same C
-    splitter the readers use, so ~memory speed once the bytes are in): a length-delimited
-    stream has no sync marker, so a reader starting mid-file could not find the next
-    record by itself. Only the cut points are kept, never the records.
-    """
-    pieces: list[_Piece] = []
-    first_record = 0  # index of the first record of the current piece
-    piece_start = 0
-    seen = 0  # records fully read so far
-    base = 0  # file offset of buf[0]
-    carry = b""
+    """Split a file into pieces of about ``task_bytes``, cut at record boundaries (one
+    sequential pass: :func:`wirearrow.delimited.plan_pieces`)."""
     with fs.open_input_stream(path) as f:
-        while True:
-            chunk = f.read(INDEX_CHUNK_BYTES)
-            buf = carry + chunk if carry else chunk
-            if not buf:
-                break
-            _, ends, consumed = split_framed(buf, framing)
-            frame_ends = base + ends  # file offset just past each whole record
-            while True:
-                k = int(np.searchsorted(frame_ends, piece_start + task_bytes, side="left"))
-                if k >= len(frame_ends):
-                    break
-                cut = int(frame_ends[k])
-                count = seen + k + 1 - first_record
-                pieces.append(_Piece(path, piece_start, cut, count))
-                piece_start, first_record = cut, seen + k + 1
-            seen += len(ends)
-            base += consumed
-            carry = bytes(memoryview(buf)[consumed:])
-            if not chunk:
-                if carry:
-                    raise ValueError(
-                        f"{path}: truncated {framing} stream: the record at byte {base} runs "
-                        f"past the end ({len(carry)} bytes left)"
-                    )
-                break
-    if base > piece_start or not pieces:
-        pieces.append(_Piece(path, piece_start, base, seen - first_record))
-    return pieces
+        pieces, tail = plan_pieces(f, framing, task_bytes, block_bytes=INDEX_CHUNK_BYTES, name=path)
+    if tail is not None:
+        raise ValueError(f"{path}: {tail.reason}")
+    return [_Piece(path, p.start, p.end, p.records) for p in pieces]
 
 
 def _read_pieces(
@@ -932,53 +896,25 @@ def _read_pieces(
     """A read task: the records of its pieces, as tables of at most ~BLOCK_BYTES."""
     for piece in pieces:
         with fs.open_input_file(piece.path) as f:
-            end = piece.end
-            pos = piece.start
-            want = BLOCK_BYTES
-            while pos < end:
-                n = min(want, end - pos)
-                buf = f.read_at(n, pos)
-                view = memoryview(buf).cast("B")
-                starts, ends, consumed = split_framed(view, framing)
-                if consumed == 0:
-                    if pos + n >= end:
-                        raise ValueError(
-                            f"{piece.path}: truncated {framing} stream: the record at byte "
-                            f"{pos} runs past the end ({end - pos} bytes left)"
-                        )
-                    want *= 2  # one record larger than a block: read more at once
-                    continue
-                yield _block(view, starts, ends, piece.path, pos, include_location)
-                pos += consumed
-                want = BLOCK_BYTES
+            reader = FrameReader(
+                f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
+                name=piece.path,
+            )
+            for frames in reader:
+                yield _block(frames, piece.path, include_location)
+            if reader.tail is not None:
+                raise ValueError(f"{piece.path}: {reader.tail.reason}")
 
 
-def _block(
-    view: memoryview,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    path: str,
-    pos: int,
-    include_location: bool,
-) -> pa.Table:
-    offsets, values, large = compact(view, starts, ends)  # one copy, prefixes dropped
-    n = len(starts)
-    array = pa.Array.from_buffers(
-        pa.large_binary() if large else pa.binary(),
-        n,
-        [None, pa.py_buffer(offsets), pa.py_buffer(values)],
-    )
+def _block(frames: Frames, path: str, include_location: bool) -> pa.Table:
+    array = frames.records()  # one copy, prefixes dropped
     if not include_location:
         return pa.table({"value": array})
-    frame_starts = np.empty(n, dtype=np.int64)
-    if n:
-        frame_starts[0] = 0
-        frame_starts[1:] = ends[:-1]
     return pa.table(
         {
             "value": array,
-            "file": pa.array(np.full(n, path, dtype=object), pa.string()),
-            "offset": pa.array(frame_starts + pos),
+            "file": pa.array(np.full(len(frames), path, dtype=object), pa.string()),
+            "offset": pa.array(frames.frame_starts),
         }
     )
 
