@@ -176,7 +176,7 @@ def test_index_splits_on_record_boundaries(records: list[bytes], tmp_path: Path)
 
     path = tmp_path / "r.varint"
     path.write_bytes(framed(records))
-    pieces = war._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
+    pieces = war.datasource._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
     assert len(pieces) > 5
     assert pieces[0].start == 0 and pieces[-1].end == path.stat().st_size
     assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
