@@ -105,7 +105,7 @@ def test_to_arrow_equals_the_transcoder_with_dead_letters(bid_corpus) -> None:
     records = bid_corpus[:120] + BAD + bid_corpus[120:]
     want_rows, want_dead = expected_rows(PLAN, records)
     transform = wab.ToArrow(PLAN, batch_size=37)
-    assert transform.schema == wa.Transcoder.from_config(PLAN).arrow_schema
+    assert transform.schema == wa.load_plan(PLAN).transcoder().arrow_schema
 
     with in_process() as p:
         result = p | beam.Create(records) | transform
@@ -166,7 +166,7 @@ def test_keyed_and_row_inputs_carry_keys_to_dead_letters(bid_corpus) -> None:
 def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
     """Buffered per window; every batch in its records' window, at their latest timestamp."""
     records = bid_corpus[:60]
-    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    ids = [r["id"] for r in wa.load_plan(ID_PLAN).transcoder().transcode(records).to_pylist()]
     stamp = {rid: 3 * i for i, rid in enumerate(ids)}  # 0..177 s: 18 windows of 10 s
 
     def describe(batch, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam):
@@ -225,10 +225,10 @@ def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
 
 def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
     """What dill builds on: every DoFn and row round-trips through plain pickle too."""
-    schema = wa.Transcoder.from_config(PLAN).arrow_schema
+    schema = wa.load_plan(PLAN).transcoder().arrow_schema
     rows_fn = pickle.loads(pickle.dumps(wab.rows._RowsFn(schema, "R")))
     rows_fn.setup()
-    batch = wa.Transcoder.from_config(PLAN).transcode(bid_corpus[:3])
+    batch = wa.load_plan(PLAN).transcoder().transcode(bid_corpus[:3])
     rows = list(rows_fn.process(batch))
     back = pickle.loads(pickle.dumps(rows))
     assert back == rows and back[0].request_id == rows[0].request_id
@@ -255,7 +255,7 @@ def test_pickles_with_cloudpickle_and_dill(library: str, bid_corpus) -> None:
     try:
         for fn in (
             wab.transcode._TranscodeBytesFn(wab.ToArrow(ID_PLAN)._spec, 8, "value", "dead"),
-            wab.rows._RowsFn(wa.Transcoder.from_config(PLAN).arrow_schema, "R"),
+            wab.rows._RowsFn(wa.load_plan(PLAN).transcoder().arrow_schema, "R"),
         ):
             restored = pickler.loads(pickler.dumps(fn))
             restored.setup()
@@ -466,7 +466,7 @@ def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
     tmp_path, bid_corpus
 ) -> None:
     records = bid_corpus[:60]
-    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    ids = [r["id"] for r in wa.load_plan(ID_PLAN).transcoder().transcode(records).to_pylist()]
     stream = (
         test_stream.TestStream()
         .add_elements([window.TimestampedValue(r, 10 + i) for i, r in enumerate(records[:20])])
