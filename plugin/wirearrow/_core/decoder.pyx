@@ -29,13 +29,15 @@ from wirearrow._core.tables cimport (
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
 )
+from wirearrow._core.wire cimport (
+    E_LENGTH, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK, read_length, read_tag,
+    read_varint, skip_fixed, skip_varint, zigzag32, zigzag64,
+)
 
 # Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
+# The wire readers' statuses (OK, E_TRUNCATED, E_VARINT_OVERFLOW, E_LENGTH, E_TAG_OVERFLOW)
+# are wire.pxd's, numbered to fit in.
 cdef enum Status:
-    OK = 0
-    E_TRUNCATED = 1
-    E_VARINT_OVERFLOW = 2
-    E_LENGTH = 3
     E_FIELD_ZERO = 4
     E_WIRE_TYPE_RESERVED = 5
     E_STRAY_END_GROUP = 6
@@ -44,7 +46,6 @@ cdef enum Status:
     E_WIRE_TYPE = 9
     E_UTF8 = 10
     E_DEPTH = 11
-    E_TAG_OVERFLOW = 12
     E_NO_MEMORY = 13
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
@@ -764,17 +765,25 @@ cdef uint8_t* slot_grown(ColumnStore* cs, int64_t e) noexcept nogil:
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
 
 
+cdef int grow_group(GroupStore* gs, int64_t count) noexcept nogil:
+    """Room for `count` elements in the group (doubling, from 64); the only place a group
+    grows. Out of line: rare once the buffers are sized from the previous batch."""
+    cdef int64_t cap = gs.capacity * 2 if gs.capacity >= 64 else 64
+    cdef int64_t* parent
+    while cap < count:
+        cap *= 2
+    parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
+    if parent == NULL:
+        return E_NO_MEMORY
+    gs.parent = parent
+    gs.capacity = cap
+    return OK
+
+
 cdef inline int open_element(Ctx* c, int32_t g) noexcept nogil:
     cdef GroupStore* gs = &c.groups[g]
-    cdef int64_t cap
-    cdef int64_t* parent
-    if gs.count == gs.capacity:
-        cap = gs.capacity * 2 if gs.capacity >= 64 else 64
-        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        gs.parent = parent
-        gs.capacity = cap
+    if gs.count == gs.capacity and grow_group(gs, gs.count + 1) != OK:
+        return E_NO_MEMORY
     gs.parent[gs.count] = c.cur[gs.parent_group]
     c.cur[g] = gs.count
     gs.count += 1
@@ -820,64 +829,7 @@ cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
             cs.arena_len = (<uint32_t*>cs.values)[e]
 
 
-# ---- wire primitives -----------------------------------------------------------------
-
-cdef inline int read_varint(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
-    """Base-128 varint, least significant group first, at most 10 bytes."""
-    cdef const uint8_t* p = pp[0]
-    if p < end and p[0] < 0x80:
-        out[0] = p[0]
-        pp[0] = p + 1
-        return OK
-    return read_varint_slow(pp, end, out)
-
-
-cdef int read_varint_slow(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
-    cdef const uint8_t* p = pp[0]
-    cdef uint64_t result = 0
-    cdef uint64_t b
-    cdef int shift = 0
-    while True:
-        if p >= end:
-            return E_TRUNCATED
-        if shift > 63:
-            return E_VARINT_OVERFLOW
-        b = p[0]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    out[0] = result
-    pp[0] = p
-    return OK
-
-
-cdef inline int skip_varint(const uint8_t** pp, const uint8_t* end) noexcept nogil:
-    cdef const uint8_t* p = pp[0]
-    cdef const uint8_t* limit = p + 10
-    while True:
-        if p >= end:
-            return E_TRUNCATED
-        if p >= limit:
-            return E_VARINT_OVERFLOW
-        if p[0] < 0x80:
-            pp[0] = p + 1
-            return OK
-        p += 1
-
-
-cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out) noexcept nogil:
-    """A length prefix, checked against the bytes left in the enclosing region."""
-    cdef uint64_t v
-    cdef int st = read_varint(pp, end, &v)
-    if st != OK:
-        return st
-    if v > <uint64_t>(end - pp[0]):
-        return E_LENGTH
-    out[0] = <int64_t>v
-    return OK
-
+# ---- skipping ------------------------------------------------------------------------
 
 cdef int skip_field(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t number,
                     int wire_type, int depth) noexcept nogil:
@@ -886,15 +838,9 @@ cdef int skip_field(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
     if wire_type == 0:
         return skip_varint(pp, end)
     if wire_type == 1:
-        if end - pp[0] < 8:
-            return E_TRUNCATED
-        pp[0] += 8
-        return OK
+        return skip_fixed(pp, end, 8)
     if wire_type == 5:
-        if end - pp[0] < 4:
-            return E_TRUNCATED
-        pp[0] += 4
-        return OK
+        return skip_fixed(pp, end, 4)
     if wire_type == 2:
         st = read_length(pp, end, &n)
         if st == OK:
@@ -918,11 +864,9 @@ cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
     while True:
         if pp[0] >= end:
             return E_UNTERMINATED_GROUP
-        st = read_varint(pp, end, &tag)
+        st = read_tag(pp, end, &tag)
         if st != OK:
             return st
-        if tag >> 32:
-            return E_TAG_OVERFLOW
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn == 0:
@@ -1005,15 +949,8 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
     cdef int st
     c.cur[0] = -1   # the root group's parent is the record index, stored by open_element
     cdef GroupStore* root = &c.groups[0]
-    cdef int64_t cap
-    cdef int64_t* parent
-    if root.count == root.capacity:
-        cap = root.capacity * 2 if root.capacity >= 64 else 64
-        parent = <int64_t*>PyMem_RawRealloc(root.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        root.parent = parent
-        root.capacity = cap
+    if root.count == root.capacity and grow_group(root, root.count + 1) != OK:
+        return E_NO_MEMORY
     root.parent[root.count] = index
     c.cur[0] = root.count
     root.count += 1
@@ -1080,22 +1017,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         field_start = p
         opened = NULL
         fn = 0  # an unreadable tag names no field
-        if p[0] < 0x80:
-            tag = p[0]
-            p += 1
-        elif p + 1 < end and p[1] < 0x80:
-            tag = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
-            p += 2
-        else:
-            q = p
-            st = read_varint_slow(&q, end, &vq)
-            p = q
-            tag = vq
-            if st != OK:
-                break
-            if tag >> 32:
-                st = E_TAG_OVERFLOW
-                break
+        q = p
+        st = read_tag(&q, end, &vq)
+        p = q
+        tag = vq
+        if st != OK:
+            break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn < dense_len:
@@ -1110,19 +1037,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
             if node.unknown < 0:
                 if wt == 2 and fn != 0:
-                    if p < end and p[0] < 0x80:
-                        n = p[0]
-                        p += 1
-                        if n > end - p:
-                            st = E_LENGTH
-                            break
-                    else:
-                        q = p
-                        st = read_length(&q, end, &nq)
-                        p = q
-                        n = nq
-                        if st != OK:
-                            break
+                    q = p
+                    st = read_length(&q, end, &nq)
+                    p = q
+                    n = nq
+                    if st != OK:
+                        break
                     p += n
                     continue
                 if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
@@ -1212,16 +1132,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             el = c.cur[f.group]
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
-            if p < end and p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                q = p
-                st = read_varint_slow(&q, end, &vq)
-                p = q
-                v = vq
-                if st != OK:
-                    break
+            q = p
+            st = read_varint(&q, end, &vq)
+            p = q
+            v = vq
+            if st != OK:
+                break
             dst = value_slot_at(c, f.column, el, 4)
             if dst == NULL:
                 st = E_NO_MEMORY
@@ -1229,19 +1145,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
         elif act == A_STRING or act == A_BYTES:
-            if p < end and p[0] < 0x80:
-                n = p[0]
-                p += 1
-                if n > end - p:
-                    st = E_LENGTH
-                    break
-            else:
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
+            q = p
+            st = read_length(&q, end, &nq)
+            p = q
+            n = nq
+            if st != OK:
+                break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
             else:
@@ -1250,16 +1159,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             p += n
         elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
-            if p < end and p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                q = p
-                st = read_varint_slow(&q, end, &vq)
-                p = q
-                v = vq
-                if st != OK:
-                    break
+            q = p
+            st = read_varint(&q, end, &vq)
+            p = q
+            v = vq
+            if st != OK:
+                break
             dst = slot_at(c, f.column, el)
             if dst == NULL:
                 st = E_NO_MEMORY
@@ -1347,11 +1252,10 @@ cdef inline void store_varint(uint8_t* dst, int act, uint64_t v) noexcept nogil:
     elif act == A_BOOL:
         dst[0] = v != 0
     elif act == A_ZIGZAG32:
-        v32 = <uint32_t>v
-        z32 = <int32_t>((v32 >> 1) ^ (~(v32 & 1) + 1))
+        z32 = zigzag32(<uint32_t>v)
         memcpy(dst, &z32, 4)
     else:
-        z64 = <int64_t>((v >> 1) ^ (~(v & 1) + 1))
+        z64 = zigzag64(v)
         memcpy(dst, &z64, 8)
 
 
@@ -1362,15 +1266,9 @@ cdef int skip_value(int act, const uint8_t** pp, const uint8_t* end) noexcept no
     if act == A_SKIP_VARINT:
         return skip_varint(pp, end)
     if act == A_SKIP_FIXED32:
-        if end - pp[0] < 4:
-            return E_TRUNCATED
-        pp[0] += 4
-        return OK
+        return skip_fixed(pp, end, 4)
     if act == A_SKIP_FIXED64:
-        if end - pp[0] < 8:
-            return E_TRUNCATED
-        pp[0] += 8
-        return OK
+        return skip_fixed(pp, end, 8)
     st = read_length(pp, end, &n)
     if st != OK:
         return st
@@ -1577,13 +1475,9 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
             if st != OK:
                 return st
         if act <= A_ZIGZAG64:
-            if p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                st = read_varint_slow(&p, end, &v)
-                if st != OK:
-                    return st
+            st = read_varint(&p, end, &v)
+            if st != OK:
+                return st
             dst = slot(c, f.column)
             if dst == NULL:
                 return E_NO_MEMORY
@@ -1599,17 +1493,9 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
 cdef int open_elements(Ctx* c, int32_t g, int64_t k) noexcept nogil:
     """open_element k times: k sibling elements, the last one current."""
     cdef GroupStore* gs = &c.groups[g]
-    cdef int64_t cap = gs.capacity, i, parent_element
-    cdef int64_t* parent
-    if gs.count + k > cap:
-        cap = cap * 2 if cap >= 64 else 64
-        while cap < gs.count + k:
-            cap *= 2
-        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        gs.parent = parent
-        gs.capacity = cap
+    cdef int64_t i, parent_element
+    if gs.count + k > gs.capacity and grow_group(gs, gs.count + k) != OK:
+        return E_NO_MEMORY
     parent_element = c.cur[gs.parent_group]
     for i in range(gs.count, gs.count + k):
         gs.parent[i] = parent_element

@@ -30,10 +30,10 @@ import numpy as np
 from wirearrow._core.buffers cimport (
     MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free, wa_hugepages,
 )
+from wirearrow._core.wire cimport varint_size, zigzag32_of, zigzag64_of
 
 
 cdef extern from *:
-    int __builtin_clzll(unsigned long long) nogil
     void __builtin_prefetch(const void* addr) nogil
 
 
@@ -167,12 +167,6 @@ cdef inline int reserve(Enc* e, size_t n) noexcept nogil:
     return grow(e, n)
 
 
-cdef inline int varint_size(uint64_t v) noexcept nogil:
-    if v < 0x80:
-        return 1
-    return (63 - __builtin_clzll(v)) // 7 + 1
-
-
 cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
     """Base-128 varint, low group first, continuation bit on all but the last byte."""
     cdef uint8_t* p
@@ -256,11 +250,9 @@ cdef int put_value(Enc* e, const Col* c, int32_t kind, int64_t p) noexcept nogil
     elif kind == V_INT64:
         put_varint(e, (<const uint64_t*>c.values)[p])
     elif kind == V_SINT32:
-        v = (<const int32_t*>c.values)[p]
-        put_varint(e, <uint32_t>((<uint32_t>v << 1) ^ <uint32_t>(v >> 31)))
+        put_varint(e, zigzag32_of((<const int32_t*>c.values)[p]))
     elif kind == V_SINT64:
-        v = (<const int64_t*>c.values)[p]
-        put_varint(e, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+        put_varint(e, zigzag64_of((<const int64_t*>c.values)[p]))
     elif kind == V_FIXED32:
         e.ptr -= 4
         memcpy(e.ptr, c.values + 4 * p, 4)
