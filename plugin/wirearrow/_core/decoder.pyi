@@ -1,5 +1,7 @@
 from collections.abc import Buffer, Sequence
 
+from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
+
 KIND: dict[str, int]
 FLAG: dict[str, int]
 STATUS_TEXT: dict[int, str]
@@ -7,32 +9,52 @@ POLICY_RAISE: int
 POLICY_SKIP: int
 
 class Program:
-    n_entries: int
-    n_nodes: int
-    n_cols: int
-    n_groups: int
-    max_depth: int
+    @property
+    def n_entries(self) -> int: ...
+    @property
+    def n_nodes(self) -> int: ...
+    @property
+    def n_cols(self) -> int: ...
+    @property
+    def n_groups(self) -> int: ...
+    @property
+    def n_defaults(self) -> int: ...
+    @property
+    def max_nesting(self) -> int: ...
     def __init__(
         self,
-        entries: Sequence[tuple[int, int, int, int, int, int, int, int, int]],
-        nodes: Sequence[tuple[int, int, int, int, int, int, int, int]],
+        entries: Sequence[DecodeEntry],
+        nodes: Sequence[DecodeNode],
         dense: Sequence[int],
-        defaults: Sequence[tuple[int, bytes]],
+        defaults: Sequence[DecodeDefault],
         clear_cols: Sequence[int],
-        columns: Sequence[tuple[int, int]],
+        columns: Sequence[DecodeColumn],
         groups: Sequence[int],
-        max_depth: int,
+        max_nesting: int,
     ) -> None: ...
+    def entry(self, i: int) -> DecodeEntry: ...
+    def node(self, i: int) -> DecodeNode: ...
+    def column(self, i: int) -> DecodeColumn: ...
+    def default(self, i: int) -> DecodeDefault: ...
 
 class Result:
-    group_parents: list[Buffer]
-    group_counts: list[int]
-    col_values: list[Buffer | None]  # a bytes column: count + 1 uint32 offsets into col_arena
-    col_valid: list[Buffer]
-    col_arena: list[Buffer | None]
-    col_counts: list[int]
-    errors: list[tuple[int, int, int, list[tuple[int, int, int]]]]
-    records: int
+    @property
+    def group_parents(self) -> list[Buffer]: ...
+    @property
+    def group_counts(self) -> list[int]: ...
+    @property
+    def col_values(self) -> list[Buffer | None]:
+        """A bytes column: count + 1 uint32 offsets into col_arena."""
+    @property
+    def col_valid(self) -> list[Buffer]: ...
+    @property
+    def col_arena(self) -> list[Buffer | None]: ...
+    @property
+    def col_counts(self) -> list[int]: ...
+    @property
+    def errors(self) -> list[tuple[int, int, int, list[tuple[int, int, int]]]]: ...
+    @property
+    def records(self) -> int: ...
 
 def decode(
     program: Program,

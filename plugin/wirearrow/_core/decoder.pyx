@@ -34,6 +34,8 @@ from wirearrow._core.wire cimport (
     read_varint, skip_fixed, skip_varint, zigzag32, zigzag64,
 )
 
+from wirearrow._core import layout
+
 # Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
 # The wire readers' statuses (OK, E_TRUNCATED, E_VARINT_OVERFLOW, E_LENGTH, E_TAG_OVERFLOW)
 # are wire.pxd's, numbered to fit in.
@@ -99,7 +101,7 @@ ctypedef struct Ctx:
     const uint8_t* record            # start of the record being decoded
     int32_t n_cols
     int32_t n_groups
-    int32_t max_depth
+    int32_t max_nesting              # messages and groups nested deeper are an error
     bint pooled                      # buffers come from and go back to the buffer pool
     # error report, filled on the way out of a failing record
     int32_t err_status
@@ -128,7 +130,7 @@ cdef class Program:
     cdef int32_t* col_group
     cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
     cdef int32_t* group_parent
-    cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, max_depth
+    cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
 
     def __cinit__(self):
         self.entries = NULL
@@ -143,21 +145,21 @@ cdef class Program:
         self.group_parent = NULL
 
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
-                 int max_depth):
-        """entries: (number, wire_type, kind, flags, column, child, group, clear, n_clear);
-        nodes: (entries, n_entries, dense, dense_len, group, presence, defaults, n_defaults,
-        unknown);
-        dense: entry index or -1; defaults: (column, 16-byte default value);
-        clear_cols: column indices; columns: (width, group); groups: parent group (-1 root).
+                 int max_nesting):
+        """entries, nodes, defaults, columns: rows of layout.DecodeEntry, DecodeNode,
+        DecodeDefault, DecodeColumn (or plain tuples of their fields, in order);
+        dense: entry index or -1; clear_cols: column indices; groups: parent group (-1 root);
+        max_nesting: messages and groups nested deeper are a decode error.
         """
         cdef int32_t i
-        if not 0 < max_depth < MAX_STACK:
-            raise ValueError(f"max_depth must be in 1..{MAX_STACK - 1}")
-        self.max_depth = max_depth
+        if not 0 < max_nesting < MAX_STACK:
+            raise ValueError(f"max_nesting must be in 1..{MAX_STACK - 1}")
+        self.max_nesting = max_nesting
         self.n_entries = len(entries)
         self.n_nodes = len(nodes)
         self.n_cols = len(columns)
         self.n_groups = len(groups)
+        self.n_defaults = len(defaults)
         if self.n_nodes == 0 or self.n_groups == 0:
             raise ValueError("a program needs a root node and a root group")
         self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
@@ -178,11 +180,12 @@ cdef class Program:
                 or self.col_bytes == NULL
                 or self.group_parent == NULL):
             raise MemoryError()
-        for i, (width, group) in enumerate(columns):
-            if width not in (0, 1, 4, 8) or not 0 <= group < self.n_groups:
+        for i, row in enumerate(columns):
+            col = layout.DecodeColumn._make(row)
+            if col.width not in (0, 1, 4, 8) or not 0 <= col.group < self.n_groups:
                 raise ValueError(f"bad column {i}")
-            self.col_width[i] = width
-            self.col_group[i] = group
+            self.col_width[i] = col.width
+            self.col_group[i] = col.group
         for i, parent in enumerate(groups):
             if not (-1 <= parent < i) or (parent == -1) != (i == 0):
                 raise ValueError(f"bad group {i}: parents precede children, only group 0 is root")
@@ -194,20 +197,23 @@ cdef class Program:
         for i, c in enumerate(clear_cols):
             self._check_col(c, "clear column")
             self.clear_cols[i] = c
-        for i, (c, value) in enumerate(defaults):
-            self._check_col(c, "default column")
+        for i, row in enumerate(defaults):
+            dflt = layout.DecodeDefault._make(row)
+            self._check_col(dflt.column, "default column")
+            value = dflt.value
             if len(value) != 16:
                 raise ValueError("default values are 16 bytes")
-            self.default_cols[i] = c
+            self.default_cols[i] = dflt.column
             memcpy(self.default_values + 16 * i, <const char*>value, 16)
-        for i, (number, wire_type, kind, flags, column, child, group, clear, n_clear) in \
-                enumerate(entries):
-            self._set_entry(i, number, wire_type, kind, flags, column, child, group, clear,
-                            n_clear)
-        for i, (first, count, dense_at, dense_len, group, presence, dflt, n_dflt, unknown) in \
-                enumerate(nodes):
-            self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
-                           unknown, len(dense), len(defaults))
+        for i, row in enumerate(entries):
+            e = layout.DecodeEntry._make(row)
+            self._set_entry(i, e.number, e.wire_type, e.kind, e.flags, e.column, e.child,
+                            e.group, e.clear, e.n_clear)
+        for i, row in enumerate(nodes):
+            n = layout.DecodeNode._make(row)
+            self._set_node(i, n.entries, n.n_entries, n.dense, n.dense_len, n.group,
+                           n.presence, n.defaults, n.n_defaults, n.unknown, len(dense),
+                           len(defaults))
         self._check_groups()
         self._check_bytes(len(defaults))
         # The hot loop reads a field's entry straight from the dense slot of its number:
@@ -326,6 +332,41 @@ cdef class Program:
         n.n_defaults = n_defaults
         n.unknown = unknown
 
+    # Read back from the structs (tests/test_layout.py: every field of a row arrives).
+
+    def entry(self, int32_t i):
+        """Entry i as the decoder holds it."""
+        if not 0 <= i < self.n_entries:
+            raise IndexError(i)
+        cdef const FieldEntry* e = &self.entries[i]
+        return layout.DecodeEntry(
+            number=e.number, wire_type=e.wire_type, kind=e.kind, flags=e.flags,
+            column=e.column, child=e.child, group=e.group, clear=e.clear, n_clear=e.n_clear)
+
+    def node(self, int32_t i):
+        """Node i as the decoder holds it."""
+        if not 0 <= i < self.n_nodes:
+            raise IndexError(i)
+        cdef const Node* n = &self.nodes[i]
+        return layout.DecodeNode(
+            entries=n.entries, n_entries=n.n_entries, dense=n.dense, dense_len=n.dense_len,
+            group=n.group, presence=n.presence, defaults=n.defaults, n_defaults=n.n_defaults,
+            unknown=n.unknown)
+
+    def column(self, int32_t i):
+        """Column i as the decoder holds it."""
+        if not 0 <= i < self.n_cols:
+            raise IndexError(i)
+        return layout.DecodeColumn(width=self.col_width[i], group=self.col_group[i])
+
+    def default(self, int32_t i):
+        """Default i as the decoder holds it (self.n_defaults of them)."""
+        if not 0 <= i < self.n_defaults:
+            raise IndexError(i)
+        return layout.DecodeDefault(
+            column=self.default_cols[i],
+            value=(<const char*>self.default_values + 16 * i)[:16])
+
     def __dealloc__(self):
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
@@ -427,7 +468,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.clear_cols = program.clear_cols
     c.n_cols = program.n_cols
     c.n_groups = program.n_groups
-    c.max_depth = program.max_depth
+    c.max_nesting = program.max_nesting
     c.pooled = pooled
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
@@ -859,7 +900,7 @@ cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
     cdef uint64_t tag
     cdef int st, wt
     cdef uint32_t fn
-    if depth > c.max_depth:
+    if depth > c.max_nesting:
         return E_DEPTH
     while True:
         if pp[0] >= end:
@@ -1010,7 +1051,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     # read per value; Program checked that every column is in the group its values are
     # stored by.
     cdef int64_t el
-    if depth > c.max_depth:
+    if depth > c.max_nesting:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
     while p < end:

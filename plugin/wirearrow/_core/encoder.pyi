@@ -3,6 +3,7 @@ from collections.abc import Buffer
 import numpy as np
 
 from wirearrow._core.buffers import OwnedBuffer
+from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode
 
 KIND: dict[str, int]
 SHAPE: dict[str, int]
@@ -10,6 +11,11 @@ PRESENCE: dict[str, int]
 STATUS_TEXT: dict[int, str]
 COL_WIDTH: int
 ENTRY_WIDTH: int
+NODE_WIDTH: int
+
+def tables(
+    cols: Buffer, entries: Buffer, nodes: Buffer
+) -> tuple[list[EncodeColumn], list[EncodeEntry], list[EncodeNode]]: ...
 
 def encode(
     cols: Buffer, entries: Buffer, nodes: Buffer, n_rows: int, capacity: int = 0
