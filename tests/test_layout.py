@@ -150,7 +150,7 @@ def test_every_encoder_row_arrives_field_by_field() -> None:
         )
         for i in range(3)
     ]
-    nodes = [layout.EncodeNode(first=0, count=2), layout.EncodeNode(first=2, count=1)]
+    nodes = [layout.EncodeNode(first=0, n_entries=2), layout.EncodeNode(first=2, n_entries=1)]
     got = encoder.tables(
         _matrix(layout.EncodeColumn, cols),
         _matrix(layout.EncodeEntry, entries),

@@ -1,6 +1,13 @@
-from collections.abc import Buffer, Sequence
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import numpy as np
+from typing_extensions import Buffer
 
 from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
+
+# numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
+_Bytes: TypeAlias = Buffer | np.ndarray
 
 KIND: dict[str, int]
 FLAG: dict[str, int]
@@ -39,16 +46,16 @@ class Program:
 
 class Result:
     @property
-    def group_parents(self) -> list[Buffer]: ...
+    def group_parents(self) -> list[_Bytes]: ...
     @property
     def group_counts(self) -> list[int]: ...
     @property
-    def col_values(self) -> list[Buffer | None]:
+    def col_values(self) -> list[_Bytes | None]:
         """A bytes column: count + 1 uint32 offsets into col_arena."""
     @property
-    def col_valid(self) -> list[Buffer]: ...
+    def col_valid(self) -> list[_Bytes]: ...
     @property
-    def col_arena(self) -> list[Buffer | None]: ...
+    def col_arena(self) -> list[_Bytes | None]: ...
     @property
     def col_counts(self) -> list[int]: ...
     @property
@@ -58,9 +65,9 @@ class Result:
 
 def decode(
     program: Program,
-    data: Buffer,
-    starts: Buffer,
-    ends: Buffer,
+    data: _Bytes,
+    starts: _Bytes,
+    ends: _Bytes,
     policy: int,
     index_base: int = 0,
     capacity: Sequence[int] | None = None,

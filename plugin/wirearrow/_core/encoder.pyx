@@ -95,7 +95,7 @@ cdef Py_ssize_t EN_ELEM = layout.position(layout.EncodeEntry, "elem")
 cdef Py_ssize_t EN_CHILD = layout.position(layout.EncodeEntry, "child")
 cdef Py_ssize_t EN_ONEOF = layout.position(layout.EncodeEntry, "oneof")
 cdef Py_ssize_t N_FIRST = layout.position(layout.EncodeNode, "first")
-cdef Py_ssize_t N_COUNT = layout.position(layout.EncodeNode, "count")
+cdef Py_ssize_t N_ENTRIES = layout.position(layout.EncodeNode, "n_entries")
 
 
 ctypedef struct Enc:
@@ -341,7 +341,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     cdef const EncodeNode* nd = &e.nodes[node]
     cdef const EncodeEntry* en
     cdef const ArrowColumn* c
-    cdef int32_t i = nd.first + nd.count
+    cdef int32_t i = nd.first + nd.n_entries
     cdef int64_t p
     cdef uint64_t oneofs = 0, bit, v
     cdef int status
@@ -455,7 +455,7 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
     cdef int64_t ea, eb, w
     if b <= a or depth > 16:
         return
-    for i in range(nd.first, nd.first + nd.count):
+    for i in range(nd.first, nd.first + nd.n_entries):
         en = &e.entries[i]
         c = &e.cols[en.col]
         if en.shape == S_SINGULAR:
@@ -534,8 +534,8 @@ cdef _Tables load_tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entri
             raise ValueError("encode: an entry points outside the tables")
     for i in range(nodes.shape[0]):
         t.nodes[i].first = <int32_t>nodes[i, N_FIRST]
-        t.nodes[i].count = <int32_t>nodes[i, N_COUNT]
-        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].count > entries.shape[0]:
+        t.nodes[i].n_entries = <int32_t>nodes[i, N_ENTRIES]
+        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].n_entries > entries.shape[0]:
             raise ValueError("encode: a node points outside the tables")
     return t
 
@@ -557,7 +557,7 @@ def tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
             shape=t.entries[i].shape, presence=t.entries[i].presence, col=t.entries[i].col,
             elem=t.entries[i].elem, child=t.entries[i].child, oneof=t.entries[i].oneof)
          for i in range(t.n_entries)],
-        [layout.EncodeNode(first=t.nodes[i].first, count=t.nodes[i].count)
+        [layout.EncodeNode(first=t.nodes[i].first, n_entries=t.nodes[i].n_entries)
          for i in range(t.n_nodes)],
     )
 

@@ -99,7 +99,7 @@ class EncodeEntry(NamedTuple):
 
 class EncodeNode(NamedTuple):
     first: int  # first EncodeEntry
-    count: int
+    n_entries: int
 
 
 def position(record: type[tuple], name: str) -> int:

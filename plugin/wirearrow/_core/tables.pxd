@@ -156,5 +156,5 @@ ctypedef struct EncodeEntry:
     int32_t oneof              # 1-based oneof of the message, 0 = none
 
 ctypedef struct EncodeNode:
-    int32_t first
-    int32_t count
+    int32_t first              # first entry of the node
+    int32_t n_entries

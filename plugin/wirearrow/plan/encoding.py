@@ -108,7 +108,7 @@ class EncodingPlan:
         self.descriptor = descriptor
         self.schema = schema
         self._t = _Tables()
-        self._t.nodes.append(EncodeNode(first=0, count=0))  # the root is node 0
+        self._t.nodes.append(EncodeNode(first=0, n_entries=0))  # the root is node 0
         roots = [self._spec(-1, "column", i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
         t = self._t
@@ -124,7 +124,7 @@ class EncodingPlan:
 
     def _node(self, message: Descriptor, fields: list[pa.Field], cols: list[int], where: str):
         node = len(self._t.nodes)
-        self._t.nodes.append(EncodeNode(first=0, count=0))
+        self._t.nodes.append(EncodeNode(first=0, n_entries=0))
         self._node_into(node, message, fields, cols, where)
         return node
 
@@ -165,7 +165,7 @@ class EncodingPlan:
             rows.append(_entry(0, "unknown", "singular", "explicit", col))
         first = len(self._t.entries)
         self._t.entries.extend(rows)
-        self._t.nodes[node] = EncodeNode(first=first, count=len(rows))
+        self._t.nodes[node] = EncodeNode(first=first, n_entries=len(rows))
 
     def _field(
         self, fd: FieldDescriptor, t: pa.DataType, col: int, container: Descriptor, path: str
@@ -184,7 +184,7 @@ class EncodingPlan:
                 self._value(value_fd, t.item_type, value_col, f"{path}[].value", "always"),
             ]
             node = len(self._t.nodes)
-            self._t.nodes.append(EncodeNode(first=len(self._t.entries), count=2))
+            self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=2))
             self._t.entries.extend(rows)
             return _entry(fd.number << 3 | 2, "message", "repeated", "explicit", col, entries, node)
         if is_repeated(fd):
@@ -279,7 +279,7 @@ class EncodingPlan:
 
     def _wrap(self, message: Descriptor, rows: list[EncodeEntry]) -> int:
         node = len(self._t.nodes)
-        self._t.nodes.append(EncodeNode(first=len(self._t.entries), count=len(rows)))
+        self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=len(rows)))
         self._t.entries.extend(rows)
         return node
 
