@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from google.protobuf import json_format, message_factory, struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.message import Message
 
 from wirearrow._core import encoder as core
 from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, position
@@ -286,6 +287,8 @@ class EncodingPlan:
     def _temporal(self, message: Descriptor, wkt: str, t: pa.DataType, col: int, path: str) -> int:
         """A node whose fields are helper arrays derived from the temporal column."""
         spec = self._t.specs[col]
+        parts: tuple[str, ...]
+        split: Callable
         if wkt in ("timestamp", "duration"):
             per_second = _PER_SECOND[t.unit]
             parts = ("seconds", "nanos")
@@ -588,7 +591,7 @@ def _json_bytes(message: str, null_is_empty: bool) -> Derive:
     return derive
 
 
-def _canonical_bytes(cls: type) -> Derive:
+def _canonical_bytes(cls: type[Message]) -> Derive:
     """Serialized messages -> the runtime's deterministic serialization of each (Python)."""
 
     def derive(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:

@@ -301,11 +301,11 @@ class ProgramBuilder:
         """
         kept = []
         source = self.validity_from.get(node.presence, node.presence)
-        for column, value in defaults:
-            if any(value):
-                kept.append((column, value))
+        for default in defaults:
+            if any(default.value):
+                kept.append(default)
             else:
-                self.validity_from[column] = source
+                self.validity_from[default.column] = source
         return kept
 
     def _oneof_clear_lists(self, node: NodeSpec) -> dict[int, list[int]]:
