@@ -287,8 +287,8 @@ class TranscodeJob:
                         sink.write(batch)
                     if self.dead_sink is not None:
                         # Where each record's frame (length prefix) starts in the file.
-                        frames = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
-                        self._dead_letters(path, record_base + i0, frames)
+                        frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
+                        self._dead_letters(path, record_base + i0, frame_at)
                     result.bytes_in = base + hi
                     self.progress.update(label, result.records_in, result.bytes_in, size, t0)
                 record_base += n

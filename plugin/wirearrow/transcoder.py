@@ -20,7 +20,7 @@ from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
-from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec
+from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec, as_columns
 
 __all__ = ["DEAD_LETTER_SCHEMA", "ON_ERROR", "Stats", "TranscodeSpec", "Transcoder"]
 
@@ -96,7 +96,7 @@ class Transcoder:
         else:
             spec = TranscodeSpec(
                 schema,
-                None if columns is None else tuple(columns),
+                as_columns(columns),
                 on_error=on_error,
                 validate=validate,
                 timestamp_unit=timestamp_unit,
@@ -162,7 +162,7 @@ class Transcoder:
         """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
         with self._lock:
             rows, self._dead = self._dead, []
-        columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
+        columns: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[]] * 5
         return pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
             schema=DEAD_LETTER_SCHEMA,
@@ -369,7 +369,7 @@ def _records(messages: object, framing: str | None):
         view = memoryview(messages).cast("B")  # type: ignore[arg-type]
         starts, ends, consumed = split_framed(view, framing)
         index = np.arange(len(starts), dtype=np.int64)
-        extra = []
+        extra: list[tuple[DecodeError, bytes | None]] = []
         if consumed != len(view):
             err = DecodeError(
                 f"truncated {framing} stream: the last record runs past the end",
@@ -386,6 +386,7 @@ def _records(messages: object, framing: str | None):
     if not isinstance(messages, pa.Array):
         return _from_python(messages)
     t = messages.type
+    width: type[np.signedinteger[Any]]
     if pa.types.is_binary(t) or pa.types.is_string(t):
         width = np.int32
     elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
@@ -412,13 +413,13 @@ def _from_python(messages: object):
     """A sequence of bytes-like records: one exact-size copy into a contiguous buffer."""
     items = messages if isinstance(messages, list | tuple) else list(messages)  # type: ignore[call-overload]
     try:
-        data, starts, ends, nulls = pack_records(items)
+        data, starts_buf, ends_buf, nulls = pack_records(items)
     except TypeError as err:
         raise TypeError(f"records must be bytes-like: {err}") from None
-    starts = np.frombuffer(starts, dtype=np.int64)
-    ends = np.frombuffer(ends, dtype=np.int64)
+    starts = np.frombuffer(memoryview(starts_buf), dtype=np.int64)
+    ends = np.frombuffer(memoryview(ends_buf), dtype=np.int64)
     index = np.arange(len(starts), dtype=np.int64)
-    extra = []
+    extra: list[tuple[DecodeError, bytes | None]] = []
     if nulls:
         for i in nulls:
             extra.append((DecodeError("null record", index=int(i), offset=0, path=""), None))

@@ -10,7 +10,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -523,7 +523,11 @@ def transcode(
         "filesystem": fs,
         "ledger": ledger,
     }
-    common = {"batch_format": "pyarrow", "zero_copy_batch": True, "batch_size": batch_size}
+    common: dict[str, Any] = {
+        "batch_format": "pyarrow",
+        "zero_copy_batch": True,
+        "batch_size": batch_size,
+    }
     pool = None
     if compute == "tasks":
         if isinstance(concurrency, tuple):
@@ -533,7 +537,7 @@ def transcode(
         if num_cpus is not None:
             map_batches_args["num_cpus"] = num_cpus
         rows = ds.map_batches(
-            _transcode_task,
+            cast(Any, _transcode_task),  # Ray's stub wants a one-argument function
             fn_kwargs={"job": ledger.job, **transcode_args},
             **common,
             **map_batches_args,
