@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import TypeAlias
 
 import numpy as np
@@ -17,3 +18,6 @@ def pack_records(
 def compact(
     data: _Bytes, starts: _Bytes, ends: _Bytes
 ) -> tuple[OwnedBuffer, OwnedBuffer, bool]: ...
+def pack_records(
+    records: Sequence[_Bytes | None],
+) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...
