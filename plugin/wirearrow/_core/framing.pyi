@@ -12,9 +12,6 @@ _Bytes: TypeAlias = Buffer | np.ndarray
 FRAMINGS: dict[str, int]
 
 def split(data: _Bytes, framing: int, base: int = 0) -> tuple[OwnedBuffer, OwnedBuffer, int]: ...
-def pack_records(
-    records: object,
-) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...
 def compact(
     data: _Bytes, starts: _Bytes, ends: _Bytes
 ) -> tuple[OwnedBuffer, OwnedBuffer, bool]: ...
