@@ -798,6 +798,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"records per transcode call (default {DEFAULT_BATCH_SIZE})",
     )
     bench.set_defaults(func=cmd_bench)
+
+    from wirearrow import playground  # argparse only: the server loads when it runs
+
+    playground.configure(
+        commands.add_parser(
+            "playground", help=playground.HELP, description=playground.DESCRIPTION
+        )
+    )
     return parser
 
 
