@@ -88,6 +88,7 @@ async function addColumn(path) {
   try {
     const data = await api("/api/add_column", { plan: $("plan").value, mode: state.mode, path });
     $("plan").value = data.plan;
+    $("plan").scrollTop = $("plan").scrollHeight; // the new column is at the end
     renderGutter([]);
     schedulePreview(0);
   } catch (err) {
@@ -196,7 +197,7 @@ function renderPreview(p) {
   const table = $("preview-table");
   table.replaceChildren();
   const head = el("tr", {}, ...p.columns.map((c) =>
-    el("th", {}, c.name, el("span", { class: "type" }, c.type))));
+    el("th", { "data-name": c.name }, c.name, el("span", { class: "type" }, c.type))));
   table.append(el("thead", {}, head));
   const body = el("tbody");
   for (const row of p.rows) body.append(el("tr", {}, ...row.map(cell)));
