@@ -25,6 +25,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import wirearrow.beam as wab
+from wirearrow.beam.transcode import METRICS_NAMESPACE  # the namespace of ToArrow's counters
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     counters = {
         c.key.metric.name: c.committed
         for c in result.metrics().query(beam.metrics.MetricsFilter())["counters"]
-        if c.key.metric.namespace == wab.METRICS_NAMESPACE
+        if c.key.metric.namespace == METRICS_NAMESPACE
     }
     records_in = counters.get("records_in", 0)
     print(

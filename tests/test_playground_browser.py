@@ -106,10 +106,14 @@ def browser(tmp_path):
 
 
 def _wait(driver, condition, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    wait = WebDriverWait(
+        driver, WAIT, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+    )
     try:
-        return WebDriverWait(driver, WAIT, poll_frequency=0.2).until(lambda d: condition(d))
+        return wait.until(lambda d: condition(d))
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "playground-failure.png"))
@@ -125,9 +129,10 @@ def _text(driver, element_id: str) -> str:
 
 
 def _headers(driver) -> list[str]:
-    # An attribute, not .text: Selenium gives no text for cells scrolled out of view.
-    cells = driver.find_elements("css selector", "#preview-table th")
-    return [th.get_attribute("data-name") for th in cells]
+    # Read in the page at once: the table is redrawn on every preview (an element found
+    # first may be gone when read), and Selenium gives no .text for cells out of view.
+    script = "return [...document.querySelectorAll('#preview-table th')].map(t => t.dataset.name)"
+    return driver.execute_script(script)
 
 
 def test_playground_in_a_browser(browser, playground) -> None:

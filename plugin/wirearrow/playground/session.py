@@ -295,7 +295,7 @@ class Session:
         import wirearrow as wa
         from wirearrow.errors import PlanError, WirearrowError
 
-        options = {**plan.options.kwargs(), "on_error": "dead_letter"}
+        options = {**plan.options, "on_error": "dead_letter"}
         try:
             tc = wa.Transcoder(schema, plan.columns, **options)
         except PlanError as err:
