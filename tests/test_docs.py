@@ -54,6 +54,8 @@ CONSOLE_BLOCK = re.compile(
     re.S | re.M,
 )
 FILE_BLOCK = re.compile(r"^<!-- file: (?P<name>[\w.-]+) -->\n```\w*\n(?P<body>.*?)^```$", re.S | re.M)
+# The engine pages run Ray locally: its own deprecation warnings are not ours (as in test_ray).
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 CONSOLE_PAGES = [p for p in PAGES if "```console" in p.read_text()]
 COMMAND_TIMEOUT = 300  # seconds for one console block
 
