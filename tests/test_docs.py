@@ -54,8 +54,14 @@ CONSOLE_BLOCK = re.compile(
     re.S | re.M,
 )
 FILE_BLOCK = re.compile(r"^<!-- file: (?P<name>[\w.-]+) -->\n```\w*\n(?P<body>.*?)^```$", re.S | re.M)
-# The engine pages run Ray locally: its own deprecation warnings are not ours (as in test_ray).
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+# The engine pages run Ray and Beam locally: their own deprecation warnings are not ours
+# (test_ray and test_beam ignore the same).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:apache_beam.*"),
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:apache_beam.*"),
+]
 CONSOLE_PAGES = [p for p in PAGES if "```console" in p.read_text()]
 COMMAND_TIMEOUT = 300  # seconds for one console block
 
