@@ -28,7 +28,7 @@ import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
 from wirearrow.cli import main as cli_main
 from wirearrow.playground.server import make_server
-from wirearrow.playground.session import Limits, Session
+from wirearrow.playground.session import Limits, SchemaSource, Session
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
@@ -430,3 +430,31 @@ def test_the_command_reports_bad_arguments(capsys) -> None:
     assert "needs --message" in capsys.readouterr().err
     assert cli_main(["playground", "/no/such/plan.yaml"]) == 1
     assert "cannot read /no/such/plan.yaml" in capsys.readouterr().err
+
+
+def test_a_recursive_schema(tmp_path) -> None:
+    """The tree marks recursion; paths into it preview; the whole-message view of a
+    recursive message is cut at a depth instead of failing."""
+    from google.protobuf import message_factory
+
+    proto = tmp_path / "tree.proto"
+    proto.write_text(
+        'syntax = "proto3";\npackage demo;\nmessage Node {\n  string name = 1;\n'
+        "  repeated Node children = 2;\n  oneof value { int64 i = 3; string s = 4; }\n"
+        "  map<string, Node> named = 5;\n}\n"
+    )
+    session = Session()
+    session.set_schema(SchemaSource("proto", str(proto), "demo.Node"))
+    cls = message_factory.GetMessageClass(session.schema.descriptor)
+    node = cls(name="root", i=5)
+    node.children.add(name="kid", s="x").children.add(name="grandkid")
+    session.set_records_pasted(node.SerializeToString().hex())
+    tree = {f["name"]: f for f in session.state()["schema"]["fields"]}
+    assert tree["children"]["recursive"] and tree["children"]["path"] == "children[*]"
+    assert tree["i"]["oneof"] == tree["s"]["oneof"] == "value"
+    assert tree["named"]["kind"] == "map" and tree["named"]["recursive"]
+    result = session.evaluate("name\nkid = children[*].name\nv = coalesce(s, cast_string(i))", "lines")
+    assert result["problems"] == []
+    assert result["preview"]["rows"] == [["root", "kid", "5"]]
+    nested = result["nested"]["value"]
+    assert nested["name"] == "root" and nested["children"][0]["name"] == "kid"

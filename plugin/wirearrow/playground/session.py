@@ -38,6 +38,7 @@ DOWNLOADS = ("yaml", "parquet", "csv")
 FANOUT_RECORDS = 100
 FANOUT_MIN = 20
 MAX_CELL_CHARS = 300
+NESTED_DEPTH = 8  # levels of a recursive message shown in the whole-message view
 MAX_SCHEMAS = 16  # compiled schemas kept by a session
 
 
@@ -427,7 +428,12 @@ class Session:
         if not records:
             return None
         record = min(max(int(record), 0), len(records) - 1)
-        whole = wa.Transcoder(schema, on_error="dead_letter")
+        try:
+            whole = wa.Transcoder(schema, on_error="dead_letter")
+        except wa.PlanError:
+            # A recursive message cannot be read whole: levels below NESTED_DEPTH are shown
+            # as their serialized bytes.
+            whole = wa.Transcoder(schema, on_error="dead_letter", max_depth=NESTED_DEPTH)
         batch = whole.transcode([records[record]])
         dead = whole.dead_letters().to_pylist()
         value = batch.to_pylist()[0] if batch.num_rows else None
