@@ -167,11 +167,14 @@ async function preview() {
   renderRecords(data.records);
   renderGutter(data.problems);
   renderProblems(data.problems);
+  $("output").classList.toggle("stale", !data.preview);
   if (data.preview) {
     renderPreview(data.preview);
     renderNested(data.nested);
     status(`${data.preview.num_rows} rows from ${data.preview.num_records} records`, true);
   } else {
+    $("preview-summary").textContent =
+      "The plan has problems: below is the preview of the last plan that compiled.";
     status(`${data.problems.length} problem(s)`, false);
   }
 }
