@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         server = make_server(session, port=args.port)
     except OSError as err:
         return _fail(f"cannot listen on 127.0.0.1:{args.port}: {err.strerror or err}")
-    host, port = server.server_address[:2]
-    print(f"wirearrow playground: http://{host}:{port}/  (Ctrl-C to stop)", flush=True)
+    port = server.server_address[1]
+    print(f"wirearrow playground: http://127.0.0.1:{port}/  (Ctrl-C to stop)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

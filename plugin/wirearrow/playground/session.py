@@ -22,12 +22,17 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import yaml
 
 from wirearrow.playground.lines import LineSyntaxErrors, parse_lines, to_yaml
 from wirearrow.playground.records import FRAMINGS, RecordsError, Sample, parse_pasted, sample_file
 from wirearrow.playground.schema_tree import schema_tree
+
+if TYPE_CHECKING:
+    from wirearrow.schema import Schema
+    from wirearrow.transcoder import Transcoder
 
 __all__ = ["Limits", "PlaygroundError", "SchemaSource", "Session"]
 
@@ -65,7 +70,7 @@ class SchemaSource:
     message: str
     import_paths: tuple[str, ...] = ()
 
-    def load(self):
+    def load(self) -> Schema:
         import wirearrow as wa
 
         if self.kind not in SCHEMA_KINDS:
@@ -112,8 +117,8 @@ class SchemaSource:
 class Compiled:
     """A plan compiled for the preview (``transcoder`` None when it has problems)."""
 
-    transcoder: object | None
-    schema: object | None
+    transcoder: Transcoder | None
+    schema: Schema | None
     problems: list[dict] = field(default_factory=list)
     yaml_text: str = ""
     source: SchemaSource | None = None  # a YAML plan's proto section
@@ -200,7 +205,7 @@ class Session:
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.lock = threading.Lock()
-        self.schema = None
+        self.schema: Schema | None = None
         self.schema_source: SchemaSource | None = None
         self.schema_note = ""
         self.sample = Sample()
@@ -208,7 +213,7 @@ class Session:
         self.plan_name = "plan.yaml"
         self.plan_text = ""
         self.mode = "lines"
-        self._schemas: dict[SchemaSource, object] = {}
+        self._schemas: dict[SchemaSource, Schema] = {}
 
     # -- setting things up ------------------------------------------------------------
 
@@ -279,7 +284,7 @@ class Session:
             return self._compile_yaml(text)
         return self._compile_lines(text)
 
-    def _schema_of(self, source: SchemaSource):
+    def _schema_of(self, source: SchemaSource) -> Schema:
         """``source``'s schema, compiled once per session (protoc is the slow part of an edit)."""
         schema = self._schemas.get(source)
         if schema is None:
@@ -374,7 +379,8 @@ class Session:
         if compiled.source is not None and compiled.source != self.schema_source:
             # A YAML plan names its schema: the tree follows it.
             self.schema, self.schema_source = compiled.schema, compiled.source
-            out["schema"] = schema_tree(self.schema.descriptor)
+            if compiled.schema is not None:
+                out["schema"] = schema_tree(compiled.schema.descriptor)
         if compiled.transcoder is None:
             return out
         out["preview"] = self._preview(compiled.transcoder)
