@@ -200,3 +200,14 @@ def test_playground_in_a_browser(browser, playground) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(ARTIFACTS / "playground.png"))
+
+    # The short format, one column per line; switched back to YAML it becomes a YAML plan.
+    driver.find_element(By.ID, "mode-lines").click()
+    plan.send_keys(Keys.CONTROL, "a")
+    plan.send_keys(Keys.DELETE)
+    plan.send_keys("id\nimp_id = imp[*].id")
+    _wait(driver, lambda d: _headers(d) == ["id", "imp_id"], "the short plan's preview")
+    driver.find_element(By.ID, "mode-yaml").click()
+    _wait(driver, lambda d: "denormalizer:" in plan.get_attribute("value"), "the YAML form")
+    _wait(driver, lambda d: "no problems" in _text(d, "problems"), "the YAML form to compile")
+    assert _headers(driver) == ["id", "imp_id"]

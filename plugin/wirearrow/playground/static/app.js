@@ -144,6 +144,22 @@ function setMode(mode) {
     : "one column per line: path, name = path, or name = func(args, sep=\"x\"); none: whole messages";
 }
 
+// From the short format to YAML the plan is carried over (as its download would be); the
+// other way the text is kept, since a YAML plan can say more than one column per line.
+async function changeMode(mode) {
+  if (mode === "yaml" && state.mode === "lines" && $("plan").value.trim()) {
+    try {
+      const response = await api("/api/download", { plan: $("plan").value, mode: "lines", format: "yaml" });
+      $("plan").value = await response.text();
+    } catch (err) {
+      banner(err.message);
+    }
+  }
+  setMode(mode);
+  renderGutter([]);
+  schedulePreview(0);
+}
+
 function schedulePreview(delay) {
   clearTimeout(state.timer);
   state.timer = setTimeout(preview, delay === undefined ? 300 : delay);
@@ -300,7 +316,7 @@ async function start() {
   $("plan").addEventListener("input", () => { renderGutter([]); schedulePreview(); });
   $("plan").addEventListener("scroll", () => { $("gutter").scrollTop = $("plan").scrollTop; });
   for (const id of ["mode-yaml", "mode-lines"]) {
-    $(id).addEventListener("change", (e) => { setMode(e.target.value); schedulePreview(0); });
+    $(id).addEventListener("change", (e) => changeMode(e.target.value));
   }
   $("record-index").addEventListener("input", () => schedulePreview());
   $("download-yaml").addEventListener("click", () => download("yaml"));
