@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -125,7 +126,7 @@ def test_save_load_round_trip(schema: wa.Schema, skewed: pa.Array, tmp_path: Any
     assert plan["records_profiled"] == len(skewed) and plan["records_decoded"] == 0
     original = cache.entry(tc.spec)
     assert plan["elements_per_record"] == cache.stats()["plans"][0]["elements_per_record"]
-    assert original.profile.to_json() == tc._entry.profile.to_json()
+    assert original.profile().to_json() == tc._entry.profile().to_json()
     assert tc.transcode(skewed).equals(
         wa.Transcoder(schema, columns=PLAN, cache=ParserCache()).transcode(skewed)
     )
@@ -291,6 +292,31 @@ def test_sized_buffers_match_oracle_on_random_schemas(data: st.DataObject) -> No
 
 
 # ---- sharing: Ray and Beam ---------------------------------------------------------------------
+
+
+def test_profile_hub_imports_nothing_of_wirearrow() -> None:
+    """One-way: the cache imports the hub (lazily), the hub merges plain dicts of sums."""
+    import ast
+
+    tree = ast.parse(Path(cache_module.__file__).with_name("profile_hub.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in imported if m.startswith("wirearrow")]
+
+
+def test_profile_hub_sums_pushes() -> None:
+    pytest.importorskip("ray")
+    from wirearrow.profile_hub import ProfileHub
+
+    hub = ProfileHub()
+    push = {"schema": "s", "plan": "p", "message": "M", "layout": [2, 1]}
+    sums = {"records": 10, "batches": 1, "elements": [10, 30], "arena": [400]}
+    assert hub.exchange({**push, "profile": sums})["version"] == 1
+    merged = hub.exchange({**push, "profile": {**sums, "records": 5, "elements": [5, 1]}})
+    assert merged["version"] == 2
+    assert merged["profile"] == {"records": 15, "batches": 2, "elements": [15, 31], "arena": [800]}
+    assert hub.exchange({**push, "layout": [3, 1], "profile": sums}) is None  # another layout
+    assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -122,7 +122,8 @@ class _Entry:
         self.layout = _layout(plan)
         self.n_groups = len(plan.group_parents)
         self.lock = threading.Lock()
-        self.profile = _Sums.empty(plan)  # everything known: loaded, merged and decoded here
+        # The profile is known + delta: kept apart so that a batch adds to one sum only.
+        self.known = _Sums.empty(plan)  # loaded, or merged by a Ray hub (our pushes included)
         self.delta = _Sums.empty(plan)  # decoded here since the last push to a Ray hub
         self.decoded = 0  # records decoded in this process
         # Elements per record of each group and string bytes per record of each column:
@@ -151,26 +152,32 @@ class _Entry:
         (and are pushed to the Ray hub every ``share_every`` records when sharing)."""
         if records <= 0:
             return
-        batch = _Sums(
-            records,
-            1,
-            np.asarray(group_counts, dtype=np.int64),
-            np.asarray(arena_bytes, dtype=np.int64),
-        )
-        self.sizes = (batch.elements / records, batch.arena / records)
+        elements = np.asarray(group_counts, dtype=np.int64)
+        arena = np.asarray(arena_bytes, dtype=np.int64)
+        self.sizes = (elements / records, arena / records)
         with self.lock:
             self.decoded += records
-            self.profile.add(batch)
-            self.delta.add(batch)
-            due = self.delta.records >= self.cache.share_every
+            delta = self.delta
+            delta.records += records
+            delta.batches += 1
+            delta.elements += elements
+            delta.arena += arena
+            due = delta.records >= self.cache.share_every
         if due and self.cache.hub is not None:
             self._exchange()
 
     def _seed_sizes(self) -> None:
         # A profile sizes the first batch of a process that has decoded nothing yet.
-        p = self.profile
+        p = self.known
         if self.sizes is None and p.records > 0:
             self.sizes = (p.elements / p.records, p.arena / p.records)
+
+    def profile(self) -> _Sums:
+        """Everything known of the plan's sizes (call holding ``lock``)."""
+        total = _Sums.empty(self.plan)
+        total.add(self.known)
+        total.add(self.delta)
+        return total
 
     # -- sharing -------------------------------------------------------------------------
 
@@ -181,7 +188,7 @@ class _Entry:
                 "plan": self.key[1],
                 "message": self.message,
                 "layout": self.layout,
-                "profile": (sums if sums is not None else self.profile).to_json(),
+                "profile": (sums if sums is not None else self.profile()).to_json(),
             }
 
     def absorb(self, data: dict[str, Any], where: str) -> bool:
@@ -202,7 +209,7 @@ class _Entry:
             )
             return False
         with self.lock:
-            self.profile.add(sums)
+            self.known.add(sums)
             self._seed_sizes()
         return True
 
@@ -214,6 +221,8 @@ class _Entry:
             hub = self.cache._hub()
             merged = self.cache._ray_get(hub.exchange.remote(self.export(delta)))
         except Exception as err:  # a hub that went away costs sharing, never a batch
+            with self.lock:
+                self.delta.add(delta)  # still ours to push
             warnings.warn(
                 f"profile hub unreachable ({err}); sizing locally", RuntimeWarning, stacklevel=3
             )
@@ -222,9 +231,8 @@ class _Entry:
             return  # the hub holds another layout of this plan (another wirearrow version)
         sums = _Sums.from_json(merged["profile"], self.plan)
         with self.lock:
-            # The hub's sum holds every push, ours included; keep what arrived meanwhile.
-            sums.add(self.delta)
-            self.profile = sums
+            # The hub's sum holds every push, ours included; self.delta what arrived meanwhile.
+            self.known = sums
             self._seed_sizes()
 
 
@@ -335,7 +343,7 @@ class ParserCache:
         plans = []
         for e in entries:
             with e.lock:
-                decoded, records = e.decoded, e.profile.records
+                decoded, records = e.decoded, e.known.records + e.delta.records
             sizes = e.sizes
             plans.append(
                 {
@@ -443,9 +451,8 @@ class ParserCache:
             with self._lock:
                 found = self._entries.get(key)
             if found is not None:
-                with found.lock:  # the hub holds this process's pushes already
-                    found.delta = _Sums.empty(found.plan)
-                    found.profile = _Sums.empty(found.plan)
+                with found.lock:  # the hub's sum replaces what is known (our pushes in it)
+                    found.known = _Sums.empty(found.plan)
             self.add_profiles({"plans": [item]}, f"Ray actor {self.hub!r}")
         return self
 
