@@ -226,6 +226,25 @@ def test_not_a_profile(tmp_path: Any) -> None:
         ParserCache.load(tmp_path / "v1.json")
 
 
+def test_malformed_profiles_never_crash(schema: wa.Schema, skewed: pa.Array, tmp_path: Any) -> None:
+    head = '{"format": "wirearrow-profile", "version": 2, "plans": '
+    with pytest.raises(ValueError, match="not a list"):
+        ParserCache.loads(head + "5}")
+    with pytest.warns(RuntimeWarning, match="without fingerprints"):
+        ParserCache.loads(head + '[1, {"schema": 2, "plan": "x"}]}')
+    cache = ParserCache()
+    tc = wa.Transcoder(schema, columns=PLAN, cache=cache)
+    tc.transcode(skewed)
+    doc = json.loads(cache.dumps())
+    for bad in ([10**30] * 2, [[1, 2]] * 2, "xy", [-1] * 2, None):
+        doc["plans"][0]["profile"]["elements"] = bad
+        with pytest.warns(RuntimeWarning, match="malformed"):
+            loaded = ParserCache.loads(json.dumps(doc))
+            other = wa.Transcoder(schema, columns=PLAN, cache=loaded)
+        assert other._entry.sizes is None
+        assert other.transcode(skewed).equals(tc.transcode(skewed))
+
+
 def test_cache_pickles_by_identity(schema: wa.Schema) -> None:
     cache = ParserCache()
     tc = wa.Transcoder(schema, columns=PLAN, cache=cache)

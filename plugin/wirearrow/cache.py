@@ -203,7 +203,7 @@ class _Entry:
             return False
         try:
             sums = _Sums.from_json(data["profile"], self.plan)
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             warnings.warn(
                 f"profile from {where} is malformed ({err}): ignored", RuntimeWarning, stacklevel=4
             )
@@ -409,13 +409,25 @@ class ParserCache:
         """Add saved profiles (a :meth:`dumps` text or its parsed form) to this cache."""
         if isinstance(doc, str):
             doc = _parse(doc, where)
-        for item in doc.get("plans", []):
-            key = (item.get("schema"), item.get("plan"))
+        plans = doc.get("plans", [])
+        if not isinstance(plans, list):
+            raise ValueError(f"{where} is not a wirearrow profile (its plans are not a list)")
+        for item in plans:
+            schema = item.get("schema") if isinstance(item, dict) else None
+            plan = item.get("plan") if isinstance(item, dict) else None
+            if not isinstance(schema, str) or not isinstance(plan, str):
+                warnings.warn(
+                    f"profile from {where} holds a plan without fingerprints: ignored",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            key = (schema, plan)
             with self._lock:
-                found = self._entries.get(key)  # type: ignore[arg-type]
+                found = self._entries.get(key)
                 if found is None:
-                    self._pending.setdefault(key, []).append((item, where))  # type: ignore[arg-type]
-                    self._by_plan.setdefault(key[1], []).append(key)  # type: ignore[arg-type]
+                    self._pending.setdefault(key, []).append((item, where))
+                    self._by_plan.setdefault(plan, []).append(key)
                     continue
             found.absorb(item, where)
 
@@ -444,8 +456,6 @@ class ParserCache:
 
     def pull_from_ray(self) -> ParserCache:
         """Add the hub's merged profiles (every worker's) to this cache, e.g. to ``save``."""
-        if self.hub is None:
-            raise ValueError("this cache does not share with Ray: call share_with_ray() first")
         for item in self._ray_get(self._hub().snapshot.remote()):
             key = (item["schema"], item["plan"])
             with self._lock:
@@ -460,6 +470,8 @@ class ParserCache:
         if self._hub_handle is None:
             from wirearrow.profile_hub import hub_actor  # imports Ray
 
+            if self.hub is None:
+                raise ValueError("this cache does not share with Ray: call share_with_ray() first")
             self._hub_handle = hub_actor(self.hub)
         return self._hub_handle
 
