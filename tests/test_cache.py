@@ -338,6 +338,43 @@ def test_profile_hub_sums_pushes() -> None:
     assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
 
 
+def test_a_new_process_starts_from_the_hubs_sizes(
+    schema: wa.Schema, skewed: pa.Array, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sharing protocol without Ray: two processes' caches, one hub in between."""
+    pytest.importorskip("ray")
+    from wirearrow.profile_hub import ProfileHub
+
+    hub = ProfileHub()
+
+    class Handle:  # what a Ray actor handle does, in process
+        class exchange:
+            remote = staticmethod(hub.exchange)
+
+        class snapshot:
+            remote = staticmethod(hub.snapshot)
+
+    monkeypatch.setattr(ParserCache, "_hub", lambda self: Handle)
+    monkeypatch.setattr(ParserCache, "_ray_get", staticmethod(lambda ref: ref))
+    first = ParserCache(share_every=200).share_with_ray("hub")
+    tc = wa.Transcoder(schema, cache=first)
+    want = tc.transcode(skewed)  # 600 records: pushed
+    assert hub.snapshot()[0]["profile"]["records"] == len(skewed)
+    # another process: its first batch is sized by what the first one pushed
+    second = ParserCache(share_every=200).share_with_ray("hub")
+    other = wa.Transcoder(schema, cache=second)
+    groups, arenas = other._entry.capacities(len(skewed))
+    assert arenas is not None and groups == tc._entry.capacities(len(skewed))[0]
+    assert other.transcode(skewed).equals(want)
+    assert hub.snapshot()[0]["profile"]["records"] == 2 * len(skewed)
+    # the driver's pull: every process's pushes, nothing counted twice
+    merged = ParserCache().share_with_ray("hub").pull_from_ray()
+    wa.Transcoder(schema, cache=merged)
+    assert merged.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
+    first.pull_from_ray()
+    assert first.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_ray_workers_merge_profiles_in_one_actor(schema: wa.Schema, tmp_path: Any) -> None:

@@ -126,6 +126,7 @@ class _Entry:
         self.known = _Sums.empty(plan)  # loaded, or merged by a Ray hub (our pushes included)
         self.delta = _Sums.empty(plan)  # decoded here since the last push to a Ray hub
         self.decoded = 0  # records decoded in this process
+        self.pulled = False  # asked a Ray hub for sizes before the first batch
         # Elements per record of each group and string bytes per record of each column:
         # what the last batch of any transcoder of this plan held, or (before any batch) what
         # a loaded or merged profile says. Sizes the next batch's buffers up front, so that
@@ -135,6 +136,11 @@ class _Entry:
     def capacities(self, n: int) -> tuple[list[int], list[int] | None]:
         """(elements per group, string bytes per column) to allocate for a batch of n."""
         sizes = self.sizes
+        if sizes is None and self.cache.hub is not None and not self.pulled:
+            # A process's first batch of the plan: start from the job-wide sizes, if any.
+            self.pulled = True
+            self._exchange()
+            sizes = self.sizes
         if sizes is None:
             # Nothing known: one element per record everywhere. The buffers are calloc'd, so
             # pages a group never fills are never touched (and cost no resident memory).
@@ -447,8 +453,9 @@ class ParserCache:
         """Merge this cache's profiles across Ray workers through the named actor ``name``.
 
         Every ``share_every`` records of a plan a process pushes the sums it decoded since
-        its last push and takes back the sum of every process's pushes; the actor is
-        created on first use and lives as long as the job. Returns self.
+        its last push and takes back the sum of every process's pushes, and before its
+        first batch of a plan it takes the sum (a new worker starts from the job's sizes);
+        the actor is created on first use and lives as long as the job. Returns self.
         """
         self.hub = name
         self._hub_handle = None
