@@ -540,7 +540,7 @@ def _profile_cache(path: str | None) -> ParserCache | None:
     if path is None:
         return None
     if not os.path.exists(path):
-        return ParserCache(tune="auto")
+        return ParserCache()
     try:
         return ParserCache.load(path)
     except (OSError, ValueError) as err:
