@@ -65,9 +65,11 @@ class Transcoder:
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
-    shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
-    profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
-    which does not profile).
+    shared by every transcoder of the same schema and plan) and learns its buffer sizes;
+    default: the process-wide cache (``wirearrow.cache.default_cache``).
+
+    ``Transcoder(spec)`` takes a :class:`~wirearrow.TranscodeSpec` (the columns and every
+    option above in one value) instead; ``tc.spec`` gives it back.
     """
 
     def __init__(
