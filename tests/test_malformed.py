@@ -397,6 +397,92 @@ def test_truncated_framed_stream(request_schema: tuple[wa.Schema, Any]) -> None:
     assert info.value.index == 1
 
 
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+@pytest.mark.parametrize("framing", ["varint", "u32le"])
+def test_a_bad_frame_prefix_costs_only_the_tail(
+    request_schema: tuple[wa.Schema, Any], policy: str, framing: str
+) -> None:
+    """The records before an unframeable tail come back; the tail is one accounted failure."""
+    schema, request = request_schema
+    records = [request(id=str(i)).SerializeToString() for i in range(3)]
+    frame = varint if framing == "varint" else (lambda n: n.to_bytes(4, "little"))
+    good = b"".join(frame(len(r)) + r for r in records)
+    # An 11-byte varint cannot be a length; a u32 length past the end is a truncated tail.
+    tail = b"\xff" * 10 + b"\x01" + records[0] if framing == "varint" else frame(999) + b"xy"
+    tc = wa.Transcoder(schema, columns=["id"], on_error=policy)
+    batch = tc.transcode(good + tail, framing=framing)
+    assert batch.column("id").to_pylist() == ["0", "1", "2"]
+    s = tc.stats
+    assert (s.records_in, s.records_ok, s.records_failed) == (4, 3, 1)
+    if policy == "dead_letter":
+        (letter,) = tc.dead_letters().to_pylist()
+        assert letter["index"] == 3 and letter["raw"] == tail
+        if framing == "varint":
+            assert f"at byte {len(good)}" in letter["reason"]
+    with pytest.raises(wa.DecodeError) as info:
+        wa.Transcoder(schema, columns=["id"]).transcode(good + tail, framing=framing)
+    assert info.value.index == 3
+
+
+@pytest.fixture(scope="module")
+def json_schema() -> wa.Schema:
+    import google.type.date_pb2
+
+    gapis = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
+    return wa.Schema.from_proto(
+        PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Wkt", import_paths=[gapis]
+    )
+
+
+# field 18 (map<string, Value>) entry {value: number_value -inf}; field 17 (repeated Value)
+# whose struct_value ends in a stray end-group tag: both from the issue.
+NON_FINITE_VALUE = bytes.fromhex("92010b120911000000000000f0ff")
+MALFORMED_VALUE = bytes.fromhex("8a01052a0304b755")
+
+
+@pytest.mark.parametrize("columns", [None, ["vals", "val_by_key"], ["vals[*]"]])
+def test_a_malformed_struct_value_is_one_bad_record(
+    json_schema: wa.Schema, columns: list[str] | None
+) -> None:
+    good = NON_FINITE_VALUE
+    with pytest.raises(wa.DecodeError) as info:
+        wa.Transcoder(json_schema, columns).transcode([good, MALFORMED_VALUE])
+    assert (info.value.index, info.value.reason) == (1, "malformed google.protobuf.Value")
+    assert info.value.path.startswith("vals")
+    tc = wa.Transcoder(json_schema, columns, on_error="dead_letter")
+    batch = tc.transcode([MALFORMED_VALUE, good, b""])
+    assert tc.stats.records_failed == 1 and tc.stats.records_ok == 2
+    (letter,) = tc.dead_letters().to_pylist()
+    assert letter["index"] == 0 and letter["raw"] == MALFORMED_VALUE
+    assert batch.num_rows == 2
+
+
+def test_non_finite_struct_numbers_are_kept_as_bare_tokens(json_schema: wa.Schema) -> None:
+    """JSON has no form for them: NaN / Infinity / -Infinity, which encode reads back."""
+    from google.protobuf import message_factory
+
+    cls = message_factory.GetMessageClass(json_schema.descriptor)
+    m = cls()
+    m.val.number_value = float("nan")
+    m.st.fields["a"].number_value = float("inf")
+    m.lv.values.add().number_value = -float("inf")
+    m.val_by_key["k"].number_value = 1.5
+    tc = wa.Transcoder(json_schema, on_error="skip")
+    batch = tc.transcode([m.SerializeToString(), NON_FINITE_VALUE])
+    assert tc.stats.records_failed == 0
+    rows = batch.select(["val", "st", "lv", "val_by_key"]).to_pylist()
+    assert rows[0] == {
+        "val": "NaN",
+        "st": '{"a":Infinity}',
+        "lv": "[-Infinity]",
+        "val_by_key": [("k", "1.5")],
+    }
+    assert rows[1]["val_by_key"] == [("", "-Infinity")]
+    back = tc.encode(batch).to_pylist()
+    assert back[0] == m.SerializeToString(deterministic=True)
+    assert back[1] == cls.FromString(NON_FINITE_VALUE).SerializeToString(deterministic=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Whole messages (nested mode, unknown fields kept)
 

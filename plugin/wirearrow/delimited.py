@@ -40,6 +40,7 @@ __all__ = [
     "read_delimited",
     "records_array",
     "split_framed",
+    "split_framed_prefix",
 ]
 
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -64,6 +65,27 @@ def split_framed(buffer: object, framing: str) -> tuple[np.ndarray, np.ndarray, 
     starts, ends, consumed = split(memoryview(buffer).cast("B"), _framing_code(framing))  # type: ignore[arg-type]
     as_int64 = np.frombuffer
     return as_int64(memoryview(starts), np.int64), as_int64(memoryview(ends), np.int64), consumed
+
+
+def split_framed_prefix(
+    buffer: object, framing: str
+) -> tuple[np.ndarray, np.ndarray, int, tuple[int, str] | None]:
+    """split_framed that keeps the whole records before a bad length prefix.
+
+    Returns (starts, ends, consumed, problem): ``problem`` is None when the records end
+    at ``consumed`` for want of bytes (a truncated tail, or none), else (the byte offset of
+    the prefix that cannot be a length, why): nothing from ``consumed`` on can be framed.
+    """
+    view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
+    try:
+        return (*split_framed(view, framing), None)
+    except ValueError as err:
+        match = _BYTE_AT.match(str(err))
+        if not match:
+            raise
+        bad = int(match.group(1))
+    starts, ends, consumed = split_framed(view[:bad], framing)
+    return starts, ends, consumed, (bad, match.group(2))
 
 
 def records_array(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -187,21 +209,15 @@ class FrameReader:
             if not block:
                 break
             data = carry + block if carry else block
-            try:
-                starts, ends, consumed = split_framed(data, self.framing)
-            except ValueError as err:
-                match = _BYTE_AT.match(str(err))
-                if not match:
-                    raise
+            starts, ends, consumed, problem = split_framed_prefix(data, self.framing)
+            if problem is not None:
                 # A length prefix that cannot be a length: the records before it are good,
                 # nothing after it can be framed.
-                bad = int(match.group(1))
-                starts, ends, consumed = split_framed(memoryview(data)[:bad], self.framing)
                 if len(starts):
                     yield Frames(data, base, starts, ends)
                 self.position = base + consumed
-                reason = f"{match.group(2)} at byte {base + bad}"
-                self.tail = self._tail(base + consumed, data[consumed:], reason)
+                bad, why = problem
+                self.tail = self._tail(base + consumed, data[consumed:], f"{why} at byte {base + bad}")
                 return
             if len(starts):
                 yield Frames(data, base, starts, ends)

@@ -13,7 +13,7 @@ import pyarrow as pa
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
 from wirearrow._core.framing import pack_records
 from wirearrow.cache import ParserCache, default_cache
-from wirearrow.delimited import split_framed
+from wirearrow.delimited import split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan
@@ -362,16 +362,18 @@ def _records(messages: object, framing: str | None):
     """
     if framing is not None:
         view = memoryview(messages).cast("B")  # type: ignore[arg-type]
-        starts, ends, consumed = split_framed(view, framing)
+        starts, ends, consumed, problem = split_framed_prefix(view, framing)
         index = np.arange(len(starts), dtype=np.int64)
         extra: list[tuple[DecodeError, bytes | None]] = []
         if consumed != len(view):
-            err = DecodeError(
-                f"truncated {framing} stream: the last record runs past the end",
-                index=len(starts),
-                offset=0,
-                path="",
+            # Nothing after a truncated record or a bad prefix can be framed: the rest of
+            # the buffer is one bad record, after the good ones before it.
+            reason = (
+                f"{problem[1]} at byte {problem[0]}"
+                if problem is not None
+                else f"truncated {framing} stream: the last record runs past the end"
             )
+            err = DecodeError(reason, index=len(starts), offset=0, path="")
             extra.append((err, bytes(view[consumed:])))
         return view, starts, ends, index, extra
     if isinstance(messages, pa.ChunkedArray):

@@ -67,6 +67,7 @@ class Assembler:
         self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
         self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
+        self._json_texts: dict[int, pa.Array] = {}  # rendered by problems(), by leaf id
         _share_validity(plan, result)
 
     # -- groups -------------------------------------------------------------------------
@@ -209,28 +210,40 @@ class Assembler:
         return micros.cast(pa.time64("us"))
 
     def _json(self, leaf: JsonLeaf, n: int) -> pa.Array:
-        from google.protobuf import json_format, struct_pb2
+        texts = self._json_texts.pop(id(leaf), None)
+        if texts is None:  # a leaf problems() did not see (a filter's operand)
+            texts, bad = self._render_json(leaf, n)
+            if bad:
+                raise BadRecords([(r, reason, "") for r, reason in bad])
+        return texts
 
-        cls = {
-            "google.protobuf.Struct": struct_pb2.Struct,
-            "google.protobuf.Value": struct_pb2.Value,
-            "google.protobuf.ListValue": struct_pb2.ListValue,
-        }[leaf.message]
+    def _render_json(self, leaf: JsonLeaf, n: int) -> tuple[pa.Array, list[tuple[int, str]]]:
+        """The JSON texts of a Struct / Value / ListValue leaf, and the records whose
+        bytes do not parse as that message: [(position, reason)]."""
+        from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+        cls = _json_class(leaf.message)
         raw = self._scalar(leaf.column, pa.binary(), n)
         out: list[str | None] = []
-        for value in raw.to_pylist():
+        bad: list[int] = []
+        for element, value in enumerate(raw.to_pylist()):
             if value is None:
                 out.append(None)
                 continue
-            msg = cls.FromString(value)
+            try:
+                msg = cls.FromString(value)
+            except (ProtobufDecodeError, RecursionError):
+                out.append(None)
+                bad.append(element)
+                continue
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
                 continue
             # Struct is a map: sorted keys make the text deterministic across runs.
-            out.append(
-                json.dumps(json_format.MessageToDict(msg), separators=(",", ":"), sort_keys=True)
-            )
-        return pa.array(out, type=pa.utf8())
+            out.append(json.dumps(_json_object(msg), separators=(",", ":"), sort_keys=True))
+        reason = f"malformed {leaf.message}"
+        problems = [(r, reason) for r in self.records_of(leaf.group, np.array(bad)).tolist()]
+        return pa.array(out, type=pa.utf8()), problems
 
     # -- filters ------------------------------------------------------------------------
 
@@ -370,6 +383,10 @@ class Assembler:
                     table = tables[column.tree][0]
                     rows = table[column.selection.index] if leaf is column.leaf else None
                     out.extend(self._range_problems(leaf, column.name, rows))
+                elif isinstance(leaf, JsonLeaf):
+                    texts, bad = self._render_json(leaf, self.counts[leaf.group])
+                    self._json_texts[id(leaf)] = texts
+                    out.extend((r, reason, column.name) for r, reason in bad)
         return out
 
     def _strict_problems(
@@ -635,6 +652,37 @@ _LEAF_FACTS = 16384
 
 
 @functools.lru_cache(maxsize=_LEAF_FACTS)
+@functools.cache
+def _json_class(message: str) -> type:
+    from google.protobuf import struct_pb2
+
+    return {
+        "google.protobuf.Struct": struct_pb2.Struct,
+        "google.protobuf.Value": struct_pb2.Value,
+        "google.protobuf.ListValue": struct_pb2.ListValue,
+    }[message]
+
+
+def _json_object(msg: object) -> object:
+    """Struct / Value / ListValue -> the Python value of its JSON form.
+
+    As json_format.MessageToDict, except that a non-finite number_value, which the JSON
+    mapping has no form for, becomes the float itself: json.dumps writes it as the bare
+    token NaN, Infinity or -Infinity, which encode parses back (docs/types.md).
+    """
+    name = msg.DESCRIPTOR.full_name  # type: ignore[attr-defined]
+    if name == "google.protobuf.Struct":
+        return {k: _json_object(v) for k, v in msg.fields.items()}  # type: ignore[attr-defined]
+    if name == "google.protobuf.ListValue":
+        return [_json_object(v) for v in msg.values]  # type: ignore[attr-defined]
+    kind = msg.WhichOneof("kind")  # type: ignore[attr-defined]
+    if kind is None or kind == "null_value":
+        return None
+    if kind in ("struct_value", "list_value"):
+        return _json_object(getattr(msg, kind))
+    return getattr(msg, kind)
+
+
 def _walk(leaf: Leaf) -> tuple[Leaf, ...]:
     if isinstance(leaf, StructLeaf):
         return (leaf, *(x for _, child in leaf.children for x in _walk(child)))
