@@ -40,7 +40,7 @@ from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
-from wirearrow.plan.compiler import TIME_UNITS, Column
+from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.schema import Schema
 from wirearrow.spec import (
@@ -291,7 +291,106 @@ _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 
+# A plan is untrusted input: its shape is bounded before anything walks it. Nodes count
+# every mapping, sequence and scalar once per place it appears, an alias expanded in full
+# (a few aliases that each repeat the one before would otherwise multiply the work of every
+# later step); depth counts nested mappings and sequences (a deep expr is three per call).
+MAX_PLAN_NODES = 100_000
+MAX_PLAN_NESTING = 200
+
+
+def _check_yaml_shape(text: str, where: str) -> None:
+    """PlanError for YAML deeper than MAX_PLAN_NESTING or larger than MAX_PLAN_NODES once
+    its aliases are expanded, or with an alias inside its own anchor; from the event
+    stream, without building anything (PyYAML composes nodes recursively)."""
+    # Open collections: [expanded nodes, height, anchor]; sizes and heights of closed anchors.
+    open_: list[list] = [[0, 0, None]]
+    sizes: dict[str, tuple[int, int]] = {}
+    total = 0
+
+    def fail(event: yaml.Event, what: str) -> None:
+        raise PlanError([f"{where}:{event.start_mark.line + 1}: YAML: {what}"])
+
+    try:
+        for event in yaml.parse(text, Loader=_LineLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                open_.append([1, 1, event.anchor])
+                if len(open_) - 1 > MAX_PLAN_NESTING:
+                    fail(event, f"nested deeper than {MAX_PLAN_NESTING} levels")
+                size = 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                size, height, anchor = open_.pop()
+                if anchor is not None:
+                    sizes[anchor] = (size, height)
+                open_[-1][0] += size
+                open_[-1][1] = max(open_[-1][1], height + 1)
+                continue
+            elif isinstance(event, yaml.ScalarEvent):
+                size, height = 1, 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = (1, 1)
+            elif isinstance(event, yaml.AliasEvent):
+                if event.anchor not in sizes:
+                    if any(frame[2] == event.anchor for frame in open_):
+                        fail(event, f"alias *{event.anchor} inside its own anchor (recursive)")
+                    continue  # an undefined alias: the parser reports it below
+                size, height = sizes[event.anchor]
+                if len(open_) - 1 + height > MAX_PLAN_NESTING:
+                    fail(event, f"nested deeper than {MAX_PLAN_NESTING} levels (alias *{event.anchor})")
+            else:
+                continue
+            total += size
+            if total > MAX_PLAN_NODES:
+                fail(event, f"more than {MAX_PLAN_NODES:,} nodes with every alias expanded")
+            if not isinstance(event, yaml.CollectionStartEvent):
+                open_[-1][0] += size
+                open_[-1][1] = max(open_[-1][1], height + 1)
+    except yaml.YAMLError:
+        return  # malformed YAML: yaml.load reports it with its place
+
+
+def _check_data_shape(data: object, where: str) -> None:
+    """The limits of _check_yaml_shape for an already parsed mapping: iterative, each
+    shared dict or list measured once, a cycle an error."""
+    measured: dict[int, tuple[int, int]] = {}  # id -> (expanded nodes, height)
+    on_path: set[int] = set()
+    stack: list[tuple[object, bool]] = [(data, False)]
+    while stack:
+        obj, children_done = stack.pop()
+        if not isinstance(obj, Mapping | list | tuple):
+            continue
+        key = id(obj)
+        if key in measured:
+            continue
+        items = list(obj.keys()) + list(obj.values()) if isinstance(obj, Mapping) else list(obj)
+        if not children_done:
+            if key in on_path:
+                raise PlanError([f"{where}: the plan contains itself (a cycle)"])
+            on_path.add(key)
+            if len(on_path) > MAX_PLAN_NESTING:
+                raise PlanError([f"{where}: nested deeper than {MAX_PLAN_NESTING} levels"])
+            stack.append((obj, True))
+            for item in items:
+                if isinstance(item, Mapping | list | tuple):
+                    if id(item) in on_path:
+                        raise PlanError([f"{where}: the plan contains itself (a cycle)"])
+                    stack.append((item, False))
+            continue
+        on_path.discard(key)
+        size, height = 1, 1
+        for item in items:
+            sub = measured.get(id(item), (1, 0)) if isinstance(item, Mapping | list | tuple) else (1, 0)
+            size += sub[0]
+            height = max(height, sub[1] + 1)
+        if size > MAX_PLAN_NODES:
+            raise PlanError([f"{where}: more than {MAX_PLAN_NODES:,} nodes with every shared part expanded"])
+        if height > MAX_PLAN_NESTING:
+            raise PlanError([f"{where}: nested deeper than {MAX_PLAN_NESTING} levels"])
+        measured[key] = (size, height)
+
+
 def _parse_yaml(text: str, where: str) -> object:
+    _check_yaml_shape(text, where)
     try:
         return yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: safe
     except yaml.MarkedYAMLError as err:
@@ -547,7 +646,7 @@ class _Checker:
                 chosen = self.choice(value, key, line, allowed, reserved)
                 if chosen is not None:
                     settings[key] = chosen
-        for key, maximum in (("max_nesting", MAX_NESTING_LIMIT), ("max_depth", None)):
+        for key, maximum in (("max_nesting", MAX_NESTING_LIMIT), ("max_depth", MAX_DEPTH)):
             value, line = at(key)
             if value is not None:
                 depth = self.integer(value, key, line, minimum=1, maximum=maximum)
@@ -960,6 +1059,7 @@ def load_plan(
     data: object
     if isinstance(source, Mapping):
         where, data, has_lines = "<dict>", source, False
+        _check_data_shape(data, where)
         base = base or os.getcwd()
     elif isinstance(source, os.PathLike) or (
         isinstance(source, str)
@@ -976,8 +1076,11 @@ def load_plan(
         data, has_lines = _parse_yaml(text, where), True
         base = base or os.path.dirname(os.path.abspath(where))
     elif isinstance(source, str | bytes | bytearray):
-        text = source.decode("utf-8") if isinstance(source, bytes | bytearray) else source
         where = "<string>"
+        try:
+            text = source.decode("utf-8") if isinstance(source, bytes | bytearray) else source
+        except UnicodeDecodeError as err:
+            raise PlanError([f"{where}: cannot read the plan: {err}"]) from None
         data, has_lines = _parse_yaml(text, where), True
         base = base or os.getcwd()
     else:

@@ -270,6 +270,9 @@ _SIMPLE_ESCAPES = {
     "?": b"?",
 }
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+# A filter is untrusted input, parsed and later compiled and evaluated recursively: its
+# predicate tree (every (, !, && and ||) is at most this deep.
+MAX_FILTER_DEPTH = 64
 
 
 class _Lexer:
@@ -464,11 +467,17 @@ class _Lexer:
 class _Parser:
     """Recursive descent over :class:`_Lexer`, one token of lookahead."""
 
-    __slots__ = ("lexer", "text")
+    __slots__ = ("depth", "lexer", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.lexer = _Lexer(text)
+        self.depth = 0  # ( and ! open around the current token
+
+    def nest(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_FILTER_DEPTH:
+            self.error(f"filter nested deeper than {MAX_FILTER_DEPTH} levels", pos)
 
     def error(self, message: str, pos: int) -> NoReturn:
         raise PathError(message, self.text, pos)
@@ -571,6 +580,8 @@ class _Parser:
             predicate = self.predicate()
             self.expect_paren_close("the filter predicate")
             self.expect_close_bracket("the filter")
+            if _depth(predicate) > MAX_FILTER_DEPTH:  # long && / || chains nest too
+                self.error(f"filter nested deeper than {MAX_FILTER_DEPTH} levels", open_pos)
             return FilterStep(predicate, open_pos)
         if token.is_punct("*"):
             lexer.advance()
@@ -671,7 +682,10 @@ class _Parser:
     def unary(self) -> Predicate:
         if self.lexer.peek().is_punct("!"):
             bang = self.lexer.advance()
-            return Not(self.unary(), bang.pos)
+            self.nest(bang.pos)
+            operand = self.unary()
+            self.depth -= 1
+            return Not(operand, bang.pos)
         return self.primary()
 
     def expect_paren_close(self, context: str) -> None:
@@ -682,9 +696,10 @@ class _Parser:
     # primary := "(" predicate ")" | atom [ cmp atom ]
     def primary(self) -> Predicate:
         if self.lexer.peek().is_punct("("):
-            self.lexer.advance()
+            self.nest(self.lexer.advance().pos)
             inner = self.predicate()
             self.expect_paren_close("'('")
+            self.depth -= 1
             return inner
         left = self.atom()
         token = self.lexer.peek()
@@ -726,6 +741,20 @@ class _Parser:
             f"{token.describe()}",
             token.pos,
         )
+
+
+def _depth(predicate: Predicate) -> int:
+    """Height of a predicate tree, without recursion."""
+    deepest = 0
+    stack: list[tuple[Predicate, int]] = [(predicate, 1)]
+    while stack:
+        p, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(p, And | Or):
+            stack += [(p.left, d + 1), (p.right, d + 1)]
+        elif isinstance(p, Not):
+            stack.append((p.operand, d + 1))
+    return deepest
 
 
 def parse_path(text: str) -> Path:

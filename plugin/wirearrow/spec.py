@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from wirearrow.errors import PlanError
-from wirearrow.plan.compiler import TIME_UNITS, UNKNOWN_FIELDS, Column
+from wirearrow.plan.compiler import (
+    MAX_DEPTH,
+    TIME_UNITS,
+    UNKNOWN_FIELDS,
+    Column,
+    check_expression_depth,
+)
 from wirearrow.schema import Schema
 
 __all__ = ["ON_ERROR", "OPTIONS", "TranscodeSpec", "option_problem"]
@@ -68,7 +74,7 @@ OPTIONS: dict[str, tuple[object, Callable[[object], str | None]]] = {
     "validate": ("plan", _choice(VALIDATE)),
     "timestamp_unit": ("us", _choice(TIME_UNITS)),
     "max_nesting": (100, _int_in(1, MAX_NESTING_LIMIT)),
-    "max_depth": (None, _int_in(1, None, optional=True)),
+    "max_depth": (None, _int_in(1, MAX_DEPTH, optional=True)),
     "enums": ("number", _choice(ENUMS)),
     "keep_unknown": (False, _boolean),
 }
@@ -115,6 +121,8 @@ class TranscodeSpec:
             )
         # Path strings are accepted too (and stored as Column).
         object.__setattr__(self, "columns", as_columns(self.columns))
+        if self.columns is not None:
+            check_expression_depth(self.columns)  # before anything walks them recursively
         problems = [
             f"{name} {why}"
             for name in OPTIONS

@@ -59,12 +59,49 @@ from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
 
-__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "PlanOptions", "compile_plan"]
+__all__ = [
+    "UNKNOWN_FIELDS",
+    "Column",
+    "CompiledPlan",
+    "PlanOptions",
+    "check_expression_depth",
+    "compile_plan",
+]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
+# Recursive levels read whole: a struct type nested much deeper cannot travel through Arrow
+# IPC (flatbuffers refuses it: Ray, Parquet's stored schema), and its plan is a tree that
+# doubles with each level of a type with two recursive fields.
+MAX_DEPTH = 100
+# Fields of the Arrow type of a whole message (structs, lists, maps and their leaves): a
+# recursive type cut at max_depth has a plan this large only when it grows exponentially.
+MAX_PLAN_FIELDS = 100_000
+# Expressions are bound, fingerprinted and evaluated recursively: calls nest at most this
+# deep (a YAML plan's own nesting limit allows about as many).
+MAX_EXPR_DEPTH = 64
+
+
+def check_expression_depth(columns: Sequence[object]) -> None:
+    """PlanError for a column whose expression nests calls deeper than MAX_EXPR_DEPTH;
+    before anything walks the expressions recursively (the plan cache's fingerprint)."""
+    problems = []
+    for i, column in enumerate(columns):
+        expr = getattr(column, "expr", None)
+        stack = [(expr, 1)] if isinstance(expr, Call) else []
+        while stack:
+            call, depth = stack.pop()
+            if depth > MAX_EXPR_DEPTH:
+                name = getattr(column, "output_name", None) or f"column {i}"
+                problems.append(
+                    f"column {name!r}: expression nested deeper than {MAX_EXPR_DEPTH} calls"
+                )
+                break
+            stack += [(a, depth + 1) for a in call.args if isinstance(a, Call)]
+    if problems:
+        raise PlanError(problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +184,7 @@ class CompiledPlan:
 def compile_plan(
     message: Descriptor, columns: Sequence[str | Column], options: PlanOptions
 ) -> CompiledPlan:
+    check_expression_depth(columns)
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     resolver = _Resolver(builder, options)
     problems: list[str] = []
@@ -337,6 +375,9 @@ class _Resolver:
         self.roots = [self.root]
         self._selections: dict[tuple, Selection] = {}
         self._count = 1
+        self._sizes: dict[tuple, int] = {}  # memo of _struct_size
+        self._planned_fields = 0  # of the struct columns resolved so far
+        self._open_structs = 0  # structs being built around the current field
 
     def new_tree(self) -> Selection:
         """A fan-out tree of its own (for an aggregate): its root is the record too."""
@@ -653,6 +694,29 @@ class _Resolver:
             )
         return len(stack) > self.options.max_depth
 
+    def _check_size(self, message: Descriptor, stack: tuple[str, ...], fd: FieldDescriptor) -> None:
+        """A PathError before building a struct type that would take the plan over
+        MAX_PLAN_FIELDS fields."""
+        if self.options.max_depth is None:
+            return  # no recursion is expanded: the type is no larger than the schema
+        size = _struct_size(message, stack, self.options.max_depth, self._sizes)
+        self._planned_fields += size  # every column of the plan counts
+        if self._planned_fields > MAX_PLAN_FIELDS:
+            total = self._planned_fields
+            self._planned_fields -= size  # not built: the other columns may still fit
+
+            def shown(n: int) -> str:
+                return f"{n:,}" if n < 10**15 else f"about 2**{n.bit_length() - 1}"
+
+            raise PathError(
+                f"{message.full_name} read whole with max_depth={self.options.max_depth} "
+                f"has {shown(size)} fields, which would take the plan to {shown(total)} "
+                f"(the limit is {MAX_PLAN_FIELDS:,}): lower max_depth, or select its "
+                "fields by path",
+                fd.name if fd is not None else "",
+                0,
+            )
+
     def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
         return self._scalar(node.group, fd, self.b.scalar(node, fd))
 
@@ -739,9 +803,16 @@ class _Resolver:
         if wkt == "fieldmask":
             return self._list_leaf(node, fields["paths"], presence, stack)
         stack = (*stack, message.full_name)
+        outermost = self._open_structs == 0
+        if outermost:
+            self._check_size(message, stack, fd)
         # An empty message is a struct with no children: Arrow holds it (and whether it is
         # present); a writer that cannot (Parquet) is the sink's concern.
-        children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
+        self._open_structs += 1
+        try:
+            children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
+        finally:
+            self._open_structs -= 1
         if self.options.keep_unknown:
             if UNKNOWN_FIELDS in message.fields_by_name:
                 raise PathError(
@@ -828,6 +899,35 @@ _TYPE_NAMES = {
         "sint64",
     ]
 }
+
+
+def _struct_size(
+    message: Descriptor, stack: tuple[str, ...], max_depth: int, memo: dict[tuple, int]
+) -> int:
+    """Fields of the struct type _node_leaf builds for `message` (stack ends with it).
+
+    Its cuts depend only on which types are on the stack and on its length up to
+    max_depth, so equal subtrees are counted once: linear in the distinct (type, stack
+    set, depth) triples, not in the (possibly exponential) size.
+    """
+    key = (message.full_name, frozenset(stack), min(len(stack), max_depth + 1))
+    size = memo.get(key)
+    if size is not None:
+        return size
+    size = 1
+    for f in message.fields:
+        value = f.message_type.fields_by_number[2] if is_map(f) else f
+        size += 2 if is_map(f) else 0  # the map and its key
+        t = value.message_type
+        if t is None or _is_json(value) or WELL_KNOWN.get(t.full_name) is not None:
+            size += 1
+        elif t.full_name in stack and len(stack) > max_depth:
+            size += 1  # cut: serialized bytes
+        else:
+            size += _struct_size(t, (*stack, t.full_name), max_depth, memo)
+        size += 1 if is_repeated(f) and not is_map(f) else 0  # the list around it
+    memo[key] = size
+    return size
 
 
 def _is_json(fd: FieldDescriptor) -> bool:

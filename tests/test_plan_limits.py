@@ -1,0 +1,186 @@
+"""Plans are untrusted input: bounded compile time and memory, a PlanError with the place.
+
+Each case once gave a RecursionError, an OverflowError, a UnicodeDecodeError, a misleading
+message or an exponential compile (issue 15); none may take more than a moment now.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+import wirearrow as wa
+from wirearrow.config import MAX_PLAN_NESTING, MAX_PLAN_NODES
+from wirearrow.paths import MAX_FILTER_DEPTH
+from wirearrow.plan.compiler import MAX_DEPTH, MAX_EXPR_DEPTH, MAX_PLAN_FIELDS
+from wirearrow.spec import MAX_NESTING_LIMIT as MAX_NESTING
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples" / "schema"
+HEAD = f"proto:\n  file: {EXAMPLES}/bidrequest.proto\n  message: BidRequestEvent\n"
+TREE = 'syntax = "proto3"; package t; message T { int32 v = 1; T left = 2; T right = 3; }'
+
+
+@pytest.fixture(scope="module")
+def bid() -> wa.Schema:
+    return wa.Schema.from_proto(EXAMPLES / "bidrequest.proto", "BidRequestEvent")
+
+
+@pytest.fixture
+def tree(compile_proto) -> wa.Schema:
+    return compile_proto(TREE, "t.T")[0]
+
+
+def _plan_error(source: object) -> str:
+    with pytest.raises(wa.PlanError) as info:
+        wa.load_plan(source).transcoder()
+    return str(info.value)
+
+
+def _columns(expr: str) -> str:
+    return HEAD + f"denormalizer:\n  columns:\n    - name: x\n      expr: {expr}\n"
+
+
+def _nested_coalesce(depth: int) -> str:
+    e = "{func: coalesce, args: [{path: id}, {path: id}]}"
+    for _ in range(depth - 1):
+        e = "{func: coalesce, args: [{expr: " + e + "}, {path: id}]}"
+    return e
+
+
+def test_a_type_with_two_recursive_fields_is_bounded(tree: wa.Schema) -> None:
+    """The whole-message type doubles per level: the size is known before anything is built."""
+    small = wa.Transcoder(tree, max_depth=3)
+    assert small.arrow_schema.field("left").type.field("right").type.field("left").type == (
+        small.arrow_schema.field("left").type.field("left").type.field("left").type
+    )
+    started = time.perf_counter()
+    for depth in (22, 60, MAX_DEPTH):
+        with pytest.raises(wa.PlanError) as info:
+            wa.Transcoder(tree, max_depth=depth)
+        message = str(info.value)
+        assert f"t.T read whole with max_depth={depth} has" in message
+        assert f"(the limit is {MAX_PLAN_FIELDS:,})" in message
+    assert "12,582,910 fields" in _transcoder_error(tree, max_depth=22)
+    assert time.perf_counter() - started < 60  # a hang guard, not a timing assertion
+    # A path into the recursion is bounded by its text, whatever max_depth.
+    flat = wa.Transcoder(tree, columns=["left.right.left.v", "right.v"], max_depth=MAX_DEPTH)
+    assert flat.transcode([b"\x1a\x02\x08\x05"]).to_pylist() == [
+        {"left.right.left.v": None, "right.v": 5}
+    ]
+
+
+def _transcoder_error(schema: wa.Schema, **options: object) -> str:
+    with pytest.raises(wa.PlanError) as info:
+        wa.Transcoder(schema, **options)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("max_depth", 10**6, f"max_depth must be in 1..{MAX_DEPTH}, not 1000000"),
+        ("max_depth", 0, f"max_depth must be in 1..{MAX_DEPTH}, not 0"),
+        ("max_nesting", 10**20, f"max_nesting must be in 1..{MAX_NESTING}, not 10"),
+        ("max_nesting", 5000, f"max_nesting must be in 1..{MAX_NESTING}, not 5000"),
+        ("max_nesting", 1.5, "max_nesting must be an integer, not 1.5"),
+        ("max_nesting", True, "max_nesting must be an integer, not True"),
+    ],
+)
+def test_out_of_range_options_name_themselves(
+    tree: wa.Schema, option: str, value: object, message: str
+) -> None:
+    assert message in _transcoder_error(tree, columns=["v"], **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_nesting: 100000000000000000000", "max_nesting: must be at most 1023"),
+        ("max_nesting: 1.0e+20", "max_nesting: expected an integer, got a number"),
+        ("max_nesting: 5000", "max_nesting: must be at most 1023, got 5000"),
+        ("max_depth: 1000000", f"max_depth: must be at most {MAX_DEPTH}"),
+    ],
+)
+def test_out_of_range_yaml_options_name_key_and_line(line: str, message: str) -> None:
+    assert f"<string>:4: {message}" in _plan_error(HEAD + line + "\n")
+
+
+def test_a_deep_filter_is_a_plan_error(bid: wa.Schema) -> None:
+    ok = "(" * (MAX_FILTER_DEPTH - 1) + ".id == '1'" + ")" * (MAX_FILTER_DEPTH - 1)
+    wa.Transcoder(bid, columns=[f"imp[?({ok})].id"])
+    for predicate in (
+        "(" * 3000 + ".id == '1'" + ")" * 3000,
+        "!" * 3000 + ".id",
+        " && ".join([".id == '1'"] * 3000),
+    ):
+        with pytest.raises(wa.PlanError, match=f"filter nested deeper than {MAX_FILTER_DEPTH}"):
+            wa.Transcoder(bid, columns=[f"imp[?({predicate})].id"])
+    message = _plan_error(
+        HEAD + "denormalizer:\n  columns:\n    - path: \"imp[?(" + "(" * 3000 + ".id)].id\"\n"
+    )
+    assert "<string>:6: denormalizer.columns[0].path: filter nested deeper" in message
+
+
+def test_a_deep_expression_is_a_plan_error(bid: wa.Schema) -> None:
+    ok = wa.load_plan(_columns(_nested_coalesce(MAX_EXPR_DEPTH))).transcoder()
+    assert ok.transcode([b""]).num_rows == 1
+    assert "nested deeper than" in _plan_error(_columns(_nested_coalesce(2000)))
+    x = wa.path("id")
+    for _ in range(2000):
+        x = wa.coalesce(x, wa.path("id"))
+    with pytest.raises(wa.PlanError, match=f"'x': expression nested deeper than {MAX_EXPR_DEPTH}"):
+        wa.Transcoder(bid, columns=[wa.Column(name="x", expr=x)])
+
+
+@pytest.mark.parametrize("style", ["flow", "block", "mapping"])
+def test_deep_yaml_is_a_plan_error(style: str) -> None:
+    n = 100_000 if style == "flow" else 3000
+    if style == "flow":
+        text = HEAD + "denormalizer: " + "[" * n + "]" * n + "\n"
+    elif style == "block":
+        text = HEAD + "x:\n" + "".join("  " * (i + 1) + "-\n" for i in range(n))
+    else:
+        text = HEAD + "x:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(n))
+    assert f"YAML: nested deeper than {MAX_PLAN_NESTING} levels" in _plan_error(text)
+
+
+def test_deep_or_cyclic_mappings_are_plan_errors() -> None:
+    deep: dict = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = {}
+        node = node["x"]
+    assert f"nested deeper than {MAX_PLAN_NESTING}" in _plan_error({"proto": {}, "x": deep})
+    cyclic: dict = {"proto": {}}
+    cyclic["x"] = [cyclic]
+    assert "a cycle" in _plan_error(cyclic)
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = [HEAD, "denormalizer:\n  columns:\n"]
+    lines.append("    - {name: c0, expr: &a0 {func: coalesce, args: [{path: id}, {path: id}]}}\n")
+    for i in range(1, levels):
+        arg = f"{{expr: *a{i - 1}}}"
+        lines.append(
+            f"    - {{name: c{i}, expr: &a{i} {{func: coalesce, args: [{', '.join([arg] * 4)}]}}}}\n"
+        )
+    return "".join(lines)
+
+
+def test_yaml_alias_expansion_is_limited() -> None:
+    wa.load_plan(_alias_bomb(4)).transcoder()  # aliases that fit are fine
+    started = time.perf_counter()
+    message = _plan_error(_alias_bomb(12))  # 1.3 KB: ~4**11 expanded expression nodes
+    assert f"YAML: more than {MAX_PLAN_NODES:,} nodes with every alias expanded" in message
+    assert time.perf_counter() - started < 30  # a hang guard, not a timing assertion
+    assert "inside its own anchor" in _plan_error(HEAD + "x: &a [1, *a]\n")
+
+
+def test_non_utf8_yaml_is_a_plan_error(tmp_path) -> None:
+    raw = (HEAD + "# caf\xe9\n").encode("latin-1")
+    assert "<string>: cannot read the plan: 'utf-8' codec" in _plan_error(raw)
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(raw)
+    assert "cannot read the plan" in _plan_error(str(path))
