@@ -338,9 +338,17 @@ def test_groups_and_delimited(file: str, name: str, data: st.DataObject) -> None
     schema, cls = _schema(file, name)
     values = data.draw(st.lists(messages(cls.DESCRIPTOR), min_size=1, max_size=3))
     tc = wa.Transcoder(schema)
-    # (a proto2 `required` field may be missing: partial serialization)
-    expected = [v.SerializePartialToString(deterministic=True) for v in values]
-    assert_round_trip(tc, [v.SerializePartialToString() for v in values], expected)
+    # A proto2 `required` field may be missing: the runtime's SerializeToString refuses
+    # such a message, and so does encode.
+    complete = [v for v in values if v.IsInitialized()]
+    if complete:
+        expected = [v.SerializeToString(deterministic=True) for v in complete]
+        assert_round_trip(tc, [v.SerializePartialToString() for v in complete], expected)
+    partial = [v for v in values if not v.IsInitialized()]
+    if partial:
+        batch = tc.transcode([v.SerializePartialToString() for v in partial])
+        with pytest.raises(wa.EncodeError, match=r"required field .* is null"):
+            tc.encode(batch)
 
 
 def test_group_wire_shape() -> None:
@@ -709,3 +717,113 @@ def test_output_is_zero_copy_binary(maps: tuple[wa.Schema, type]) -> None:
     out.validate(full=True)
     assert out.type == pa.binary() and len(out) == 1000
     assert np.all(np.diff(np.frombuffer(out.buffers()[1], np.int32)) == 2)
+
+
+# -- what the runtime would not write (issue 15) -------------------------------------------
+
+STRICT = """
+syntax = "proto2";
+package strict;
+enum Color { RED = 0; GREEN = 1; }
+message Inner { required int32 a = 1; optional string s = 2; }
+message M {
+  required int32 r = 1;
+  optional Color c = 2;
+  repeated Color cs = 3 [packed = true];
+  optional Inner inner = 4;
+  repeated Inner inners = 5;
+  map<string, Color> cm = 6;
+  optional string s = 7;
+}
+"""
+UTF8 = """
+syntax = "proto3";
+package utf;
+message P { string s = 1; repeated string ss = 2; map<string, string> m = 3; }
+"""
+
+
+def _encode_error(tc: wa.Transcoder, batch: pa.RecordBatch, column: str, value: pa.Array):
+    replaced = batch.set_column(batch.schema.get_field_index(column), column, value)
+    with pytest.raises(wa.EncodeError) as info:
+        tc.encode(replaced)
+    return info.value
+
+
+def test_null_required_fields_are_errors(compile_proto) -> None:
+    """SerializeToString refuses a message missing a required field: so does encode."""
+    schema, cls = compile_proto(STRICT, "strict.M")
+    message = cls(r=1, inner={"a": 2}, inners=[{"a": 3}])
+    with pytest.raises(Exception, match="missing required fields"):
+        cls().SerializeToString()
+    tc = wa.Transcoder(schema)
+    batch = tc.transcode([message.SerializeToString()])
+    assert tc.encode(batch).to_pylist() == [message.SerializeToString(deterministic=True)]
+    inner_t = batch.schema.field("inner").type
+    for column, value, row, path in [
+        ("r", pa.array([None], pa.int32()), 0, "r"),
+        ("inner", pa.array([{"a": None, "s": "x"}], inner_t), 0, "inner.a"),
+        ("inners", pa.array([[{"a": 1}, {"a": None}]], pa.list_(inner_t)), 0, "inners[1].a"),
+    ]:
+        err = _encode_error(tc, batch, column, value)
+        assert (err.row, err.path) == (row, path)
+        assert "required field strict." in err.reason and "is null" in err.reason
+    # An absent optional message holding a required field is fine: nothing to write.
+    absent = batch.set_column(3, "inner", pa.array([None], inner_t))
+    assert cls.FromString(tc.encode(absent)[0].as_py()) == cls(r=1, inners=[{"a": 3}])
+
+
+def test_undeclared_values_of_closed_enums_are_errors(compile_proto) -> None:
+    schema, cls = compile_proto(STRICT, "strict.M")
+    with pytest.raises(ValueError):
+        cls(r=1).c = 7  # the runtime has no field to hold it
+    tc = wa.Transcoder(schema)
+    batch = tc.transcode([cls(r=1, c=1, cs=[0, 1], cm={"k": 1}).SerializeToString()])
+    cm_t = batch.schema.field("cm").type
+    for column, value, path, number in [
+        ("c", pa.array([7], pa.int32()), "c", 7),
+        ("cs", pa.array([[1, 9]], pa.list_(pa.int32())), "cs[1]", 9),
+        ("cm", pa.array([[("k", 5)]], cm_t), "cm[0].value", 5),
+    ]:
+        err = _encode_error(tc, batch, column, value)
+        assert (err.row, err.path) == (0, path)
+        assert err.reason == f"{number} is not a value of closed enum strict.Color"
+    names = wa.Transcoder(schema, enums="name")
+    named = names.transcode([cls(r=1, c=1).SerializeToString()])
+    decimal = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["7"]))
+    assert _encode_error(names, named, "c", decimal).reason == "'7' is not a value of enum strict.Color"
+
+
+def test_invalid_utf8_in_a_checked_string_is_an_error(compile_proto) -> None:
+    schema, _ = compile_proto(UTF8, "utf.P")
+    tc = wa.Transcoder(schema)
+    batch = tc.transcode([b"", b""])
+    bad = pa.array([b"ok", b"\xff"], pa.binary()).view(pa.string())
+    keys = pa.array(["k"])
+    for column, value, path in [
+        ("s", bad, "s"),
+        ("ss", pa.ListArray.from_arrays([0, 0, 2], bad), "ss[1]"),
+        ("m", pa.MapArray.from_arrays([0, 0, 1], keys, bad.slice(1)), "m[0].value"),
+        ("m", pa.MapArray.from_arrays([0, 0, 1], bad.slice(1), keys), "m[0].key"),
+    ]:
+        err = _encode_error(tc, batch, column, value)
+        assert (err.row, err.path) == (1, path)
+        assert err.reason.startswith("invalid UTF-8 in a string field")
+    # proto2 strings are not validated by the runtime: the bytes are written as they are.
+    strict, strict_cls = compile_proto(STRICT, "strict.M")
+    tc2 = wa.Transcoder(strict)
+    row = tc2.transcode([strict_cls(r=1).SerializeToString()])
+    out = tc2.encode(row.set_column(6, "s", bad.slice(1)))
+    assert out.to_pylist() == [b"\x08\x01:\x01\xff"]
+
+
+def test_duplicated_column_names_are_errors(maps: tuple[wa.Schema, type]) -> None:
+    schema, cls = maps
+    tc = wa.Transcoder(schema)
+    batch = tc.transcode([cls().SerializeToString()])
+    doubled = pa.RecordBatch.from_arrays(
+        [*batch.columns, batch.column(0)], names=[*batch.schema.names, batch.schema.names[0]]
+    )
+    with pytest.raises(wa.EncodeError, match="appears twice in the batch") as info:
+        tc.encode(doubled)
+    assert info.value.path == batch.schema.names[0] and info.value.row is None

@@ -17,6 +17,7 @@ fields by number, unknown fields (``_unknown``) last, map entries as upb orders 
 
 from __future__ import annotations
 
+import codecs
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from google.protobuf.message import Message
 from wirearrow._core import encoder as core
 from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, position
 from wirearrow.errors import EncodeError
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated
+from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, needs_utf8_check
 
 __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 
@@ -92,6 +93,7 @@ class _Spec:
     derive: Derive | None = None
     check: Check | None = None
     reason: Reason | None = None
+    null_reason: str | None = None  # a required field: a null is this error
     map_keys: str | None = None  # a map column: how its keys sort ("signed", "string", ...)
 
 
@@ -133,6 +135,10 @@ class EncodingPlan:
         self, node: int, message: Descriptor, fields: list[pa.Field], cols: list[int], where: str
     ) -> None:
         by_name = {f.name: (f, col) for f, col in zip(fields, cols, strict=True)}
+        if len(by_name) != len(fields):
+            seen: set[str] = set()
+            twice = next(f.name for f in fields if f.name in seen or seen.add(f.name))
+            raise _mismatch(where, twice, "appears twice in the batch")
         unknown = by_name.pop(UNKNOWN_FIELD, None)
         if unknown is not None and fields[-1].name != UNKNOWN_FIELD:
             raise _mismatch(where, UNKNOWN_FIELD, "must be the last field of its struct")
@@ -206,6 +212,11 @@ class EncodingPlan:
                 shape = "repeated"
             # the list; its elements (maybe derived from values)
             return row._replace(shape=core.SHAPE[shape], col=col, elem=row.col)
+        if fd.is_required:
+            # The runtime will not serialize a message without it (SerializeToString raises).
+            row = self._value(fd, t, col, path, "always")
+            self._t.specs[row.col].null_reason = f"required field {fd.full_name} is null"
+            return row
         presence = "explicit" if fd.has_presence else "implicit"
         return self._value(fd, t, col, path, presence)
 
@@ -220,6 +231,22 @@ class EncodingPlan:
                 col = self._enum_names(fd, t, col, path)
             elif t not in accepted:
                 raise _type_error(path, " or ".join(map(str, accepted)), t)
+            elif fd.type == _T.TYPE_ENUM and fd.enum_type.is_closed:
+                # The runtime cannot hold an undeclared value of a closed enum (decoding
+                # keeps it among the unknown fields): it has no field to write it from.
+                name = fd.enum_type.full_name
+                spec = self._t.specs[col]
+                spec.check = functools.partial(
+                    _undeclared, np.array(sorted({v.number for v in fd.enum_type.values}))
+                )
+                spec.reason = lambda a, k: f"{a[k].as_py()} is not a value of closed enum {name}"
+            elif needs_utf8_check(fd):
+                spec = self._t.specs[col]
+                spec.check = _invalid_utf8
+                spec.reason = lambda a, k: (
+                    "invalid UTF-8 in a string field (the schema requires valid UTF-8): "
+                    f"{a.cast(pa.binary())[k].as_py()!r}"
+                )
             return _entry(number << 3 | wire, kind, "singular", presence, col)
         group = fd.type == _T.TYPE_GROUP  # proto2 groups and editions DELIMITED
         name = fd.message_type.full_name
@@ -314,10 +341,11 @@ class EncodingPlan:
             raise _type_error(path, "dictionary<int32, string> of enum names", t)
         numbers = {v.name: v.number for v in fd.enum_type.values}
         name = fd.enum_type.full_name
+        closed = fd.enum_type.is_closed  # no undeclared numbers (see _value)
         return self._spec(
             col,
             "derived",
-            derive=functools.partial(_enum_numbers, numbers),
+            derive=functools.partial(_enum_numbers, numbers, closed),
             reason=lambda a, k: f"{a[k].as_py()!r} is not a value of enum {name}",
         )
 
@@ -360,7 +388,9 @@ class EncodingPlan:
             row, where = self._locate(arrays, err_col, err_index)
             reason = core.STATUS_TEXT.get(status, f"status {status}")
             spec = self._t.specs[err_col]
-            if status == 3 and spec.reason is not None:
+            if status == 2 and spec.null_reason is not None:
+                reason = spec.null_reason
+            elif status == 3 and spec.reason is not None:
                 # a derived array's reason speaks of the value it was derived from
                 source = arrays[spec.parent] if spec.access == "derived" else arrays[err_col]
                 reason = spec.reason(source, err_index)
@@ -482,6 +512,50 @@ def _int64_view(array: pa.Array) -> np.ndarray:
 # -- derived arrays ---------------------------------------------------------------------
 
 
+def _undeclared(declared: np.ndarray, array: pa.Array) -> np.ndarray | None:
+    """Slots holding a number the (closed) enum does not declare."""
+    values = array.fill_null(declared[0]).to_numpy(zero_copy_only=False) if len(array) else []
+    bad = ~np.isin(values, declared)
+    return bad.view(np.uint8) if bad.any() else None
+
+
+_HIGH_BITS = np.uint64(0x8080808080808080)
+
+
+def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
+    """Slots of a string array that are not valid UTF-8 (a binary array viewed as string).
+
+    Fast paths over the values the slots span: no byte >= 0x80 (ASCII); or the span as a
+    whole is valid UTF-8 and no slot starts or ends inside a character, so each slot is.
+    """
+    n = len(array)
+    data = array.buffers()[2]
+    if n == 0 or data is None:
+        return None
+    dtype = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    cuts = np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + n + 1]
+    lo, hi = int(cuts[0]), int(cuts[-1])
+    span = np.frombuffer(data, dtype=np.uint8)[lo:hi]
+    whole = len(span) & ~7  # eight bytes at a time: the high bits of a uint64
+    if not (span[:whole].view(np.uint64) & _HIGH_BITS).any() and not (span[whole:] >= 0x80).any():
+        return None
+    try:
+        codecs.utf_8_decode(memoryview(span), "strict", True)
+        inner = cuts[(cuts > lo) & (cuts < hi)] - lo
+        if not ((span[inner] & 0xC0) == 0x80).any():
+            return None
+    except UnicodeDecodeError:
+        pass
+    bad = np.zeros(n, dtype=np.uint8)
+    for k, value in enumerate(array.cast(pa.binary()).to_pylist()):
+        if value is not None:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                bad[k] = 1
+    return bad if bad.any() else None
+
+
 def _part(split: Callable, position: int) -> Derive:
     def derive(array: pa.Array) -> tuple[pa.Array, None]:
         return pa.array(split(array)[position]), None
@@ -539,14 +613,17 @@ def _split_time(per_second: int, array: pa.Array):
     return tuple(x.astype(np.int32) for x in (hours, minutes, seconds, nanos))
 
 
-def _enum_numbers(numbers: dict[str, int], array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
-    """dictionary<int, string> of enum names -> int32 numbers (undeclared: decimal text)."""
+def _enum_numbers(
+    numbers: dict[str, int], closed: bool, array: pa.Array
+) -> tuple[pa.Array, np.ndarray | None]:
+    """dictionary<int, string> of enum names -> int32 numbers (undeclared: decimal text,
+    except for a closed enum)."""
     names = array.dictionary.to_pylist()
     table = np.zeros(len(names) + 1, dtype=np.int32)
     bad = np.zeros(len(names) + 1, dtype=np.uint8)
     for i, name in enumerate(names):
         number = numbers.get(name) if name is not None else None
-        if number is None and name is not None:
+        if number is None and name is not None and not closed:
             try:
                 number = int(name) if name.lstrip("-").isdigit() else None
             except ValueError:
