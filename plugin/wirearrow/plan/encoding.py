@@ -237,7 +237,7 @@ class EncodingPlan:
                 name = fd.enum_type.full_name
                 spec = self._t.specs[col]
                 spec.check = functools.partial(
-                    _undeclared, np.array(sorted({v.number for v in fd.enum_type.values}))
+                    _undeclared, _Declared({v.number for v in fd.enum_type.values})
                 )
                 spec.reason = lambda a, k: f"{a[k].as_py()} is not a value of closed enum {name}"
             elif needs_utf8_check(fd):
@@ -512,10 +512,33 @@ def _int64_view(array: pa.Array) -> np.ndarray:
 # -- derived arrays ---------------------------------------------------------------------
 
 
-def _undeclared(declared: np.ndarray, array: pa.Array) -> np.ndarray | None:
-    """Slots holding a number the (closed) enum does not declare."""
-    values = array.fill_null(declared[0]).to_numpy(zero_copy_only=False) if len(array) else []
-    bad = ~np.isin(values, declared)
+class _Declared:
+    """The numbers of a closed enum: a lookup table over their range (or a sorted array
+    when the range is too sparse for one)."""
+
+    def __init__(self, numbers: set[int]) -> None:
+        self.numbers = np.array(sorted(numbers), dtype=np.int64)
+        self.low = int(self.numbers[0])
+        span = int(self.numbers[-1]) - self.low + 1
+        self.table = None
+        if span <= 1 << 16:
+            self.table = np.zeros(span, dtype=bool)
+            self.table[self.numbers - self.low] = True
+
+    def missing(self, values: np.ndarray) -> np.ndarray:
+        if self.table is None:
+            return ~np.isin(values, self.numbers)
+        at = values.astype(np.int64) - self.low
+        inside = (at >= 0) & (at < len(self.table))
+        return ~(inside & self.table[np.where(inside, at, 0)])
+
+
+def _undeclared(declared: _Declared, array: pa.Array) -> np.ndarray | None:
+    """Slots holding a number the (closed) enum does not declare (nulls are not)."""
+    if not len(array):
+        return None
+    values = array.fill_null(declared.low).to_numpy(zero_copy_only=False)
+    bad = declared.missing(values)
     return bad.view(np.uint8) if bad.any() else None
 
 

@@ -1,0 +1,378 @@
+"""The fuzz harness: mutated records through transcode and encode, checked against upb.
+
+For each target schema, batches of valid records (``mutations.random_message``) and
+structure-aware mutations of them (``mutations.mutate``) go through ``transcode`` under
+every error policy, and the rows back through ``encode``. Checked for every record:
+
+- **no escape**: nothing but a ``wirearrow`` error leaves ``transcode`` / ``encode``;
+- **accounting**: ``records_in == records_ok + records_failed``, one row per good record,
+  one dead letter (index, raw bytes) per bad one, ``"raise"`` raising the lowest bad index;
+- **differential** (``validate="full"``): the record is accepted exactly when the protobuf
+  runtime (upb) parses it, and an accepted record encodes back to the runtime's
+  ``SerializeToString(deterministic=True)`` of the message it parsed (or both refuse).
+
+A disagreement the docs explain (``KNOWN``) is counted, not failed. Run it with
+``python tests/fuzz/run.py`` (docs/fuzzing.md); tests/fuzz/test_fuzz.py runs a short
+deterministic slice in CI.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import google.type.date_pb2
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError as RuntimeDecodeError
+from google.protobuf.message import EncodeError as RuntimeEncodeError
+from mutations import mutate, random_message
+
+import wirearrow as wa
+
+HERE = pathlib.Path(__file__).resolve().parent
+PROTOS = HERE.parent / "protos"
+GAPIS = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
+
+# (file, message, max_depth for whole-message reads of a recursive type)
+TARGETS = [
+    (HERE / "protos" / "fuzz.proto", "wirearrow.tests.fuzz.Node", 4),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Wkt", None),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Maps", None),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Tree", 3),
+    (PROTOS / "groups.proto", "wirearrow.tests.groups.G", None),
+    (PROTOS / "delimited.proto", "wirearrow.tests.delimited.D", None),
+    (PROTOS / "malformed.proto", "wirearrow.tests.malformed.Request", 3),
+]
+
+# Disagreements with the runtime that docs/ explains, by the reason wirearrow gives.
+KNOWN = {
+    # docs/types.md: Timestamp / Duration that do not fit int64 nanoseconds are an error.
+    "out of range for unit": "timestamp or duration outside the ns range (docs/types.md)",
+    # docs/round-trip.md: the encoder refuses what the runtime's Timestamp cannot hold.
+    "outside google.protobuf.Timestamp's range": "Timestamp outside 0001..9999 (round-trip.md)",
+    "outside google.protobuf.Duration's range": "Duration beyond 10,000 years (round-trip.md)",
+    # docs/errors.md: a proto2 string read into an Arrow utf8 column must be valid UTF-8.
+    "invalid UTF-8 in a string field": "proto2 string that is not UTF-8 (errors.md)",
+}
+# Open decoder corners (docs/fuzzing.md, "Findings"), recognised from the record itself.
+LONG_TAG = "tag varint over 5 bytes: upb rejects it, wirearrow reads it (finding)"
+UPB_UNKNOWN = (
+    "upb keeps as unknown what wirearrow reads or rejects: a known field with another wire "
+    "type, a map entry holding an unknown field (finding)"
+)
+ODD_WKT = (
+    "a well-known type holding values outside its range (Timestamp nanos < 0, an all-zero "
+    "Date, TimeOfDay past 24h) comes back normalised (finding)"
+)
+
+
+@dataclass
+class Target:
+    name: str
+    schema: wa.Schema
+    cls: Any
+    max_depth: int | None
+    seeds: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What a run tried and found."""
+
+    records: int = 0
+    mutated: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    mutations: collections.Counter = field(default_factory=collections.Counter)
+    known: collections.Counter = field(default_factory=collections.Counter)
+    failures: list[str] = field(default_factory=list)  # each: what, the record in hex
+
+    def fail(self, target: Target, what: str, record: bytes | None = None) -> None:
+        hexed = f" record {record.hex()}" if record is not None else ""
+        self.failures.append(f"[{target.name}] {what}{hexed}")
+
+    def merge(self, other: Report) -> None:
+        for name in ("records", "mutated", "accepted", "rejected"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.mutations.update(other.mutations)
+        self.known.update(other.known)
+        self.failures += other.failures
+
+
+def load_targets(names: list[str] | None = None) -> list[Target]:
+    out = []
+    for path, message, max_depth in TARGETS:
+        short = message.rsplit(".", 1)[-1]
+        if names and short not in names and message not in names:
+            continue
+        schema = wa.Schema.from_proto(path, message, import_paths=[GAPIS])
+        cls = message_factory.GetMessageClass(schema.descriptor)
+        out.append(Target(short, schema, cls, max_depth))
+    return out
+
+
+def seed_records(target: Target, rng: random.Random, n: int) -> list[bytes]:
+    depth = target.max_depth or 3
+    return [
+        random_message(rng, target.cls, max_depth=depth).SerializePartialToString()
+        for _ in range(n)
+    ]
+
+
+def batch(target: Target, rng: random.Random, size: int, report: Report) -> list[bytes]:
+    """``size`` records: some valid, most mutated once or a few times."""
+    if not target.seeds:
+        target.seeds = seed_records(target, rng, 32)
+    out = []
+    for _ in range(size):
+        record = rng.choice(target.seeds)
+        if rng.random() < 0.8:
+            for _ in range(rng.choice([1, 1, 1, 2, 3])):
+                record, what = mutate(rng, record, target.seeds)
+                report.mutations[what.split(" ")[0]] += 1
+            report.mutated += 1
+        out.append(record)
+    return out
+
+
+def _runtime(target: Target, record: bytes) -> tuple[Any | None, bytes | None]:
+    """(the runtime's message or None if it rejects the bytes, its deterministic bytes or
+    None if it refuses to serialize the message)."""
+    try:
+        message = target.cls.FromString(record)
+    except RuntimeDecodeError:
+        return None, None
+    if not message.IsInitialized():
+        # SerializeToString would raise; with a map field in the message upb 6.33 crashes
+        # instead (a segfault on 62006a00 for fuzz.Node: found by this harness).
+        return message, None
+    try:
+        return message, message.SerializeToString(deterministic=True)
+    except RuntimeEncodeError:
+        return message, None
+
+
+def _known(reason: str) -> str | None:
+    return next((why for text, why in KNOWN.items() if text in reason), None)
+
+
+def _explain(record: bytes, message: Any | None, reason: str = "") -> str | None:
+    """Which documented disagreement, if any, accounts for this record."""
+    why = _known(reason)
+    if why is not None:
+        return why
+    if _long_tag(record):
+        return LONG_TAG
+    if message is not None and _has_unknown(message):
+        return UPB_UNKNOWN
+    if message is not None and _odd_wkt(message):
+        return ODD_WKT
+    return None
+
+
+def _long_tag(data: bytes, depth: int = 0) -> bool:
+    """Whether a tag anywhere in the record (also inside length-delimited values that read
+    as messages) takes more than 5 bytes."""
+    from mutations import fields
+
+    parts = fields(data)
+    if not parts or depth > 100:
+        return False
+    for f in parts:
+        if len(f.tag) > 5:
+            return True
+        if f.wire_type in (2, 3) and _long_tag(f.value, depth + 1):
+            return True
+    return False
+
+
+def _walk(message: Any):
+    yield message
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            values = [v for v in value.values()] if fd.message_type.fields_by_number[2].message_type else []
+        else:
+            values = value if fd.is_repeated else [value]
+        for v in values:
+            yield from _walk(v)
+
+
+def _has_unknown(message: Any) -> bool:
+    from google.protobuf import unknown_fields
+
+    return any(len(unknown_fields.UnknownFieldSet(m)) for m in _walk(message))
+
+
+def _odd_wkt(message: Any) -> bool:
+    for m in _walk(message):
+        name = m.DESCRIPTOR.full_name
+        if name == "google.protobuf.Timestamp" and not 0 <= m.nanos < 10**9:
+            return True
+        if name == "google.protobuf.Duration" and (
+            abs(m.nanos) >= 10**9 or (m.seconds and m.nanos and (m.seconds < 0) != (m.nanos < 0))
+        ):
+            return True
+        if name == "google.type.Date":
+            try:
+                import datetime
+
+                datetime.date(m.year, m.month, m.day)
+            except ValueError:
+                return True
+        if name == "google.type.TimeOfDay" and not (
+            0 <= m.hours < 24 and 0 <= m.minutes < 60 and 0 <= m.seconds < 61
+            and 0 <= m.nanos < 10**9
+        ):
+            return True
+    return False
+
+
+def check(target: Target, records: list[bytes], report: Report) -> None:
+    """Every check of the module docstring, on one batch."""
+    report.records += len(records)
+    options = {"max_depth": target.max_depth, "keep_unknown": True, "timestamp_unit": "ns"}
+    tc = wa.Transcoder(target.schema, on_error="dead_letter", validate="full", **options)
+    try:
+        out = tc.transcode(records)
+    except wa.WirearrowError as err:
+        report.fail(target, f"dead_letter transcode raised {err!r}")
+        return
+    except Exception as err:  # the point of the harness: nothing else may escape
+        report.fail(target, f"escaped from transcode: {type(err).__name__}: {err}")
+        return
+    letters = {d["index"]: d for d in tc.dead_letters().to_pylist()}
+    s = tc.stats
+    if not (s.records_in == len(records) == s.records_ok + s.records_failed):
+        report.fail(target, f"accounting: {s} for {len(records)} records")
+    if out.num_rows != s.records_ok or len(letters) != s.records_failed:
+        report.fail(target, f"rows {out.num_rows} / letters {len(letters)} vs {s}")
+    for i, letter in letters.items():
+        if letter["raw"] != records[i] or not letter["reason"]:
+            report.fail(target, f"dead letter {i} does not hold its record", records[i])
+    _check_policies(target, records, options, letters, report)
+    good = [i for i in range(len(records)) if i not in letters]
+    encoded = _encode_rows(target, tc, out, good, records, report)
+    for i, record in enumerate(records):
+        message, canonical = _runtime(target, record)
+        if i in letters:
+            report.rejected += 1
+            if message is not None:
+                why = _explain(record, message, letters[i]["reason"])
+                if why is None:
+                    report.fail(target, f"rejected ({letters[i]['reason']}), upb accepts", record)
+                else:
+                    report.known[why] += 1
+            continue
+        report.accepted += 1
+        if message is None:
+            why = _explain(record, None)
+            if why is None:
+                report.fail(target, "accepted, upb rejects", record)
+            else:
+                report.known[why] += 1
+            continue
+        mine = encoded.get(i)
+        if isinstance(mine, str):  # an EncodeError
+            why = _explain(record, message, mine)
+            if canonical is None and "required field" in mine:
+                continue  # both refuse a message missing a required field
+            if why is None:
+                report.fail(target, f"encode refused ({mine}), upb serializes", record)
+            else:
+                report.known[why] += 1
+        elif canonical is None:
+            report.fail(target, "encode wrote a message upb refuses to serialize", record)
+        elif mine != canonical and not _nan_payloads_differ(target, mine, canonical):
+            why = _explain(record, message)
+            if why is None:
+                report.fail(
+                    target, f"encode differs from upb: {mine.hex()} != {canonical.hex()}", record
+                )
+            else:
+                report.known[why] += 1
+
+
+def _encode_rows(
+    target: Target, tc: wa.Transcoder, out: Any, good: list[int], records: list[bytes], report: Report
+) -> dict[int, bytes | str]:
+    """The whole batch at once; when a row cannot be encoded (the error names it), the
+    rest again without it, so that every row is checked."""
+    result: dict[int, bytes | str] = {}
+    rows = list(range(len(good)))
+    while rows:
+        try:
+            encoded = tc.encode(out.take(rows)).to_pylist()
+        except wa.EncodeError as err:
+            if err.row is None:
+                report.fail(target, f"encode refused the batch's schema: {err}")
+                return result
+            bad = rows.pop(err.row)
+            result[good[bad]] = str(err)
+            continue
+        except Exception as err:
+            report.fail(target, f"escaped from encode: {type(err).__name__}: {err}")
+            return result
+        result.update((good[r], value) for r, value in zip(rows, encoded, strict=True))
+        break
+    return result
+
+
+def _check_policies(
+    target: Target, records: list[bytes], options: dict, letters: dict, report: Report
+) -> None:
+    """"skip" counts what "dead_letter" kept; "raise" raises for the lowest bad record."""
+    skip = wa.Transcoder(target.schema, on_error="skip", validate="full", **options)
+    raising = wa.Transcoder(target.schema, validate="full", **options)
+    try:
+        skip.transcode(records)
+        if skip.stats.records_failed != len(letters):
+            report.fail(target, f"skip failed {skip.stats.records_failed}, dead_letter {len(letters)}")
+        raising.transcode(records)
+        if letters:
+            report.fail(target, "raise did not raise", records[min(letters)])
+    except wa.DecodeError as err:
+        if not letters or err.index != min(letters):
+            report.fail(target, f"raise gave record {err.index}, lowest bad {min(letters, default=None)}")
+    except Exception as err:
+        report.fail(target, f"escaped under skip/raise: {type(err).__name__}: {err}")
+
+
+def _nan_payloads_differ(target: Target, mine: bytes, canonical: bytes) -> bool:
+    """Equal but for the payload bits of a NaN (docs/types.md: Struct / Value keep NaN as
+    the token NaN, which reads back as the default NaN): the runtime's messages match."""
+    a, b = target.cls.FromString(mine), target.cls.FromString(canonical)
+    return "nan" in str(b) and str(a) == str(b)
+
+
+def run(
+    seconds: float | None = None,
+    batches: int | None = None,
+    seed: int = 0,
+    batch_size: int = 16,
+    names: list[str] | None = None,
+    progress: Any = None,
+) -> Report:
+    """Fuzz every target in turn until ``batches`` batches or ``seconds`` have passed."""
+    import time
+
+    rng = random.Random(seed)
+    targets = load_targets(names)
+    report = Report()
+    started = time.monotonic()
+    k = 0
+    while True:
+        if batches is not None and k >= batches:
+            break
+        if seconds is not None and time.monotonic() - started >= seconds:
+            break
+        target = targets[k % len(targets)]
+        check(target, batch(target, rng, batch_size, report), report)
+        k += 1
+        if progress is not None and k % 200 == 0:
+            progress(report, time.monotonic() - started)
+    return report
