@@ -231,7 +231,7 @@ class Assembler:
                 out.append(None)
                 continue
             try:
-                msg = cls.FromString(value)
+                msg = cls.FromString(value)  # type: ignore[attr-defined]
             except (ProtobufDecodeError, RecursionError):
                 out.append(None)
                 bad.append(element)

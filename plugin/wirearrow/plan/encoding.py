@@ -136,8 +136,8 @@ class EncodingPlan:
     ) -> None:
         by_name = {f.name: (f, col) for f, col in zip(fields, cols, strict=True)}
         if len(by_name) != len(fields):
-            seen: set[str] = set()
-            twice = next(f.name for f in fields if f.name in seen or seen.add(f.name))
+            names = [f.name for f in fields]
+            twice = next(name for i, name in enumerate(names) if name in names[:i])
             raise _mismatch(where, twice, "appears twice in the batch")
         unknown = by_name.pop(UNKNOWN_FIELD, None)
         if unknown is not None and fields[-1].name != UNKNOWN_FIELD:
@@ -556,14 +556,15 @@ def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
     if n == 0 or data is None:
         return None
     dtype = np.int64 if pa.types.is_large_string(array.type) else np.int32
-    cuts = np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + n + 1]
+    cuts: np.ndarray = np.frombuffer(array.buffers()[1], dtype=dtype)
+    cuts = cuts[array.offset : array.offset + n + 1].astype(np.int64)
     lo, hi = int(cuts[0]), int(cuts[-1])
     span = np.frombuffer(data, dtype=np.uint8)[lo:hi]
     whole = len(span) & ~7  # eight bytes at a time: the high bits of a uint64
     if not (span[:whole].view(np.uint64) & _HIGH_BITS).any() and not (span[whole:] >= 0x80).any():
         return None
     try:
-        codecs.utf_8_decode(memoryview(span), "strict", True)
+        codecs.utf_8_decode(span.tobytes(), "strict", True)
         inner = cuts[(cuts > lo) & (cuts < hi)] - lo
         if not ((span[inner] & 0xC0) == 0x80).any():
             return None
