@@ -56,7 +56,11 @@ KNOWN = {
     "outside google.protobuf.Duration's range": "Duration beyond 10,000 years (round-trip.md)",
     # docs/errors.md: a proto2 string read into an Arrow utf8 column must be valid UTF-8.
     "invalid UTF-8 in a string field": "proto2 string that is not UTF-8 (errors.md)",
+    # docs/errors.md: a field the plan reads, with another wire type, is an error (upb
+    # keeps it as an unknown field; whole-message plans read every field).
+    "wrong wire type for the field": "a read field with another wire type (errors.md)",
 }
+EMPTY_VALUE = "a singular Value with no kind is null, and left out by encode (round-trip.md)"
 # Open decoder corners (docs/fuzzing.md, "Findings"), recognised from the record itself.
 LONG_TAG = "tag varint over 5 bytes: upb rejects it, wirearrow reads it (finding)"
 UPB_UNKNOWN = (
@@ -170,6 +174,8 @@ def _explain(record: bytes, message: Any | None, reason: str = "") -> str | None
         return UPB_UNKNOWN
     if message is not None and _odd_wkt(message):
         return ODD_WKT
+    if message is not None and _empty_value(message):
+        return EMPTY_VALUE
     return None
 
 
@@ -206,6 +212,19 @@ def _has_unknown(message: Any) -> bool:
     from google.protobuf import unknown_fields
 
     return any(len(unknown_fields.UnknownFieldSet(m)) for m in _walk(message))
+
+
+def _empty_value(message: Any) -> bool:
+    for m in _walk(message):
+        for fd, value in m.ListFields():
+            if (
+                fd.message_type is not None
+                and fd.message_type.full_name == "google.protobuf.Value"
+                and not fd.is_repeated
+                and value.WhichOneof("kind") is None
+            ):
+                return True
+    return False
 
 
 def _odd_wkt(message: Any) -> bool:
