@@ -527,3 +527,27 @@ def _without_unknown(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_unknown(v) for v in value]
     return value
+
+
+def test_full_validation_reaches_below_a_max_depth_cut() -> None:
+    """Found by tests/fuzz: damage two levels below the cut passed validate="full"."""
+    import google.type.date_pb2
+    from google.protobuf import message_factory
+
+    gapis = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
+    schema = wa.Schema.from_proto(
+        PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Tree", import_paths=[gapis]
+    )
+    tree = message_factory.GetMessageClass(schema.descriptor)
+    good = tree(left={"kids": [{"kids": [{"left": {"v": 1}}]}]}).SerializeToString()
+    # left.kids[0].kids[0].left holds b"a\x80b": a fixed64 field cut short, below the cut.
+    record = bytes.fromhex("12091a071a051203618062")
+    with pytest.raises(RuntimeDecodeError):
+        tree.FromString(record)
+    full = wa.Transcoder(schema, on_error="dead_letter", validate="full", max_depth=3)
+    assert full.transcode([good, record]).num_rows == 1
+    (letter,) = full.dead_letters().to_pylist()
+    assert letter["index"] == 1 and letter["path"] == "left"
+    assert letter["reason"] == "malformed wirearrow.tests.roundtrip.Tree below the max_depth cut"
+    plan = wa.Transcoder(schema, on_error="dead_letter", validate="plan", max_depth=3)
+    assert plan.transcode([good, record]).num_rows == 2  # bytes the plan keeps unread

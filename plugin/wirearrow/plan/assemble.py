@@ -27,6 +27,7 @@ from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
 from wirearrow.plan.leaves import (
+    CutLeaf,
     EnumLeaf,
     JsonLeaf,
     Leaf,
@@ -217,6 +218,24 @@ class Assembler:
                 raise BadRecords([(r, reason, "") for r, reason in bad])
         return texts
 
+    def _cut_problems(self, leaf: CutLeaf) -> list[tuple[int, str]]:
+        """Records whose bytes below the max_depth cut do not parse as the message."""
+        from google.protobuf import message_factory
+        from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+        pool = self.plan.nodes[0].message.file.pool
+        cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(leaf.message))
+        bad = []
+        raw = self._scalar(leaf.column, pa.binary(), self.counts[leaf.group])
+        for element, value in enumerate(raw.to_pylist()):
+            if value is not None:
+                try:
+                    cls.FromString(value)  # type: ignore[attr-defined]
+                except (ProtobufDecodeError, RecursionError):
+                    bad.append(element)
+        reason = f"malformed {leaf.message} below the max_depth cut"
+        return [(r, reason) for r in self.records_of(leaf.group, np.array(bad)).tolist()]
+
     def _render_json(self, leaf: JsonLeaf, n: int) -> tuple[pa.Array, list[tuple[int, str]]]:
         """The JSON texts of a Struct / Value / ListValue leaf, and the records whose
         bytes do not parse as that message: [(position, reason)]."""
@@ -387,6 +406,8 @@ class Assembler:
                     texts, bad = self._render_json(leaf, self.counts[leaf.group])
                     self._json_texts[id(leaf)] = texts
                     out.extend((r, reason, column.name) for r, reason in bad)
+                elif isinstance(leaf, CutLeaf) and leaf.validate:
+                    out.extend((r, reason, column.name) for r, reason in self._cut_problems(leaf))
         return out
 
     def _strict_problems(

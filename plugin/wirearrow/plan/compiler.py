@@ -46,6 +46,7 @@ from wirearrow.plan.expressions import (
     literal_type,
 )
 from wirearrow.plan.leaves import (
+    CutLeaf,
     EnumLeaf,
     JsonLeaf,
     Leaf,
@@ -717,6 +718,12 @@ class _Resolver:
                 0,
             )
 
+    def _cut_leaf(self, group: int, column: int, fd: FieldDescriptor) -> CutLeaf:
+        # The decoder stores a cut level's bytes without walking them: under
+        # validate="full" the assembler parses them as upb would (docs/errors.md).
+        full = self.options.validate == "full"
+        return CutLeaf(group, pa.binary(), column, None, fd.message_type.full_name, full)
+
     def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
         return self._scalar(node.group, fd, self.b.scalar(node, fd))
 
@@ -744,7 +751,7 @@ class _Resolver:
             return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
         if is_message(fd) and self._cut(fd, stack):
             group, column = self.b.raw(node, fd)
-            raw = ScalarLeaf(group, pa.binary(), column)
+            raw = self._cut_leaf(group, column, fd)
             return ListLeaf(node.group, pa.list_(pa.binary()), group, raw, presence)
         group, child = self.b.repeated(node, fd)
         if isinstance(child, NodeSpec):
@@ -769,7 +776,7 @@ class _Resolver:
             return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
         if self._cut(fd, stack):
             group, column = self.b.raw(node, fd)
-            return ScalarLeaf(group, pa.binary(), column)
+            return self._cut_leaf(group, column, fd)
         child = self.b.message(node, fd)
         return self._node_leaf(child, child.presence, stack, fd)
 

@@ -35,6 +35,14 @@ class ScalarLeaf(Leaf):
 
 
 @dataclass(frozen=True, eq=False)
+class CutLeaf(ScalarLeaf):
+    """A recursive message below the max_depth cut: its serialized bytes (binary)."""
+
+    message: str = ""  # full name of the message type
+    validate: bool = False  # validate="full": the bytes must parse as that message
+
+
+@dataclass(frozen=True, eq=False)
 class StructLeaf(Leaf):
     presence: int  # column, -1 when the struct is always present (a list element)
     children: tuple[tuple[str, Leaf], ...]
