@@ -69,7 +69,8 @@ UPB_UNKNOWN = (
 )
 ODD_WKT = (
     "a well-known type holding values outside its range (Timestamp nanos < 0, an all-zero "
-    "Date, TimeOfDay past 24h) comes back normalised (finding)"
+    "Date, TimeOfDay past 24h, a Value's null_value other than 0) comes back normalised "
+    "(finding)"
 )
 
 
@@ -231,6 +232,9 @@ def _odd_wkt(message: Any) -> bool:
     for m in _walk(message):
         name = m.DESCRIPTOR.full_name
         if name == "google.protobuf.Timestamp" and not 0 <= m.nanos < 10**9:
+            return True
+        # An undeclared NullValue number: JSON null is written back as 0.
+        if name == "google.protobuf.Value" and m.WhichOneof("kind") == "null_value" and m.null_value:
             return True
         if name == "google.protobuf.Duration" and (
             abs(m.nanos) >= 10**9 or (m.seconds and m.nanos and (m.seconds < 0) != (m.nanos < 0))
