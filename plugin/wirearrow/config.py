@@ -309,7 +309,8 @@ def _check_yaml_shape(text: str, where: str) -> None:
     total = 0
 
     def fail(event: yaml.Event, what: str) -> None:
-        raise PlanError([f"{where}:{event.start_mark.line + 1}: YAML: {what}"])
+        line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
+        raise PlanError([f"{where}{line}: YAML: {what}"])
 
     try:
         for event in yaml.parse(text, Loader=_LineLoader):

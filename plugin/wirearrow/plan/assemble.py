@@ -230,7 +230,7 @@ class Assembler:
         for element, value in enumerate(raw.to_pylist()):
             if value is not None:
                 try:
-                    cls.FromString(value)  # type: ignore[attr-defined]
+                    cls.FromString(value)
                 except (ProtobufDecodeError, RecursionError):
                     bad.append(element)
         reason = f"malformed {leaf.message} below the max_depth cut"
