@@ -18,6 +18,7 @@ from wirearrow.errors import DecodeError, EncodeError, PlanError
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options
 from wirearrow.plan.encoding import EncodingPlan
+from wirearrow.protojson import JsonReader, check_format, to_json
 from wirearrow.schema import Schema
 
 __all__ = ["DEAD_LETTER_SCHEMA", "Stats", "Transcoder"]
@@ -110,6 +111,7 @@ class Transcoder:
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
         # Elements per record of each group in the last batch: sizes the next batch's buffers.
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
+        self._json_readers: dict[bool, JsonReader] = {}  # by ignore_unknown_fields
 
     def _plan_columns(self) -> Sequence[str | Column]:
         keep = [Column(UNKNOWN_FIELDS)] if self._options.keep_unknown else []
@@ -175,14 +177,29 @@ class Transcoder:
             schema=DEAD_LETTER_SCHEMA,
         )
 
-    def transcode(self, messages: object, *, framing: str | None = None) -> pa.RecordBatch:
+    def transcode(
+        self,
+        messages: object,
+        *,
+        framing: str | None = None,
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
+    ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
         messages: a BinaryArray / LargeBinaryArray (fastest), a ChunkedArray of those, a
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
         "u32le", "u32be"). A null record is a bad record ("null record").
+        ``format="json"``: each record is protojson text (a string/binary array or a list of
+        str/bytes; see docs/json.md), accepted exactly when ``json_format.Parse`` accepts it
+        (``ignore_unknown_fields`` as there) and read as the binary form of that message.
         """
-        data, starts, ends, index, failures = _records(messages, framing)
+        if check_format(format) == "json":
+            data, starts, ends, index, failures = self._json_records(
+                messages, bool(ignore_unknown_fields)
+            )
+        else:
+            data, starts, ends, index, failures = _records(messages, framing)
         n_in = len(index) + len(failures)
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._on_error == "raise"
@@ -241,6 +258,39 @@ class Transcoder:
         )
         self._account(n_in, failures, n_rows, n_bytes)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+
+    def _json_records(self, messages: object, ignore_unknown: bool):
+        reader = self._json_readers.get(ignore_unknown)
+        if reader is None:
+            reader = JsonReader(self._schema.descriptor, ignore_unknown_fields=ignore_unknown)
+            self._json_readers[ignore_unknown] = reader
+        wire, index, failures = reader.to_wire(messages)
+        data, starts, ends, _, _ = _records(wire, None)
+        return data, starts, ends, index, failures
+
+    def to_json(
+        self,
+        batch: pa.RecordBatch | pa.Table | pa.StructArray,
+        *,
+        preserving_proto_field_name: bool = False,
+        always_print_fields_with_no_presence: bool = False,
+        use_integers_for_enums: bool = False,
+        indent: int | None = None,
+    ) -> pa.StringArray:
+        """Arrow rows -> protojson text, one per row, equal to ``json_format.MessageToJson``.
+
+        The rows are encoded as by :meth:`encode` (same rules and errors), then printed with
+        the runtime's ``MessageToJson`` and these options (``indent=None``: one line each,
+        for NDJSON sinks). See docs/json.md.
+        """
+        return to_json(
+            self._schema.descriptor,
+            self.encode(batch),
+            preserving_proto_field_name=preserving_proto_field_name,
+            always_print_fields_with_no_presence=always_print_fields_with_no_presence,
+            use_integers_for_enums=use_integers_for_enums,
+            indent=indent,
+        )
 
     def encode(self, batch: pa.RecordBatch | pa.Table | pa.StructArray) -> pa.Array:
         """Arrow rows -> protobuf bytes: one serialized message per row, as a BinaryArray.
