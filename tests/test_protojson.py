@@ -362,3 +362,46 @@ def test_to_json_equals_message_to_json(rich, options) -> None:
     assert out.to_pylist() == want
     # and back: the printed texts read to the same Arrow
     assert same(tc.transcode(out, format="json"), batch)
+
+
+# -- YAML, CLI and engines ------------------------------------------------------------------
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples" / "schema"
+
+
+@pytest.fixture(scope="module")
+def bid_json(bid_corpus, bid_class):
+    return [print_json(bid_class.FromString(r), {}) for r in bid_corpus]
+
+
+def test_yaml_input_format_and_cli_on_ndjson(tmp_path, bid_schema, bid_corpus, bid_json, capsys):
+    import pyarrow.parquet as pq
+
+    from wirearrow.cli import main
+
+    lines = [*bid_json[:100], '{"id": 7}', *bid_json[100:]]
+    (tmp_path / "in.ndjson").write_text("\n".join(lines) + "\n")
+    (tmp_path / "plan.yaml").write_text(
+        f"proto:\n  file: {EXAMPLES / 'bidrequest.proto'}\n  message: BidRequestEvent\n"
+        f"  import_paths: [{EXAMPLES}]\n"
+        "denormalizer:\n  columns:\n    - {name: id, path: id}\n    - {name: imp_id, path: 'imp[*].id'}\n"
+        "errors:\n  policy: dead_letter\n"
+        "input:\n  format: json\n"
+    )
+    plan = wa.load_plan(tmp_path / "plan.yaml")
+    assert plan.input.format == "json" and not plan.input.ignore_unknown_fields
+    out, dead = tmp_path / "out.parquet", tmp_path / "dead.parquet"
+    assert main(["transcode", str(tmp_path / "plan.yaml"), str(tmp_path / "in.ndjson"),
+                 "-o", str(out), "--dead-letters", str(dead)]) == 0
+    want = wa.Transcoder(bid_schema, columns=[wa.Column("id"), wa.Column("imp[*].id", name="imp_id")])
+    assert pq.read_table(out).to_pylist() == want.transcode(bid_corpus).to_pylist()
+    letters = pq.read_table(dead).to_pylist()
+    assert [(d["index"], d["path"]) for d in letters] == [(100, "id")]
+    assert letters[0]["raw"] == b'{"id": 7}' and letters[0]["reason"].startswith("JSON: ")
+    assert f"{len(lines)} records in" in capsys.readouterr().out.replace(",", "")
+    # a bad value under input: is a located plan error
+    (tmp_path / "bad.yaml").write_text(
+        (tmp_path / "plan.yaml").read_text().replace("format: json", "format: xml")
+    )
+    with pytest.raises(wa.PlanError, match=r"input\.format"):
+        wa.load_plan(tmp_path / "bad.yaml")

@@ -42,6 +42,7 @@ from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import TIME_UNITS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
+from wirearrow.protojson import FORMATS
 from wirearrow.schema import Schema
 from wirearrow.transcoder import ON_ERROR, Transcoder
 
@@ -94,7 +95,7 @@ _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
 _OUTPUT_KEYS = ("path", "compression", "row_group_size")
-_INPUT_KEYS = ("framing",)
+_INPUT_KEYS = ("framing", "format", "ignore_unknown_fields")
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
@@ -154,9 +155,15 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class InputConfig:
-    """How input files are framed when the command line is not told (None: not set)."""
+    """How input files are framed when the command line is not told (None: not set).
+
+    ``format``: "binary" (protobuf wire records) or "json" (protojson, NDJSON files);
+    ``ignore_unknown_fields``: JSON input only, as ``json_format.Parse``'s.
+    """
 
     framing: str | None = None
+    format: str | None = None
+    ignore_unknown_fields: bool = False
 
 
 @dataclass(frozen=True)
@@ -538,7 +545,7 @@ class _Checker:
             if keep is not None:
                 options = replace(options, keep_unknown=keep)
         output = self.output(*at("output"))
-        framing = self.input(*at("input"))
+        input_config = self.input(*at("input"))
         if self.problems or proto is None:
             return None
         return PlanConfig(
@@ -547,7 +554,7 @@ class _Checker:
             options=options,
             dead_letter_path=dead_letter_path,
             output=output,
-            input=InputConfig(framing),
+            input=input_config,
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
@@ -903,13 +910,24 @@ class _Checker:
             )
         return OutputConfig(path, compression or "zstd", row_group_size)
 
-    def input(self, value: object, line: int | None) -> str | None:
+    def input(self, value: object, line: int | None) -> InputConfig:
         if value is None:
-            return None
+            return InputConfig()
         m = self.mapping(value, "input", line, _INPUT_KEYS)
-        if m is None or m.get("framing") is None:
-            return None
-        return self.choice(m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS)
+        if m is None:
+            return InputConfig()
+        framing = fmt = None
+        if m.get("framing") is not None:
+            framing = self.choice(
+                m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS
+            )
+        if m.get("format") is not None:
+            fmt = self.choice(m["format"], "input.format", self.key_line(m, "format"), FORMATS)
+        ignore = False
+        if m.get("ignore_unknown_fields") is not None:
+            key = "ignore_unknown_fields"
+            ignore = bool(self.boolean(m[key], f"input.{key}", self.key_line(m, key)))
+        return InputConfig(framing, fmt, ignore)
 
 
 # ---- entry point -------------------------------------------------------------------------

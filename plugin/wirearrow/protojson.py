@@ -20,7 +20,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from wirearrow._core.jsonwire import KINDS, WKTS, Context, Field, Msg, to_wire
 from wirearrow.errors import DecodeError
 
-__all__ = ["JsonReader", "read_ndjson", "to_json"]
+__all__ = ["FORMATS", "JsonReader", "ndjson_records", "read_ndjson", "split_ndjson", "to_json"]
 
 FORMATS = ("binary", "json")
 
@@ -188,6 +188,34 @@ def _texts(records: object) -> list:
     return list(records)  # type: ignore[call-overload]
 
 
+def split_ndjson(buffer: object) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the non-blank lines of NDJSON bytes, newlines excluded."""
+    data = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+    newlines = np.flatnonzero(data == 0x0A)
+    starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
+    ends = np.concatenate([newlines, [len(data)]]).astype(np.int64)
+    space = np.isin(data, np.frombuffer(b" \t\r\n", dtype=np.uint8))
+    nonspace = np.concatenate([[0], np.cumsum(~space, dtype=np.int64)])
+    real = nonspace[ends] - nonspace[starts] > 0  # a line of JSON whitespace is no record
+    return starts[real], ends[real]
+
+
+def ndjson_records(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The lines [starts, ends) of ``buffer`` as one BinaryArray (one copy, no newlines)."""
+    data = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+    # keep the bytes inside the lines: +1 at each start, -1 at each end
+    marks = np.zeros(len(data) + 1, dtype=np.int64)
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, ends, -1)
+    values = data[np.cumsum(marks[:-1]) > 0]
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=offsets[1:])
+    large = len(values) >= 2**31
+    t = pa.large_binary() if large else pa.binary()
+    off = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(t, len(starts), [None, pa.py_buffer(off), pa.py_buffer(values)])
+
+
 def read_ndjson(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview | pa.Buffer,
 ) -> pa.BinaryArray:
@@ -201,25 +229,8 @@ def read_ndjson(
             buffer = f.read_buffer()
     else:
         buffer = source if isinstance(source, pa.Buffer) else pa.py_buffer(source)
-    data = np.frombuffer(buffer, dtype=np.uint8)
-    newlines = np.flatnonzero(data == 0x0A)
-    starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
-    ends = np.concatenate([newlines, [len(data)]]).astype(np.int64)
-    space = np.isin(data, np.frombuffer(b" \t\r\n", dtype=np.uint8))
-    nonspace = np.concatenate([[0], np.cumsum(~space, dtype=np.int64)])
-    real = nonspace[ends] - nonspace[starts] > 0
-    starts, ends = starts[real], ends[real]
-    # keep the bytes inside the kept lines: +1 at each start, -1 at each end
-    marks = np.zeros(len(data) + 1, dtype=np.int64)
-    np.add.at(marks, starts, 1)
-    np.add.at(marks, ends, -1)
-    values = data[np.cumsum(marks[:-1]) > 0]
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=offsets[1:])
-    large = len(values) >= 2**31
-    t = pa.large_binary() if large else pa.binary()
-    off = offsets if large else offsets.astype(np.int32)
-    return pa.Array.from_buffers(t, len(starts), [None, pa.py_buffer(off), pa.py_buffer(values)])
+    starts, ends = split_ndjson(buffer)
+    return ndjson_records(buffer, starts, ends)
 
 
 def to_json(
