@@ -258,8 +258,11 @@ class _TranscodeFn(beam.DoFn):
     window, and is never earlier than a record it came from).
     """
 
-    def __init__(self, spec: bytes, batch_size: int, field: str, dead_tag: str) -> None:
+    def __init__(
+        self, spec: bytes, batch_size: int, field: str, dead_tag: str, input_format: dict
+    ) -> None:
         super().__init__()
+        self._input_format = input_format  # transcode(format=..., ignore_unknown_fields=...)
         # The Transcoder travels pickled: unpickling compiles the plan, which happens once
         # per worker process, in setup(), through the Shared cache.
         self._spec = spec
@@ -299,7 +302,7 @@ class _TranscodeFn(beam.DoFn):
             buf = self._buffers[window] = _Buffer(timestamp)
         elif timestamp > buf.timestamp:
             buf.timestamp = timestamp
-        if type(element) is bytes:
+        if type(element) is bytes or type(element) is str:  # (str: protojson text)
             buf.records.append(element)
             buf.keys.append(None)
         else:
@@ -312,7 +315,7 @@ class _TranscodeFn(beam.DoFn):
 
     def _unpack(self, element: Any) -> tuple[Any, Any]:
         """(key, record) of a (key, bytes) pair or a Row; a bytes-like record as is."""
-        if isinstance(element, bytes | bytearray | memoryview) or element is None:
+        if isinstance(element, bytes | bytearray | memoryview | str) or element is None:
             return None, element
         if isinstance(element, tuple) and not hasattr(element, "_fields"):
             if len(element) != 2:
@@ -345,7 +348,7 @@ class _TranscodeFn(beam.DoFn):
     def _transcode(self, records: Any, keys: list | None) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
-        batch = tc.transcode(records)
+        batch = tc.transcode(records, **self._input_format)
         after = tc.stats
         dead = []
         table = tc.dead_letters()
@@ -421,6 +424,8 @@ class ToArrow(beam.PTransform):
             the plan is compiled on that cache, which travels with the DoFn and is one
             instance per worker process (its profile shared by the process's DoFns, see
             docs/cache.md).
+        format: "binary" (protobuf records) or "json" (protojson text records, str or
+            bytes; see docs/json.md), with ``ignore_unknown_fields`` as json_format's.
     """
 
     def __init__(
@@ -431,8 +436,13 @@ class ToArrow(beam.PTransform):
         field: str = "value",
         error_handling: Optional[Mapping[str, str]] = None,  # noqa: UP045
         profile: Optional[Any] = None,  # noqa: UP045
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
     ) -> None:
         super().__init__()
+        if format not in ("binary", "json"):
+            raise ValueError(f'format must be "binary" or "json", not {format!r}')
+        self._input_format = {"format": format, "ignore_unknown_fields": ignore_unknown_fields}
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         transcoder = _resolve_transcoder(plan, on_error)
@@ -446,7 +456,9 @@ class ToArrow(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection):  # -> ArrowResult (Beam reads annotations)
         fn_class = _TranscodeBytesFn if _is_bytes_type(pcoll.element_type) else _TranscodeFn
-        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters")
+        fn = fn_class(
+            self._spec, self._batch_size, self._field, "dead_letters", self._input_format
+        )
         outputs = pcoll | "Transcode" >> beam.ParDo(fn).with_output_types(
             pa.RecordBatch, dead_letters=DeadLetter
         ).with_outputs("dead_letters", main="batches")

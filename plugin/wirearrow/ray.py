@@ -364,9 +364,15 @@ class Transcode:
         dead_letters: str | os.PathLike[str] | None = None,
         filesystem: pafs.FileSystem | None = None,
         ledger: Ledger | None = None,
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
     ) -> None:
         started = time.perf_counter()
         compiles = 0
+        # format="json": the column holds protojson text (docs/json.md)
+        self._format = {"format": format, "ignore_unknown_fields": ignore_unknown_fields}
+        if format == "json" and keep:
+            raise ValueError('keep= is not supported with format="json" yet')
         if _is_object_ref(plan):
             # Unpickling a Transcoder compiles it: this is the actor's one compile.
             plan = _ray().get(plan)
@@ -437,7 +443,7 @@ class Transcode:
         before = self._tc.stats
         try:
             if self._keyed is None:
-                rows = pa.Table.from_batches([self._tc.transcode(values)])
+                rows = pa.Table.from_batches([self._tc.transcode(values, **self._format)])
             else:
                 rows = self._transcode_keyed(batch, values)
         except DecodeError as err:
@@ -870,9 +876,14 @@ def transcode(
     batch_size: int | None = DEFAULT_BATCH_SIZE,
     resource_reservation: bool | None = None,
     profile: str | os.PathLike[str] | ParserCache | None = None,
+    format: str = "binary",
+    ignore_unknown_fields: bool = False,
     **map_batches_args: Any,
 ) -> TranscodeResult:
     """Transcode the records in ``ds[column]`` with ``plan``: the one-call path.
+
+    ``format="json"``: the column holds protojson text (``ignore_unknown_fields`` as in
+    ``json_format.Parse``); see docs/json.md.
 
     The plan is compiled here (plan errors are raised now) and shipped once through the
     object store; :class:`Transcode` decodes batches of ``batch_size`` records. ``keep``:
@@ -941,6 +952,8 @@ def transcode(
         "dead_letters": dead_dir,
         "filesystem": fs,
         "ledger": ledger,
+        "format": format,
+        "ignore_unknown_fields": ignore_unknown_fields,
     }
     common = {"batch_format": "pyarrow", "zero_copy_batch": True, "batch_size": batch_size}
     pool = None
