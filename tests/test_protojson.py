@@ -405,3 +405,29 @@ def test_yaml_input_format_and_cli_on_ndjson(tmp_path, bid_schema, bid_corpus, b
     )
     with pytest.raises(wa.PlanError, match=r"input\.format"):
         wa.load_plan(tmp_path / "bad.yaml")
+
+
+_TIMESTAMPS = st.builds(
+    lambda y, mo, d, h, mi, s, frac, sep, z: f"{y:04d}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}:{s:02d}"
+    + (f".{frac}" if frac is not None else "")
+    + z,
+    st.integers(0, 10000),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 24),
+    st.integers(0, 60),
+    st.integers(0, 61),
+    st.none() | st.text("0123456789", min_size=0, max_size=10),
+    st.sampled_from(["T", "t", " "]),
+    st.sampled_from(["Z", "z", "+01:00", "-00:30", ""]),
+)
+
+
+@_settings(300)
+@given(data=st.data())
+def test_timestamps_parse_as_the_runtime_parses_them(rich, data) -> None:
+    # canonical RFC 3339 texts take a path of our own; every other spelling the runtime's
+    _compiled, cls, schema = rich
+    stamps = data.draw(st.lists(_TIMESTAMPS, min_size=1, max_size=5))
+    texts = [json.dumps({"ts": s, "times": [s]}) for s in stamps]
+    check_parity(texts, cls, schema)

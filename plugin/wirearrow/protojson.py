@@ -90,7 +90,7 @@ class _Tables:
         elif d.full_name in _GENERIC_WKTS:
             # The runtime's own FromJsonString (on a message reused for a whole batch): the
             # RFC 3339 and duration grammars are the runtime's, not a copy of them.
-            m.wkt = WKTS["generic"]
+            m.wkt = WKTS["timestamp" if d.full_name == "google.protobuf.Timestamp" else "generic"]
             m.runtime_class = message_factory.GetMessageClass(d)
         elif d.full_name in _JSON_WKTS:
             m.wkt = _JSON_WKTS[d.full_name]

@@ -17,9 +17,20 @@ import base64
 import json
 import re
 
+try:  # a faster parser, used when it provably gives what json.loads gives (parse_text)
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; json.loads still works
+    _fast_loads = None
+
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Size
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
 # Field kinds (the cold path maps descriptor types onto these).
 KINDS = {
@@ -29,7 +40,7 @@ KINDS = {
 }
 # Well-known types whose JSON form is not an object of fields.
 WKTS = {
-    "wrapper": 1, "generic": 2, "struct": 3, "value": 4, "list": 5, "any": 6,
+    "wrapper": 1, "generic": 2, "struct": 3, "value": 4, "list": 5, "any": 6, "timestamp": 7,
 }
 
 cdef enum:
@@ -59,6 +70,7 @@ cdef enum:
     W_VALUE = 4
     W_LIST = 5
     W_ANY = 6
+    W_TIMESTAMP = 7
     MAX_VALUE_NESTING = 900  # Python's recursion limit bounds the runtime's
 
 cdef double FLOAT_MAX = float.fromhex("0x1.fffffep+127")
@@ -259,16 +271,19 @@ cdef object to_integer(object value):
 
 
 cdef object check_range(int kind, object v):
-    if kind == K_INT32 or kind == K_SINT32 or kind == K_SFIXED32 or kind == K_ENUM:
-        ok = -2147483648 <= v <= 2147483647
-    elif kind == K_UINT32 or kind == K_FIXED32:
-        ok = 0 <= v <= 4294967295
-    elif kind == K_UINT64 or kind == K_FIXED64:
-        ok = 0 <= v <= 18446744073709551615
+    # C conversions: a value past 64 bits (or negative for unsigned) raises OverflowError
+    cdef long long x
+    cdef unsigned long long u
+    if kind == K_UINT64 or kind == K_FIXED64 or kind == K_UINT32 or kind == K_FIXED32:
+        u = v
+        if (kind == K_UINT32 or kind == K_FIXED32) and u > 4294967295ULL:
+            raise JsonError(f"Value out of range: {v}")
     else:
-        ok = -9223372036854775808 <= v <= 9223372036854775807
-    if not ok:
-        raise JsonError(f"Value out of range: {v}")
+        x = v
+        if (kind == K_INT32 or kind == K_SINT32 or kind == K_SFIXED32 or kind == K_ENUM) and (
+            x < -2147483648LL or x > 2147483647LL
+        ):
+            raise JsonError(f"Value out of range: {v}")
     return v
 
 
@@ -352,31 +367,53 @@ cdef object to_scalar(Field fd, object value, bint key):
 # -- messages -----------------------------------------------------------------------------
 
 
-cdef inline str sub_path(str path, str name):
-    return f"{path}.{name}" if path else name
+cdef object at(object err, str segment):
+    """``err`` (a JsonError raised below ``segment``) with its path prefixed by it.
+
+    Paths are built only on failure, from the inside out: the success path builds none.
+    """
+    cdef str inner = err.path
+    if not inner:
+        err.path = segment
+    elif inner[0] == "[":
+        err.path = segment + inner
+    else:
+        err.path = segment + "." + inner
+    return err
 
 
-cdef bytearray convert(Msg m, object js, Context ctx, str path):
+cdef object failed(object err, str segment):
+    """A conversion's own exception (TypeError, ...) as a JsonError at ``segment``."""
+    if isinstance(err, JsonError):
+        return at(err, segment)
+    return at(JsonError(f"{type(err).__name__}: {err}"), segment)
+
+
+cdef bytearray convert(Msg m, object js, Context ctx):
     """json_format._Parser.ConvertMessage: the message's wire bytes."""
     ctx.depth += 1
     if ctx.depth > ctx.max_depth:
-        raise JsonError(f"Message too deep. Max recursion depth is {ctx.max_depth}", path)
+        raise JsonError(f"Message too deep. Max recursion depth is {ctx.max_depth}")
     if m.wkt:
-        out = convert_wkt(m, js, ctx, path)
+        out = convert_wkt(m, js, ctx)
     else:
-        out = convert_fields(m, js, ctx, path)
+        out = convert_fields(m, js, ctx)
     ctx.depth -= 1
     return out
 
 
-cdef bytearray convert_wkt(Msg m, object js, Context ctx, str path):
+cdef bytearray convert_wkt(Msg m, object js, Context ctx):
     cdef bytearray out
     cdef int wkt = m.wkt
     if wkt == W_WRAPPER:
         out = bytearray()
-        put_field(out, m.value, element(m.value, js, False, path))
+        put_field(out, m.value, to_scalar(m.value, js, False))
         return out
-    if wkt == W_GENERIC:
+    if wkt == W_TIMESTAMP and type(js) is str:
+        out = bytearray()
+        if canonical_timestamp(<str>js, out):
+            return out
+    if wkt == W_GENERIC or wkt == W_TIMESTAMP:
         # One message per call and type, not per record (a Context belongs to one call).
         scratch = ctx.scratch.get(m)
         if scratch is None:
@@ -385,18 +422,82 @@ cdef bytearray convert_wkt(Msg m, object js, Context ctx, str path):
         try:
             scratch.FromJsonString(js)
         except Exception as err:  # the runtime's own parse: any failure rejects the record
-            raise JsonError(str(err), path)
+            raise JsonError(str(err))
         return bytearray(scratch.SerializeToString(deterministic=True))
     if wkt == W_STRUCT:
-        return convert_struct(js, path, 0)
+        return convert_struct(js, 0)
     if wkt == W_VALUE:
-        return convert_value(js, path, 0)
+        return convert_value(js, 0)
     if wkt == W_LIST:
-        return convert_list(js, path, 0)
-    return convert_any(m, js, ctx, path)
+        return convert_list(js, 0)
+    return convert_any(m, js, ctx)
 
 
-cdef bytearray convert_any(Msg m, object js, Context ctx, str path):
+cdef inline int digits(const char* s, Py_ssize_t at, Py_ssize_t n) noexcept:
+    """The decimal number of s[at:at+n], or -1 when a character is not an ASCII digit."""
+    cdef int v = 0
+    cdef Py_ssize_t i
+    for i in range(at, at + n):
+        if s[i] < 48 or s[i] > 57:
+            return -1
+        v = v * 10 + (s[i] - 48)
+    return v
+
+
+cdef inline long long days_from_civil(long long y, int m, int d) noexcept:
+    # H. Hinnant's days_from_civil, for years 1..9999
+    y -= m <= 2
+    cdef long long era = y // 400
+    cdef long long yoe = y - era * 400
+    cdef long long doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    cdef long long doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+cdef bint canonical_timestamp(str value, bytearray out) except -1:
+    """``YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`` (what MessageToJson prints) without the runtime's
+    strptime: False for any other spelling, which Timestamp.FromJsonString then judges.
+    Seconds and nanos are computed as FromJsonString computes them."""
+    cdef Py_ssize_t n = len(value)
+    cdef int y, mo, d, h, mi, sec, last
+    cdef long long seconds
+    cdef bytes text
+    cdef const char* c
+    if n < 20 or n > 30 or not value.isascii():
+        return False
+    text = value.encode("ascii")
+    c = text
+    if c[n - 1] != b"Z" or c[4] != b"-" or c[7] != b"-" or c[10] != b"T":
+        return False
+    if c[13] != b":" or c[16] != b":":
+        return False
+    y, mo, d = digits(c, 0, 4), digits(c, 5, 2), digits(c, 8, 2)
+    h, mi, sec = digits(c, 11, 2), digits(c, 14, 2), digits(c, 17, 2)
+    if y < 1 or mo < 1 or mo > 12 or d < 1 or h < 0 or h > 23 or mi < 0 or mi > 59 or sec < 0 or sec > 59:
+        return False
+    last = 31
+    if mo == 2:
+        last = 29 if (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)) else 28
+    elif mo == 4 or mo == 6 or mo == 9 or mo == 11:
+        last = 30
+    if d > last:
+        return False
+    nanos = 0
+    if n > 20:
+        if c[19] != b"." or n == 21 or digits(c, 20, n - 21) < 0:
+            return False
+        nanos = round(float("0." + value[20 : n - 1]) * 1e9)
+    seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec
+    if seconds:
+        put_raw(out, <const uint8_t*>b"\x08", 1)
+        put_varint(out, <uint64_t>seconds)
+    if nanos:
+        put_raw(out, <const uint8_t*>b"\x10", 1)
+        put_varint(out, <uint64_t>(<long long>nanos))
+    return True
+
+
+cdef bytearray convert_any(Msg m, object js, Context ctx):
     cdef bytearray out = bytearray()
     cdef Msg sub
     if isinstance(js, dict) and not js:
@@ -404,25 +505,28 @@ cdef bytearray convert_any(Msg m, object js, Context ctx, str path):
     try:
         type_url = js["@type"]
     except (KeyError, TypeError, IndexError):
-        raise JsonError("@type is missing when parsing any message", path)
+        raise JsonError("@type is missing when parsing any message")
     if not isinstance(type_url, str):
-        raise JsonError(f"@type must be a string, not {type(type_url).__name__}", path)
+        raise JsonError(f"@type must be a string, not {type(type_url).__name__}")
     try:
         sub = ctx.resolve_any(type_url.rpartition("/")[2])
     except KeyError:
-        raise JsonError(f"Can not find message descriptor by type_url: {type_url}", path)
+        raise JsonError(f"Can not find message descriptor by type_url: {type_url}")
     if sub.wkt:
         try:
             inner = js["value"]
         except KeyError:
-            raise JsonError("missing 'value' in Any of a well-known type", path)
-        if sub.wkt == W_WRAPPER:
-            body = convert_wkt(sub, inner, ctx, sub_path(path, "value"))
-        else:
-            body = convert(sub, inner, ctx, sub_path(path, "value"))
+            raise JsonError("missing 'value' in Any of a well-known type")
+        try:
+            if sub.wkt == W_WRAPPER:
+                body = convert_wkt(sub, inner, ctx)
+            else:
+                body = convert(sub, inner, ctx)
+        except JsonError as err:
+            raise at(err, "value")
     else:
         rest = {k: v for k, v in js.items() if k != "@type"}
-        body = convert_fields(sub, rest, ctx, path)
+        body = convert_fields(sub, rest, ctx)
     url = to_utf8(type_url)
     if len(url):
         put_len(out, m.key.tag, <const uint8_t*><char*>url, len(url))
@@ -431,17 +535,17 @@ cdef bytearray convert_any(Msg m, object js, Context ctx, str path):
     return out
 
 
-cdef bytearray convert_value(object js, str path, int nesting):
+cdef bytearray convert_value(object js, int nesting):
     # google.protobuf.Value: null_value=1, number_value=2, string_value=3, bool_value=4,
     # struct_value=5, list_value=6 (a oneof: the member is written even at its default)
     cdef bytearray out = bytearray()
     cdef double d
     if nesting > MAX_VALUE_NESTING:
-        raise JsonError("Value nested too deeply", path)
+        raise JsonError("Value nested too deeply")
     if isinstance(js, dict):
-        put_chunk(out, b"\x2a", convert_struct(js, path, nesting + 1))
+        put_chunk(out, b"\x2a", convert_struct(js, nesting + 1))
     elif isinstance(js, (list, tuple)):
-        put_chunk(out, b"\x32", convert_list(js, path, nesting + 1))
+        put_chunk(out, b"\x32", convert_list(js, nesting + 1))
     elif js is None:
         put_raw(out, <const uint8_t*>b"\x08\x00", 2)
     elif isinstance(js, bool):
@@ -453,33 +557,41 @@ cdef bytearray convert_value(object js, str path, int nesting):
         try:
             d = float(js)
         except OverflowError:
-            raise JsonError(f"number {js} is out of range", path)
+            raise JsonError(f"number {js} is out of range")
         put_raw(out, <const uint8_t*>b"\x11", 1)
         put_raw(out, <uint8_t*>&d, 8)
     else:
-        raise JsonError(f"Value {js} has unexpected type {type(js).__name__}", path)
+        raise JsonError(f"Value {js} has unexpected type {type(js).__name__}")
     return out
 
 
-cdef bytearray convert_list(object js, str path, int nesting):
+cdef bytearray convert_list(object js, int nesting):
     cdef bytearray out = bytearray()
+    cdef Py_ssize_t i = 0
     if not isinstance(js, (list, tuple)):
-        raise JsonError(f"ListValue must be in [] which is {js}", path)
-    for i, item in enumerate(js):
-        put_chunk(out, b"\x0a", convert_value(item, f"{path}[{i}]", nesting + 1))
+        raise JsonError(f"ListValue must be in [] which is {js}")
+    for item in js:
+        try:
+            put_chunk(out, b"\x0a", convert_value(item, nesting + 1))
+        except JsonError as err:
+            raise at(err, f"[{i}]")
+        i += 1
     return out
 
 
-cdef bytearray convert_struct(object js, str path, int nesting):
+cdef bytearray convert_struct(object js, int nesting):
     cdef bytearray out = bytearray()
     cdef bytearray entry
     if not isinstance(js, dict):
-        raise JsonError(f"Struct must be in a dict which is {js}", path)
+        raise JsonError(f"Struct must be in a dict which is {js}")
     for k in upb_order(K_STRING, [to_utf8(key) for key in js]):
         key = k.decode("utf-8")
         entry = bytearray()
         put_len(entry, b"\x0a", <const uint8_t*><char*>k, len(k))
-        put_chunk(entry, b"\x12", convert_value(js[key], sub_path(path, key), nesting + 1))
+        try:
+            put_chunk(entry, b"\x12", convert_value(js[key], nesting + 1))
+        except JsonError as err:
+            raise at(err, key)
         put_chunk(out, b"\x0a", entry)
     return out
 
@@ -501,11 +613,68 @@ cdef void put_message(bytearray out, Field fd, bytearray body):
         put_chunk(out, fd.tag, body)
 
 
-cdef object unknown_field(Msg m, object name, str path):
-    return JsonError(f'Message type "{m.full_name}" has no field named "{name}"', path)
+cdef object unknown_field(Msg m, object name):
+    return JsonError(f'Message type "{m.full_name}" has no field named "{name}"')
 
 
-cdef bytearray convert_fields(Msg m, object js, Context ctx, str path):
+cdef bytearray convert_fields(Msg m, object js, Context ctx):
+    """json_format._Parser._ConvertFieldValuePair, for an object whose keys come in field
+    number order (MessageToJson's order): each field written straight to the output.
+
+    Anything else (keys out of order, a field given twice under its two names, not an
+    object) is converted again by convert_fields_slots, which orders and replaces fields.
+    """
+    cdef bytearray out
+    cdef Field fd
+    cdef Py_ssize_t last = -1
+    cdef set oneofs = None
+    if type(js) is not dict:
+        return convert_fields_slots(m, js, ctx)
+    out = bytearray()
+    for name, value in (<dict>js).items():
+        fd = m.by_json_name.get(name) or m.by_name.get(name)
+        if fd is None or fd.slot <= last:
+            return convert_fields_slots(m, js, ctx)  # (it words the unknown-field error)
+        last = fd.slot
+        if fd.oneof is not None and value is not None:
+            if oneofs is None:
+                oneofs = set()
+            elif fd.oneof in oneofs:
+                return convert_fields_slots(m, js, ctx)
+            oneofs.add(fd.oneof)
+        try:
+            if put_value(out, fd, value, ctx) < 0 and not ctx.ignore_unknown:
+                raise JsonError(f"Invalid enum value {value} for enum type {fd.enum_full_name}")
+        except (JsonError, ValueError, TypeError, OverflowError) as err:
+            raise failed(err, fd.name)
+    return out
+
+
+cdef int put_value(bytearray out, Field fd, object value, Context ctx) except -2:
+    """One field's JSON value, appended to ``out``; -1: an enum name the enum lacks."""
+    if value is None:
+        if fd.value_message and not fd.repeated:
+            put_len(out, fd.tag, <const uint8_t*>b"\x08\x00", 2)
+        elif fd.null_enum:
+            if fd.repeated:
+                raise JsonError("null is not a list")
+            put_field(out, fd, 0)
+    elif fd.is_map:
+        convert_map(fd, value, ctx, out)
+    elif fd.repeated:
+        convert_repeated(fd, value, ctx, out)
+    elif fd.kind == K_MESSAGE or fd.kind == K_GROUP:
+        put_message(out, fd, convert(<Msg>fd.sub, value, ctx))
+    else:
+        try:
+            v = to_scalar(fd, value, False)
+        except _UnknownEnumName:
+            return -1
+        put_field(out, fd, v)
+    return 0
+
+
+cdef bytearray convert_fields_slots(Msg m, object js, Context ctx):
     """json_format._Parser._ConvertFieldValuePair, writing each field into its slot."""
     cdef list slots = [None] * len(m.fields)
     cdef set names = set()
@@ -516,70 +685,66 @@ cdef bytearray convert_fields(Msg m, object js, Context ctx, str path):
         try:
             fd = m.by_json_name.get(name) or m.by_name.get(name)
         except TypeError:
-            raise JsonError(f"field name must be a string, not {type(name).__name__}", path)
+            raise JsonError(f"field name must be a string, not {type(name).__name__}")
         if fd is None:
             if not isinstance(name, str):
-                raise JsonError(f"field name must be a string, not {type(name).__name__}", path)
+                raise JsonError(f"field name must be a string, not {type(name).__name__}")
             if _EXTENSION_NAME.match(name):
                 reason = "extensions are not supported in JSON input"
                 if not m.extendable:
                     reason = f"Message type {m.full_name} does not have extensions"
-                raise JsonError(reason, path)
+                raise JsonError(reason)
             if ctx.ignore_unknown:
                 continue
-            raise unknown_field(m, name, path)
+            raise unknown_field(m, name)
         if name in names:
-            raise JsonError(f'Message type "{m.full_name}" should not have multiple "{name}" fields', path)
+            raise JsonError(f'Message type "{m.full_name}" should not have multiple "{name}" fields')
         names.add(name)
         if not isinstance(js, dict):
-            raise JsonError(f"{m.full_name} must be a JSON object", path)
+            raise JsonError(f"{m.full_name} must be a JSON object")
         value = (<dict>js)[name]
-        where = sub_path(path, fd.name)
         if fd.oneof is not None and value is not None:
             if fd.oneof in names:
                 raise JsonError(
-                    f'Message type "{m.full_name}" should not have multiple "{fd.oneof}" oneof fields',
-                    path,
+                    f'Message type "{m.full_name}" should not have multiple "{fd.oneof}" oneof fields'
                 )
             names.add(fd.oneof)
-        if value is None:
-            if fd.value_message and not fd.repeated:
+        try:
+            if value is None:
+                if fd.value_message and not fd.repeated:
+                    chunk = bytearray()
+                    put_len(chunk, fd.tag, <const uint8_t*>b"\x08\x00", 2)
+                    slots[fd.slot] = chunk
+                elif fd.null_enum:
+                    if fd.repeated:
+                        raise JsonError("null is not a list")
+                    chunk = bytearray()
+                    put_field(chunk, fd, 0)
+                    slots[fd.slot] = chunk
+                else:
+                    slots[fd.slot] = None
+            elif fd.is_map:
+                slots[fd.slot] = convert_map(fd, value, ctx, bytearray())
+            elif fd.repeated:
+                slots[fd.slot] = convert_repeated(fd, value, ctx, bytearray())
+            elif fd.kind == K_MESSAGE or fd.kind == K_GROUP:
                 chunk = bytearray()
-                put_len(chunk, fd.tag, <const uint8_t*>b"\x08\x00", 2)
-                slots[fd.slot] = chunk
-            elif fd.null_enum:
-                if fd.repeated:
-                    raise JsonError("null is not a list", where)
-                chunk = bytearray()
-                put_field(chunk, fd, 0)
-                slots[fd.slot] = chunk
+                put_message(chunk, fd, convert(<Msg>fd.sub, value, ctx))
+                previous = slots[fd.slot]
+                # the same field spelled twice (name and json_name): the runtime merges them
+                slots[fd.slot] = previous + chunk if previous is not None else chunk
             else:
-                slots[fd.slot] = None
-            continue
-        if fd.is_map:
-            slots[fd.slot] = convert_map(fd, value, ctx, where)
-        elif fd.repeated:
-            slots[fd.slot] = convert_repeated(fd, value, ctx, where)
-        elif fd.kind == K_MESSAGE or fd.kind == K_GROUP:
-            chunk = bytearray()
-            put_message(chunk, fd, convert(<Msg>fd.sub, value, ctx, where))
-            previous = slots[fd.slot]
-            # the same field spelled twice (name and json_name): the runtime merges them
-            slots[fd.slot] = previous + chunk if previous is not None else chunk
-        else:
-            try:
-                v = to_scalar(fd, value, False)
-            except _UnknownEnumName as err:
-                if ctx.ignore_unknown:
-                    continue
-                raise JsonError(err.reason, where)
-            except JsonError as err:
-                raise JsonError(err.reason, err.path or where)
-            except (ValueError, TypeError, OverflowError) as err:
-                raise JsonError(f"{type(err).__name__}: {err}", where)
-            chunk = bytearray()
-            put_field(chunk, fd, v)
-            slots[fd.slot] = chunk
+                try:
+                    v = to_scalar(fd, value, False)
+                except _UnknownEnumName:
+                    if ctx.ignore_unknown:
+                        continue
+                    raise
+                chunk = bytearray()
+                put_field(chunk, fd, v)
+                slots[fd.slot] = chunk
+        except (JsonError, ValueError, TypeError, OverflowError) as err:
+            raise failed(err, fd.name)
     out = bytearray()
     for chunk in slots:
         if chunk is not None:
@@ -587,76 +752,77 @@ cdef bytearray convert_fields(Msg m, object js, Context ctx, str path):
     return out
 
 
-cdef object element(Field fd, object item, bint key, str where):
-    try:
-        return to_scalar(fd, item, key)
-    except JsonError as err:
-        if type(err) is _UnknownEnumName:
-            raise
-        raise JsonError(err.reason, err.path or where)
-    except (ValueError, TypeError, OverflowError) as err:
-        raise JsonError(f"{type(err).__name__}: {err}", where)
-
-
-cdef bytearray convert_repeated(Field fd, object value, Context ctx, str where):
-    cdef bytearray out = bytearray()
+cdef bytearray convert_repeated(Field fd, object value, Context ctx, bytearray out):
     cdef bytearray packed
     cdef Msg sub
+    cdef Py_ssize_t i = 0
     if not isinstance(value, (list, tuple)):
-        raise JsonError(f"repeated field {fd.json_name} must be in [] which is {value}", where)
+        raise JsonError(f"repeated field {fd.json_name} must be in [] which is {value}")
     if fd.kind == K_MESSAGE or fd.kind == K_GROUP:
         sub = fd.sub
-        for i, item in enumerate(value):
+        for item in value:
             if item is None and sub.wkt != W_VALUE:
-                raise JsonError("null is not allowed to be used as an element in a repeated field", f"{where}[{i}]")
-            put_message(out, fd, convert(sub, item, ctx, f"{where}[{i}]"))
+                raise at(JsonError("null is not allowed to be used as an element in a repeated field"), f"[{i}]")
+            try:
+                put_message(out, fd, convert(sub, item, ctx))
+            except (JsonError, ValueError, TypeError, OverflowError) as err:
+                raise failed(err, f"[{i}]")
+            i += 1
         return out
     packed = bytearray() if fd.packed else None
-    for i, item in enumerate(value):
+    for item in value:
         if item is None:
-            raise JsonError("null is not allowed to be used as an element in a repeated field", f"{where}[{i}]")
+            raise at(JsonError("null is not allowed to be used as an element in a repeated field"), f"[{i}]")
         try:
-            v = element(fd, item, False, f"{where}[{i}]")
+            v = to_scalar(fd, item, False)
         except _UnknownEnumName as err:
             if ctx.ignore_unknown:
+                i += 1
                 continue
-            raise JsonError(err.reason, f"{where}[{i}]")
+            raise at(err, f"[{i}]")
+        except (JsonError, ValueError, TypeError, OverflowError) as err:
+            raise failed(err, f"[{i}]")
         if packed is not None:
             put_scalar(packed, fd.kind, v)
         else:
             put_bytes(out, fd.tag)
             put_scalar(out, fd.kind, v)
+        i += 1
     if packed is not None and len(packed):
         put_chunk(out, fd.packed_tag, packed)
     return out
 
 
-cdef bytearray convert_map(Field fd, object value, Context ctx, str where):
+cdef bytearray convert_map(Field fd, object value, Context ctx, bytearray out):
     cdef Msg entry = fd.sub
     cdef Field kf = entry.key
     cdef Field vf = entry.value
     cdef dict entries = {}
-    cdef bytearray out = bytearray()
     cdef bytearray body
     cdef bytearray chunk
     if not isinstance(value, dict):
-        raise JsonError(f"Map field {fd.name} must be in a dict which is {value}", where)
+        raise JsonError(f"Map field {fd.name} must be in a dict which is {value}")
     for key, item in (<dict>value).items():
-        k = element(kf, key, True, f"{where}.key")
-        at = f"{where}[{key}]"
-        if vf.kind == K_MESSAGE:
-            body = convert(<Msg>vf.sub, item, ctx, at)
-            previous = entries.get(k)
-            # two keys naming the same entry ("1", "01"): the runtime merges into it
-            entries[k] = previous + body if previous is not None else body
-        else:
-            if item is None:
-                raise JsonError("null is not a map value", at)
-            try:
-                entries[k] = element(vf, item, False, at)
-            except _UnknownEnumName as err:
-                if not ctx.ignore_unknown:
-                    raise JsonError(err.reason, at)
+        try:
+            k = to_scalar(kf, key, True)
+        except (JsonError, ValueError, TypeError, OverflowError) as err:
+            raise failed(err, "key")
+        try:
+            if vf.kind == K_MESSAGE:
+                body = convert(<Msg>vf.sub, item, ctx)
+                previous = entries.get(k)
+                # two keys naming the same entry ("1", "01"): the runtime merges into it
+                entries[k] = previous + body if previous is not None else body
+            else:
+                if item is None:
+                    raise JsonError("null is not a map value")
+                try:
+                    entries[k] = to_scalar(vf, item, False)
+                except _UnknownEnumName:
+                    if not ctx.ignore_unknown:
+                        raise
+        except (JsonError, ValueError, TypeError, OverflowError) as err:
+            raise failed(err, f"[{key}]")
     for k in upb_order(kf.kind, list(entries)):
         chunk = bytearray()
         put_bytes(chunk, kf.tag)
@@ -704,8 +870,95 @@ cdef list upb_order(int kind, list keys):
 # -- records ------------------------------------------------------------------------------
 
 
+cdef Py_ssize_t scan_keys(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """The number of object keys in JSON text (its colons outside strings), or -1 when a
+    number has 19 digits or more (orjson turns integers past 64 bits into floats)."""
+    cdef Py_ssize_t i = 0, keys = 0, digits = 0
+    cdef uint8_t c
+    cdef bint in_string = False
+    while i < n:
+        c = p[i]
+        if in_string:
+            if c == 92:  # backslash: the next byte is escaped
+                i += 1
+            elif c == 34:
+                in_string = False
+        elif c == 34:
+            in_string = True
+            digits = 0
+        elif c == 58:
+            keys += 1
+            digits = 0
+        elif 48 <= c <= 57:
+            digits += 1
+            if digits >= 19:
+                return -1
+        else:
+            digits = 0
+        i += 1
+    return keys
+
+
+cdef Py_ssize_t count_keys(object js):
+    """The keys of every object in parsed JSON (a repeated key counts once)."""
+    cdef Py_ssize_t n = 0
+    if isinstance(js, dict):
+        n = PyDict_Size(js)
+        for v in (<dict>js).values():
+            if isinstance(v, (dict, list)):
+                n += count_keys(v)
+    elif isinstance(js, list):
+        for v in <list>js:
+            if isinstance(v, (dict, list)):
+                n += count_keys(v)
+    return n
+
+
+cdef object fast_parse(object text):
+    """orjson's parse when it is the same as json_format's, else None (then parse_text).
+
+    orjson rejects what json.loads accepts beyond JSON (NaN literals, lone surrogates,
+    1e400), keeps the last of repeated keys and reads integers past 64 bits as floats:
+    any such text goes the standard library's way. A repeated key shows as fewer keys in
+    the parsed objects than colons in the text.
+    """
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, keys
+    if _fast_loads is None:
+        return None
+    if type(text) is bytes:
+        p = <const uint8_t*>PyBytes_AS_STRING(text)
+        n = PyBytes_GET_SIZE(text)
+    elif type(text) is str:
+        try:
+            p = <const uint8_t*>PyUnicode_AsUTF8AndSize(text, &n)
+        except UnicodeEncodeError:
+            return None
+    else:
+        return None
+    with nogil:
+        keys = scan_keys(p, n)
+    if keys < 0:
+        return None
+    try:
+        js = _fast_loads(text)
+    except Exception:  # let json.loads decide, and word the error
+        return None
+    if count_keys(js) != keys:
+        return None
+    return js
+
+
 def parse_text(text):
     """json_format.Parse's loading step: UTF-8 text -> Python objects, duplicate keys rejected."""
+    js = fast_parse(text)
+    if js is not None:
+        return js
+    return slow_parse(text)
+
+
+def slow_parse(text):
+    """parse_text with the standard library's parser: what json_format.Parse runs."""
     if not isinstance(text, str):
         try:
             text = bytes(text).decode("utf-8")
@@ -735,7 +988,7 @@ def to_wire(Msg root, list texts, Context ctx):
             continue
         ctx.depth = 0
         try:
-            out.append(bytes(convert(root, parse_text(text), ctx, "")))
+            out.append(bytes(convert(root, parse_text(text), ctx)))
         except JsonError as err:
             errors.append((i, err.reason, err.path))
         except RecursionError:
