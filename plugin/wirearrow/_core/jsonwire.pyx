@@ -274,16 +274,19 @@ cdef object check_range(int kind, object v):
     # C conversions: a value past 64 bits (or negative for unsigned) raises OverflowError
     cdef long long x
     cdef unsigned long long u
-    if kind == K_UINT64 or kind == K_FIXED64 or kind == K_UINT32 or kind == K_FIXED32:
-        u = v
-        if (kind == K_UINT32 or kind == K_FIXED32) and u > 4294967295ULL:
-            raise JsonError(f"Value out of range: {v}")
-    else:
-        x = v
-        if (kind == K_INT32 or kind == K_SINT32 or kind == K_SFIXED32 or kind == K_ENUM) and (
-            x < -2147483648LL or x > 2147483647LL
-        ):
-            raise JsonError(f"Value out of range: {v}")
+    try:
+        if kind == K_UINT64 or kind == K_FIXED64 or kind == K_UINT32 or kind == K_FIXED32:
+            u = v
+            if (kind == K_UINT32 or kind == K_FIXED32) and u > 4294967295ULL:
+                raise OverflowError
+        else:
+            x = v
+            if (kind == K_INT32 or kind == K_SINT32 or kind == K_SFIXED32 or kind == K_ENUM) and (
+                x < -2147483648LL or x > 2147483647LL
+            ):
+                raise OverflowError
+    except OverflowError:
+        raise JsonError(f"Value out of range: {v}")
     return v
 
 
