@@ -124,15 +124,22 @@ def test_reference_format_loads_unchanged(project: Path, order_records: list[byt
             "-x-" + ("BOB" if INNER == "upper" else "bob"),
         ],
     }
-    assert wa.Transcoder.from_config(plan_path).transcode(order_records).equals(batch)
+    assert wa.load_plan(plan_path).transcoder().transcode(order_records).equals(batch)
 
 
 def test_defaults(project: Path) -> None:
     plan = load_plan(write(project, "proto: {file: protos/order.proto, message: Order}\n"))
     assert plan.columns is None and plan.mode == "nested"
-    assert plan.options == wa.config.TranscodeOptions(
-        on_error="raise", validate="plan", timestamp_unit="us", max_nesting=100, enums="number"
-    )
+    assert plan.options == {
+        "on_error": "raise",
+        "validate": "plan",
+        "timestamp_unit": "us",
+        "max_nesting": 100,
+        "max_depth": None,
+        "enums": "number",
+        "keep_unknown": False,
+    }
+    assert plan.settings == ()
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)
     assert plan.input == wa.config.InputConfig(None)
     assert plan.dead_letter_path is None
@@ -155,7 +162,21 @@ def test_extensions(project: Path) -> None:
             """,
         )
     )
-    assert plan.options == wa.config.TranscodeOptions("dead_letter", "full", "ns", 7, "number")
+    assert plan.settings == (
+        ("on_error", "dead_letter"),
+        ("timestamp_unit", "ns"),
+        ("validate", "full"),
+        ("enums", "number"),
+        ("max_nesting", 7),
+    )
+    assert plan.spec() == wa.TranscodeSpec(
+        plan.schema(),
+        None,
+        on_error="dead_letter",
+        validate="full",
+        timestamp_unit="ns",
+        max_nesting=7,
+    )
     assert plan.dead_letter_path == str(project / "out" / "dead.parquet")
     assert plan.output == wa.config.OutputConfig(
         str(project / "out" / "orders.parquet"), "zstd", 1000
@@ -177,7 +198,7 @@ def test_errors_forms(project: Path, text: str, policy: str, dead: str | None) -
     plan = load_plan(
         write(project, f"proto: {{file: protos/order.proto, message: Order}}\n{text}\n")
     )
-    assert plan.options.on_error == policy
+    assert plan.options["on_error"] == policy
     assert plan.dead_letter_path == (str(project / dead) if dead else None)
 
 
@@ -266,7 +287,7 @@ def test_text_dict_bytes_and_path_sources(
     assert len({dataclasses.replace(p, source="") for p in plans}) == 1
     assert load_plan(plans[0]) is plans[0]
     for source in (text, data, file):
-        batch = wa.Transcoder.from_config(source).transcode(order_records)
+        batch = wa.load_plan(source).transcoder().transcode(order_records)
         assert batch.column("n").to_pylist() == ["alice", "bob"]
     # base_dir instead of the CWD
     monkeypatch.chdir(project / "plans")
@@ -287,7 +308,7 @@ def test_plan_config_is_frozen_and_picklable(project: Path, order_records: list[
         .equals(plan.transcoder().transcode(order_records))
     )
     assert plan.schema() is plan.schema()  # compiled once
-    skip = dataclasses.replace(plan, options=dataclasses.replace(plan.options, on_error="skip"))
+    skip = plan.with_options(on_error="skip")
     assert skip.transcoder().transcode([b"\xff", order_records[0]]).num_rows == 2
 
 
@@ -711,7 +732,7 @@ def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     assert found[1].startswith(f"{path}:8: denormalizer.columns[2]: field 'nme' not in message")
     assert found[2].startswith(f"{path}:9: denormalizer.columns[3]: ")
     with pytest.raises(wa.PlanError):
-        wa.Transcoder.from_config(path)
+        wa.load_plan(path).transcoder()
 
 
 def test_schema_errors_are_located(project: Path) -> None:

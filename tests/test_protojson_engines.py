@@ -25,7 +25,7 @@ def sorted_rows(table) -> list[str]:
 
 
 def expected(records: list[bytes]) -> pa.Table:
-    return pa.Table.from_batches([wa.Transcoder.from_config(PLAN).transcode(records)])
+    return pa.Table.from_batches([wa.load_plan(PLAN).transcoder().transcode(records)])
 
 
 def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
@@ -35,8 +35,10 @@ def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
     out = pa.concat_tables([fn(table.slice(i, 64)) for i in range(0, table.num_rows, 64)])
     assert sorted_rows(out) == sorted_rows(expected(bid_corpus))
     assert fn.stats.records_failed == len(BAD_JSON)
-    with pytest.raises(ValueError, match="keep="):
-        war.Transcode(PLAN, "value", keep=["k"], format="json")
+    # keep= carries input columns onto the rows of their record, JSON or not
+    keyed = table.append_column("k", pa.array(range(table.num_rows)))
+    rows = war.Transcode(PLAN, "value", keep=["k"], on_error="skip", format="json")(keyed)
+    assert set(rows.column("k").to_pylist()) == set(range(table.num_rows)) - {50, 51, 52}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -79,6 +79,7 @@ from wirearrow.plan.functions import round_ as round
 from wirearrow.plan.functions import sum_ as sum
 from wirearrow.protojson import read_ndjson
 from wirearrow.schema import Schema
+from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Stats",
+    "TranscodeSpec",
     "Transcoder",
     "WirearrowError",
     "abs",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -58,7 +59,7 @@ from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
 
-__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "Options", "compile_plan"]
+__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "PlanOptions", "compile_plan"]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
@@ -84,14 +85,22 @@ class Column:
         return self.name if self.name is not None else (self.path or "")
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    timestamp_unit: str = "us"
-    validate: str = "plan"  # "plan": what the plan reads; "full": every byte, as the runtime
-    max_nesting: int = 100  # wire: messages and groups nested deeper are a decode error
-    max_depth: int | None = None  # schema: recursive types read whole are cut below this
-    enums: str = "number"  # "number": int32; "name": dictionary<int32, utf8> of value names
-    keep_unknown: bool = False  # whole messages: every struct gets `_unknown` (raw bytes)
+class PlanOptions(Protocol):
+    """The options that shape a compiled plan (a ``wirearrow.TranscodeSpec`` has them all,
+    checked: the spec is the one place options are validated)."""
+
+    @property
+    def timestamp_unit(self) -> str: ...  # "s" / "ms" / "us" / "ns"
+    @property
+    def validate(self) -> str: ...  # "plan": what the plan reads; "full": every byte
+    @property
+    def max_nesting(self) -> int: ...  # wire: messages and groups nested deeper: an error
+    @property
+    def max_depth(self) -> int | None: ...  # schema: recursive types read whole cut below this
+    @property
+    def enums(self) -> str: ...  # "number": int32; "name": dictionary<int32, utf8>
+    @property
+    def keep_unknown(self) -> bool: ...  # whole messages: every struct gets `_unknown`
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,20 +145,8 @@ class CompiledPlan:
 
 
 def compile_plan(
-    message: Descriptor, columns: Sequence[str | Column], options: Options
+    message: Descriptor, columns: Sequence[str | Column], options: PlanOptions
 ) -> CompiledPlan:
-    if options.timestamp_unit not in TIME_UNITS:
-        raise PlanError(
-            [f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"]
-        )
-    if options.enums not in ("number", "name"):
-        raise PlanError([f"enums must be 'number' or 'name', not {options.enums!r}"])
-    if options.max_depth is not None and (
-        not isinstance(options.max_depth, int) or options.max_depth < 1
-    ):
-        raise PlanError([f"max_depth must be a positive integer, not {options.max_depth!r}"])
-    if options.validate not in ("plan", "full"):
-        raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     resolver = _Resolver(builder, options)
     problems: list[str] = []
@@ -237,7 +234,7 @@ class _Inputs:
     def __init__(self, resolver: _Resolver) -> None:
         self.resolver = resolver
         self.columns: list[OutputColumn] = []
-        self._by_key: dict[tuple[str, bool], int] = {}
+        self._by_key: dict[tuple[str, bool, int, bool], int] = {}
 
     def path(
         self,
@@ -333,7 +330,7 @@ class _Inputs:
 
 
 class _Resolver:
-    def __init__(self, builder: ProgramBuilder, options: Options) -> None:
+    def __init__(self, builder: ProgramBuilder, options: PlanOptions) -> None:
         self.b = builder
         self.options = options
         self.root = Selection(0, None, 0, "root", text="")
@@ -721,7 +718,10 @@ class _Resolver:
         fields = message.fields_by_name
         if wkt in ("timestamp", "duration"):
             unit = self.options.timestamp_unit
-            cols = (self.b.scalar(node, fields["seconds"]), self.b.scalar(node, fields["nanos"]))
+            cols: tuple[int, ...] = (
+                self.b.scalar(node, fields["seconds"]),
+                self.b.scalar(node, fields["nanos"]),
+            )
             t = pa.timestamp(unit, tz="UTC") if wkt == "timestamp" else pa.duration(unit)
             return TemporalLeaf(node.group, t, wkt, cols, presence)
         if wkt == "date":
