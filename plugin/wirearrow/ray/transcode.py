@@ -125,7 +125,7 @@ class Transcode:
         started = time.perf_counter()
         compiles = 0
         # format="json": the column holds protojson text (docs/json.md)
-        self._format = {"format": format, "ignore_unknown_fields": ignore_unknown_fields}
+        self._format, self._ignore_unknown = format, ignore_unknown_fields
         if is_object_ref(plan):
             # Unpickling a Transcoder compiles it: this is the actor's one compile.
             plan = ray_module().get(plan)
@@ -193,7 +193,10 @@ class Transcode:
         before = self._tc.stats
         try:
             if not self._keep:
-                rows = pa.Table.from_batches([self._tc.transcode(values, **self._format)])
+                batch_rows = self._tc.transcode(
+                    values, format=self._format, ignore_unknown_fields=self._ignore_unknown
+                )
+                rows = pa.Table.from_batches([batch_rows])
             else:
                 rows = self._transcode_keeping(batch, values)
         except DecodeError as err:
@@ -223,7 +226,12 @@ class Transcode:
         return rows
 
     def _transcode_keeping(self, batch: pa.Table, values: pa.Array) -> pa.Table:
-        out = self._tc.transcode(values, record_index=self._index_name, **self._format)
+        out = self._tc.transcode(
+            values,
+            record_index=self._index_name,
+            format=self._format,
+            ignore_unknown_fields=self._ignore_unknown,
+        )
         index = out.column(out.num_columns - 1)
         rows = pa.Table.from_batches([out]).drop_columns([self._index_name])
         for name in self._keep:
