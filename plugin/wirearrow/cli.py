@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
     from wirearrow.parquet import ParquetSink
-    from wirearrow.transcoder import Transcoder
+    from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = ["main"]
 
@@ -285,12 +285,7 @@ class TranscodeJob:
                         raise CliError(
                             f"{path}: {located} (the record starts at byte {at} of the file)"
                         ) from err
-                    after = self.tc.stats
-                    result.records_in += after.records_in - before.records_in
-                    result.failed += after.records_failed - before.records_failed
-                    result.rows_out += batch.num_rows
-                    if batch.num_rows:
-                        sink.write(batch)
+                    self._took(result, before, batch, sink)
                     if self.dead_sink is not None:
                         # Where each record's frame (length prefix) starts in the file.
                         frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
@@ -342,18 +337,24 @@ class TranscodeJob:
                     f"{path}: record {i0 + err.index} (the line at byte {at}): {err.reason}"
                     + (f" at {err.path}" if err.path else "")
                 ) from err
-            after = self.tc.stats
-            result.records_in += after.records_in - before.records_in
-            result.failed += after.records_failed - before.records_failed
-            result.rows_out += batch.num_rows
-            if batch.num_rows:
-                sink.write(batch)
+            self._took(result, before, batch, sink)
             if self.dead_sink is not None:
                 self._dead_letters(path, i0, starts[i0:i1])
             result.bytes_in = int(ends[i1 - 1])
             self.progress.update(label, result.records_in, result.bytes_in, buffer.size, t0)
         result.bytes_in = buffer.size
         return result
+
+    def _took(
+        self, result: FileResult, before: Stats, batch: pa.RecordBatch, sink: ParquetSink
+    ) -> None:
+        """Count one transcoded batch (the transcoder's stats since ``before``), write its rows."""
+        after = self.tc.stats
+        result.records_in += after.records_in - before.records_in
+        result.failed += after.records_failed - before.records_failed
+        result.rows_out += batch.num_rows
+        if batch.num_rows:
+            sink.write(batch)
 
     def _dead_letters(self, path: str, index_base: int, frames: np.ndarray) -> None:
         """Move the transcoder's dead letters to the side file, with file positions."""
