@@ -249,6 +249,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.malformed  # (also run against the bounds-checked debug build)
 def test_malformed_texts_are_per_record_errors(rich) -> None:
     _compiled, cls, schema = rich
     good = '{"id": "ok"}'
