@@ -75,3 +75,43 @@ def test_beam_to_arrow_takes_json_text(bid_corpus, texts) -> None:
         )
     with pytest.raises(ValueError, match="format"):
         wab.ToArrow(PLAN, format="xml")
+
+
+NESTED = {
+    "proto": {
+        "file": "bidrequest.proto",
+        "message": "BidRequestEvent",
+        "import_paths": [str(ROOT / "examples" / "schema")],
+    },
+}
+
+
+def test_ray_to_json_step(bid_corpus, bid_class) -> None:
+    war = pytest.importorskip("wirearrow.ray")
+    tc = wa.load_plan(NESTED).transcoder()
+    rows = pa.Table.from_batches([tc.transcode(bid_corpus[:20])])
+    step = war.ToJson(NESTED, use_integers_for_enums=True)
+    out = step(rows.append_column("extra", pa.array(range(20))))
+    want = [
+        json_format.MessageToJson(bid_class.FromString(r), indent=None, use_integers_for_enums=True)
+        for r in bid_corpus[:20]
+    ]
+    assert out.column_names == ["json"] and out.column("json").to_pylist() == want
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_beam_to_json_round_trip(bid_corpus, texts) -> None:
+    beam = pytest.importorskip("apache_beam")
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    import wirearrow.beam as wab
+
+    records = texts[:50]
+    with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions()) as p:
+        batches = (p | beam.Create(records) | wab.ToArrow(NESTED, batch_size=16, format="json")).batches
+        assert_that(batches | wab.ToJson(NESTED), equal_to(records))
