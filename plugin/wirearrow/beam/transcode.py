@@ -193,10 +193,16 @@ class _TranscodeFn(beam.DoFn):
     """
 
     def __init__(
-        self, spec: bytes, batch_size: int, field: str, dead_tag: str, input_format: dict
+        self,
+        spec: bytes,
+        batch_size: int,
+        field: str,
+        dead_tag: str,
+        input_format: dict | None = None,
     ) -> None:
         super().__init__()
-        self._input_format = input_format  # transcode(format=..., ignore_unknown_fields=...)
+        # transcode(format=..., ignore_unknown_fields=...); none: binary records
+        self._input_format = input_format or {}
         # The Transcoder travels pickled (its spec, and its cache by identity). Each DoFn
         # instance unpickles its own in setup(), with its own counts and dead letters; the
         # plan is compiled once per worker process, by the process's parser cache.
