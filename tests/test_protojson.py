@@ -53,12 +53,18 @@ def rich():
 
 
 def runtime(text: Any, cls: type, pool: Any, ignore: bool = False) -> bytes | None:
-    """The runtime's verdict: the message's deterministic bytes, or None when rejected."""
+    """The runtime's verdict: the message's deterministic bytes, or None when rejected.
+
+    Rejected also when the runtime cannot parse its own bytes back (a Struct nested past
+    its depth limit: json_format builds it, the wire form is too deep for any reader).
+    """
     try:
         message = json_format.Parse(text, cls(), ignore_unknown_fields=ignore, descriptor_pool=pool)
+        wire = message.SerializeToString(deterministic=True)
+        cls.FromString(wire)
     except Exception:  # the runtime's own failures are not all ParseError (e.g. UTF-8)
         return None
-    return message.SerializeToString(deterministic=True)
+    return wire
 
 
 def _canon(value: Any) -> Any:
@@ -282,6 +288,53 @@ def test_the_runtimes_leniencies_are_followed(rich) -> None:
     tc = wa.Transcoder(schema, columns=["scalars.f_enum", "scalars.f_int32", "scalars.f_bytes"])
     assert tc.transcode([texts[1]], format="json").to_pylist() == [
         {"scalars.f_enum": 1, "scalars.f_int32": 1000, "scalars.f_bytes": b"\x00\x01"}
+    ]
+
+
+STRUCTS = """
+syntax = "proto3";
+package s;
+import "google/protobuf/struct.proto";
+import "google/protobuf/any.proto";
+message M {
+  google.protobuf.Struct s = 1;
+  google.protobuf.Value v = 2;
+  repeated google.protobuf.Value vs = 3;
+  google.protobuf.ListValue l = 4;
+  google.protobuf.Any a = 5;
+  google.protobuf.NullValue n = 6;
+}
+"""
+
+
+def test_struct_value_any_corners() -> None:
+    compiled = compile_source(STRUCTS)
+    cls = compiled.message_class("s.M")
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, "s.M")
+    texts = [
+        '{"s": {"a": 1, "b": [1, "x", null, {"c": true}], "": {}}, "v": null, "vs": [null, 1.5],'
+        ' "l": [], "n": null}',
+        '{"v": NaN}',
+        '{"v": {"x": 1e400}}',
+        '{"s": null, "v": 1}',
+        '{"a": {"@type": "type.googleapis.com/google.protobuf.Struct", "value": {"k": [1]}}}',
+        '{"a": {"@type": "t/google.protobuf.Any", "value": {"@type": "t/s.M", "n": null}}}',
+        '{"a": {"@type": "type.googleapis.com/s.M", "v": 2}}',
+        '{"a": {"@type": "x/google.protobuf.Int32Value", "value": "7"}}',
+        '{"a": {"@type": "x/google.protobuf.Duration", "value": "-1.5s"}}',
+        '{"a": {"@type": "x/google.protobuf.Int32Value"}}',
+        '{"v": ' + "[" * 30 + "]" * 30 + "}",
+        '{"v": ' + "[" * 300 + "]" * 300 + "}",  # past the depth limit
+        '{"v": ' + '{"a":' * 300 + "1" + "}" * 300 + "}",
+        '{"s": {"b": 18446744073709551617}}',
+    ]
+    for ignore in (False, True):
+        check_parity(texts, cls, schema, ignore)
+    # non-finite numbers have no JSON form: the text column writes them as Python does
+    tc = wa.Transcoder(schema, columns=["v"])
+    assert tc.transcode(texts[1:3], format="json").to_pylist() == [
+        {"v": "NaN"},
+        {"v": '{"x":Infinity}'},
     ]
 
 

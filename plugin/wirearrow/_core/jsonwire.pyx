@@ -71,7 +71,6 @@ cdef enum:
     W_LIST = 5
     W_ANY = 6
     W_TIMESTAMP = 7
-    MAX_VALUE_NESTING = 900  # Python's recursion limit bounds the runtime's
 
 cdef double FLOAT_MAX = float.fromhex("0x1.fffffep+127")
 cdef object _EXTENSION_NAME = re.compile(r"\[[a-zA-Z0-9\._]*\]$")
@@ -427,12 +426,15 @@ cdef bytearray convert_wkt(Msg m, object js, Context ctx):
         except Exception as err:  # the runtime's own parse: any failure rejects the record
             raise JsonError(str(err))
         return bytearray(scratch.SerializeToString(deterministic=True))
+    # Struct / Value / ListValue nest by themselves: their levels count against the same
+    # max_depth as messages (the wire form of a deeper one is more deeply nested than the
+    # binary decoder, or the runtime's own parser, takes back).
     if wkt == W_STRUCT:
-        return convert_struct(js, 0)
+        return convert_struct(js, ctx.max_depth - ctx.depth)
     if wkt == W_VALUE:
-        return convert_value(js, 0)
+        return convert_value(js, ctx.max_depth - ctx.depth)
     if wkt == W_LIST:
-        return convert_list(js, 0)
+        return convert_list(js, ctx.max_depth - ctx.depth)
     return convert_any(m, js, ctx)
 
 
@@ -538,17 +540,15 @@ cdef bytearray convert_any(Msg m, object js, Context ctx):
     return out
 
 
-cdef bytearray convert_value(object js, int nesting):
+cdef bytearray convert_value(object js, int room):
     # google.protobuf.Value: null_value=1, number_value=2, string_value=3, bool_value=4,
     # struct_value=5, list_value=6 (a oneof: the member is written even at its default)
     cdef bytearray out = bytearray()
     cdef double d
-    if nesting > MAX_VALUE_NESTING:
-        raise JsonError("Value nested too deeply")
     if isinstance(js, dict):
-        put_chunk(out, b"\x2a", convert_struct(js, nesting + 1))
+        put_chunk(out, b"\x2a", convert_struct(js, room - 1))
     elif isinstance(js, (list, tuple)):
-        put_chunk(out, b"\x32", convert_list(js, nesting + 1))
+        put_chunk(out, b"\x32", convert_list(js, room - 1))
     elif js is None:
         put_raw(out, <const uint8_t*>b"\x08\x00", 2)
     elif isinstance(js, bool):
@@ -568,31 +568,35 @@ cdef bytearray convert_value(object js, int nesting):
     return out
 
 
-cdef bytearray convert_list(object js, int nesting):
+cdef bytearray convert_list(object js, int room):
     cdef bytearray out = bytearray()
     cdef Py_ssize_t i = 0
     if not isinstance(js, (list, tuple)):
         raise JsonError(f"ListValue must be in [] which is {js}")
+    if room < 1:
+        raise JsonError("Struct / ListValue nested too deeply (max_recursion_depth)")
     for item in js:
         try:
-            put_chunk(out, b"\x0a", convert_value(item, nesting + 1))
+            put_chunk(out, b"\x0a", convert_value(item, room - 1))
         except JsonError as err:
             raise at(err, f"[{i}]")
         i += 1
     return out
 
 
-cdef bytearray convert_struct(object js, int nesting):
+cdef bytearray convert_struct(object js, int room):
     cdef bytearray out = bytearray()
     cdef bytearray entry
     if not isinstance(js, dict):
         raise JsonError(f"Struct must be in a dict which is {js}")
+    if room < 2:
+        raise JsonError("Struct / ListValue nested too deeply (max_recursion_depth)")
     for k in upb_order(K_STRING, [to_utf8(key) for key in js]):
         key = k.decode("utf-8")
         entry = bytearray()
         put_len(entry, b"\x0a", <const uint8_t*><char*>k, len(k))
         try:
-            put_chunk(entry, b"\x12", convert_value(js[key], nesting + 1))
+            put_chunk(entry, b"\x12", convert_value(js[key], room - 2))
         except JsonError as err:
             raise at(err, key)
         put_chunk(out, b"\x0a", entry)

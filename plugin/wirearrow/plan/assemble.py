@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,19 @@ from wirearrow.plan.leaves import (
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 
 __all__ = ["Assembler", "BadRecords"]
+
+
+def _plain(msg: Any) -> Any:
+    """A Struct / Value / ListValue as Python values, numbers as floats whatever they are."""
+    name = msg.DESCRIPTOR.full_name
+    if name == "google.protobuf.Struct":
+        return {k: _plain(v) for k, v in msg.fields.items()}
+    if name == "google.protobuf.ListValue":
+        return [_plain(v) for v in msg.values]
+    kind = msg.WhichOneof("kind")
+    if kind in ("struct_value", "list_value"):
+        return _plain(getattr(msg, kind))
+    return None if kind in (None, "null_value") else getattr(msg, kind)
 
 
 class BadRecords(Exception):
@@ -226,10 +239,14 @@ class Assembler:
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
                 continue
+            try:
+                obj = json_format.MessageToDict(msg)
+            except ValueError:
+                # a NaN or infinite number_value has no JSON form (the runtime refuses to
+                # print it): written as Python's json writes it (NaN, Infinity), not lost
+                obj = _plain(msg)
             # Struct is a map: sorted keys make the text deterministic across runs.
-            out.append(
-                json.dumps(json_format.MessageToDict(msg), separators=(",", ":"), sort_keys=True)
-            )
+            out.append(json.dumps(obj, separators=(",", ":"), sort_keys=True))
         return pa.array(out, type=pa.utf8())
 
     # -- filters ------------------------------------------------------------------------
