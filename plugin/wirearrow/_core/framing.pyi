@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import TypeAlias
 
 import numpy as np
@@ -11,9 +12,9 @@ _Bytes: TypeAlias = Buffer | np.ndarray
 FRAMINGS: dict[str, int]
 
 def split(data: _Bytes, framing: int, base: int = 0) -> tuple[OwnedBuffer, OwnedBuffer, int]: ...
-def pack_records(
-    records: object,
-) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...
 def compact(
     data: _Bytes, starts: _Bytes, ends: _Bytes
 ) -> tuple[OwnedBuffer, OwnedBuffer, bool]: ...
+def pack_records(
+    records: Sequence[_Bytes | None],
+) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...
