@@ -1,6 +1,8 @@
 from collections.abc import Callable
 from typing import Any
 
+from typing_extensions import disjoint_base
+
 KINDS: dict[str, int]
 WKTS: dict[str, int]
 
@@ -9,6 +11,7 @@ class JsonError(Exception):
     path: str
     def __init__(self, reason: str, path: str = "") -> None: ...
 
+@disjoint_base
 class Field:
     name: str
     json_name: str
@@ -30,8 +33,8 @@ class Field:
     enum_full_name: str
     null_enum: bool
     value_message: bool
-    def __init__(self) -> None: ...
 
+@disjoint_base
 class Msg:
     full_name: str
     by_json_name: dict[str, Field]
@@ -42,8 +45,8 @@ class Msg:
     runtime_class: Any
     key: Field
     value: Field
-    def __init__(self) -> None: ...
 
+@disjoint_base
 class Context:
     ignore_unknown: bool
     max_depth: int

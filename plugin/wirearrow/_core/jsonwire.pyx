@@ -105,6 +105,7 @@ def _unique_keys(pairs):
 
 
 cdef class Field:
+    # (object attributes start as None, numbers as 0: no __init__ needed)
     cdef public str name
     cdef public str json_name
     cdef public int number
@@ -126,11 +127,6 @@ cdef class Field:
     cdef public bint null_enum     # google.protobuf.NullValue: JSON null is its value 0
     cdef public bint value_message  # the field's type is google.protobuf.Value
 
-    def __init__(self):
-        self.oneof = None
-        self.sub = None
-        self.enum_names = None
-
 
 cdef class Msg:
     cdef public str full_name
@@ -142,10 +138,6 @@ cdef class Msg:
     cdef public object runtime_class  # Timestamp / Duration / FieldMask: the runtime's class
     cdef public Field key          # map entries
     cdef public Field value
-
-    def __init__(self):
-        self.wkt = 0
-        self.runtime_class = None
 
 
 cdef class Context:
