@@ -20,6 +20,13 @@ def texts(bid_corpus, bid_class) -> list[str]:
     return [json_format.MessageToJson(bid_class.FromString(r), indent=None) for r in bid_corpus]
 
 
+def beam_quiet(test):
+    """Beam's own modules warn on import and while running (deprecations, pickling hints)."""
+    for kind in ("DeprecationWarning", "PendingDeprecationWarning", "UserWarning", "FutureWarning"):
+        test = pytest.mark.filterwarnings(f"ignore::{kind}")(test)
+    return test
+
+
 def sorted_rows(table) -> list[str]:
     return sorted(map(repr, table.to_pylist()))
 
@@ -41,10 +48,7 @@ def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
     assert set(rows.column("k").to_pylist()) == set(range(table.num_rows)) - {50, 51, 52}
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-@pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.filterwarnings("ignore::FutureWarning")
+@beam_quiet
 def test_beam_to_arrow_takes_json_text(bid_corpus, texts) -> None:
     beam = pytest.importorskip("apache_beam")
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -99,10 +103,7 @@ def test_ray_to_json_step(bid_corpus, bid_class) -> None:
     assert out.column_names == ["json"] and out.column("json").to_pylist() == want
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-@pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.filterwarnings("ignore::FutureWarning")
+@beam_quiet
 def test_beam_to_json_round_trip(bid_corpus, texts) -> None:
     beam = pytest.importorskip("apache_beam")
     from apache_beam.options.pipeline_options import PipelineOptions
