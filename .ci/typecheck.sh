@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 
 pip install --quiet --group typecheck
 python -m mypy
-# Every compiled module but profile (being deleted by #13), and the layout module the
-# stubs name. A new .pyx must be added here with its .pyi.
+# Every compiled module, and the layout module the stubs name. A new .pyx must be added here with its .pyi.
 python -m mypy.stubtest --mypy-config-file pyproject.toml \
     --allowlist .ci/stubtest-allowlist.txt \
     wirearrow._core.buffers wirearrow._core.decoder wirearrow._core.encoder \

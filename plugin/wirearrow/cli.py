@@ -593,7 +593,7 @@ def _profile_cache(path: str | None) -> ParserCache | None:
     if path is None:
         return None
     if not os.path.exists(path):
-        return ParserCache(tune="auto")
+        return ParserCache()
     try:
         return ParserCache.load(path)
     except (OSError, ValueError) as err:
@@ -862,6 +862,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"records per transcode call (default {DEFAULT_BATCH_SIZE})",
     )
     bench.set_defaults(func=cmd_bench)
+
+    from wirearrow import playground  # argparse only: the server loads when it runs
+
+    playground.configure(
+        commands.add_parser(
+            "playground", help=playground.HELP, description=playground.DESCRIPTION
+        )
+    )
     return parser
 
 

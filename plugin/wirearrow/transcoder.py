@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,9 +66,11 @@ class Transcoder:
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
-    shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
-    profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
-    which does not profile).
+    shared by every transcoder of the same schema and plan) and learns its buffer sizes;
+    default: the process-wide cache (``wirearrow.cache.default_cache``).
+
+    ``Transcoder(spec)`` takes a :class:`~wirearrow.TranscodeSpec` (the columns and every
+    option above in one value) instead; ``tc.spec`` gives it back.
     """
 
     def __init__(
@@ -211,9 +212,7 @@ class Transcoder:
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._spec.on_error == "raise"
         entry = self._entry
-        tuning = entry.tuning  # read once: a retune during this batch applies to the next
         while True:
-            started = time.perf_counter()
             result = decode(
                 self._plan.program,
                 data,
@@ -227,7 +226,6 @@ class Transcoder:
                 # the call: pooled, they would lift its peak memory (docs/memory.md).
                 pooled=self._spec.columns is None,
             )
-            decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]
             # (read before assembly releases the arenas column by column)
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
@@ -262,9 +260,6 @@ class Transcoder:
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        entry.observe(
-            tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
-        )
         self._account(n_in, failures, n_rows, n_bytes)
         if positions is not None:
             rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)

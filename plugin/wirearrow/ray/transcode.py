@@ -502,9 +502,9 @@ def transcode(
 
     ``profile``: a saved profile (path, read here) or a :class:`~wirearrow.ParserCache`:
     the plan is compiled on that cache, which travels with it (one instance per worker
-    process) and profiles the traffic; every process merges its profile with the others'
-    through a named actor at each retune (``ParserCache.share_with_ray``), so new and
-    running workers start from the job-wide profile. ``ParserCache.pull_from_ray`` on the
+    process) and learns the buffer sizes; every process merges its sums with the others'
+    through a named actor every ``share_every`` records (``ParserCache.share_with_ray``),
+    and a new worker starts from the job-wide sizes. ``ParserCache.pull_from_ray`` on the
     driver fetches the merged profile (to ``save`` it for the next job). See docs/cache.md.
 
     Returns a :class:`TranscodeResult`: lazy rows (a Dataset), then dead letters and counts.
