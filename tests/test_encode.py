@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import wirearrow as wa
 from schemagen import compile_source, messages, schema_specs, tag, varint, wire_bytes
-from wirearrow.plan.types import WELL_KNOWN
+from wirearrow.plan.types import WELL_KNOWN, is_repeated
 
 PROTOS = pathlib.Path(__file__).parent / "protos"
 GAPIS = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
@@ -91,7 +91,7 @@ def _truncate(message: Any, step: int) -> None:
             if fd.message_type.fields_by_number[2].message_type is not None:
                 for item in value.values():
                     _truncate(item, step)
-        elif fd.is_repeated:
+        elif is_repeated(fd):
             for item in value:
                 _truncate(item, step)
         else:
@@ -152,7 +152,7 @@ def _drop_unknown_in_wkt(message: Any) -> None:
             items = list(value.values()) if value_fd.message_type is not None else []
             fd = value_fd
         else:
-            items = list(value) if fd.is_repeated else [value]
+            items = list(value) if is_repeated(fd) else [value]
         for item in items:
             if WELL_KNOWN.get(fd.message_type.full_name, "any") != "any":
                 item.DiscardUnknownFields()

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import wirearrow as wa
 from oracle import assert_rows_equal, check_unknown, expected_rows
 from schemagen import compile_file, delimited, messages, tag, varint
+from wirearrow.plan.types import is_repeated
 
 pytestmark = pytest.mark.malformed
 
@@ -76,7 +77,7 @@ def _has_unknown_fields(message: Any) -> bool:
     for fd, value in message.ListFields():
         if fd.message_type is None:
             continue
-        if any(_has_unknown_fields(item) for item in (value if fd.is_repeated else [value])):
+        if any(_has_unknown_fields(item) for item in (value if is_repeated(fd) else [value])):
             return True
     return False
 

@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from wirearrow._core import encoder as core
 from wirearrow.errors import EncodeError
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated
+from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_packed, is_repeated
 
 __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 
@@ -189,11 +189,7 @@ class EncodingPlan:
             row = self._value(fd, t.value_type, values, f"{path}[]", "explicit")
             if row[2] in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
                 shape = "repeated"
-            elif (
-                not is_message(fd)
-                and fd.type not in (_T.TYPE_STRING, _T.TYPE_BYTES)
-                and fd.is_packed
-            ):
+            elif is_packed(fd):
                 shape = "packed"
                 row[0] = fd.number << 3 | 2
             else:
