@@ -179,6 +179,58 @@ def test_wkt_round_trip(wkt: tuple[wa.Schema, type], data: st.DataObject) -> Non
     assert_round_trip(tc, [v.SerializeToString() for v in values], expected)
 
 
+def _exact(cls: type, wire: bytes) -> bytes:
+    return cls.FromString(wire).SerializeToString(deterministic=True)
+
+
+@_settings(40)
+@given(data=st.data())
+def test_plain_well_known_types_round_trip_exactly(
+    wkt: tuple[wa.Schema, type], rich: tuple[wa.Schema, type], data: st.DataObject
+) -> None:
+    """well_known_types=False: the runtime's deterministic bytes for every valid message --
+    no truncated nanos, out-of-range Timestamps or invalid Dates set aside, no JSON-able
+    Struct values picked: the fields as they are, unknown ones inside them included."""
+    for schema, cls in (wkt, rich):
+        values = data.draw(st.lists(messages(cls.DESCRIPTOR, max_depth=3), min_size=1, max_size=3))
+        wire = [data.draw(wire_bytes(v)) for v in values]
+        note(f"{cls.DESCRIPTOR.full_name} wire: {[w.hex() for w in wire]}")
+        # Struct and Value are recursive messages like any other: cut, as bytes, below 3
+        tc = wa.Transcoder(schema, keep_unknown=True, well_known_types=False, max_depth=3)
+        assert_round_trip(tc, wire, [_exact(cls, w) for w in wire])
+
+
+def test_plain_well_known_types_schema(wkt: tuple[wa.Schema, type]) -> None:
+    schema, cls = wkt
+    tc = wa.Transcoder(schema, well_known_types=False, max_depth=2)
+    t = tc.arrow_schema
+    assert t.field("ts").type == pa.struct([("seconds", pa.int64()), ("nanos", pa.int32())])
+    assert t.field("dur").type == t.field("ts").type
+    assert t.field("w_string").type == pa.struct([("value", pa.utf8())])
+    assert t.field("w_list").type == pa.list_(pa.struct([("value", pa.int32())]))
+    assert t.field("mask").type == pa.struct([("paths", pa.list_(pa.utf8()))])
+    assert pa.types.is_struct(t.field("val").type)
+    assert t.field("date").type == pa.struct(
+        [("year", pa.int32()), ("month", pa.int32()), ("day", pa.int32())]
+    )
+    # a value no mapped unit holds: 9999-12-31T23:59:59.123456789, and Date 0000-13-00
+    message = cls()
+    message.ts.seconds, message.ts.nanos = 253_402_300_799, 123_456_789
+    message.date.month = 13
+    row = tc.transcode([message.SerializeToString()]).to_pylist()[0]
+    assert row["ts"] == {"seconds": 253_402_300_799, "nanos": 123_456_789}
+    assert row["date"] == {"year": 0, "month": 13, "day": 0}
+    assert row["dur"] is None and row["w_string"] is None
+    # flat mode: the same struct, and its fields by path
+    flat = wa.Transcoder(schema, ["ts", "ts.nanos", "w_list[*]"], well_known_types=False)
+    message.w_list.add(value=7)
+    got = flat.transcode([message.SerializeToString()]).to_pylist()
+    assert got == [{"ts": row["ts"], "ts.nanos": 123_456_789, "w_list[*]": {"value": 7}}]
+    # the mapped default reads the wrapper as its value
+    mapped = wa.Transcoder(schema, ["w_list[*]"])
+    assert mapped.transcode([message.SerializeToString()]).to_pylist() == [{"w_list[*]": 7}]
+
+
 def _fill_special(data: st.DataObject, value: Any) -> None:
     """JSON-mapped fields: kinds a JSON text holds exactly (numbers are doubles)."""
     json_values = st.recursive(
@@ -431,6 +483,8 @@ def test_random_schemas_round_trip(data: st.DataObject) -> None:
     assert_round_trip(tc, wire, [_drop_unknown(root, w) for w in wire])
     lossless = [_lossless(root, w) for w in wire]
     assert_round_trip(wa.Transcoder(schema, keep_unknown=True), wire, lossless)
+    plain = wa.Transcoder(schema, keep_unknown=True, well_known_types=False, max_depth=3)
+    assert_round_trip(plain, wire, [_exact(root, w) for w in wire])
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
 ``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
-``keep_unknown``, ``output`` and ``input``
+``keep_unknown``, ``well_known_types``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -85,6 +85,7 @@ _TOP_KEYS = (
     "max_nesting",
     "max_depth",
     "keep_unknown",
+    "well_known_types",
     "output",
     "input",
 )
@@ -130,6 +131,7 @@ class TranscodeOptions:
     enums: str = "number"
     max_depth: int | None = None
     keep_unknown: bool = False
+    well_known_types: bool = True
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -140,6 +142,7 @@ class TranscodeOptions:
             "enums": self.enums,
             "max_depth": self.max_depth,
             "keep_unknown": self.keep_unknown,
+            "well_known_types": self.well_known_types,
         }
 
 
@@ -532,11 +535,12 @@ class _Checker:
                 depth = self.integer(value, key, line, minimum=1)
                 if depth is not None:
                     options = replace(options, **{key: depth})
-        value, line = at("keep_unknown")
-        if value is not None:
-            keep = self.boolean(value, "keep_unknown", line)
-            if keep is not None:
-                options = replace(options, keep_unknown=keep)
+        for key in ("keep_unknown", "well_known_types"):
+            value, line = at(key)
+            if value is not None:
+                flag = self.boolean(value, key, line)
+                if flag is not None:
+                    options = replace(options, **{key: flag})
         output = self.output(*at("output"))
         framing = self.input(*at("input"))
         if self.problems or proto is None:

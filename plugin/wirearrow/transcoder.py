@@ -65,6 +65,10 @@ class Transcoder:
     tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
+    ``well_known_types``: True maps Timestamp, Duration, the wrappers, Struct/Value, Any,
+    FieldMask, google.type.Date and TimeOfDay to Arrow types (docs/types.md); False reads
+    them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
+    loses nothing, and ``encode`` reads those structs back.
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
     shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
     profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
@@ -83,6 +87,7 @@ class Transcoder:
         max_depth: int | None = None,
         enums: str = "number",
         keep_unknown: bool = False,
+        well_known_types: bool = True,
         cache: ParserCache | None = None,
     ) -> None:
         if not isinstance(schema, Schema):
@@ -99,6 +104,7 @@ class Transcoder:
             max_depth=max_depth,
             enums=enums,
             keep_unknown=bool(keep_unknown),
+            well_known_types=bool(well_known_types),
         )
         self._cache = cache if cache is not None else default_cache()
         if not isinstance(self._cache, ParserCache):

@@ -92,6 +92,9 @@ class Options:
     max_depth: int | None = None  # schema: recursive types read whole are cut below this
     enums: str = "number"  # "number": int32; "name": dictionary<int32, utf8> of value names
     keep_unknown: bool = False  # whole messages: every struct gets `_unknown` (raw bytes)
+    # False: well-known types (Timestamp, wrappers, Struct, ...) read as the plain messages
+    # they are, field by field: lossless, where a mapped type can lose precision or range.
+    well_known_types: bool = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -440,7 +443,7 @@ class _Resolver:
             if is_repeated(fd):
                 if nxt is None:
                     return sel, self._list_leaf(node, fd, node.presence, self._stack())
-                if _is_json(fd) and not isinstance(nxt, FieldStep):
+                if self._is_json(fd) and not isinstance(nxt, FieldStep):
                     if isinstance(nxt, FilterStep):
                         raise PathError(
                             "filters apply to messages read field by field", text, nxt.pos
@@ -633,6 +636,13 @@ class _Resolver:
 
     # -- leaves -------------------------------------------------------------------------
 
+    def _well_known(self, message: Descriptor) -> str | None:
+        """The dedicated mapping of a well-known type, None for a plain message."""
+        return WELL_KNOWN.get(message.full_name) if self.options.well_known_types else None
+
+    def _is_json(self, fd: FieldDescriptor) -> bool:
+        return fd.message_type is not None and self._well_known(fd.message_type) == "json"
+
     def _stack(self) -> tuple[str, ...]:
         return (self.b.root.message.full_name,)
 
@@ -677,7 +687,7 @@ class _Resolver:
     def _list_leaf(
         self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: tuple[str, ...]
     ) -> ListLeaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             json_leaf = JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
             return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
@@ -703,7 +713,7 @@ class _Resolver:
         return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
 
     def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
         if self._cut(fd, stack):
@@ -717,7 +727,7 @@ class _Resolver:
     ) -> Leaf:
         """The value of a whole message held by `node` (a struct, or a well-known type)."""
         message = node.message
-        wkt = WELL_KNOWN.get(message.full_name)
+        wkt = self._well_known(message)
         fields = message.fields_by_name
         if wkt in ("timestamp", "duration"):
             unit = self.options.timestamp_unit
@@ -828,10 +838,6 @@ _TYPE_NAMES = {
         "sint64",
     ]
 }
-
-
-def _is_json(fd: FieldDescriptor) -> bool:
-    return fd.message_type is not None and WELL_KNOWN.get(fd.message_type.full_name) == "json"
 
 
 def _kind_of(operand: Operand) -> str:

@@ -214,10 +214,14 @@ class EncodingPlan:
             return _entry(number << 3 | wire, kind, "singular", presence, col)
         group = fd.type == _T.TYPE_GROUP  # proto2 groups and editions DELIMITED
         name = fd.message_type.full_name
+        # A struct is the plain message whatever its type (well_known_types=False), and
+        # binary the bytes of a cut recursive type (Struct and Value are recursive too).
         wkt = WELL_KNOWN.get(name)
+        if pa.types.is_struct(t) or (t in _BINARY and wkt != "wrapper"):
+            wkt = None
         tag = number << 3 | (3 if group else 2)
         end = number << 3 | 4
-        if name in _JSON:
+        if wkt == "json":
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 raise _type_error(path, "string (JSON text)", t)
             # a Value with no kind decodes as null: inside a list or a map it is one again
@@ -231,7 +235,7 @@ class EncodingPlan:
             return _entry(
                 tag, "raw_group" if group else "bytes", "singular", presence, col, end=end
             )
-        if t in _BINARY and wkt != "wrapper":
+        if t in _BINARY and wkt is None:
             # A recursive type cut at max_depth: its bytes as they came, which need not be
             # canonical (map order, split messages), so parsed and serialized again.
             col = self._spec(
