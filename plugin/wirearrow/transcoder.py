@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -37,13 +37,19 @@ DEAD_LETTER_SCHEMA = pa.schema(
 
 @dataclass(slots=True)
 class Stats:
-    """Cumulative counts; records_in == records_ok + records_failed, always."""
+    """Cumulative counts; records_in == records_ok + records_failed, always.
+
+    ``precision_lost``: Timestamp / Duration values decoded with nanoseconds the column's
+    unit cannot hold, and so truncated (``timestamp_unit="ns"`` or
+    ``well_known_types=False`` lose none; docs/types.md).
+    """
 
     records_in: int = 0
     records_ok: int = 0
     records_failed: int = 0
     rows_out: int = 0
     bytes_in: int = 0
+    precision_lost: int = 0
 
 
 class Transcoder:
@@ -169,7 +175,7 @@ class Transcoder:
     def stats(self) -> Stats:
         with self._lock:
             s = self._stats
-            return Stats(s.records_in, s.records_ok, s.records_failed, s.rows_out, s.bytes_in)
+            return replace(s)
 
     def dead_letters(self) -> pa.Table:
         """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
@@ -215,8 +221,9 @@ class Transcoder:
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
             group_counts = result.group_counts
             rejected: list[tuple[DecodeError, int]] = []
+            assembler = Assembler(self._plan, result, data)
             try:
-                columns, n_rows = Assembler(self._plan, result, data).columns()
+                columns, n_rows = assembler.columns()
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
                 for position, reason, path in bad.problems:
@@ -245,7 +252,7 @@ class Transcoder:
         entry.observe(
             tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
         )
-        self._account(n_in, failures, n_rows, n_bytes)
+        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
 
     def encode(self, batch: pa.RecordBatch | pa.Table | pa.StructArray) -> pa.Array:
@@ -325,7 +332,12 @@ class Transcoder:
         return ".".join(parts)
 
     def _account(
-        self, n_in: int, failures: list[tuple[DecodeError, bytes | None]], n_rows: int, n_bytes: int
+        self,
+        n_in: int,
+        failures: list[tuple[DecodeError, bytes | None]],
+        n_rows: int,
+        n_bytes: int,
+        precision_lost: int,
     ) -> None:
         dead = []
         if self._on_error == "dead_letter":
@@ -340,6 +352,7 @@ class Transcoder:
             s.records_ok += n_in - len(failures)
             s.rows_out += n_rows
             s.bytes_in += n_bytes
+            s.precision_lost += precision_lost
             self._dead.extend(dead)
 
 

@@ -65,6 +65,8 @@ class Assembler:
         self._keep: dict[int, np.ndarray | None] = {}
         self._arrays: dict[int, pa.Array] = {}
         self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
+        # Timestamp / Duration values whose nanos the column's unit cannot hold (truncated).
+        self.precision_lost = 0
         _share_validity(plan, result)
 
     # -- groups -------------------------------------------------------------------------
@@ -182,6 +184,9 @@ class Assembler:
             unit = leaf.type.unit
             seconds, nanos = parts
             per = _PER_SECOND[unit]
+            if per < 1_000_000_000:
+                sub_unit = np.asarray(nanos.fill_null(0)) % (1_000_000_000 // per)
+                self.precision_lost += int(np.count_nonzero(sub_unit))
             # problems() has made every record whose rows read an out-of-range value a bad
             # record; values no row reads (times[1] under times[0]) are nulled here.
             limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
