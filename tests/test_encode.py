@@ -426,9 +426,28 @@ def test_recursion_cut_round_trips(data: st.DataObject) -> None:
     )
     values = data.draw(st.lists(trees, min_size=1, max_size=3))
     expected = [v.SerializeToString(deterministic=True) for v in values]
+    # an unknown field at every level, the cut ones included
+    wire = [_with_unknown(v).SerializeToString() for v in values]
     for depth in (1, 2, 4):
         tc = wa.Transcoder(schema, max_depth=depth)
         assert_round_trip(tc, [v.SerializeToString() for v in values], expected)
+        # keep_unknown=False drops them below the cut too, as DiscardUnknownFields()
+        assert_round_trip(tc, wire, [_drop_unknown(cls, w) for w in wire])
+        keep = wa.Transcoder(schema, max_depth=depth, keep_unknown=True)
+        assert_round_trip(keep, wire, [_exact(cls, w) for w in wire])
+
+
+def _with_unknown(tree: Any) -> Any:
+    """A copy of a Tree whose every node also holds unknown field 100 (varint 7)."""
+    copy = type(tree)()
+    copy.CopyFrom(tree)
+    nodes = [copy]
+    while nodes:
+        node = nodes.pop()
+        node.MergeFromString(b"\xa0\x06\x07")
+        nodes.extend([*([node.left] if node.HasField("left") else []), *node.kids])
+        nodes.extend(node.named.values())
+    return copy
 
 
 def _tree(cls: type, v: int, left: Any, kids: list[Any], named: dict[str, Any]) -> Any:

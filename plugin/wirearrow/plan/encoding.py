@@ -104,6 +104,9 @@ class EncodingPlan:
         self.descriptor = descriptor
         self.schema = schema
         self._t = _Tables()
+        # Batches without `_unknown` (keep_unknown=False) dropped the unknown fields at decode,
+        # except inside levels cut at max_depth (kept as bytes): drop those too on the way back.
+        self._discard_unknown = UNKNOWN_FIELD not in schema.names
         self._t.nodes.append([0, 0])  # the root is node 0
         roots = [self._spec(-1, "column", i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
@@ -241,7 +244,9 @@ class EncodingPlan:
             col = self._spec(
                 col,
                 "derived",
-                derive=_canonical_bytes(message_factory.GetMessageClass(fd.message_type)),
+                derive=_canonical_bytes(
+                    message_factory.GetMessageClass(fd.message_type), self._discard_unknown
+                ),
                 reason=lambda a, k: f"not a serialized {name}: {a[k].as_py()!r}",
             )
             return _entry(
@@ -576,8 +581,9 @@ def _json_bytes(message: str, null_is_empty: bool) -> Derive:
     return derive
 
 
-def _canonical_bytes(cls: type) -> Derive:
-    """Serialized messages -> the runtime's deterministic serialization of each (Python)."""
+def _canonical_bytes(cls: type, discard_unknown: bool) -> Derive:
+    """Serialized messages -> the runtime's deterministic serialization of each (Python),
+    without their unknown fields (at any depth) when `discard_unknown`."""
 
     def derive(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         out: list[bytes | None] = []
@@ -587,7 +593,10 @@ def _canonical_bytes(cls: type) -> Derive:
                 out.append(None)
                 continue
             try:
-                out.append(cls.FromString(data).SerializePartialToString(deterministic=True))
+                message = cls.FromString(data)
+                if discard_unknown:
+                    message.DiscardUnknownFields()
+                out.append(message.SerializePartialToString(deterministic=True))
             except ProtobufDecodeError:
                 out.append(b"")
                 bad[i] = 1
