@@ -11,7 +11,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
 ``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
-``keep_unknown``, ``well_known_types``, ``output`` and ``input``
+``keep_unknown``, ``well_known_types``, ``unvalidated_strings``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -40,7 +40,7 @@ from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
-from wirearrow.plan.compiler import TIME_UNITS, Column
+from wirearrow.plan.compiler import TIME_UNITS, UNVALIDATED_STRINGS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.schema import Schema
 from wirearrow.transcoder import ON_ERROR, Transcoder
@@ -86,6 +86,7 @@ _TOP_KEYS = (
     "max_depth",
     "keep_unknown",
     "well_known_types",
+    "unvalidated_strings",
     "output",
     "input",
 )
@@ -132,6 +133,7 @@ class TranscodeOptions:
     max_depth: int | None = None
     keep_unknown: bool = False
     well_known_types: bool = True
+    unvalidated_strings: str = "utf8"
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -143,6 +145,7 @@ class TranscodeOptions:
             "max_depth": self.max_depth,
             "keep_unknown": self.keep_unknown,
             "well_known_types": self.well_known_types,
+            "unvalidated_strings": self.unvalidated_strings,
         }
 
 
@@ -523,6 +526,7 @@ class _Checker:
             ("timestamp_unit", TIME_UNITS, ()),
             ("validate", VALIDATE, ()),
             ("enums", ENUMS, RESERVED_ENUMS),
+            ("unvalidated_strings", UNVALIDATED_STRINGS, ()),
         ):
             value, line = at(key)
             if value is not None:

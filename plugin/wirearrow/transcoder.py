@@ -75,6 +75,10 @@ class Transcoder:
     FieldMask, google.type.Date and TimeOfDay to Arrow types (docs/types.md); False reads
     them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
     loses nothing, and ``encode`` reads those structs back.
+    ``unvalidated_strings``: the strings the schema does not require to be UTF-8 (proto2,
+    editions ``utf8_validation = NONE``): "utf8" columns (bytes that are not UTF-8 make a bad
+    record: Arrow utf8 must be valid) or "binary" columns, which take whatever the runtime
+    accepts and ``encode`` writes back as they are (docs/types.md).
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
     shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
     profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
@@ -94,6 +98,7 @@ class Transcoder:
         enums: str = "number",
         keep_unknown: bool = False,
         well_known_types: bool = True,
+        unvalidated_strings: str = "utf8",
         cache: ParserCache | None = None,
     ) -> None:
         if not isinstance(schema, Schema):
@@ -111,6 +116,7 @@ class Transcoder:
             enums=enums,
             keep_unknown=bool(keep_unknown),
             well_known_types=bool(well_known_types),
+            unvalidated_strings=unvalidated_strings,
         )
         self._cache = cache if cache is not None else default_cache()
         if not isinstance(self._cache, ParserCache):

@@ -56,11 +56,19 @@ from wirearrow.plan.leaves import (
 )
 from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
+from wirearrow.plan.types import (
+    WELL_KNOWN,
+    is_map,
+    is_message,
+    is_repeated,
+    needs_utf8_check,
+    scalar_kind,
+)
 
 __all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "Options", "compile_plan"]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
+UNVALIDATED_STRINGS = ("utf8", "binary")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
@@ -95,6 +103,10 @@ class Options:
     # False: well-known types (Timestamp, wrappers, Struct, ...) read as the plain messages
     # they are, field by field: lossless, where a mapped type can lose precision or range.
     well_known_types: bool = True
+    # Strings the schema does not validate (proto2, editions utf8_validation = NONE): "utf8"
+    # columns (Arrow utf8 must be valid: other bytes make a bad record), or "binary" ones,
+    # which hold any bytes, as the runtime accepts them.
+    unvalidated_strings: str = "utf8"
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,6 +163,13 @@ def compile_plan(
         not isinstance(options.max_depth, int) or options.max_depth < 1
     ):
         raise PlanError([f"max_depth must be a positive integer, not {options.max_depth!r}"])
+    if options.unvalidated_strings not in UNVALIDATED_STRINGS:
+        raise PlanError(
+            [
+                f"unvalidated_strings must be one of {UNVALIDATED_STRINGS}, "
+                f"not {options.unvalidated_strings!r}"
+            ]
+        )
     if options.validate not in ("plan", "full"):
         raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
@@ -624,10 +643,11 @@ class _Resolver:
                             f"{name!r} is a message: compare one of its fields", text, atom.pos
                         )
                     return Operand(leaf)
-                # filters compare enum numbers whatever the output form of enums
-                return Operand(
-                    ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
-                )
+                # filters compare enum numbers whatever the output form of enums, and
+                # strings as text (so checked to be UTF-8 whatever unvalidated_strings says)
+                column = self.b.scalar(node, fd)
+                self.b.text_columns.add(column)
+                return Operand(ScalarLeaf(node.group, scalar_kind(fd).arrow, column, fd))
             if not is_message(fd):
                 raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
@@ -673,6 +693,11 @@ class _Resolver:
         if fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
             names = tuple((v.number, v.name) for v in fd.enum_type.values)
             return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if self.options.unvalidated_strings == "binary" and not needs_utf8_check(fd):
+                self.b.binary_columns.add(column)
+                return ScalarLeaf(group, pa.binary(), column, fd)
+            self.b.text_columns.add(column)
         return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
 
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:

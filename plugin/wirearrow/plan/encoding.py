@@ -30,7 +30,14 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from wirearrow._core import encoder as core
 from wirearrow.errors import EncodeError
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_packed, is_repeated
+from wirearrow.plan.types import (
+    WELL_KNOWN,
+    is_map,
+    is_message,
+    is_packed,
+    is_repeated,
+    needs_utf8_check,
+)
 
 __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 
@@ -54,7 +61,8 @@ _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
     _T.TYPE_FIXED64: ("fixed64", (pa.uint64(),), 1),
     _T.TYPE_SFIXED64: ("fixed64", (pa.int64(),), 1),
     _T.TYPE_DOUBLE: ("fixed64", (pa.float64(),), 1),
-    _T.TYPE_STRING: ("bytes", (pa.utf8(), pa.large_utf8()), 2),
+    # binary: a string read with unvalidated_strings="binary"
+    _T.TYPE_STRING: ("bytes", (pa.utf8(), pa.large_utf8(), pa.binary(), pa.large_binary()), 2),
     _T.TYPE_BYTES: ("bytes", (pa.binary(), pa.large_binary()), 2),
 }
 _BINARY = (pa.binary(), pa.large_binary())
@@ -210,6 +218,8 @@ class EncodingPlan:
         number = fd.number
         if not is_message(fd):
             kind, accepted, wire = _SCALARS[fd.type]
+            if needs_utf8_check(fd):  # binary could write what the runtime must reject
+                accepted = tuple(a for a in accepted if a not in _BINARY)
             if fd.type == _T.TYPE_ENUM and pa.types.is_dictionary(t):
                 col = self._enum_names(fd, t, col, path)
             elif t not in accepted:
