@@ -8,7 +8,6 @@ the direct runner's streaming engine, BundleBasedDirectRunner, offline as well.
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import itertools
 import pickle
@@ -76,8 +75,7 @@ def rows_of(batches) -> list[str]:
 def expected_rows(plan, records) -> tuple[list[str], pa.Table]:
     """The in-process transcoder's rows and dead letters (ToArrow's default policy)."""
     cfg = wa.load_plan(plan)
-    options = dataclasses.replace(cfg.options, on_error="dead_letter")
-    tc = dataclasses.replace(cfg, options=options).transcoder()
+    tc = cfg.with_options(on_error="dead_letter").transcoder()
     batch = tc.transcode(records)
     return rows_of([batch]), tc.dead_letters()
 
@@ -612,3 +610,20 @@ def test_yaml_pipeline_validates_against_beams_schema(tmp_path) -> None:
     schema = yaml.safe_load(schema_path.read_text())
     text, _ = _yaml_spec(tmp_path)
     jsonschema.validate(yaml.safe_load(text), schema)
+
+
+def test_every_option_survives_the_dofn_setup() -> None:
+    options = {
+        "on_error": "skip",
+        "validate": "full",
+        "timestamp_unit": "ns",
+        "max_nesting": 17,
+        "max_depth": 2,
+        "enums": "name",
+        "keep_unknown": True,
+    }
+    tc = wa.Transcoder(wa.load_plan(ID_PLAN).schema(), **options)
+    fn = wab._TranscodeBytesFn(wab.ToArrow(tc)._spec, 8, "value", "dead_letters")
+    fn = pickle.loads(pickle.dumps(fn))
+    fn.setup()
+    assert fn._tc.spec == tc.spec and fn._tc.spec.options == options

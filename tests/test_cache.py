@@ -181,7 +181,7 @@ def test_save_load_round_trip(schema: wa.Schema, skewed: pa.Array, tmp_path: Any
     tc = wa.Transcoder(schema, columns=PLAN, cache=loaded)
     plan = loaded.stats()["plans"][0]
     assert plan["tuning_version"] == 1 and plan["records_profiled"] == len(skewed)
-    original = cache.entry(schema, [wa.Column(p) for p in PLAN], tc._options)
+    original = cache.entry(tc.spec)
     assert original.profile.to_json() == tc._entry.profile.to_json()
     assert tc.transcode(skewed).equals(
         wa.Transcoder(schema, columns=PLAN, cache=ParserCache(tune="off")).transcode(skewed)

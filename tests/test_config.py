@@ -130,9 +130,18 @@ def test_reference_format_loads_unchanged(project: Path, order_records: list[byt
 def test_defaults(project: Path) -> None:
     plan = load_plan(write(project, "proto: {file: protos/order.proto, message: Order}\n"))
     assert plan.columns is None and plan.mode == "nested"
-    assert plan.options == wa.config.TranscodeOptions(
-        on_error="raise", validate="plan", timestamp_unit="us", max_nesting=100, enums="number"
-    )
+    assert plan.options == {
+        "on_error": "raise",
+        "validate": "plan",
+        "timestamp_unit": "us",
+        "max_nesting": 100,
+        "max_depth": None,
+        "enums": "number",
+        "keep_unknown": False,
+        "well_known_types": True,
+        "unvalidated_strings": "utf8",
+    }
+    assert plan.settings == ()
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)
     assert plan.input == wa.config.InputConfig(None)
     assert plan.dead_letter_path is None
@@ -155,7 +164,21 @@ def test_extensions(project: Path) -> None:
             """,
         )
     )
-    assert plan.options == wa.config.TranscodeOptions("dead_letter", "full", "ns", 7, "number")
+    assert plan.settings == (
+        ("on_error", "dead_letter"),
+        ("timestamp_unit", "ns"),
+        ("validate", "full"),
+        ("enums", "number"),
+        ("max_nesting", 7),
+    )
+    assert plan.spec() == wa.TranscodeSpec(
+        plan.schema(),
+        None,
+        on_error="dead_letter",
+        validate="full",
+        timestamp_unit="ns",
+        max_nesting=7,
+    )
     assert plan.dead_letter_path == str(project / "out" / "dead.parquet")
     assert plan.output == wa.config.OutputConfig(
         str(project / "out" / "orders.parquet"), "zstd", 1000
@@ -177,7 +200,7 @@ def test_errors_forms(project: Path, text: str, policy: str, dead: str | None) -
     plan = load_plan(
         write(project, f"proto: {{file: protos/order.proto, message: Order}}\n{text}\n")
     )
-    assert plan.options.on_error == policy
+    assert plan.options["on_error"] == policy
     assert plan.dead_letter_path == (str(project / dead) if dead else None)
 
 
@@ -287,7 +310,7 @@ def test_plan_config_is_frozen_and_picklable(project: Path, order_records: list[
         .equals(plan.transcoder().transcode(order_records))
     )
     assert plan.schema() is plan.schema()  # compiled once
-    skip = dataclasses.replace(plan, options=dataclasses.replace(plan.options, on_error="skip"))
+    skip = plan.with_options(on_error="skip")
     assert skip.transcoder().transcode([b"\xff", order_records[0]]).num_rows == 2
 
 
@@ -736,3 +759,20 @@ def test_plan_config_columns_are_api_columns(project: Path, order_records: list[
     assert isinstance(plan, PlanConfig)
     direct = wa.Transcoder(plan.schema(), list(plan.columns))
     assert plan.transcoder().transcode(order_records).equals(direct.transcode(order_records))
+
+
+def test_well_known_types_and_unvalidated_strings_keys(project: Path) -> None:
+    text = (
+        "proto: {file: protos/order.proto, message: Order}\n"
+        "well_known_types: false\nunvalidated_strings: binary\n"
+    )
+    plan = load_plan(write(project, text))
+    assert plan.options["well_known_types"] is False
+    assert plan.options["unvalidated_strings"] == "binary"
+    tc = plan.transcoder()
+    assert tc.spec.well_known_types is False and tc.spec.unvalidated_strings == "binary"
+    bad = "proto: {file: protos/order.proto, message: Order}\nwell_known_types: 1\nunvalidated_strings: latin1\n"
+    with pytest.raises(wa.PlanError) as info:
+        load_plan(write(project, bad))
+    text = str(info.value)
+    assert "well_known_types" in text and "unvalidated_strings" in text and "latin1" in text

@@ -8,7 +8,6 @@ scheduling here, whatever its size.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import pickle
 import subprocess
@@ -72,8 +71,7 @@ def framed(messages: list[bytes], framing: str = "varint") -> bytes:
 def in_process(plan: object, messages: list[bytes], on_error: str | None = None) -> pa.Table:
     config = load_plan(plan)  # type: ignore[arg-type]
     if on_error is not None:
-        options = dataclasses.replace(config.options, on_error=on_error)
-        config = dataclasses.replace(config, options=options)
+        config = config.with_options(on_error=on_error)
     return pa.Table.from_batches([config.transcoder().transcode(messages)])
 
 
@@ -178,7 +176,7 @@ def test_index_splits_on_record_boundaries(records: list[bytes], tmp_path: Path)
 
     path = tmp_path / "r.varint"
     path.write_bytes(framed(records))
-    pieces = war._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
+    pieces = war.datasource._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
     assert len(pieces) > 5
     assert pieces[0].start == 0 and pieces[-1].end == path.stat().st_size
     assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
@@ -375,3 +373,20 @@ def test_raise_policy_fails_the_job(ray_session, records: list[bytes]) -> None:
     with pytest.raises(Exception, match="record 12") as info:
         out.materialize()
     assert "{'n': 12}" in str(info.value)  # the input row is named in a note
+
+
+def test_every_option_survives_on_error_and_keep() -> None:
+    """The plan's options reach the actor whole, whatever on_error= and keep= derive."""
+    options = {
+        "validate": "full",
+        "timestamp_unit": "ns",
+        "max_nesting": 17,
+        "max_depth": 2,
+        "enums": "name",
+        "keep_unknown": True,
+    }
+    tc = wa.Transcoder(load_plan(NESTED).schema(), on_error="raise", **options)
+    for kwargs in ({}, {"on_error": "skip"}, {"keep": ["n"]}, {"on_error": "skip", "keep": ["n"]}):
+        fn = war.Transcode(pickle.loads(pickle.dumps(tc)), **kwargs)
+        want = tc.spec.replace(on_error=kwargs.get("on_error", "raise"))
+        assert fn.spec == want, kwargs

@@ -588,3 +588,107 @@ def test_precision_lost_counts_truncated_timestamps_and_durations(compile_proto)
     batch = plain.transcode(wire)
     assert plain.stats.precision_lost == 0
     assert batch.column("ts")[0].as_py() == {"seconds": 1, "nanos": 123_456_789}
+
+
+# ---- the spec ------------------------------------------------------------------------------
+
+ALL_OPTIONS = {
+    "on_error": "dead_letter",
+    "validate": "full",
+    "timestamp_unit": "ns",
+    "max_nesting": 17,
+    "max_depth": 3,
+    "enums": "name",
+    "keep_unknown": True,
+    "well_known_types": False,
+    "unvalidated_strings": "binary",
+}
+
+
+def test_spec_holds_every_option_and_survives_pickle_and_replace(root) -> None:
+    schema, _ = root
+    tc = wa.Transcoder(schema, **ALL_OPTIONS)
+    spec = tc.spec
+    assert isinstance(spec, wa.TranscodeSpec) and spec.options == ALL_OPTIONS
+    assert pickle.loads(pickle.dumps(tc)).spec == spec
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert wa.Transcoder(spec).spec == spec
+    skip = tc.replace(on_error="skip")
+    assert skip.spec == spec.replace(on_error="skip")
+    assert {k: v for k, v in skip.spec.options.items() if k != "on_error"} == {
+        k: v for k, v in ALL_OPTIONS.items() if k != "on_error"
+    }
+    assert tc.replace(on_error="dead_letter") is tc
+    # the policy does not change the compiled tables: one compile for both
+    assert skip._plan is tc._plan and spec.plan_key == skip.spec.plan_key
+    assert spec.replace(max_nesting=18).plan_key != spec.plan_key
+
+
+def test_spec_checks_every_option_at_once(root) -> None:
+    schema, _ = root
+    with pytest.raises(wa.PlanError) as info:
+        wa.TranscodeSpec(schema, on_error="ignore", max_nesting=10**20, enums="names")
+    text = str(info.value)
+    assert "on_error must be one of" in text and "'ignore'" in text
+    assert "max_nesting must be in 1..1023" in text
+    assert "enums must be one of" in text
+    with pytest.raises(wa.PlanError, match="max_depth must be at least 1"):
+        wa.Transcoder(schema, max_depth=0)
+    with pytest.raises(TypeError, match="from the spec"):
+        wa.Transcoder(wa.TranscodeSpec(schema), on_error="skip")
+    with pytest.raises(TypeError, match="unknown transcoder options: colour"):
+        wa.TranscodeSpec.of(schema, None, {"colour": 1})
+
+
+# ---- which record each row came from -------------------------------------------------------
+
+
+def test_record_index_names_each_rows_record_flat_and_nested(root) -> None:
+    schema, Root = root
+    records = [
+        _msg(Root, id="a", imps=[{"id": "1", "deals": [{"id": "x"}, {"id": "y"}]}, {"id": "2"}]),
+        b"\xff\xff",  # bad: no rows
+        _msg(Root, id="b"),  # no imps: one row (left join)
+        None,  # a null record: no rows
+        _msg(Root, id="c", imps=[{"id": str(i)} for i in range(5)], cur=["EUR", "USD"]),
+    ]
+    plans = [
+        ["id", "imps[*].id", "imps[*].deals[*].id"],
+        ["id", "cur[*]", "imps[*].id"],  # cross join of siblings
+        ["imps[0:2].id"],
+        None,  # whole messages: one row per good record
+    ]
+    for columns in plans:
+        tc = wa.Transcoder(schema, columns=columns, on_error="skip")
+        batch = tc.transcode(records, record_index=True)
+        assert batch.schema.names[-1] == "_record_index"
+        assert batch.schema.field("_record_index").type == pa.int64()
+        # each record alone: its row count is how often its index must appear, in order
+        want = []
+        for i, record in enumerate(records):
+            alone = wa.Transcoder(schema, columns=columns, on_error="skip").transcode([record])
+            want += [i] * alone.num_rows
+        assert batch.column("_record_index").to_pylist() == want, columns
+        assert batch.drop_columns(["_record_index"]).equals(tc.transcode(records))
+    named = wa.Transcoder(schema, columns=["id"], on_error="skip").transcode(
+        records, record_index="rec"
+    )
+    assert named.column("rec").to_pylist() == [0, 2, 4]
+
+
+def test_record_index_after_plan_rejections_and_framed_input(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; message M { repeated string tags = 1; }', "M"
+    )
+    records = [Msg(tags=t).SerializeToString() for t in (["a", "b"], ["a"], ["c", "d", "e"])]
+    tc = wa.Transcoder(schema, [wa.Column("tags[1]", strict=True)], on_error="skip")
+    batch = tc.transcode(records, record_index=True)
+    assert batch.to_pylist() == [
+        {"tags[1]": "b", "_record_index": 0},
+        {"tags[1]": "d", "_record_index": 2},
+    ]
+    framed = b"".join(len(r).to_bytes(4, "little") + r for r in records)
+    again = tc.transcode(framed, framing="u32le", record_index=True)
+    assert again.equals(batch)
+    with pytest.raises(ValueError, match="record_index"):
+        tc.transcode(records, record_index="tags[1]")

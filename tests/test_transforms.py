@@ -222,9 +222,9 @@ def test_openrtb_flat_values() -> None:
 def test_openrtb_nested_options() -> None:
     plan = load_plan(ROOT / "transforms" / "openrtb_nested.yaml")
     assert plan.columns is None and plan.mode == "nested"
-    assert plan.options.timestamp_unit == "ms"
-    assert plan.options.validate == "full"
-    assert plan.options.on_error == "dead_letter"
+    assert plan.options["timestamp_unit"] == "ms"
+    assert plan.options["validate"] == "full"
+    assert plan.options["on_error"] == "dead_letter"
     assert plan.input.framing == "u32le"
     assert plan.output.path == str(ROOT / "out" / "openrtb_nested.parquet")
     assert plan.output.compression == "zstd"
@@ -288,7 +288,7 @@ def expected_app_rows(messages: list[Any]) -> list[dict[str, Any]]:
 
 def test_appevents_flat_values() -> None:
     plan = load_plan(ROOT / "transforms" / "appevents_flat.yaml")
-    assert plan.options.on_error == "skip"
+    assert plan.options["on_error"] == "skip"
     schema = plan.schema()
     records = app_records(schema, n=200, seed=3)
     tc = plan.transcoder()

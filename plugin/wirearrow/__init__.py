@@ -78,6 +78,7 @@ from wirearrow.plan.functions import min_ as min
 from wirearrow.plan.functions import round_ as round
 from wirearrow.plan.functions import sum_ as sum
 from wirearrow.schema import Schema
+from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Stats",
+    "TranscodeSpec",
     "Transcoder",
     "WirearrowError",
     "abs",

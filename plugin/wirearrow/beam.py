@@ -13,15 +13,12 @@ The public PTransforms only wire the graph; the work happens in private DoFns wh
 state (the compiled plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
-import dataclasses
 import hashlib
-import itertools
 import keyword
 import logging
 import pickle
 import random
 import re
-import threading
 import typing
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -43,10 +40,9 @@ from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from wirearrow._core.framing import compact
-from wirearrow.cache import resolve_profile, with_cache
-from wirearrow.delimited import FRAMINGS, split_framed
-from wirearrow.transcoder import Stats, Transcoder
+from wirearrow.cache import resolve_profile
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, plan_pieces
+from wirearrow.transcoder import Transcoder
 
 __all__ = [
     "ArrowResult",
@@ -119,35 +115,17 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
 
     config = load_plan(plan)  # type: ignore[arg-type]
     policy = on_error or "dead_letter"
-    if config.options.on_error != policy:
-        options = dataclasses.replace(config.options, on_error=policy)
-        config = dataclasses.replace(config, options=options)
-    return config.transcoder()
-
-
-# The Transcoder's per-call state. Everything else (the compiled plan, the schema) is
-# read-only while decoding, so threads can share it.
-_PER_INSTANCE_STATE = ("_lock", "_stats", "_dead", "_per_record")
+    return config.with_options(on_error=policy).transcoder()
 
 
 def _private_copy(shared: Transcoder) -> Transcoder:
-    """A Transcoder on ``shared``'s compiled plan, with its own counters and dead letters.
+    """A Transcoder of ``shared``'s spec, with its own counters and dead letters.
 
     ``Transcoder.dead_letters()`` hands out (and forgets) every dead letter gathered since
     the last call, so two threads on one instance could take each other's. Each DoFn
-    instance gets this cheap view instead: the compiled plan stays shared per process.
+    instance gets its own; the compiled plan is shared through the parser cache (a hit).
     """
-    state = vars(shared)
-    if not all(name in state for name in _PER_INSTANCE_STATE):
-        # The Transcoder's layout changed: fall back to a private compile (correct, slower).
-        return pickle.loads(pickle.dumps(shared))
-    view = object.__new__(Transcoder)
-    vars(view).update(state)
-    view._lock = threading.Lock()
-    view._stats = Stats()
-    view._dead = []
-    view._per_record = None
-    return view
+    return Transcoder(shared.spec, cache=shared.cache)
 
 
 # =========================================================================== batches
@@ -437,7 +415,7 @@ class ToArrow(beam.PTransform):
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         transcoder = _resolve_transcoder(plan, on_error)
         if profile is not None:
-            transcoder = with_cache(transcoder, resolve_profile(profile))
+            transcoder = Transcoder(transcoder.spec, cache=resolve_profile(profile))
         self.schema: pa.Schema = transcoder.arrow_schema
         self._spec = pickle.dumps(transcoder, protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)
@@ -834,42 +812,12 @@ class _Chunk(NamedTuple):
     compression: str
 
 
-def _truncated(path: str, framing: str, offset: int, left: int, policy: str) -> None:
-    text = (
-        f"{path}: truncated {framing} stream: the record at byte {offset} runs past the end "
-        f"({left} bytes left)"
-    )
+def _truncated(path: str, tail: Tail, policy: str) -> None:
+    text = f"{path}: {tail.reason}"
     if policy == "raise":
         raise ValueError(text)
     Metrics.counter(METRICS_NAMESPACE, "truncated_files").inc()
     _LOG.warning("%s; skipped", text)
-
-
-def _frame_cuts(stream: Any, framing: str, chunk_bytes: int) -> tuple[list[int], int, int]:
-    """Record-aligned cut points of a framed stream, about ``chunk_bytes`` apart.
-
-    Returns (cuts starting with 0, bytes of whole frames, bytes left after them). One
-    sequential pass over the lengths: no record is decoded or copied out.
-    """
-    cuts = [0]
-    base = 0  # stream offset of buf[0]
-    carry = b""
-    next_cut = chunk_bytes
-    while True:
-        block = stream.read(_READ_BLOCK_BYTES)
-        if not block:
-            break
-        buf = carry + block if carry else block
-        _, ends, consumed = split_framed(buf, framing)
-        if len(ends):
-            frame_ends = ends + base  # each frame end is the next frame's start
-            while next_cut <= frame_ends[-1]:
-                cut = int(frame_ends[np.searchsorted(frame_ends, next_cut)])
-                cuts.append(cut)
-                next_cut = cut + chunk_bytes
-        carry = buf[consumed:]
-        base += consumed
-    return cuts, base, len(carry)
 
 
 class _PlanChunksFn(beam.DoFn):
@@ -902,12 +850,14 @@ class _PlanChunksFn(beam.DoFn):
         with FileSystems.open(
             path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
         ) as stream:
-            cuts, whole, left = _frame_cuts(stream, self._framing, self._chunk_bytes)
-        if left:
-            _truncated(path, self._framing, whole, left, self._truncated)
-        bounds = [*cuts, whole] if cuts[-1] != whole else cuts
-        for start, end in itertools.pairwise(bounds):
-            yield _Chunk(path, start, end, compression)
+            pieces, tail = plan_pieces(
+                stream, self._framing, self._chunk_bytes, block_bytes=_READ_BLOCK_BYTES, name=path
+            )
+        if tail is not None:
+            _truncated(path, tail, self._truncated)
+        for piece in pieces:
+            if piece.end > piece.start:
+                yield _Chunk(path, piece.start, piece.end, compression)
 
 
 class _ReadChunkFn(beam.DoFn):
@@ -935,44 +885,31 @@ class _ReadChunkFn(beam.DoFn):
     @beam.DoFn.yields_batches
     def process(self, chunk: _Chunk) -> Iterator[RecordArray]:
         path, start, end, compression = chunk
-        framing = self._framing
-        remaining = end - start if end >= 0 else None
-        carry = b""  # the start of a record cut by the end of the last block
-        offset = start  # file offset of carry[0]
         self._pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
         self._pending_count = 0
         with FileSystems.open(path, "application/octet-stream", compression) as stream:
-            if start:
-                stream.seek(start)
-            while remaining is None or remaining > 0:
-                want = _READ_BLOCK_BYTES if remaining is None else min(_READ_BLOCK_BYTES, remaining)
-                block = stream.read(want)
-                if not block:
-                    if remaining:
-                        raise ValueError(
-                            f"{path}: ends at byte {end - remaining}, before the planned "
-                            f"{end} (did the file change while the pipeline ran?)"
-                        )
-                    break
-                if remaining is not None:
-                    remaining -= len(block)
-                self._bytes.inc(len(block))
-                buf = carry + block if carry else block
-                starts, ends, consumed = split_framed(buf, framing)
-                yield from self._batches(buf, starts, ends)
-                carry = buf[consumed:]
-                offset += consumed
+            reader = FrameReader(
+                stream,
+                self._framing,
+                block_bytes=_READ_BLOCK_BYTES,
+                start=start,
+                end=end if end >= 0 else None,
+                name=path,
+            )
+            for frames in reader:
+                self._bytes.inc(int(frames.ends[-1]))  # whole records, prefixes included
+                yield from self._batches(frames)
         if self._pending_count:
             yield self._emit(self._pending)
-        if carry:
-            _truncated(path, framing, offset, len(carry), self._truncated)
+        if reader.tail is not None:
+            _truncated(path, reader.tail, self._truncated)
 
-    def _batches(self, buf: bytes, starts: np.ndarray, ends: np.ndarray) -> Iterator[RecordArray]:
+    def _batches(self, frames: Frames) -> Iterator[RecordArray]:
         """Batches of exactly batch_size records; the rest waits in self._pending."""
-        size, lo, n = self._batch_size, 0, len(starts)
+        size, lo, n = self._batch_size, 0, len(frames)
         while lo < n:
             take = min(size - self._pending_count, n - lo)
-            self._pending.append(_binary_array(buf, starts[lo : lo + take], ends[lo : lo + take]))
+            self._pending.append(frames.records(lo, lo + take))
             self._pending_count += take
             lo += take
             if self._pending_count == size:
@@ -985,15 +922,6 @@ class _ReadChunkFn(beam.DoFn):
         self._pending, self._pending_count = [], 0
         self._records.inc(len(array))
         return RecordArray(array)
-
-
-def _binary_array(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """The records buf[starts[i]:ends[i]] as one BinaryArray (one C copy of each)."""
-    offsets, values, large = compact(buf, starts, ends)
-    kind = pa.large_binary() if large else pa.binary()
-    return pa.Array.from_buffers(
-        kind, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-    )
 
 
 def _same_type(arrays: list[pa.Array]) -> list[pa.Array]:

@@ -32,7 +32,6 @@ another schema or plan is ignored with a warning, never applied).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import threading
@@ -42,29 +41,21 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from wirearrow._core.profile import walk
-from wirearrow.plan.compiler import Column, CompiledPlan, Options, compile_plan
+from wirearrow.plan.compiler import CompiledPlan, compile_plan
+from wirearrow.spec import TranscodeSpec
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "Tuning", "default_cache", "plan_fingerprint"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "Tuning", "default_cache"]
 
 FORMAT = "wirearrow-profile"
 FORMAT_VERSION = 1
-# Bump when the compiler's table layout changes in a way that makes old profiles misleading.
-LAYOUT_VERSION = 1
 _MAX_WIDTH = 256  # field numbers >= this (per message) share one profile bucket
 TUNE = ("auto", "off")
-
-
-def plan_fingerprint(columns: Sequence[str | Column], options: Options) -> str:
-    """Hex SHA-256 of a plan: its columns (paths, names, expressions) and options."""
-    normal = [Column(c) if isinstance(c, str) else c for c in columns]
-    text = repr((LAYOUT_VERSION, [repr(c) for c in normal], sorted(asdict(options).items())))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # ---- the profile ---------------------------------------------------------------------------
@@ -514,9 +505,9 @@ class ParserCache:
 
     # -- compile once ----------------------------------------------------------------------
 
-    def entry(self, schema: Any, columns: Sequence[str | Column], options: Options) -> _Entry:
-        """The entry of (schema, plan): compiled here if no thread of this process has."""
-        key = (schema.fingerprint, plan_fingerprint(columns, options))
+    def entry(self, spec: TranscodeSpec) -> _Entry:
+        """The entry of a spec's plan: compiled here if no thread of this process has."""
+        key = spec.plan_key
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
@@ -531,8 +522,8 @@ class ParserCache:
                     self._hits += 1
                     return found
             started = time.perf_counter()
-            plan = compile_plan(schema.descriptor, columns, options)  # errors: nothing cached
-            found = _Entry(self, key, plan, schema.message_name)
+            plan = compile_plan(spec.schema.descriptor, spec.plan_columns(), spec)  # errors: not cached
+            found = _Entry(self, key, plan, spec.schema.message_name)
             with self._lock:
                 self._compile_seconds += time.perf_counter() - started
                 self._compiles += 1
@@ -773,11 +764,3 @@ def resolve_profile(profile: Any) -> ParserCache:
     if isinstance(profile, str | os.PathLike):
         return ParserCache.load(profile)
     raise TypeError(f"profile must be a ParserCache or a path, not {type(profile).__name__}")
-
-
-def with_cache(tc: Any, cache: ParserCache) -> Any:
-    """``tc``'s plan on ``cache`` (the same transcoder if it already uses it)."""
-    if tc.cache is cache:
-        return tc
-    rebuild, (schema, columns, on_error, options) = tc.__reduce__()
-    return rebuild(schema, columns, on_error, {**options, "cache": cache})

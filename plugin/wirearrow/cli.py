@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import pathlib
 import re
@@ -23,7 +22,7 @@ import stat
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -46,7 +45,6 @@ DEFAULT_FRAMING = "varint"
 DEFAULT_BATCH_SIZE = 65_536
 DEFAULT_CHUNK_SIZE = 16 * 1024 * 1024
 # A dead letter for an unreadable stream tail keeps at most this many of its bytes.
-MAX_TAIL_RAW = 16 * 1024 * 1024
 PROGRESS_INTERVAL = 0.2  # seconds between progress-line redraws
 
 
@@ -81,11 +79,9 @@ def _build_transcoder(
     """The plan's Transcoder, with ``on_error`` overriding the plan's policy when given."""
     from wirearrow.errors import WirearrowError
 
-    if on_error is not None and on_error != plan.options.on_error:
-        plan = dataclasses.replace(
-            plan, options=dataclasses.replace(plan.options, on_error=on_error)
-        )
     try:
+        if on_error is not None and on_error != plan.options["on_error"]:
+            plan = plan.with_options(on_error=on_error)
         return plan.transcoder(cache)
     except (WirearrowError, ValueError) as err:
         raise CliError(str(err)) from err
@@ -195,123 +191,6 @@ def _positive(text: str) -> int:
     return n
 
 
-@dataclass(slots=True)
-class Tail:
-    """The part of a stream that is not whole records: from ``offset`` to the end."""
-
-    offset: int
-    size: int
-    raw: bytes
-    reason: str
-
-
-_BYTE_AT = re.compile(r"^byte (\d+): (.*)$", re.S)
-
-
-def _frame_size(head: bytes, framing: str) -> int | None:
-    """Header plus payload size of the record starting ``head``; None if the header is cut."""
-    if framing == "varint":
-        length = shift = 0
-        for i, byte in enumerate(head[:10]):
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return i + 1 + length
-            shift += 7
-        return None
-    if len(head) < 4:
-        return None
-    return 4 + int.from_bytes(head[:4], "little" if framing == "u32le" else "big")
-
-
-class FramedReader:
-    """Whole records of a framed file, a chunk at a time, never the whole file at once.
-
-    Iterating yields ``(data, offset, starts, ends)``: a buffer that starts at a record
-    boundary at byte ``offset`` of the file, and its whole records (``split_framed``). The
-    incomplete tail of each chunk is carried into the next. After iteration ``tail`` is set
-    when the file does not end on a record boundary (a truncated last record, or a length
-    prefix that cannot be a length): from there on nothing can be read as records.
-    """
-
-    def __init__(self, file: BinaryIO, framing: str, chunk_size: int, size: int | None) -> None:
-        self.file = file
-        self.framing = framing
-        self.chunk_size = chunk_size
-        self.size = size
-        self.position = 0  # bytes of the file handled so far (whole records)
-        self.tail: Tail | None = None
-
-    def __iter__(self) -> Iterator[tuple[bytes, int, np.ndarray, np.ndarray]]:
-        from wirearrow.delimited import split_framed
-
-        carry = b""
-        base = 0
-        while True:
-            want = self.chunk_size
-            if carry:
-                total = _frame_size(carry, self.framing)
-                if total is not None:
-                    if self.size is not None and base + total > self.size:
-                        break  # the record runs past the end of the file: a truncated tail
-                    want = max(want, total - len(carry))
-            block = self._read(want)
-            if not block:
-                break
-            data = carry + block if carry else block
-            try:
-                starts, ends, consumed = split_framed(data, self.framing)
-            except ValueError as err:
-                # A length prefix that cannot be a length: the records before it are good,
-                # nothing after it can be framed.
-                match = _BYTE_AT.match(str(err))
-                if not match:
-                    raise
-                bad = int(match.group(1))
-                starts, ends, consumed = split_framed(memoryview(data)[:bad], self.framing)
-                if len(starts):
-                    yield data, base, starts, ends
-                self.position = base + consumed
-                rest = data[consumed:]
-                reason = f"{match.group(2)} at byte {bad + base}"
-                self.tail = self._tail(base + consumed, rest, reason)
-                return
-            if len(starts):
-                yield data, base, starts, ends
-            carry = data[consumed:]
-            base += consumed
-            self.position = base
-        if carry:
-            self.tail = self._tail(
-                base,
-                carry,
-                f"truncated {self.framing} stream: the record at byte {base} runs past the end "
-                f"of the file",
-            )
-
-    def _read(self, n: int) -> bytes:
-        try:
-            return self.file.read(n) or b""
-        except OSError as err:
-            raise CliError(f"cannot read {self.file.name}: {err.strerror or err}") from err
-
-    def _tail(self, offset: int, head: bytes, reason: str) -> Tail:
-        """The tail from ``offset`` (``head``: its bytes already read) to the end of the file."""
-        raw = bytes(head[:MAX_TAIL_RAW])
-        if len(raw) < MAX_TAIL_RAW:
-            raw += self._read(MAX_TAIL_RAW - len(raw))
-        if self.size is not None:
-            size = self.size - offset
-        else:  # not a regular file: count what is left
-            size = max(len(head), len(raw))
-            while chunk := self._read(self.chunk_size):
-                size += len(chunk)
-        if size > len(raw):
-            reason += f" ({size:,} bytes left; the dead letter keeps the first {len(raw):,})"
-        else:
-            reason += f" ({size:,} bytes left)"
-        return Tail(offset=offset, size=size, raw=raw, reason=reason)
-
-
 # --------------------------------------------------------------------------- transcode
 
 
@@ -365,6 +244,7 @@ class TranscodeJob:
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
 
+        from wirearrow.delimited import FrameReader
         from wirearrow.errors import DecodeError
 
         result = FileResult()
@@ -372,12 +252,16 @@ class TranscodeJob:
         with _open_input(path) as f:
             st = os.fstat(f.fileno())
             size = st.st_size if stat.S_ISREG(st.st_mode) else None
-            reader = FramedReader(f, self.framing, self.chunk_size, size)
+            reader = FrameReader(
+                _Reading(f, path), self.framing, block_bytes=self.chunk_size, size=size,
+                name="the file",
+            )
             t0 = time.perf_counter()
             record_base = 0
-            for data, base, starts, ends in reader:
-                view = memoryview(data)
-                n = len(starts)
+            for frames in reader:
+                view = memoryview(frames.data)
+                base, ends = frames.offset, frames.ends
+                n = len(frames)
                 for i0 in range(0, n, self.batch_size):
                     i1 = min(n, i0 + self.batch_size)
                     lo = int(ends[i0 - 1]) if i0 else 0
@@ -450,6 +334,19 @@ class TranscodeJob:
             schema=self.dead_schema,
         )
         self.dead_sink.write(batch)
+
+
+class _Reading:
+    """A file's ``read``, its OSError turned into a CliError naming the file."""
+
+    def __init__(self, file: BinaryIO, path: str) -> None:
+        self.file, self.path = file, path
+
+    def read(self, n: int) -> bytes:
+        try:
+            return self.file.read(n) or b""
+        except OSError as err:
+            raise CliError(f"cannot read {self.path}: {err.strerror or err}") from err
 
 
 def _open_input(path: str) -> BinaryIO:
@@ -548,7 +445,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
         if policy not in (None, "dead_letter"):
             raise CliError("--dead-letters needs --on-error dead_letter (or no --on-error)", 2)
         policy = "dead_letter"
-    policy = policy or plan.options.on_error
+    policy = policy or plan.options["on_error"]
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
@@ -660,7 +557,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     tc = _build_transcoder(plan, None)
     schema = tc.arrow_schema
     framing = plan.input.framing
-    parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={plan.options.on_error}"]
+    parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={tc.spec.on_error}"]
     if framing:
         parts.append(f"framing={framing}")
     print(f"{args.plan}: OK ({', '.join(parts)})")

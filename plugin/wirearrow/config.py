@@ -43,7 +43,16 @@ from wirearrow.plan import functions as _functions  # noqa: F401  (registers the
 from wirearrow.plan.compiler import TIME_UNITS, UNVALIDATED_STRINGS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.schema import Schema
-from wirearrow.transcoder import ON_ERROR, Transcoder
+from wirearrow.spec import (
+    ENUMS,
+    MAX_NESTING_LIMIT,
+    ON_ERROR,
+    OPTIONS,
+    VALIDATE,
+    TranscodeSpec,
+    option_problem,
+)
+from wirearrow.transcoder import Transcoder
 
 __all__ = [
     "COMPRESSIONS",
@@ -52,12 +61,9 @@ __all__ = [
     "OutputConfig",
     "PlanConfig",
     "ProtoSource",
-    "TranscodeOptions",
     "load_plan",
 ]
 
-VALIDATE = ("plan", "full")
-ENUMS = ("number", "name")
 RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 FRAMINGS = ("varint", "u32le", "u32be")
@@ -122,34 +128,6 @@ class ProtoSource:
 
 
 @dataclass(frozen=True)
-class TranscodeOptions:
-    """The keyword arguments of :class:`~wirearrow.Transcoder`."""
-
-    on_error: str = "raise"
-    validate: str = "plan"
-    timestamp_unit: str = "us"
-    max_nesting: int = 100
-    enums: str = "number"
-    max_depth: int | None = None
-    keep_unknown: bool = False
-    well_known_types: bool = True
-    unvalidated_strings: str = "utf8"
-
-    def kwargs(self) -> dict[str, Any]:
-        return {
-            "on_error": self.on_error,
-            "validate": self.validate,
-            "timestamp_unit": self.timestamp_unit,
-            "max_nesting": self.max_nesting,
-            "enums": self.enums,
-            "max_depth": self.max_depth,
-            "keep_unknown": self.keep_unknown,
-            "well_known_types": self.well_known_types,
-            "unvalidated_strings": self.unvalidated_strings,
-        }
-
-
-@dataclass(frozen=True)
 class OutputConfig:
     """Parquet output, for the command line: ``path`` absolute (or None: not set)."""
 
@@ -170,12 +148,14 @@ class PlanConfig:
     """A checked plan: build its :meth:`transcoder` (or just its :meth:`schema`).
 
     ``columns`` is None in whole-message mode (no ``denormalizer``). Paths are absolute.
-    Frozen: use ``dataclasses.replace`` to derive a variant (another ``on_error``, ...).
+    Frozen: :meth:`with_options` derives a variant (another ``on_error``, ...).
     """
 
     proto: ProtoSource
     columns: tuple[Column, ...] | None = None
-    options: TranscodeOptions = TranscodeOptions()
+    # The transcoder options the plan sets, as (name, value) pairs; every other option has
+    # its default. Read them as ``options``, derive with ``with_options``.
+    settings: tuple[tuple[str, Any], ...] = ()
     dead_letter_path: str | None = None
     output: OutputConfig = OutputConfig()
     input: InputConfig = InputConfig()
@@ -190,6 +170,24 @@ class PlanConfig:
     def mode(self) -> str:
         """Either "flat" (a denormalizer column list) or "nested" (whole messages)."""
         return "nested" if self.columns is None else "flat"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Every transcoder option of this plan by name (defaults for those it does not set)."""
+        return {**{name: default for name, (default, _) in OPTIONS.items()}, **dict(self.settings)}
+
+    def with_options(self, **changes: Any) -> PlanConfig:
+        """This plan with some transcoder options changed (checked: PlanError if invalid)."""
+        unknown = sorted(set(changes) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown transcoder options: {', '.join(unknown)}")
+        problems = [
+            f"{name} {why}" for name, value in changes.items() if (why := option_problem(name, value))
+        ]
+        if problems:
+            raise PlanError(problems)
+        settings = {**dict(self.settings), **changes}
+        return replace(self, settings=tuple(settings.items()), _cache={})
 
     def schema(self) -> Schema:
         """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line."""
@@ -211,11 +209,20 @@ class PlanConfig:
         Path errors (a field the message does not have, ...) are raised as one
         :class:`~wirearrow.PlanError`, each problem located at its column's line.
         """
-        schema = self.schema()
+        spec = self.spec()
         try:
-            return Transcoder(schema, self.columns, cache=cache, **self.options.kwargs())
+            return Transcoder(spec, cache=cache)
         except PlanError as err:
             raise PlanError([self._locate(problem) for problem in err.problems]) from err
+
+    def spec(self) -> TranscodeSpec:
+        """The :class:`~wirearrow.TranscodeSpec` of this plan (the schema compiled once)."""
+        spec = self._cache.get("spec")
+        if spec is None:
+            spec = self._cache["spec"] = TranscodeSpec(
+                self.schema(), self.columns, **dict(self.settings)
+            )
+        return spec
 
     def _locate(self, problem: str) -> str:
         """``column 'x': why`` (the compiler's words) -> ``file:line: denormalizer...: why``."""
@@ -472,13 +479,21 @@ class _Checker:
         return None
 
     def integer(
-        self, value: object, keypath: str, line: int | None, minimum: int | None = None
+        self,
+        value: object,
+        keypath: str,
+        line: int | None,
+        minimum: int | None = None,
+        maximum: int | None = None,
     ) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
             self.problem(line, keypath, f"expected an integer, got {_kind(value)}")
             return None
         if minimum is not None and value < minimum:
             self.problem(line, keypath, f"must be at least {minimum}, got {value}")
+            return None
+        if maximum is not None and value > maximum:
+            self.problem(line, keypath, f"must be at most {maximum}, got {value}")
             return None
         return value
 
@@ -521,7 +536,9 @@ class _Checker:
             )
         columns, column_sites = self.denormalizer(root, *at("denormalizer"))
         on_error, dead_letter_path = self.errors(*at("errors"))
-        options = TranscodeOptions(on_error=on_error or "raise")
+        settings: dict[str, Any] = {}
+        if on_error is not None:
+            settings["on_error"] = on_error
         for key, allowed, reserved in (
             ("timestamp_unit", TIME_UNITS, ()),
             ("validate", VALIDATE, ()),
@@ -532,19 +549,23 @@ class _Checker:
             if value is not None:
                 chosen = self.choice(value, key, line, allowed, reserved)
                 if chosen is not None:
-                    options = replace(options, **{key: chosen})
-        for key in ("max_nesting", "max_depth"):
+                    settings[key] = chosen
+        for key, maximum in (("max_nesting", MAX_NESTING_LIMIT), ("max_depth", None)):
             value, line = at(key)
             if value is not None:
-                depth = self.integer(value, key, line, minimum=1)
+                depth = self.integer(value, key, line, minimum=1, maximum=maximum)
                 if depth is not None:
-                    options = replace(options, **{key: depth})
+                    settings[key] = depth
         for key in ("keep_unknown", "well_known_types"):
             value, line = at(key)
             if value is not None:
                 flag = self.boolean(value, key, line)
                 if flag is not None:
-                    options = replace(options, **{key: flag})
+                    settings[key] = flag
+        for key, value in settings.items():
+            why = option_problem(key, value)  # the spec's rule is the last word
+            if why is not None:
+                self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
         framing = self.input(*at("input"))
         if self.problems or proto is None:
@@ -552,7 +573,7 @@ class _Checker:
         return PlanConfig(
             proto=proto,
             columns=columns,
-            options=options,
+            settings=tuple(settings.items()),
             dead_letter_path=dead_letter_path,
             output=output,
             input=InputConfig(framing),

@@ -1,15 +1,51 @@
-"""Streams of length-delimited protobuf records: files and framed buffers."""
+"""Streams of length-delimited protobuf records: framed buffers, files and byte streams.
+
+Everything that reads framed records goes through here -- ``Transcoder.transcode(buf,
+framing=...)``, :func:`read_delimited`, the command line, the Ray datasource and Beam's
+``ReadDelimited``:
+
+* :func:`split_framed` -- the whole records of one buffer, as (starts, ends), no copy;
+* :class:`FrameReader` -- the whole records of a stream (a file, a pyarrow stream, a
+  Beam filesystem stream), one block at a time, the cut record of each block carried into
+  the next, optionally only a byte range ``[start, end)``; a stream that does not end on a
+  record boundary leaves a :class:`Tail` (a truncated last record, or a length prefix
+  that cannot be a length), which the caller raises, skips or dead-letters;
+* :func:`plan_pieces` -- record-aligned byte ranges of about a given size, for parallel
+  readers: a length-delimited stream has no sync marker, so a reader starting mid-file
+  could not find the next record by itself.
+
+Only this module (and the transcoder) call the framing core.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.framing import FRAMINGS, compact, split
 
-__all__ = ["FRAMINGS", "read_delimited", "split_framed"]
+__all__ = [
+    "FRAMINGS",
+    "FrameReader",
+    "Frames",
+    "Piece",
+    "Tail",
+    "plan_pieces",
+    "read_delimited",
+    "records_array",
+    "split_framed",
+]
+
+BLOCK_BYTES = 8 * 1024 * 1024
+# A dead letter of a tail keeps at most this much of it (the rest is counted in its size).
+MAX_TAIL_RAW = 16 * 1024 * 1024
+_BYTE_AT = re.compile(r"^byte (\d+): (.*)$", re.S)
 
 
 def _framing_code(framing: str) -> int:
@@ -23,9 +59,218 @@ def split_framed(buffer: object, framing: str) -> tuple[np.ndarray, np.ndarray, 
     """(starts, ends, consumed) of the whole records in a framed buffer, without copying.
 
     `consumed` < len(buffer) means the buffer ends inside a record (a truncated stream).
+    A length prefix that cannot be a length raises ValueError("byte N: why").
     """
-    starts, ends, consumed = split(memoryview(buffer).cast("B"), _framing_code(framing))
+    starts, ends, consumed = split(memoryview(buffer).cast("B"), _framing_code(framing))  # type: ignore[arg-type]
     return np.frombuffer(starts, dtype=np.int64), np.frombuffer(ends, dtype=np.int64), consumed
+
+
+def records_array(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The records ``buffer[starts[i]:ends[i]]`` as one BinaryArray (one C copy of each;
+    a LargeBinaryArray past 2 GiB)."""
+    offsets, values, large = compact(memoryview(buffer).cast("B"), starts, ends)  # type: ignore[arg-type]
+    kind = pa.large_binary() if large else pa.binary()
+    return pa.Array.from_buffers(
+        kind, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+    )
+
+
+@dataclass(slots=True)
+class Tail:
+    """The part of a stream that is not whole records: from ``offset`` to the end.
+
+    ``size``: its bytes; ``raw``: the first MAX_TAIL_RAW of them; ``reason``: why it is
+    not a record, in words that name the byte offset.
+    """
+
+    offset: int
+    size: int
+    raw: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """Whole records of a stream: ``data`` starts at byte ``offset`` of the stream, on a
+    record boundary; record i is ``data[starts[i]:ends[i]]`` (its frame starts right
+    after the previous record's end, or at 0)."""
+
+    data: bytes
+    offset: int
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def frame_starts(self) -> np.ndarray:
+        """Stream offset of each record's frame (its length prefix)."""
+        out = np.empty(len(self.ends), dtype=np.int64)
+        if len(out):
+            out[0] = 0
+            out[1:] = self.ends[:-1]
+        return out + self.offset
+
+    def records(self, lo: int = 0, hi: int | None = None) -> pa.Array:
+        """Records ``lo:hi`` as a BinaryArray (one copy, prefixes dropped)."""
+        return records_array(self.data, self.starts[lo:hi], self.ends[lo:hi])
+
+    def framed(self, lo: int = 0, hi: int | None = None) -> memoryview:
+        """Records ``lo:hi`` as they are in the stream, prefixes included (no copy)."""
+        hi = len(self) if hi is None else hi
+        start = int(self.ends[lo - 1]) if lo else 0
+        return memoryview(self.data)[start : int(self.ends[hi - 1]) if hi else start]
+
+
+class FrameReader:
+    """Whole records of a framed stream, a block at a time, never the whole stream at once.
+
+    ``stream``: anything with ``read(n)`` (a binary file, a pyarrow ``NativeFile``, a Beam
+    filesystem stream); with ``start`` it must also ``seek``. ``end``: stop there (a record
+    boundary found by :func:`plan_pieces`); a stream that ends before it raises ValueError
+    (the file changed). ``size``: the stream's size when known (only to size the tail).
+
+    Iterating yields :class:`Frames`. A record larger than a block is read whole (the
+    next read grows to hold it). After iteration ``position`` is the stream offset past
+    the last whole record, and ``tail`` is set when the stream (or the range) does not end
+    on a record boundary: from there on nothing can be read as records.
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        framing: str,
+        *,
+        block_bytes: int = BLOCK_BYTES,
+        start: int = 0,
+        end: int | None = None,
+        size: int | None = None,
+        name: str = "the stream",
+    ) -> None:
+        _framing_code(framing)
+        self.stream = stream
+        self.framing = framing
+        self.block_bytes = max(int(block_bytes), 1)
+        self.start = start
+        self.end = end
+        self.size = size
+        self.name = name
+        self.position = start
+        self.tail: Tail | None = None
+        self._left = None if end is None else end - start
+
+    def _read(self, n: int) -> bytes:
+        if self._left is not None:
+            n = min(n, self._left)
+            if n <= 0:
+                return b""
+        block = self.stream.read(n) or b""
+        if self._left is not None:
+            if not block:
+                raise ValueError(
+                    f"{self.name}: ends at byte {self.end - self._left}, before the planned "  # type: ignore[operator]
+                    f"{self.end} (did the file change while it was read?)"
+                )
+            self._left -= len(block)
+        return bytes(block)
+
+    def __iter__(self) -> Iterator[Frames]:
+        if self.start:
+            self.stream.seek(self.start)
+        carry = b""
+        base = self.start  # stream offset of carry[0]
+        want = self.block_bytes
+        while True:
+            block = self._read(want)
+            if not block:
+                break
+            data = carry + block if carry else block
+            try:
+                starts, ends, consumed = split_framed(data, self.framing)
+            except ValueError as err:
+                match = _BYTE_AT.match(str(err))
+                if not match:
+                    raise
+                # A length prefix that cannot be a length: the records before it are good,
+                # nothing after it can be framed.
+                bad = int(match.group(1))
+                starts, ends, consumed = split_framed(memoryview(data)[:bad], self.framing)
+                if len(starts):
+                    yield Frames(data, base, starts, ends)
+                self.position = base + consumed
+                reason = f"{match.group(2)} at byte {base + bad}"
+                self.tail = self._tail(base + consumed, data[consumed:], reason)
+                return
+            if len(starts):
+                yield Frames(data, base, starts, ends)
+            carry = data[consumed:]
+            base += consumed
+            self.position = base
+            # A record larger than what is held: read enough at once to finish it.
+            want = max(self.block_bytes, len(carry)) if not len(starts) else self.block_bytes
+        if carry:
+            self.tail = self._tail(
+                base,
+                carry,
+                f"truncated {self.framing} stream: the record at byte {base} runs past the "
+                f"end of {self.name}",
+            )
+
+    def _tail(self, offset: int, head: bytes, reason: str) -> Tail:
+        """The tail from ``offset`` (``head``: its bytes already read) to the end."""
+        raw = bytes(head[:MAX_TAIL_RAW])
+        if len(raw) < MAX_TAIL_RAW:
+            raw += self._read(MAX_TAIL_RAW - len(raw))
+        if self.size is not None and self.end is None:
+            size = self.size - offset
+        else:  # not a regular file, or a range: count what is left
+            size = max(len(head), len(raw))
+            while chunk := self._read(self.block_bytes):
+                size += len(chunk)
+        if size > len(raw):
+            reason += f" ({size:,} bytes left; the dead letter keeps the first {len(raw):,})"
+        else:
+            reason += f" ({size:,} bytes left)"
+        return Tail(offset=offset, size=size, raw=raw, reason=reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Whole records of a stream: bytes ``[start, end)``, ``records`` of them."""
+
+    start: int
+    end: int
+    records: int
+
+
+def plan_pieces(
+    stream: Any, framing: str, piece_bytes: int, *, block_bytes: int = BLOCK_BYTES, name: str = ""
+) -> tuple[list[Piece], Tail | None]:
+    """Record-aligned pieces of about ``piece_bytes`` covering a stream's whole records.
+
+    One sequential pass through :class:`FrameReader` (the same C splitter the readers
+    use: ~memory speed once the bytes are in); only the cut points are kept, never the
+    records. Returns the pieces (at least one, possibly empty) and the stream's tail.
+    """
+    reader = FrameReader(stream, framing, block_bytes=block_bytes, name=name or "the stream")
+    pieces: list[Piece] = []
+    piece_start = 0
+    first_record = 0  # index of the first record of the current piece
+    seen = 0  # records read so far
+    for frames in reader:
+        frame_ends = frames.ends + frames.offset  # stream offset just past each record
+        while True:
+            k = int(np.searchsorted(frame_ends, piece_start + piece_bytes, side="left"))
+            if k >= len(frame_ends):
+                break
+            cut = int(frame_ends[k])
+            pieces.append(Piece(piece_start, cut, seen + k + 1 - first_record))
+            piece_start, first_record = cut, seen + k + 1
+        seen += len(frames)
+    if reader.position > piece_start or not pieces:
+        pieces.append(Piece(piece_start, reader.position, seen - first_record))
+    return pieces, reader.tail
 
 
 def read_delimited(
@@ -43,15 +288,11 @@ def read_delimited(
             buffer = f.read_buffer()
     else:
         buffer = source
-    view = memoryview(buffer).cast("B")
+    view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
     starts, ends, consumed = split_framed(view, framing)
     if consumed != len(view):
         raise ValueError(
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "
             f"({len(view) - consumed} bytes left)"
         )
-    offsets, values, large = compact(view, starts, ends)
-    t = pa.large_binary() if large else pa.binary()
-    return pa.Array.from_buffers(
-        t, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-    )
+    return records_array(view, starts, ends)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,15 +15,14 @@ from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, deco
 from wirearrow._core.framing import pack_records
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.delimited import split_framed
-from wirearrow.errors import DecodeError, EncodeError, PlanError
+from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
-from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, CompiledPlan, Options
+from wirearrow.plan.compiler import Column, CompiledPlan
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
+from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec
 
-__all__ = ["DEAD_LETTER_SCHEMA", "Stats", "Transcoder"]
-
-ON_ERROR = ("raise", "skip", "dead_letter")
+__all__ = ["DEAD_LETTER_SCHEMA", "ON_ERROR", "Stats", "TranscodeSpec", "Transcoder"]
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -87,7 +87,7 @@ class Transcoder:
 
     def __init__(
         self,
-        schema: Schema,
+        schema: Schema | TranscodeSpec,
         columns: Sequence[str | Column] | None = None,
         *,
         on_error: str = "raise",
@@ -101,45 +101,38 @@ class Transcoder:
         unvalidated_strings: str = "utf8",
         cache: ParserCache | None = None,
     ) -> None:
-        if not isinstance(schema, Schema):
-            raise TypeError(f"schema must be a wirearrow.Schema, not {type(schema).__name__}")
-        if on_error not in ON_ERROR:
-            raise PlanError([f"on_error must be one of {ON_ERROR}, not {on_error!r}"])
-        self._schema = schema
-        self._columns = tuple(columns) if columns is not None else None
-        self._on_error = on_error
-        self._options = Options(
-            timestamp_unit=timestamp_unit,
-            validate=validate,
-            max_nesting=max_nesting,
-            max_depth=max_depth,
-            enums=enums,
-            keep_unknown=bool(keep_unknown),
-            well_known_types=bool(well_known_types),
-            unvalidated_strings=unvalidated_strings,
-        )
+        if isinstance(schema, TranscodeSpec):
+            given = {k: v for k, v in locals().items() if k in OPTIONS}
+            if columns is not None or given != {k: d for k, (d, _) in OPTIONS.items()}:
+                raise TypeError(
+                    "Transcoder(spec) takes its columns and options from the spec: "
+                    "use spec.replace(...) to change them"
+                )
+            spec = schema
+        else:
+            spec = TranscodeSpec(
+                schema,
+                None if columns is None else tuple(columns),
+                on_error=on_error,
+                validate=validate,
+                timestamp_unit=timestamp_unit,
+                max_nesting=max_nesting,
+                max_depth=max_depth,
+                enums=enums,
+                keep_unknown=keep_unknown,
+                well_known_types=well_known_types,
+                unvalidated_strings=unvalidated_strings,
+            )
+        self._spec = spec
         self._cache = cache if cache is not None else default_cache()
         if not isinstance(self._cache, ParserCache):
             raise TypeError(f"cache must be a wirearrow.ParserCache, not {type(cache).__name__}")
-        self._entry = self._cache.entry(schema, self._plan_columns(), self._options)
+        self._entry = self._cache.entry(spec)
         self._plan: CompiledPlan = self._entry.plan
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
-        # Elements per record of each group in the last batch: sizes the next batch's buffers.
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
-
-    def _plan_columns(self) -> Sequence[str | Column]:
-        keep = [Column(UNKNOWN_FIELDS)] if self._options.keep_unknown else []
-        descriptor = self._schema.descriptor
-        if keep and UNKNOWN_FIELDS in descriptor.fields_by_name:
-            problem = f"{descriptor.full_name} has a field named {UNKNOWN_FIELDS}"
-            raise PlanError([f"{problem}: keep_unknown cannot add its own column"])
-        if self._columns is not None:
-            return [*self._columns, *keep]
-        if not descriptor.fields and not keep:
-            raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
-        return [Column(f.name) for f in descriptor.fields] + keep
 
     @classmethod
     def from_config(cls, source: object) -> Transcoder:
@@ -147,9 +140,17 @@ class Transcoder:
 
         The reference's format loads unchanged; see ``wirearrow.config.load_plan``.
         """
-        from wirearrow.config import load_plan  # config imports this module, not the reverse
+        from wirearrow.config import load_plan  # config is above this module: import late
 
         return load_plan(source).transcoder()  # type: ignore[arg-type]
+
+    def replace(self, **changes: Any) -> Transcoder:
+        """A transcoder of ``spec.replace(**changes)`` on the same cache (this one if nothing
+        changes). Counts and dead letters are not carried over."""
+        spec = self._spec.replace(**changes)
+        if spec == self._spec:
+            return self
+        return Transcoder(spec, cache=self._cache)
 
     # -- pickling: ship the spec, rebuild the tables on the worker ---------------------
 
@@ -157,10 +158,7 @@ class Transcoder:
         # The default cache is per process: the worker's own is used. A given cache travels
         # by identity (one instance per process, see ParserCache.__reduce__).
         cache = None if self._cache is default_cache() else self._cache
-        options = asdict(self._options)
-        if cache is not None:
-            options["cache"] = cache
-        return (_rebuild, (self._schema, self._columns, self._on_error, options))
+        return (_rebuild, (self._spec, cache))
 
     @property
     def cache(self) -> ParserCache:
@@ -170,8 +168,13 @@ class Transcoder:
     # -- public API ---------------------------------------------------------------------
 
     @property
+    def spec(self) -> TranscodeSpec:
+        """Everything that decides what this transcoder does (frozen, picklable)."""
+        return self._spec
+
+    @property
     def schema(self) -> Schema:
-        return self._schema
+        return self._spec.schema
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -193,17 +196,31 @@ class Transcoder:
             schema=DEAD_LETTER_SCHEMA,
         )
 
-    def transcode(self, messages: object, *, framing: str | None = None) -> pa.RecordBatch:
+    def transcode(
+        self, messages: object, *, framing: str | None = None, record_index: bool | str = False
+    ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
         messages: a BinaryArray / LargeBinaryArray (fastest), a ChunkedArray of those, a
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
         "u32le", "u32be"). A null record is a bad record ("null record").
+
+        ``record_index``: also say which input record each row came from -- True adds an
+        int64 column ``_record_index`` after the plan's columns (a string: that name),
+        the record's position in ``messages`` (a record fans out into any number of rows,
+        a bad one into none; the same numbering as the dead letters' ``index``).
         """
+        index_name = _RECORD_INDEX if record_index is True else record_index
+        if index_name is not False and (
+            not isinstance(index_name, str) or index_name in self._plan.schema.names
+        ):
+            raise ValueError(
+                f"record_index must be True or a column name not in the plan, not {record_index!r}"
+            )
         data, starts, ends, index, failures = _records(messages, framing)
         n_in = len(index) + len(failures)
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
-        raising = self._on_error == "raise"
+        raising = self._spec.on_error == "raise"
         entry = self._entry
         tuning = entry.tuning  # read once: a retune during this batch applies to the next
         while True:
@@ -219,7 +236,7 @@ class Transcoder:
                 # Whole messages: the decoder's buffers are most of the output and come
                 # back whole with the next batch. A flat plan drops most of them within
                 # the call: pooled, they would lift its peak memory (docs/memory.md).
-                pooled=self._columns is None,
+                pooled=self._spec.columns is None,
             )
             decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]
@@ -229,7 +246,9 @@ class Transcoder:
             rejected: list[tuple[DecodeError, int]] = []
             assembler = Assembler(self._plan, result, data)
             try:
-                columns, n_rows = assembler.columns()
+                columns, n_rows, positions = assembler.columns(
+                    row_records=index_name is not False
+                )
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
                 for position, reason, path in bad.problems:
@@ -259,6 +278,11 @@ class Transcoder:
             tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
         )
         self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
+        if positions is not None:
+            rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+            return rows.append_column(
+                pa.field(index_name, pa.int64(), nullable=False), pa.array(index[positions])
+            )
         return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
 
     def encode(self, batch: pa.RecordBatch | pa.Table | pa.StructArray) -> pa.Array:
@@ -274,7 +298,7 @@ class Transcoder:
         timestamp outside Timestamp's range) raise :class:`EncodeError` naming the row and
         the column. See docs/round-trip.md.
         """
-        if self._columns is not None:
+        if self._spec.columns is not None:
             raise EncodeError(
                 "encode needs a whole-message Transcoder (no columns=): a flat plan does "
                 "not hold every field of the message",
@@ -302,7 +326,7 @@ class Transcoder:
         plans = self._encoding_plans
         plan = plans.get(schema)
         if plan is None:
-            plan = EncodingPlan(self._schema.descriptor, schema)
+            plan = EncodingPlan(self._spec.schema.descriptor, schema)
             with self._lock:
                 if len(plans) > 16:  # schemas seen in one process: a handful
                     plans.clear()
@@ -312,7 +336,7 @@ class Transcoder:
     def _raw(
         self, data: memoryview, starts: np.ndarray, ends: np.ndarray, pos: int
     ) -> bytes | None:
-        if self._on_error != "dead_letter":
+        if self._spec.on_error != "dead_letter":
             return None
         return bytes(data[starts[pos] : ends[pos]])
 
@@ -346,7 +370,7 @@ class Transcoder:
         precision_lost: int,
     ) -> None:
         dead = []
-        if self._on_error == "dead_letter":
+        if self._spec.on_error == "dead_letter":
             dead = sorted(
                 ((e.index, e.offset, e.path, e.reason, raw) for e, raw in failures),
                 key=lambda row: row[0],
@@ -362,11 +386,12 @@ class Transcoder:
             self._dead.extend(dead)
 
 
-def _rebuild(schema: Schema, columns: object, on_error: str, options: dict) -> Transcoder:
-    return Transcoder(schema, columns, on_error=on_error, **options)  # type: ignore[arg-type]
+def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:
+    return Transcoder(spec, cache=cache)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_RECORD_INDEX = "_record_index"
 
 
 def _records(messages: object, framing: str | None):

@@ -456,8 +456,9 @@ class Assembler:
 
     # -- columns ------------------------------------------------------------------------
 
-    def columns(self) -> tuple[list[pa.Array], int]:
-        """The output columns and row count; raises BadRecords before building anything."""
+    def columns(self, *, row_records: bool = False) -> tuple[list[pa.Array], int, np.ndarray | None]:
+        """The output columns, the row count and, with ``row_records``, each row's record
+        (its position in the batch's records); raises BadRecords before building anything."""
         # Every tree, also an aggregate's whose argument reads no path (sum(1)): its rows are
         # then the records themselves.
         tables = {tree: self.rows(selections) for tree, selections in self.plan.trees.items()}
@@ -466,6 +467,8 @@ class Assembler:
         if problems:
             raise BadRecords(problems)
         n_rows = len(table[0])
+        # The root group's elements are the decoded records; parents are dropped below.
+        positions = self.parents[0][table[0]] if row_records else None
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
         storage_uses = Counter(c for col in self.plan.columns for c in _storage(col.leaf))
@@ -501,7 +504,7 @@ class Assembler:
             built[ref] if isinstance(ref, int) else _evaluate(ref, built, n_rows, records)
             for _, ref in self.plan.outputs
         ]
-        return result, n_rows
+        return result, n_rows, positions
 
     def _drop_parents(self) -> None:
         """Element parents are only needed for offsets (and error messages) from here on."""

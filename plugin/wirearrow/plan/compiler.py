@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -65,7 +66,7 @@ from wirearrow.plan.types import (
     scalar_kind,
 )
 
-__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "Options", "compile_plan"]
+__all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "PlanOptions", "compile_plan"]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
 UNVALIDATED_STRINGS = ("utf8", "binary")
@@ -92,21 +93,26 @@ class Column:
         return self.name if self.name is not None else (self.path or "")
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    timestamp_unit: str = "us"
-    validate: str = "plan"  # "plan": what the plan reads; "full": every byte, as the runtime
-    max_nesting: int = 100  # wire: messages and groups nested deeper are a decode error
-    max_depth: int | None = None  # schema: recursive types read whole are cut below this
-    enums: str = "number"  # "number": int32; "name": dictionary<int32, utf8> of value names
-    keep_unknown: bool = False  # whole messages: every struct gets `_unknown` (raw bytes)
-    # False: well-known types (Timestamp, wrappers, Struct, ...) read as the plain messages
-    # they are, field by field: lossless, where a mapped type can lose precision or range.
-    well_known_types: bool = True
-    # Strings the schema does not validate (proto2, editions utf8_validation = NONE): "utf8"
-    # columns (Arrow utf8 must be valid: other bytes make a bad record), or "binary" ones,
-    # which hold any bytes, as the runtime accepts them.
-    unvalidated_strings: str = "utf8"
+class PlanOptions(Protocol):
+    """The options that shape a compiled plan (a ``wirearrow.TranscodeSpec`` has them all,
+    checked: the spec is the one place options are validated)."""
+
+    @property
+    def timestamp_unit(self) -> str: ...  # "s" / "ms" / "us" / "ns"
+    @property
+    def validate(self) -> str: ...  # "plan": what the plan reads; "full": every byte
+    @property
+    def max_nesting(self) -> int: ...  # wire: messages and groups nested deeper: an error
+    @property
+    def max_depth(self) -> int | None: ...  # schema: recursive types read whole cut below this
+    @property
+    def enums(self) -> str: ...  # "number": int32; "name": dictionary<int32, utf8>
+    @property
+    def keep_unknown(self) -> bool: ...  # whole messages: every struct gets `_unknown`
+    @property
+    def well_known_types(self) -> bool: ...  # False: well-known types as plain messages
+    @property
+    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: "utf8" or "binary"
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,27 +157,8 @@ class CompiledPlan:
 
 
 def compile_plan(
-    message: Descriptor, columns: Sequence[str | Column], options: Options
+    message: Descriptor, columns: Sequence[str | Column], options: PlanOptions
 ) -> CompiledPlan:
-    if options.timestamp_unit not in TIME_UNITS:
-        raise PlanError(
-            [f"timestamp_unit must be one of {TIME_UNITS}, not {options.timestamp_unit!r}"]
-        )
-    if options.enums not in ("number", "name"):
-        raise PlanError([f"enums must be 'number' or 'name', not {options.enums!r}"])
-    if options.max_depth is not None and (
-        not isinstance(options.max_depth, int) or options.max_depth < 1
-    ):
-        raise PlanError([f"max_depth must be a positive integer, not {options.max_depth!r}"])
-    if options.unvalidated_strings not in UNVALIDATED_STRINGS:
-        raise PlanError(
-            [
-                f"unvalidated_strings must be one of {UNVALIDATED_STRINGS}, "
-                f"not {options.unvalidated_strings!r}"
-            ]
-        )
-    if options.validate not in ("plan", "full"):
-        raise PlanError([f"validate must be 'plan' or 'full', not {options.validate!r}"])
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     resolver = _Resolver(builder, options)
     problems: list[str] = []
@@ -355,7 +342,7 @@ class _Inputs:
 
 
 class _Resolver:
-    def __init__(self, builder: ProgramBuilder, options: Options) -> None:
+    def __init__(self, builder: ProgramBuilder, options: PlanOptions) -> None:
         self.b = builder
         self.options = options
         self.root = Selection(0, None, 0, "root", text="")
