@@ -371,7 +371,7 @@ def check_equal(n: int) -> str:
 
     messages = corpus.generate(n, seed=0)
     table = pa.table({"value": pa.array(messages, pa.binary())})
-    ours = pa.Table.from_batches([wa.Transcoder.from_config(PLAN).transcode(table["value"])])
+    ours = pa.Table.from_batches([wa.load_plan(PLAN).transcoder().transcode(table["value"])])
     diy = DIYProtobuf()(table)
     same = ours.schema.equals(diy.schema) and sorted(map(repr, ours.to_pylist())) == sorted(
         map(repr, diy.to_pylist())

@@ -105,7 +105,7 @@ def test_to_arrow_equals_the_transcoder_with_dead_letters(bid_corpus) -> None:
     records = bid_corpus[:120] + BAD + bid_corpus[120:]
     want_rows, want_dead = expected_rows(PLAN, records)
     transform = wab.ToArrow(PLAN, batch_size=37)
-    assert transform.schema == wa.Transcoder.from_config(PLAN).arrow_schema
+    assert transform.schema == wa.load_plan(PLAN).transcoder().arrow_schema
 
     with in_process() as p:
         result = p | beam.Create(records) | transform
@@ -166,7 +166,7 @@ def test_keyed_and_row_inputs_carry_keys_to_dead_letters(bid_corpus) -> None:
 def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
     """Buffered per window; every batch in its records' window, at their latest timestamp."""
     records = bid_corpus[:60]
-    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    ids = [r["id"] for r in wa.load_plan(ID_PLAN).transcoder().transcode(records).to_pylist()]
     stamp = {rid: 3 * i for i, rid in enumerate(ids)}  # 0..177 s: 18 windows of 10 s
 
     def describe(batch, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam):
@@ -208,16 +208,15 @@ def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
     )
 
 
-# ----------------------------------------------------------------------------- Shared, pickling
+# ----------------------------------------------------------------------------- pickling
 
 
 def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
     transform = wab.ToArrow(ID_PLAN)
-    fn = wab._TranscodeBytesFn(transform._spec, 8, "value", "dead_letters")
+    fn = wab.transcode._TranscodeBytesFn(transform._spec, 8, "value", "dead_letters")
     a, b = pickle.loads(pickle.dumps(fn)), pickle.loads(pickle.dumps(fn))
     a.setup()
     b.setup()
-    assert a._prototype is b._prototype  # one compile per process (Shared)
     assert a._tc is not b._tc and a._tc._plan is b._tc._plan
     a._tc.transcode(BAD)
     assert b._tc.dead_letters().num_rows == 0
@@ -226,20 +225,20 @@ def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
 
 def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
     """What dill builds on: every DoFn and row round-trips through plain pickle too."""
-    schema = wa.Transcoder.from_config(PLAN).arrow_schema
-    rows_fn = pickle.loads(pickle.dumps(wab._RowsFn(schema, "R")))
+    schema = wa.load_plan(PLAN).transcoder().arrow_schema
+    rows_fn = pickle.loads(pickle.dumps(wab.rows._RowsFn(schema, "R")))
     rows_fn.setup()
-    batch = wa.Transcoder.from_config(PLAN).transcode(bid_corpus[:3])
+    batch = wa.load_plan(PLAN).transcoder().transcode(bid_corpus[:3])
     rows = list(rows_fn.process(batch))
     back = pickle.loads(pickle.dumps(rows))
     assert back == rows and back[0].request_id == rows[0].request_id
     for fn in (
-        wab._PlanChunksFn("varint", "auto", 1 << 20, "raise"),
-        wab._ReadChunkFn("varint", 100, "raise"),
-        wab._AssignShardFn(2),
-        wab._FiringFn(2),
-        wab._SinkFactory(schema, "zstd", 1000),
-        wab._FileNaming("part"),
+        wab.read._PlanChunksFn("varint", "auto", 1 << 20, "raise"),
+        wab.read._ReadChunkFn("varint", 100, "raise"),
+        wab.parquet._AssignShardFn(2),
+        wab.parquet._FiringFn(2),
+        wab.parquet._SinkFactory(schema, "zstd", 1000),
+        wab.parquet._FileNaming("part"),
     ):
         pickle.loads(pickle.dumps(fn))
 
@@ -255,8 +254,8 @@ def test_pickles_with_cloudpickle_and_dill(library: str, bid_corpus) -> None:
     pickler.set_library(library)
     try:
         for fn in (
-            wab._TranscodeBytesFn(wab.ToArrow(ID_PLAN)._spec, 8, "value", "dead"),
-            wab._RowsFn(wa.Transcoder.from_config(PLAN).arrow_schema, "R"),
+            wab.transcode._TranscodeBytesFn(wab.ToArrow(ID_PLAN)._spec, 8, "value", "dead"),
+            wab.rows._RowsFn(wa.load_plan(PLAN).transcoder().arrow_schema, "R"),
         ):
             restored = pickler.loads(pickler.dumps(fn))
             restored.setup()
@@ -317,7 +316,7 @@ def test_row_type_mapping_of_unusual_types() -> None:
             ("m", pa.map_(pa.string(), pa.int32())), ("e", pa.struct([])),
         ]
     )  # fmt: skip
-    row_cls, convert = wab._row_converter(schema, "T")
+    row_cls, convert = wab.rows._row_converter(schema, "T")
     assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m")  # e: empty struct
     batch = pa.record_batch(
         [
@@ -357,7 +356,7 @@ def test_read_delimited_reads_every_record_once_across_splits(
     _write_framed(tmp_path / "c.bin", [], framing)
     _write_framed(tmp_path / "d.bin.gz", compressed, framing, opener=gzip.open)
     chunks = list(
-        wab._PlanChunksFn(framing, "auto", 20_000, "raise").process(
+        wab.read._PlanChunksFn(framing, "auto", 20_000, "raise").process(
             beam.io.filesystems.FileSystems.match([str(tmp_path / "a.bin")])[0].metadata_list[0]
         )
     )
@@ -446,7 +445,7 @@ def test_write_to_parquet_refuses_accumulating_panes() -> None:
 
 
 def test_parquet_file_sink_footer_once(tmp_path) -> None:
-    sink = wab._SinkFactory(None, "zstd", 2)(None)
+    sink = wab.parquet._SinkFactory(None, "zstd", 2)(None)
     path = tmp_path / "f.parquet"
     with open(path, "wb") as fh:
         sink.open(fh)
@@ -467,7 +466,7 @@ def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
     tmp_path, bid_corpus
 ) -> None:
     records = bid_corpus[:60]
-    ids = [r["id"] for r in wa.Transcoder.from_config(ID_PLAN).transcode(records).to_pylist()]
+    ids = [r["id"] for r in wa.load_plan(ID_PLAN).transcoder().transcode(records).to_pylist()]
     stream = (
         test_stream.TestStream()
         .add_elements([window.TimestampedValue(r, 10 + i) for i, r in enumerate(records[:20])])
@@ -623,7 +622,7 @@ def test_every_option_survives_the_dofn_setup() -> None:
         "keep_unknown": True,
     }
     tc = wa.Transcoder(wa.load_plan(ID_PLAN).schema(), **options)
-    fn = wab._TranscodeBytesFn(wab.ToArrow(tc)._spec, 8, "value", "dead_letters")
+    fn = wab.transcode._TranscodeBytesFn(wab.ToArrow(tc)._spec, 8, "value", "dead_letters")
     fn = pickle.loads(pickle.dumps(fn))
     fn.setup()
     assert fn._tc.spec == tc.spec and fn._tc.spec.options == options

@@ -124,7 +124,7 @@ def test_reference_format_loads_unchanged(project: Path, order_records: list[byt
             "-x-" + ("BOB" if INNER == "upper" else "bob"),
         ],
     }
-    assert wa.Transcoder.from_config(plan_path).transcode(order_records).equals(batch)
+    assert wa.load_plan(plan_path).transcoder().transcode(order_records).equals(batch)
 
 
 def test_defaults(project: Path) -> None:
@@ -289,7 +289,7 @@ def test_text_dict_bytes_and_path_sources(
     assert len({dataclasses.replace(p, source="") for p in plans}) == 1
     assert load_plan(plans[0]) is plans[0]
     for source in (text, data, file):
-        batch = wa.Transcoder.from_config(source).transcode(order_records)
+        batch = wa.load_plan(source).transcoder().transcode(order_records)
         assert batch.column("n").to_pylist() == ["alice", "bob"]
     # base_dir instead of the CWD
     monkeypatch.chdir(project / "plans")
@@ -734,7 +734,7 @@ def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     assert found[1].startswith(f"{path}:8: denormalizer.columns[2]: field 'nme' not in message")
     assert found[2].startswith(f"{path}:9: denormalizer.columns[3]: ")
     with pytest.raises(wa.PlanError):
-        wa.Transcoder.from_config(path)
+        wa.load_plan(path).transcoder()
 
 
 def test_schema_errors_are_located(project: Path) -> None:

@@ -112,7 +112,7 @@ def test_transcode_class_compiles_once(
         compiles.append(1)
         return real(*args, **kwargs)
 
-    shipped = pickle.dumps(wa.Transcoder.from_config(FLAT))  # what ray.put stores
+    shipped = pickle.dumps(wa.load_plan(FLAT).transcoder())  # what ray.put stores
     monkeypatch.setattr(cache_module, "compile_plan", counting)
     # a fresh process: its default cache has not compiled this plan yet
     monkeypatch.setattr(cache_module, "_DEFAULT", cache_module.ParserCache(tune="off"))

@@ -132,7 +132,7 @@ def test_plan_compiles_and_transcodes(path: Path, monkeypatch: pytest.MonkeyPatc
     else:
         assert tc.arrow_schema.names == [c.output_name for c in plan.columns]
     # The same plan through the other entry points, and across a pickle.
-    again = wa.Transcoder.from_config(str(path)).transcode(records)
+    again = wa.load_plan(str(path)).transcoder().transcode(records)
     assert again.equals(batch)
     clone = pickle.loads(pickle.dumps(tc))
     assert clone.transcode(records).equals(batch)

@@ -134,16 +134,6 @@ class Transcoder:
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
 
-    @classmethod
-    def from_config(cls, source: object) -> Transcoder:
-        """The Transcoder of a YAML plan: a file path, YAML text or a parsed mapping.
-
-        The reference's format loads unchanged; see ``wirearrow.config.load_plan``.
-        """
-        from wirearrow.config import load_plan  # config is above this module: import late
-
-        return load_plan(source).transcoder()  # type: ignore[arg-type]
-
     def replace(self, **changes: Any) -> Transcoder:
         """A transcoder of ``spec.replace(**changes)`` on the same cache (this one if nothing
         changes). Counts and dead letters are not carried over."""

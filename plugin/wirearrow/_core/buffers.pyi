@@ -1,13 +1,17 @@
-from collections.abc import Buffer
+from typing import TypeAlias
 
 import numpy as np
+from typing_extensions import Buffer
+
+# numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
+_Bytes: TypeAlias = Buffer | np.ndarray
 
 class OwnedBuffer:
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-def pack_bits(flags: Buffer, n: int) -> tuple[OwnedBuffer, int]: ...
+def pack_bits(flags: _Bytes, n: int) -> tuple[OwnedBuffer, int]: ...
 def gather_strings(
-    arena: Buffer, offsets: Buffer, valid: Buffer, n: int, indices: np.ndarray | None = None
+    arena: _Bytes, offsets: _Bytes, valid: _Bytes, n: int, indices: np.ndarray | None = None
 ) -> tuple[OwnedBuffer | None, int, OwnedBuffer | None, OwnedBuffer | None]: ...
 def buffer_pool(limit: int | None = None) -> dict[str, int]: ...

@@ -1,4 +1,13 @@
-from collections.abc import Buffer, Sequence
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+from typing_extensions import Buffer
+
+from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
+
+# numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
+_Bytes: TypeAlias = Buffer | np.ndarray
 
 KIND: dict[str, int]
 FLAG: dict[str, int]
@@ -7,38 +16,60 @@ POLICY_RAISE: int
 POLICY_SKIP: int
 
 class Program:
-    n_entries: int
-    n_nodes: int
-    n_cols: int
-    n_groups: int
-    max_depth: int
+    @property
+    def n_entries(self) -> int: ...
+    @property
+    def n_nodes(self) -> int: ...
+    @property
+    def n_cols(self) -> int: ...
+    @property
+    def n_groups(self) -> int: ...
+    @property
+    def n_defaults(self) -> int: ...
+    @property
+    def max_nesting(self) -> int: ...
     def __init__(
         self,
-        entries: Sequence[tuple[int, int, int, int, int, int, int, int, int]],
-        nodes: Sequence[tuple[int, int, int, int, int, int, int, int]],
+        entries: Sequence[DecodeEntry],
+        nodes: Sequence[DecodeNode],
         dense: Sequence[int],
-        defaults: Sequence[tuple[int, bytes]],
+        defaults: Sequence[DecodeDefault],
         clear_cols: Sequence[int],
-        columns: Sequence[tuple[int, int]],
+        columns: Sequence[DecodeColumn],
         groups: Sequence[int],
-        max_depth: int,
+        max_nesting: int,
     ) -> None: ...
+    def entry(self, i: int) -> DecodeEntry: ...
+    def node(self, i: int) -> DecodeNode: ...
+    def column(self, i: int) -> DecodeColumn: ...
+    def default(self, i: int) -> DecodeDefault: ...
 
 class Result:
-    group_parents: list[Buffer]
-    group_counts: list[int]
-    col_values: list[Buffer | None]  # a bytes column: count + 1 uint32 offsets into col_arena
-    col_valid: list[Buffer]
-    col_arena: list[Buffer | None]
-    col_counts: list[int]
-    errors: list[tuple[int, int, int, list[tuple[int, int, int]]]]
-    records: int
+    # Lists of the buffers decode() made (OwnedBuffer; a bytes column's col_values: count + 1
+    # uint32 offsets into its col_arena). The assembler takes them over: it drops each one
+    # (None) once read and shares validity arrays between columns, hence Any.
+    @property
+    def group_parents(self) -> list[Any]: ...
+    @property
+    def group_counts(self) -> list[int]: ...
+    @property
+    def col_values(self) -> list[Any]: ...
+    @property
+    def col_valid(self) -> list[Any]: ...
+    @property
+    def col_arena(self) -> list[Any]: ...
+    @property
+    def col_counts(self) -> list[int]: ...
+    @property
+    def errors(self) -> list[tuple[int, int, int, list[tuple[int, int, int]]]]: ...
+    @property
+    def records(self) -> int: ...
 
 def decode(
     program: Program,
-    data: Buffer,
-    starts: Buffer,
-    ends: Buffer,
+    data: _Bytes,
+    starts: _Bytes,
+    ends: _Bytes,
     policy: int,
     index_base: int = 0,
     capacity: Sequence[int] | None = None,

@@ -29,13 +29,17 @@ from wirearrow._core.tables cimport (
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
 )
+from wirearrow._core.wire cimport (
+    E_LENGTH, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK, read_length, read_tag,
+    read_varint, skip_fixed, skip_varint, zigzag32, zigzag64,
+)
+
+from wirearrow._core import layout
 
 # Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
+# The wire readers' statuses (OK, E_TRUNCATED, E_VARINT_OVERFLOW, E_LENGTH, E_TAG_OVERFLOW)
+# are wire.pxd's, numbered to fit in.
 cdef enum Status:
-    OK = 0
-    E_TRUNCATED = 1
-    E_VARINT_OVERFLOW = 2
-    E_LENGTH = 3
     E_FIELD_ZERO = 4
     E_WIRE_TYPE_RESERVED = 5
     E_STRAY_END_GROUP = 6
@@ -44,7 +48,6 @@ cdef enum Status:
     E_WIRE_TYPE = 9
     E_UTF8 = 10
     E_DEPTH = 11
-    E_TAG_OVERFLOW = 12
     E_NO_MEMORY = 13
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
@@ -98,7 +101,7 @@ ctypedef struct Ctx:
     const uint8_t* record            # start of the record being decoded
     int32_t n_cols
     int32_t n_groups
-    int32_t max_depth
+    int32_t max_nesting              # messages and groups nested deeper are an error
     bint pooled                      # buffers come from and go back to the buffer pool
     # error report, filled on the way out of a failing record
     int32_t err_status
@@ -127,7 +130,7 @@ cdef class Program:
     cdef int32_t* col_group
     cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
     cdef int32_t* group_parent
-    cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, max_depth
+    cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
 
     def __cinit__(self):
         self.entries = NULL
@@ -142,21 +145,21 @@ cdef class Program:
         self.group_parent = NULL
 
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
-                 int max_depth):
-        """entries: (number, wire_type, kind, flags, column, child, group, clear, n_clear);
-        nodes: (entries, n_entries, dense, dense_len, group, presence, defaults, n_defaults,
-        unknown);
-        dense: entry index or -1; defaults: (column, 16-byte default value);
-        clear_cols: column indices; columns: (width, group); groups: parent group (-1 root).
+                 int max_nesting):
+        """entries, nodes, defaults, columns: rows of layout.DecodeEntry, DecodeNode,
+        DecodeDefault, DecodeColumn (or plain tuples of their fields, in order);
+        dense: entry index or -1; clear_cols: column indices; groups: parent group (-1 root);
+        max_nesting: messages and groups nested deeper are a decode error.
         """
         cdef int32_t i
-        if not 0 < max_depth < MAX_STACK:
-            raise ValueError(f"max_depth must be in 1..{MAX_STACK - 1}")
-        self.max_depth = max_depth
+        if not 0 < max_nesting < MAX_STACK:
+            raise ValueError(f"max_nesting must be in 1..{MAX_STACK - 1}")
+        self.max_nesting = max_nesting
         self.n_entries = len(entries)
         self.n_nodes = len(nodes)
         self.n_cols = len(columns)
         self.n_groups = len(groups)
+        self.n_defaults = len(defaults)
         if self.n_nodes == 0 or self.n_groups == 0:
             raise ValueError("a program needs a root node and a root group")
         self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
@@ -177,11 +180,12 @@ cdef class Program:
                 or self.col_bytes == NULL
                 or self.group_parent == NULL):
             raise MemoryError()
-        for i, (width, group) in enumerate(columns):
-            if width not in (0, 1, 4, 8) or not 0 <= group < self.n_groups:
+        for i, row in enumerate(columns):
+            col = layout.DecodeColumn._make(row)
+            if col.width not in (0, 1, 4, 8) or not 0 <= col.group < self.n_groups:
                 raise ValueError(f"bad column {i}")
-            self.col_width[i] = width
-            self.col_group[i] = group
+            self.col_width[i] = col.width
+            self.col_group[i] = col.group
         for i, parent in enumerate(groups):
             if not (-1 <= parent < i) or (parent == -1) != (i == 0):
                 raise ValueError(f"bad group {i}: parents precede children, only group 0 is root")
@@ -193,20 +197,23 @@ cdef class Program:
         for i, c in enumerate(clear_cols):
             self._check_col(c, "clear column")
             self.clear_cols[i] = c
-        for i, (c, value) in enumerate(defaults):
-            self._check_col(c, "default column")
+        for i, row in enumerate(defaults):
+            dflt = layout.DecodeDefault._make(row)
+            self._check_col(dflt.column, "default column")
+            value = dflt.value
             if len(value) != 16:
                 raise ValueError("default values are 16 bytes")
-            self.default_cols[i] = c
+            self.default_cols[i] = dflt.column
             memcpy(self.default_values + 16 * i, <const char*>value, 16)
-        for i, (number, wire_type, kind, flags, column, child, group, clear, n_clear) in \
-                enumerate(entries):
-            self._set_entry(i, number, wire_type, kind, flags, column, child, group, clear,
-                            n_clear)
-        for i, (first, count, dense_at, dense_len, group, presence, dflt, n_dflt, unknown) in \
-                enumerate(nodes):
-            self._set_node(i, first, count, dense_at, dense_len, group, presence, dflt, n_dflt,
-                           unknown, len(dense), len(defaults))
+        for i, row in enumerate(entries):
+            e = layout.DecodeEntry._make(row)
+            self._set_entry(i, e.number, e.wire_type, e.kind, e.flags, e.column, e.child,
+                            e.group, e.clear, e.n_clear)
+        for i, row in enumerate(nodes):
+            n = layout.DecodeNode._make(row)
+            self._set_node(i, n.entries, n.n_entries, n.dense, n.dense_len, n.group,
+                           n.presence, n.defaults, n.n_defaults, n.unknown, len(dense),
+                           len(defaults))
         self._check_groups()
         self._check_bytes(len(defaults))
         # The hot loop reads a field's entry straight from the dense slot of its number:
@@ -325,6 +332,41 @@ cdef class Program:
         n.n_defaults = n_defaults
         n.unknown = unknown
 
+    # Read back from the structs (tests/test_layout.py: every field of a row arrives).
+
+    def entry(self, int32_t i):
+        """Entry i as the decoder holds it."""
+        if not 0 <= i < self.n_entries:
+            raise IndexError(i)
+        cdef const FieldEntry* e = &self.entries[i]
+        return layout.DecodeEntry(
+            number=e.number, wire_type=e.wire_type, kind=e.kind, flags=e.flags,
+            column=e.column, child=e.child, group=e.group, clear=e.clear, n_clear=e.n_clear)
+
+    def node(self, int32_t i):
+        """Node i as the decoder holds it."""
+        if not 0 <= i < self.n_nodes:
+            raise IndexError(i)
+        cdef const Node* n = &self.nodes[i]
+        return layout.DecodeNode(
+            entries=n.entries, n_entries=n.n_entries, dense=n.dense, dense_len=n.dense_len,
+            group=n.group, presence=n.presence, defaults=n.defaults, n_defaults=n.n_defaults,
+            unknown=n.unknown)
+
+    def column(self, int32_t i):
+        """Column i as the decoder holds it."""
+        if not 0 <= i < self.n_cols:
+            raise IndexError(i)
+        return layout.DecodeColumn(width=self.col_width[i], group=self.col_group[i])
+
+    def default(self, int32_t i):
+        """Default i as the decoder holds it (self.n_defaults of them)."""
+        if not 0 <= i < self.n_defaults:
+            raise IndexError(i)
+        return layout.DecodeDefault(
+            column=self.default_cols[i],
+            value=(<const char*>self.default_values + 16 * i)[:16])
+
     def __dealloc__(self):
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
@@ -426,7 +468,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.clear_cols = program.clear_cols
     c.n_cols = program.n_cols
     c.n_groups = program.n_groups
-    c.max_depth = program.max_depth
+    c.max_nesting = program.max_nesting
     c.pooled = pooled
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
@@ -764,17 +806,25 @@ cdef uint8_t* slot_grown(ColumnStore* cs, int64_t e) noexcept nogil:
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
 
 
+cdef int grow_group(GroupStore* gs, int64_t count) noexcept nogil:
+    """Room for `count` elements in the group (doubling, from 64); the only place a group
+    grows. Out of line: rare once the buffers are sized from the previous batch."""
+    cdef int64_t cap = gs.capacity * 2 if gs.capacity >= 64 else 64
+    cdef int64_t* parent
+    while cap < count:
+        cap *= 2
+    parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
+    if parent == NULL:
+        return E_NO_MEMORY
+    gs.parent = parent
+    gs.capacity = cap
+    return OK
+
+
 cdef inline int open_element(Ctx* c, int32_t g) noexcept nogil:
     cdef GroupStore* gs = &c.groups[g]
-    cdef int64_t cap
-    cdef int64_t* parent
-    if gs.count == gs.capacity:
-        cap = gs.capacity * 2 if gs.capacity >= 64 else 64
-        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        gs.parent = parent
-        gs.capacity = cap
+    if gs.count == gs.capacity and grow_group(gs, gs.count + 1) != OK:
+        return E_NO_MEMORY
     gs.parent[gs.count] = c.cur[gs.parent_group]
     c.cur[g] = gs.count
     gs.count += 1
@@ -820,64 +870,7 @@ cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
             cs.arena_len = (<uint32_t*>cs.values)[e]
 
 
-# ---- wire primitives -----------------------------------------------------------------
-
-cdef inline int read_varint(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
-    """Base-128 varint, least significant group first, at most 10 bytes."""
-    cdef const uint8_t* p = pp[0]
-    if p < end and p[0] < 0x80:
-        out[0] = p[0]
-        pp[0] = p + 1
-        return OK
-    return read_varint_slow(pp, end, out)
-
-
-cdef int read_varint_slow(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
-    cdef const uint8_t* p = pp[0]
-    cdef uint64_t result = 0
-    cdef uint64_t b
-    cdef int shift = 0
-    while True:
-        if p >= end:
-            return E_TRUNCATED
-        if shift > 63:
-            return E_VARINT_OVERFLOW
-        b = p[0]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    out[0] = result
-    pp[0] = p
-    return OK
-
-
-cdef inline int skip_varint(const uint8_t** pp, const uint8_t* end) noexcept nogil:
-    cdef const uint8_t* p = pp[0]
-    cdef const uint8_t* limit = p + 10
-    while True:
-        if p >= end:
-            return E_TRUNCATED
-        if p >= limit:
-            return E_VARINT_OVERFLOW
-        if p[0] < 0x80:
-            pp[0] = p + 1
-            return OK
-        p += 1
-
-
-cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out) noexcept nogil:
-    """A length prefix, checked against the bytes left in the enclosing region."""
-    cdef uint64_t v
-    cdef int st = read_varint(pp, end, &v)
-    if st != OK:
-        return st
-    if v > <uint64_t>(end - pp[0]):
-        return E_LENGTH
-    out[0] = <int64_t>v
-    return OK
-
+# ---- skipping ------------------------------------------------------------------------
 
 cdef int skip_field(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t number,
                     int wire_type, int depth) noexcept nogil:
@@ -886,15 +879,9 @@ cdef int skip_field(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
     if wire_type == 0:
         return skip_varint(pp, end)
     if wire_type == 1:
-        if end - pp[0] < 8:
-            return E_TRUNCATED
-        pp[0] += 8
-        return OK
+        return skip_fixed(pp, end, 8)
     if wire_type == 5:
-        if end - pp[0] < 4:
-            return E_TRUNCATED
-        pp[0] += 4
-        return OK
+        return skip_fixed(pp, end, 4)
     if wire_type == 2:
         st = read_length(pp, end, &n)
         if st == OK:
@@ -913,16 +900,14 @@ cdef int skip_group(Ctx* c, const uint8_t** pp, const uint8_t* end, uint32_t num
     cdef uint64_t tag
     cdef int st, wt
     cdef uint32_t fn
-    if depth > c.max_depth:
+    if depth > c.max_nesting:
         return E_DEPTH
     while True:
         if pp[0] >= end:
             return E_UNTERMINATED_GROUP
-        st = read_varint(pp, end, &tag)
+        st = read_tag(pp, end, &tag)
         if st != OK:
             return st
-        if tag >> 32:
-            return E_TAG_OVERFLOW
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn == 0:
@@ -1005,15 +990,8 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
     cdef int st
     c.cur[0] = -1   # the root group's parent is the record index, stored by open_element
     cdef GroupStore* root = &c.groups[0]
-    cdef int64_t cap
-    cdef int64_t* parent
-    if root.count == root.capacity:
-        cap = root.capacity * 2 if root.capacity >= 64 else 64
-        parent = <int64_t*>PyMem_RawRealloc(root.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        root.parent = parent
-        root.capacity = cap
+    if root.count == root.capacity and grow_group(root, root.count + 1) != OK:
+        return E_NO_MEMORY
     root.parent[root.count] = index
     c.cur[0] = root.count
     root.count += 1
@@ -1073,29 +1051,19 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     # read per value; Program checked that every column is in the group its values are
     # stored by.
     cdef int64_t el
-    if depth > c.max_depth:
+    if depth > c.max_nesting:
         c.err_offset = p - c.record
         return record_level(c, node_id, 0, -1, E_DEPTH)
     while p < end:
         field_start = p
         opened = NULL
         fn = 0  # an unreadable tag names no field
-        if p[0] < 0x80:
-            tag = p[0]
-            p += 1
-        elif p + 1 < end and p[1] < 0x80:
-            tag = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
-            p += 2
-        else:
-            q = p
-            st = read_varint_slow(&q, end, &vq)
-            p = q
-            tag = vq
-            if st != OK:
-                break
-            if tag >> 32:
-                st = E_TAG_OVERFLOW
-                break
+        q = p
+        st = read_tag(&q, end, &vq)
+        p = q
+        tag = vq
+        if st != OK:
+            break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn < dense_len:
@@ -1110,19 +1078,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
             if node.unknown < 0:
                 if wt == 2 and fn != 0:
-                    if p < end and p[0] < 0x80:
-                        n = p[0]
-                        p += 1
-                        if n > end - p:
-                            st = E_LENGTH
-                            break
-                    else:
-                        q = p
-                        st = read_length(&q, end, &nq)
-                        p = q
-                        n = nq
-                        if st != OK:
-                            break
+                    q = p
+                    st = read_length(&q, end, &nq)
+                    p = q
+                    n = nq
+                    if st != OK:
+                        break
                     p += n
                     continue
                 if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
@@ -1212,16 +1173,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             el = c.cur[f.group]
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
-            if p < end and p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                q = p
-                st = read_varint_slow(&q, end, &vq)
-                p = q
-                v = vq
-                if st != OK:
-                    break
+            q = p
+            st = read_varint(&q, end, &vq)
+            p = q
+            v = vq
+            if st != OK:
+                break
             dst = value_slot_at(c, f.column, el, 4)
             if dst == NULL:
                 st = E_NO_MEMORY
@@ -1229,19 +1186,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
         elif act == A_STRING or act == A_BYTES:
-            if p < end and p[0] < 0x80:
-                n = p[0]
-                p += 1
-                if n > end - p:
-                    st = E_LENGTH
-                    break
-            else:
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
+            q = p
+            st = read_length(&q, end, &nq)
+            p = q
+            n = nq
+            if st != OK:
+                break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
             else:
@@ -1250,16 +1200,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             p += n
         elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
-            if p < end and p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                q = p
-                st = read_varint_slow(&q, end, &vq)
-                p = q
-                v = vq
-                if st != OK:
-                    break
+            q = p
+            st = read_varint(&q, end, &vq)
+            p = q
+            v = vq
+            if st != OK:
+                break
             dst = slot_at(c, f.column, el)
             if dst == NULL:
                 st = E_NO_MEMORY
@@ -1347,11 +1293,10 @@ cdef inline void store_varint(uint8_t* dst, int act, uint64_t v) noexcept nogil:
     elif act == A_BOOL:
         dst[0] = v != 0
     elif act == A_ZIGZAG32:
-        v32 = <uint32_t>v
-        z32 = <int32_t>((v32 >> 1) ^ (~(v32 & 1) + 1))
+        z32 = zigzag32(<uint32_t>v)
         memcpy(dst, &z32, 4)
     else:
-        z64 = <int64_t>((v >> 1) ^ (~(v & 1) + 1))
+        z64 = zigzag64(v)
         memcpy(dst, &z64, 8)
 
 
@@ -1362,15 +1307,9 @@ cdef int skip_value(int act, const uint8_t** pp, const uint8_t* end) noexcept no
     if act == A_SKIP_VARINT:
         return skip_varint(pp, end)
     if act == A_SKIP_FIXED32:
-        if end - pp[0] < 4:
-            return E_TRUNCATED
-        pp[0] += 4
-        return OK
+        return skip_fixed(pp, end, 4)
     if act == A_SKIP_FIXED64:
-        if end - pp[0] < 8:
-            return E_TRUNCATED
-        pp[0] += 8
-        return OK
+        return skip_fixed(pp, end, 8)
     st = read_length(pp, end, &n)
     if st != OK:
         return st
@@ -1577,13 +1516,9 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
             if st != OK:
                 return st
         if act <= A_ZIGZAG64:
-            if p[0] < 0x80:
-                v = p[0]
-                p += 1
-            else:
-                st = read_varint_slow(&p, end, &v)
-                if st != OK:
-                    return st
+            st = read_varint(&p, end, &v)
+            if st != OK:
+                return st
             dst = slot(c, f.column)
             if dst == NULL:
                 return E_NO_MEMORY
@@ -1599,17 +1534,9 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
 cdef int open_elements(Ctx* c, int32_t g, int64_t k) noexcept nogil:
     """open_element k times: k sibling elements, the last one current."""
     cdef GroupStore* gs = &c.groups[g]
-    cdef int64_t cap = gs.capacity, i, parent_element
-    cdef int64_t* parent
-    if gs.count + k > cap:
-        cap = cap * 2 if cap >= 64 else 64
-        while cap < gs.count + k:
-            cap *= 2
-        parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
-        if parent == NULL:
-            return E_NO_MEMORY
-        gs.parent = parent
-        gs.capacity = cap
+    cdef int64_t i, parent_element
+    if gs.count + k > gs.capacity and grow_group(gs, gs.count + k) != OK:
+        return E_NO_MEMORY
     parent_element = c.cur[gs.parent_group]
     for i in range(gs.count, gs.count + k):
         gs.parent[i] = parent_element

@@ -1,8 +1,13 @@
-from collections.abc import Buffer
+from typing import TypeAlias
 
 import numpy as np
+from typing_extensions import Buffer
 
 from wirearrow._core.buffers import OwnedBuffer
+from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode
+
+# numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
+_Bytes: TypeAlias = Buffer | np.ndarray
 
 KIND: dict[str, int]
 SHAPE: dict[str, int]
@@ -10,16 +15,21 @@ PRESENCE: dict[str, int]
 STATUS_TEXT: dict[int, str]
 COL_WIDTH: int
 ENTRY_WIDTH: int
+NODE_WIDTH: int
+
+def tables(
+    cols: _Bytes, entries: _Bytes, nodes: _Bytes
+) -> tuple[list[EncodeColumn], list[EncodeEntry], list[EncodeNode]]: ...
 
 def encode(
-    cols: Buffer, entries: Buffer, nodes: Buffer, n_rows: int, capacity: int = 0
+    cols: _Bytes, entries: _Bytes, nodes: _Bytes, n_rows: int, capacity: int = 0
 ) -> tuple[int, int, int, OwnedBuffer | None, int, OwnedBuffer | None, bool]: ...
 def map_order(
-    offsets: Buffer,
+    offsets: _Bytes,
     n_entries: int,
     kind: int,
     key_offset: int,
-    data: Buffer,
-    key_offsets: Buffer | None,
+    data: _Bytes,
+    key_offsets: _Bytes | None,
     wide: bool,
 ) -> np.ndarray | None: ...

@@ -7,14 +7,14 @@ sub-message's bytes are complete its length is known and is written just before 
 size pass, no backpatching. Rows, fields (by descending field number), repeated elements and
 map entries are therefore visited in reverse, and land in forward order.
 
-Tables (built by wirearrow.plan.encoding, passed as int64 matrices):
-- cols: one row per Arrow array (validity address, offset, values address, offsets
-  address, 64-bit offsets flag, bad-value mask address, map permutation address). Element
-  `k` of an array (its *logical* index, what parents' offsets hold) lives at physical slot
-  `k + offset`; the bad mask and the permutation are indexed by the logical index.
-- entries: one row per field of a message node, ascending field number (tag, end-group
-  tag, value kind, shape, presence rule, column, element column, child node, oneof).
-- nodes: (first entry, entry count). Node 0 is the root; its columns are the batch's.
+Tables (built by wirearrow.plan.encoding, passed as int64 matrices whose columns are the
+fields of layout.EncodeColumn, EncodeEntry and EncodeNode, in that order; loaded into the
+structs of tables.pxd, which `tables` hands back as those records):
+- cols: one row per Arrow array. Element `k` of an array (its *logical* index, what
+  parents' offsets hold) lives at physical slot `k + offset`; the bad mask and the
+  permutation are indexed by the logical index.
+- entries: one row per field of a message node, ascending field number.
+- nodes: one per message shape. Node 0 is the root; its columns are the batch's.
 
 Invariants: the caller keeps every addressed buffer alive and sized as Arrow says (the
 plan checked each array's type); offsets of a list column index into its element column.
@@ -30,28 +30,19 @@ import numpy as np
 from wirearrow._core.buffers cimport (
     MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free, wa_hugepages,
 )
+from wirearrow._core.tables cimport (
+    P_ALWAYS, P_EXPLICIT, P_IMPLICIT, S_PACKED, S_REPEATED, S_SINGULAR, V_BOOL, V_BYTES,
+    V_FIXED32, V_FIXED64, V_GROUP, V_INT32, V_INT64, V_MESSAGE, V_RAW_GROUP, V_SINT32, V_SINT64,
+    V_UINT32, V_UNKNOWN, ArrowColumn, EncodeEntry, EncodeNode,
+)
+from wirearrow._core.wire cimport varint_size, zigzag32_of, zigzag64_of
+
+from wirearrow._core import layout
 
 
 cdef extern from *:
-    int __builtin_clzll(unsigned long long) nogil
     void __builtin_prefetch(const void* addr) nogil
 
-
-# Value kinds: how one value is read from its Arrow slot and written.
-cdef enum Kind:
-    V_INT32 = 0      # int32 slot -> varint of the sign-extended value (int32, enum)
-    V_UINT32 = 1     # uint32 slot -> varint
-    V_INT64 = 2      # 64-bit slot -> varint (int64, uint64)
-    V_SINT32 = 3     # int32 slot -> zigzag varint
-    V_SINT64 = 4     # int64 slot -> zigzag varint
-    V_FIXED32 = 5    # 4 bytes as they are (fixed32, sfixed32, float)
-    V_FIXED64 = 6    # 8 bytes as they are (fixed64, sfixed64, double)
-    V_BOOL = 7       # bit of an Arrow boolean bitmap -> varint 0/1
-    V_BYTES = 8      # binary/utf8 slot -> length + bytes (also a message kept serialized)
-    V_MESSAGE = 9    # child node, length-delimited
-    V_GROUP = 10     # child node between start- and end-group tags
-    V_RAW_GROUP = 11 # binary slot holding a group's body, between its tags
-    V_UNKNOWN = 12   # binary slot appended as is (a message's unknown fields)
 
 KIND = {
     "int32": V_INT32, "uint32": V_UINT32, "int64": V_INT64, "sint32": V_SINT32,
@@ -60,17 +51,7 @@ KIND = {
     "unknown": V_UNKNOWN,
 }
 
-cdef enum Shape:
-    S_SINGULAR = 0
-    S_REPEATED = 1   # one tagged record per element (maps: per entry, in `perm` order)
-    S_PACKED = 2     # one length-delimited record holding every element
-
 SHAPE = {"singular": S_SINGULAR, "repeated": S_REPEATED, "packed": S_PACKED}
-
-cdef enum Presence:
-    P_EXPLICIT = 0   # written when the slot is valid
-    P_IMPLICIT = 1   # written when valid and not zero (bitwise: -0.0 is written)
-    P_ALWAYS = 2     # written always; a null is an error (map keys and values)
 
 PRESENCE = {"explicit": P_EXPLICIT, "implicit": P_IMPLICIT, "always": P_ALWAYS}
 
@@ -92,35 +73,29 @@ STATUS_TEXT = {
     E_TOO_LARGE: "a serialized message would exceed 2 GiB",
 }
 
-COL_WIDTH = 7
-ENTRY_WIDTH = 9
+COL_WIDTH = len(layout.EncodeColumn._fields)
+ENTRY_WIDTH = len(layout.EncodeEntry._fields)
+NODE_WIDTH = len(layout.EncodeNode._fields)
 
-
-ctypedef struct Col:
-    const uint8_t* validity    # Arrow validity bitmap, NULL when all valid
-    int64_t offset             # the array's offset (physical = logical + offset)
-    const uint8_t* values      # fixed-width values, boolean bitmap, or string data
-    const uint8_t* offsets     # int32 (or int64 when wide) offsets of strings / lists
-    const uint8_t* bad         # 1 byte per logical slot: cannot be encoded; NULL = none
-    const int64_t* perm        # maps: entries in key order, by logical entry index
-    int32_t wide
-
-
-ctypedef struct Entry:
-    uint64_t tag               # field number << 3 | wire type (2 when packed)
-    uint64_t end_tag           # groups: field number << 3 | 4
-    int32_t kind
-    int32_t shape
-    int32_t presence
-    int32_t col                # the field's array, indexed like its message
-    int32_t elem               # repeated: the element array
-    int32_t child              # messages, groups, map entries: the node
-    int32_t oneof              # 1-based oneof of the message, 0 = none
-
-
-ctypedef struct NodeT:
-    int32_t first
-    int32_t count
+# Where each field sits in a row of the matrices: taken from the layout by name, once.
+cdef Py_ssize_t C_VALIDITY = layout.position(layout.EncodeColumn, "validity")
+cdef Py_ssize_t C_OFFSET = layout.position(layout.EncodeColumn, "offset")
+cdef Py_ssize_t C_VALUES = layout.position(layout.EncodeColumn, "values")
+cdef Py_ssize_t C_OFFSETS = layout.position(layout.EncodeColumn, "offsets")
+cdef Py_ssize_t C_WIDE = layout.position(layout.EncodeColumn, "wide")
+cdef Py_ssize_t C_BAD = layout.position(layout.EncodeColumn, "bad")
+cdef Py_ssize_t C_PERM = layout.position(layout.EncodeColumn, "perm")
+cdef Py_ssize_t EN_TAG = layout.position(layout.EncodeEntry, "tag")
+cdef Py_ssize_t EN_END_TAG = layout.position(layout.EncodeEntry, "end_tag")
+cdef Py_ssize_t EN_KIND = layout.position(layout.EncodeEntry, "kind")
+cdef Py_ssize_t EN_SHAPE = layout.position(layout.EncodeEntry, "shape")
+cdef Py_ssize_t EN_PRESENCE = layout.position(layout.EncodeEntry, "presence")
+cdef Py_ssize_t EN_COL = layout.position(layout.EncodeEntry, "col")
+cdef Py_ssize_t EN_ELEM = layout.position(layout.EncodeEntry, "elem")
+cdef Py_ssize_t EN_CHILD = layout.position(layout.EncodeEntry, "child")
+cdef Py_ssize_t EN_ONEOF = layout.position(layout.EncodeEntry, "oneof")
+cdef Py_ssize_t N_FIRST = layout.position(layout.EncodeNode, "first")
+cdef Py_ssize_t N_ENTRIES = layout.position(layout.EncodeNode, "n_entries")
 
 
 ctypedef struct Enc:
@@ -128,9 +103,9 @@ ctypedef struct Enc:
     uint8_t* ptr               # next byte is written at ptr - 1
     uint8_t* limit             # end of the buffer: the output is [ptr, limit)
     int64_t allocated          # bytes behind buf (given back to the pool with it)
-    const Col* cols
-    const Entry* entries
-    const NodeT* nodes
+    const ArrowColumn* cols
+    const EncodeEntry* entries
+    const EncodeNode* nodes
     int32_t err_col
     int64_t err_index
 
@@ -165,12 +140,6 @@ cdef inline int reserve(Enc* e, size_t n) noexcept nogil:
     if <size_t>(e.ptr - e.buf) >= n:
         return OK
     return grow(e, n)
-
-
-cdef inline int varint_size(uint64_t v) noexcept nogil:
-    if v < 0x80:
-        return 1
-    return (63 - __builtin_clzll(v)) // 7 + 1
 
 
 cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
@@ -210,7 +179,7 @@ cdef inline bint is_set(const uint8_t* bitmap, int64_t i) noexcept nogil:
     return (bitmap[i >> 3] >> (i & 7)) & 1
 
 
-cdef inline bint is_null(const Col* c, int64_t p) noexcept nogil:
+cdef inline bint is_null(const ArrowColumn* c, int64_t p) noexcept nogil:
     return c.validity != NULL and not is_set(c.validity, p)
 
 
@@ -221,16 +190,16 @@ cdef inline int64_t offset_in(const uint8_t* offsets, bint wide, int64_t p) noex
     return (<const int32_t*>offsets)[p]
 
 
-cdef inline int64_t offset_at(const Col* c, int64_t p) noexcept nogil:
+cdef inline int64_t offset_at(const ArrowColumn* c, int64_t p) noexcept nogil:
     return offset_in(c.offsets, c.wide, p)
 
 
-cdef inline void span(const Col* c, int64_t p, int64_t* lo, int64_t* hi) noexcept nogil:
+cdef inline void span(const ArrowColumn* c, int64_t p, int64_t* lo, int64_t* hi) noexcept nogil:
     lo[0] = offset_at(c, p)
     hi[0] = offset_at(c, p + 1)
 
 
-cdef inline bint is_zero(const Col* c, int32_t kind, int64_t p) noexcept nogil:
+cdef inline bint is_zero(const ArrowColumn* c, int32_t kind, int64_t p) noexcept nogil:
     """Whether slot p holds the default of an implicit-presence field (bits, not value)."""
     cdef int64_t lo, hi
     if kind == V_INT32 or kind == V_UINT32 or kind == V_SINT32 or kind == V_FIXED32:
@@ -243,7 +212,7 @@ cdef inline bint is_zero(const Col* c, int32_t kind, int64_t p) noexcept nogil:
     return hi == lo
 
 
-cdef int put_value(Enc* e, const Col* c, int32_t kind, int64_t p) noexcept nogil:
+cdef int put_value(Enc* e, const ArrowColumn* c, int32_t kind, int64_t p) noexcept nogil:
     """Write the value of slot p without its tag."""
     cdef int64_t lo, hi, v
     cdef size_t n
@@ -256,11 +225,9 @@ cdef int put_value(Enc* e, const Col* c, int32_t kind, int64_t p) noexcept nogil
     elif kind == V_INT64:
         put_varint(e, (<const uint64_t*>c.values)[p])
     elif kind == V_SINT32:
-        v = (<const int32_t*>c.values)[p]
-        put_varint(e, <uint32_t>((<uint32_t>v << 1) ^ <uint32_t>(v >> 31)))
+        put_varint(e, zigzag32_of((<const int32_t*>c.values)[p]))
     elif kind == V_SINT64:
-        v = (<const int64_t*>c.values)[p]
-        put_varint(e, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+        put_varint(e, zigzag64_of((<const int64_t*>c.values)[p]))
     elif kind == V_FIXED32:
         e.ptr -= 4
         memcpy(e.ptr, c.values + 4 * p, 4)
@@ -306,7 +273,7 @@ cdef int fail(Enc* e, int status, int32_t col, int64_t index) noexcept nogil:
     return status
 
 
-cdef int put_record(Enc* e, const Entry* en, const Col* c, int64_t k) noexcept nogil:
+cdef int put_record(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t k) noexcept nogil:
     """One tagged value of field `en`: element k (logical) of array c."""
     cdef int status
     cdef size_t before
@@ -334,11 +301,11 @@ cdef int put_record(Enc* e, const Entry* en, const Col* c, int64_t k) noexcept n
     return put_tag(e, en.tag)
 
 
-cdef int put_repeated(Enc* e, const Entry* en, const Col* c, int64_t p) noexcept nogil:
+cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t p) noexcept nogil:
     cdef int64_t lo, hi, j, k
     cdef int status
     cdef size_t before
-    cdef const Col* ec = &e.cols[en.elem]
+    cdef const ArrowColumn* ec = &e.cols[en.elem]
     span(c, p, &lo, &hi)
     if lo == hi:
         return OK
@@ -371,10 +338,10 @@ cdef int put_repeated(Enc* e, const Entry* en, const Col* c, int64_t p) noexcept
 
 cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     """Message k (logical index of the node's arrays): fields last to first."""
-    cdef const NodeT* nd = &e.nodes[node]
-    cdef const Entry* en
-    cdef const Col* c
-    cdef int32_t i = nd.first + nd.count
+    cdef const EncodeNode* nd = &e.nodes[node]
+    cdef const EncodeEntry* en
+    cdef const ArrowColumn* c
+    cdef int32_t i = nd.first + nd.n_entries
     cdef int64_t p
     cdef uint64_t oneofs = 0, bit, v
     cdef int status
@@ -461,7 +428,7 @@ cdef enum:
     BLOCK = 64          # rows a block
 
 
-cdef void list_col(Lines* ls, const Col* c, int32_t kind, int64_t a, int64_t b) noexcept nogil:
+cdef void list_col(Lines* ls, const ArrowColumn* c, int32_t kind, int64_t a, int64_t b) noexcept nogil:
     """The lines of slots [a, b) (logical) of one array, as the encoder reads them."""
     cdef int64_t pa = a + c.offset, pb = b + c.offset
     cdef int64_t w = 8 if c.wide else 4
@@ -481,14 +448,14 @@ cdef void list_col(Lines* ls, const Col* c, int32_t kind, int64_t a, int64_t b) 
 cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
                     int depth) noexcept nogil:
     """The lines every array of `node` is read at for its messages [a, b)."""
-    cdef const NodeT* nd = &e.nodes[node]
-    cdef const Entry* en
-    cdef const Col* c
+    cdef const EncodeNode* nd = &e.nodes[node]
+    cdef const EncodeEntry* en
+    cdef const ArrowColumn* c
     cdef int32_t i
     cdef int64_t ea, eb, w
     if b <= a or depth > 16:
         return
-    for i in range(nd.first, nd.first + nd.count):
+    for i in range(nd.first, nd.first + nd.n_entries):
         en = &e.entries[i]
         c = &e.cols[en.col]
         if en.shape == S_SINGULAR:
@@ -508,9 +475,10 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
 
 
 cdef class _Tables:
-    cdef Col* cols
-    cdef Entry* entries
-    cdef NodeT* nodes
+    cdef ArrowColumn* cols
+    cdef EncodeEntry* entries
+    cdef EncodeNode* nodes
+    cdef Py_ssize_t n_cols, n_entries, n_nodes
 
     def __cinit__(self):
         self.cols = NULL
@@ -523,6 +491,77 @@ cdef class _Tables:
         PyMem_RawFree(self.nodes)
 
 
+cdef _Tables load_tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
+                        const int64_t[:, ::1] nodes):
+    """The matrices, checked, into the structs encode() runs on."""
+    if (cols.shape[1] != COL_WIDTH or entries.shape[1] != ENTRY_WIDTH
+            or nodes.shape[1] != NODE_WIDTH):
+        raise ValueError("encode: malformed tables")
+    if nodes.shape[0] < 1:
+        raise ValueError("encode: no root node")
+    cdef Py_ssize_t i
+    cdef _Tables t = _Tables()
+    t.n_cols = cols.shape[0]
+    t.n_entries = entries.shape[0]
+    t.n_nodes = nodes.shape[0]
+    t.cols = <ArrowColumn*>PyMem_RawMalloc(max(cols.shape[0], 1) * sizeof(ArrowColumn))
+    t.entries = <EncodeEntry*>PyMem_RawMalloc(max(entries.shape[0], 1) * sizeof(EncodeEntry))
+    t.nodes = <EncodeNode*>PyMem_RawMalloc(nodes.shape[0] * sizeof(EncodeNode))
+    if t.cols == NULL or t.entries == NULL or t.nodes == NULL:
+        raise MemoryError()
+    for i in range(cols.shape[0]):
+        t.cols[i].validity = <const uint8_t*><uintptr_t>cols[i, C_VALIDITY]
+        t.cols[i].offset = cols[i, C_OFFSET]
+        t.cols[i].values = <const uint8_t*><uintptr_t>cols[i, C_VALUES]
+        t.cols[i].offsets = <const uint8_t*><uintptr_t>cols[i, C_OFFSETS]
+        t.cols[i].wide = <int32_t>cols[i, C_WIDE]
+        t.cols[i].bad = <const uint8_t*><uintptr_t>cols[i, C_BAD]
+        t.cols[i].perm = <const int64_t*><uintptr_t>cols[i, C_PERM]
+    for i in range(entries.shape[0]):
+        t.entries[i].tag = <uint64_t>entries[i, EN_TAG]
+        t.entries[i].end_tag = <uint64_t>entries[i, EN_END_TAG]
+        t.entries[i].kind = <int32_t>entries[i, EN_KIND]
+        t.entries[i].shape = <int32_t>entries[i, EN_SHAPE]
+        t.entries[i].presence = <int32_t>entries[i, EN_PRESENCE]
+        t.entries[i].col = <int32_t>entries[i, EN_COL]
+        t.entries[i].elem = <int32_t>entries[i, EN_ELEM]
+        t.entries[i].child = <int32_t>entries[i, EN_CHILD]
+        t.entries[i].oneof = <int32_t>entries[i, EN_ONEOF]
+        if not (0 <= t.entries[i].col < cols.shape[0]) or (
+            t.entries[i].shape != S_SINGULAR and not (0 <= t.entries[i].elem < cols.shape[0])
+        ) or ((t.entries[i].kind == V_MESSAGE or t.entries[i].kind == V_GROUP)
+              and not (0 <= t.entries[i].child < nodes.shape[0])):
+            raise ValueError("encode: an entry points outside the tables")
+    for i in range(nodes.shape[0]):
+        t.nodes[i].first = <int32_t>nodes[i, N_FIRST]
+        t.nodes[i].n_entries = <int32_t>nodes[i, N_ENTRIES]
+        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].n_entries > entries.shape[0]:
+            raise ValueError("encode: a node points outside the tables")
+    return t
+
+
+def tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
+           const int64_t[:, ::1] nodes):
+    """The tables as encode() loads them, read back from its structs as layout records
+    (cols, entries, nodes): what tests/test_layout.py checks against what was built."""
+    cdef _Tables t = load_tables(cols, entries, nodes)
+    cdef Py_ssize_t i
+    return (
+        [layout.EncodeColumn(
+            validity=<uintptr_t>t.cols[i].validity, offset=t.cols[i].offset,
+            values=<uintptr_t>t.cols[i].values, offsets=<uintptr_t>t.cols[i].offsets,
+            wide=t.cols[i].wide, bad=<uintptr_t>t.cols[i].bad, perm=<uintptr_t>t.cols[i].perm)
+         for i in range(t.n_cols)],
+        [layout.EncodeEntry(
+            tag=t.entries[i].tag, end_tag=t.entries[i].end_tag, kind=t.entries[i].kind,
+            shape=t.entries[i].shape, presence=t.entries[i].presence, col=t.entries[i].col,
+            elem=t.entries[i].elem, child=t.entries[i].child, oneof=t.entries[i].oneof)
+         for i in range(t.n_entries)],
+        [layout.EncodeNode(first=t.nodes[i].first, n_entries=t.nodes[i].n_entries)
+         for i in range(t.n_nodes)],
+    )
+
+
 def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
            const int64_t[:, ::1] nodes, int64_t n_rows, int64_t capacity=0):
     """Encode rows 0..n_rows-1 of node 0.
@@ -531,45 +570,9 @@ def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
     serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
     when `wide`). On failure (status != 0) data and offsets are None.
     """
-    if cols.shape[1] != COL_WIDTH or entries.shape[1] != ENTRY_WIDTH or nodes.shape[1] != 2:
-        raise ValueError("encode: malformed tables")
-    if nodes.shape[0] < 1 or n_rows < 0:
-        raise ValueError("encode: no root node")
-    cdef Py_ssize_t i
-    cdef _Tables t = _Tables()
-    t.cols = <Col*>PyMem_RawMalloc(max(cols.shape[0], 1) * sizeof(Col))
-    t.entries = <Entry*>PyMem_RawMalloc(max(entries.shape[0], 1) * sizeof(Entry))
-    t.nodes = <NodeT*>PyMem_RawMalloc(nodes.shape[0] * sizeof(NodeT))
-    if t.cols == NULL or t.entries == NULL or t.nodes == NULL:
-        raise MemoryError()
-    for i in range(cols.shape[0]):
-        t.cols[i].validity = <const uint8_t*><uintptr_t>cols[i, 0]
-        t.cols[i].offset = cols[i, 1]
-        t.cols[i].values = <const uint8_t*><uintptr_t>cols[i, 2]
-        t.cols[i].offsets = <const uint8_t*><uintptr_t>cols[i, 3]
-        t.cols[i].wide = <int32_t>cols[i, 4]
-        t.cols[i].bad = <const uint8_t*><uintptr_t>cols[i, 5]
-        t.cols[i].perm = <const int64_t*><uintptr_t>cols[i, 6]
-    for i in range(entries.shape[0]):
-        t.entries[i].tag = <uint64_t>entries[i, 0]
-        t.entries[i].end_tag = <uint64_t>entries[i, 1]
-        t.entries[i].kind = <int32_t>entries[i, 2]
-        t.entries[i].shape = <int32_t>entries[i, 3]
-        t.entries[i].presence = <int32_t>entries[i, 4]
-        t.entries[i].col = <int32_t>entries[i, 5]
-        t.entries[i].elem = <int32_t>entries[i, 6]
-        t.entries[i].child = <int32_t>entries[i, 7]
-        t.entries[i].oneof = <int32_t>entries[i, 8]
-        if not (0 <= t.entries[i].col < cols.shape[0]) or (
-            t.entries[i].shape != S_SINGULAR and not (0 <= t.entries[i].elem < cols.shape[0])
-        ) or ((t.entries[i].kind == V_MESSAGE or t.entries[i].kind == V_GROUP)
-              and not (0 <= t.entries[i].child < nodes.shape[0])):
-            raise ValueError("encode: an entry points outside the tables")
-    for i in range(nodes.shape[0]):
-        t.nodes[i].first = <int32_t>nodes[i, 0]
-        t.nodes[i].count = <int32_t>nodes[i, 1]
-        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].count > entries.shape[0]:
-            raise ValueError("encode: a node points outside the tables")
+    if n_rows < 0:
+        raise ValueError("encode: negative row count")
+    cdef _Tables t = load_tables(cols, entries, nodes)
 
     cdef int64_t used_allocated
     cdef int64_t* used = <int64_t*>pool_alloc((n_rows + 1) * sizeof(int64_t), False,

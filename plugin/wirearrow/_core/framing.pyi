@@ -1,10 +1,16 @@
-from collections.abc import Buffer
+from typing import TypeAlias
+
+import numpy as np
+from typing_extensions import Buffer
 
 from wirearrow._core.buffers import OwnedBuffer
 
+# numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
+_Bytes: TypeAlias = Buffer | np.ndarray
+
 FRAMINGS: dict[str, int]
 
-def split(data: Buffer, framing: int, base: int = 0) -> tuple[OwnedBuffer, OwnedBuffer, int]: ...
+def split(data: _Bytes, framing: int, base: int = 0) -> tuple[OwnedBuffer, OwnedBuffer, int]: ...
 def compact(
-    data: Buffer, starts: Buffer, ends: Buffer
+    data: _Bytes, starts: _Bytes, ends: _Bytes
 ) -> tuple[OwnedBuffer, OwnedBuffer, bool]: ...

@@ -9,6 +9,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
 from wirearrow._core.buffers cimport OwnedBuffer
+from wirearrow._core.wire cimport E_VARINT_OVERFLOW, OK, read_varint
 
 FRAMINGS = {"varint": 0, "u32le": 1, "u32be": 2}
 
@@ -25,7 +26,8 @@ def split(const uint8_t[::1] data, int framing, int64_t base=0):
     cdef const uint8_t* d = &data[0] if size > 0 else <const uint8_t*>""
     cdef int64_t pos = 0, cap = 1024, n = 0, rec_start
     cdef uint64_t length
-    cdef int shift, bad = 0
+    cdef int st, bad = 0
+    cdef const uint8_t* p
     cdef int64_t* starts = <int64_t*>PyMem_RawMalloc(cap * 8)
     cdef int64_t* ends = <int64_t*>PyMem_RawMalloc(cap * 8)
     cdef int64_t* grown
@@ -37,25 +39,14 @@ def split(const uint8_t[::1] data, int framing, int64_t base=0):
         while pos < size:
             rec_start = pos
             if framing == 0:
-                length = 0
-                shift = 0
-                while True:
-                    if pos >= size:
-                        break
-                    if shift > 63:
-                        bad = 1
-                        break
-                    length |= (<uint64_t>(d[pos] & 0x7F)) << shift
-                    pos += 1
-                    if d[pos - 1] < 0x80:
-                        shift = -1
-                        break
-                    shift += 7
-                if bad:
+                p = d + pos
+                st = read_varint(&p, d + size, &length)
+                if st == E_VARINT_OVERFLOW:
+                    bad = 1
                     break
-                if shift != -1:
-                    pos = rec_start
+                if st != OK:   # truncated: the prefix continues in the next chunk
                     break
+                pos = p - d
             else:
                 if size - pos < 4:
                     break

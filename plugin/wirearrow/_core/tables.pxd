@@ -1,10 +1,17 @@
-# The compiled plan, as flat C arrays the decoder indexes by integer only.
+# The compiled tables, as flat C arrays the decoder and the encoder index by integer only.
+#
+# Each struct here has its row in layout.py (the one description of the fields, which the
+# plan builders fill by name): FieldEntry = layout.DecodeEntry, Node = layout.DecodeNode;
+# ArrowColumn = layout.EncodeColumn, EncodeEntry and EncodeNode = their namesakes.
+# tests/test_layout.py sends rows through each extension and back.
+#
+# ---- decoder ----
 #
 # Invariants the decoder relies on (checked by Program.__init__, never on the hot path):
 # - every FieldEntry.child / column / group / clear index is in range or -1;
 # - the entries of a node are sorted by field number;
 # - a node's dense table maps field numbers below dense_len to an entry index or -1.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 # Action of a field entry. Scalar kinds store one value of `width` bytes into a column slot.
 cdef enum Kind:
@@ -95,3 +102,59 @@ ctypedef struct GroupStore:
     int64_t count
     int64_t capacity
     int32_t parent_group
+
+
+# ---- encoder ----
+#
+# Invariants the encoder relies on (checked by encode() when it loads the tables): every
+# column / element / child index is in range; a node's entries lie inside the entries.
+
+# Value kinds: how one value is read from its Arrow slot and written.
+cdef enum ValueKind:
+    V_INT32 = 0      # int32 slot -> varint of the sign-extended value (int32, enum)
+    V_UINT32 = 1     # uint32 slot -> varint
+    V_INT64 = 2      # 64-bit slot -> varint (int64, uint64)
+    V_SINT32 = 3     # int32 slot -> zigzag varint
+    V_SINT64 = 4     # int64 slot -> zigzag varint
+    V_FIXED32 = 5    # 4 bytes as they are (fixed32, sfixed32, float)
+    V_FIXED64 = 6    # 8 bytes as they are (fixed64, sfixed64, double)
+    V_BOOL = 7       # bit of an Arrow boolean bitmap -> varint 0/1
+    V_BYTES = 8      # binary/utf8 slot -> length + bytes (also a message kept serialized)
+    V_MESSAGE = 9    # child node, length-delimited
+    V_GROUP = 10     # child node between start- and end-group tags
+    V_RAW_GROUP = 11 # binary slot holding a group's body, between its tags
+    V_UNKNOWN = 12   # binary slot appended as is (a message's unknown fields)
+
+cdef enum Shape:
+    S_SINGULAR = 0
+    S_REPEATED = 1   # one tagged record per element (maps: per entry, in `perm` order)
+    S_PACKED = 2     # one length-delimited record holding every element
+
+cdef enum Presence:
+    P_EXPLICIT = 0   # written when the slot is valid
+    P_IMPLICIT = 1   # written when valid and not zero (bitwise: -0.0 is written)
+    P_ALWAYS = 2     # written always; a null is an error (map keys and values)
+
+ctypedef struct ArrowColumn:
+    const uint8_t* validity    # Arrow validity bitmap, NULL when all valid
+    int64_t offset             # the array's offset (physical = logical + offset)
+    const uint8_t* values      # fixed-width values, boolean bitmap, or string data
+    const uint8_t* offsets     # int32 (or int64 when wide) offsets of strings / lists
+    const uint8_t* bad         # 1 byte per logical slot: cannot be encoded; NULL = none
+    const int64_t* perm        # maps: entries in key order, by logical entry index
+    int32_t wide
+
+ctypedef struct EncodeEntry:
+    uint64_t tag               # field number << 3 | wire type (2 when packed)
+    uint64_t end_tag           # groups: field number << 3 | 4
+    int32_t kind               # ValueKind
+    int32_t shape              # Shape
+    int32_t presence           # Presence
+    int32_t col                # the field's array, indexed like its message
+    int32_t elem               # repeated: the element array
+    int32_t child              # messages, groups, map entries: the node
+    int32_t oneof              # 1-based oneof of the message, 0 = none
+
+ctypedef struct EncodeNode:
+    int32_t first              # first entry of the node
+    int32_t n_entries

@@ -14,12 +14,14 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from wirearrow._core.buffers import gather_strings, pack_bits
+from wirearrow._core.decoder import Result
 from wirearrow._core.rows import expand, group_offsets, keys_unique, list_offsets, select_slice
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
@@ -54,7 +56,7 @@ _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 class Assembler:
     """Builds the output columns of one decoded batch."""
 
-    def __init__(self, plan: CompiledPlan, result: object, data: object) -> None:
+    def __init__(self, plan: CompiledPlan, result: Result, data: object) -> None:
         self.plan = plan
         self.r = result
         self.data = data
@@ -295,7 +297,7 @@ class Assembler:
         if s.kind == "filter":
             keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
             return np.flatnonzero(keep).astype(np.int64), _kept_offsets(keep, off)
-        start, stop, step = s.arg  # type: ignore[misc]
+        start, stop, step = cast("tuple[int | None, int | None, int | None]", s.arg)
         return select_slice(off, np.arange(len(off) - 1, dtype=np.int64), start, stop, step)
 
     def _pick(self, s: Selection) -> np.ndarray:
@@ -307,7 +309,8 @@ class Assembler:
         off = self.offsets(s.group)
         if s.kind == "index":
             lengths = np.diff(off)
-            k = s.arg if s.arg >= 0 else lengths + s.arg  # type: ignore[operator]
+            arg = cast(int, s.arg)
+            k = arg if arg >= 0 else lengths + arg
             ok = (k >= 0) & (k < lengths)
             return np.where(ok, off[:-1] + np.where(ok, k, 0), -1)
         # key: the last entry with the key wins, as when the runtime parses a map
@@ -321,7 +324,7 @@ class Assembler:
         """Row -> element index of every selection of one fan-out tree (root first); and
         whether any fan-out added rows."""
         root_n = self.counts[0]
-        root = np.arange(root_n, dtype=_index_dtype(root_n))
+        root: np.ndarray = np.arange(root_n, dtype=_index_dtype(root_n))
         table: dict[int, np.ndarray] = {selections[0].index: root}
         expanded = False
         for s in selections[1:]:
@@ -351,7 +354,7 @@ class Assembler:
         return self.parents[0][e]
 
     def problems(
-        self, tables: dict[bool, tuple[dict[int, np.ndarray], bool]]
+        self, tables: dict[int, tuple[dict[int, np.ndarray], bool]]
     ) -> list[tuple[int, str, str]]:
         """Records the plan rejects though their bytes are valid: (position, reason, path).
 
@@ -384,10 +387,11 @@ class Assembler:
             parents = np.unique(parents[parents >= 0])
             lengths = np.diff(self.offsets(s.group))[parents]
             if s.kind == "index":
-                k = s.arg if s.arg >= 0 else lengths + s.arg  # type: ignore[operator]
+                arg = cast(int, s.arg)
+                k = arg if arg >= 0 else lengths + arg
                 bad = (k < 0) | (k >= lengths)
             else:
-                start, stop, _ = s.arg  # type: ignore[misc]
+                start, stop, _ = cast("tuple[int | None, int | None, int | None]", s.arg)
                 bad = np.zeros(len(parents), dtype=bool)
                 for bound in (start, stop):
                     if bound is not None:
@@ -495,7 +499,7 @@ class Assembler:
                     self.r.col_valid[c] = None
                     self.r.col_arena[c] = None
             self._arrays.clear()
-        built: list[pa.Array] = out  # type: ignore[assignment]
+        built: list[pa.Array] = out
         records = _Records(
             table[0], expanded, {t: tab[t] for t, (tab, _) in tables.items()}, self.counts[0]
         )
@@ -539,12 +543,12 @@ class Assembler:
         return arr.take(indices)
 
 
-def _share_validity(plan: CompiledPlan, result: object) -> None:
+def _share_validity(plan: CompiledPlan, result: Result) -> None:
     """Give every derived column the validity bytes of its source (plan.validity_from):
     the decoder does not mark an implicit-presence field whose value is absent (its slot
     already holds the zero default), so it is valid wherever its message is."""
-    valid = result.col_valid  # type: ignore[attr-defined]
-    counts = result.col_counts  # type: ignore[attr-defined]
+    valid = result.col_valid
+    counts = result.col_counts
     ones: dict[int, np.ndarray] = {}
     for column, source in plan.validity_from.items():
         if source >= 0:
@@ -657,7 +661,8 @@ def _storage(leaf: Leaf) -> tuple[int, ...]:
         return (leaf.column,)
     if isinstance(leaf, TemporalLeaf):
         return (*leaf.columns, *((leaf.presence,) if leaf.presence >= 0 else ()))
-    own = (leaf.presence,) if getattr(leaf, "presence", -1) >= 0 else ()
+    presence = getattr(leaf, "presence", -1)
+    own = (presence,) if presence >= 0 else ()
     if isinstance(leaf, StructLeaf):
         return own + tuple(c for _, child in leaf.children for c in _storage(child))
     if isinstance(leaf, ListLeaf):

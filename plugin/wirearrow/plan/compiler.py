@@ -246,7 +246,7 @@ class _Inputs:
     def __init__(self, resolver: _Resolver) -> None:
         self.resolver = resolver
         self.columns: list[OutputColumn] = []
-        self._by_key: dict[tuple[str, bool], int] = {}
+        self._by_key: dict[tuple[str, bool, int, bool], int] = {}
 
     def path(
         self,
@@ -743,7 +743,10 @@ class _Resolver:
         fields = message.fields_by_name
         if wkt in ("timestamp", "duration"):
             unit = self.options.timestamp_unit
-            cols = (self.b.scalar(node, fields["seconds"]), self.b.scalar(node, fields["nanos"]))
+            cols: tuple[int, ...] = (
+                self.b.scalar(node, fields["seconds"]),
+                self.b.scalar(node, fields["nanos"]),
+            )
             t = pa.timestamp(unit, tz="UTC") if wkt == "timestamp" else pa.duration(unit)
             return TemporalLeaf(node.group, t, wkt, cols, presence)
         if wkt == "date":

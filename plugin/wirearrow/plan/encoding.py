@@ -27,8 +27,10 @@ import pyarrow.compute as pc
 from google.protobuf import json_format, message_factory, struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.message import Message
 
 from wirearrow._core import encoder as core
+from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, position
 from wirearrow.errors import EncodeError
 from wirearrow.plan.types import (
     WELL_KNOWN,
@@ -44,6 +46,9 @@ __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 UNKNOWN_FIELD = "_unknown"
 
 _T = FieldDescriptor
+# Columns of the encoder's cols matrix set after _address (see layout.EncodeColumn).
+_BAD = position(EncodeColumn, "bad")
+_PERM = position(EncodeColumn, "perm")
 
 # protobuf scalar type -> (encoder kind, Arrow types accepted, wire type, packable)
 _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
@@ -101,8 +106,8 @@ class _Spec:
 @dataclass
 class _Tables:
     specs: list[_Spec] = field(default_factory=list)
-    entries: list[list[int]] = field(default_factory=list)
-    nodes: list[list[int]] = field(default_factory=list)
+    entries: list[EncodeEntry] = field(default_factory=list)
+    nodes: list[EncodeNode] = field(default_factory=list)
 
 
 class EncodingPlan:
@@ -115,12 +120,12 @@ class EncodingPlan:
         # Batches without `_unknown` (keep_unknown=False) dropped the unknown fields at decode,
         # except inside levels cut at max_depth (kept as bytes): drop those too on the way back.
         self._discard_unknown = UNKNOWN_FIELD not in schema.names
-        self._t.nodes.append([0, 0])  # the root is node 0
+        self._t.nodes.append(EncodeNode(first=0, n_entries=0))  # the root is node 0
         roots = [self._spec(-1, "column", i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
         t = self._t
-        self._entries = np.array(t.entries, dtype=np.int64).reshape(-1, core.ENTRY_WIDTH)
-        self._nodes = np.array(t.nodes, dtype=np.int64).reshape(-1, 2)
+        self._entries = np.array(t.entries, dtype=np.int64).reshape(-1, len(EncodeEntry._fields))
+        self._nodes = np.array(t.nodes, dtype=np.int64).reshape(-1, len(EncodeNode._fields))
         self._bytes_per_row = 64.0
 
     # -- compiling ----------------------------------------------------------------------
@@ -131,7 +136,7 @@ class EncodingPlan:
 
     def _node(self, message: Descriptor, fields: list[pa.Field], cols: list[int], where: str):
         node = len(self._t.nodes)
-        self._t.nodes.append([0, 0])
+        self._t.nodes.append(EncodeNode(first=0, n_entries=0))
         self._node_into(node, message, fields, cols, where)
         return node
 
@@ -162,8 +167,9 @@ class EncodingPlan:
             path = _join(where, fd.name)
             row = self._field(fd, arrow_field.type, col, message, path)
             oneof = fd.containing_oneof
-            row[8] = oneofs.get(oneof.full_name, 0) if oneof is not None else 0
-            rows.append(row)
+            rows.append(
+                row._replace(oneof=oneofs.get(oneof.full_name, 0) if oneof is not None else 0)
+            )
         if unknown is not None:
             arrow_field, col = unknown
             if arrow_field.type not in _BINARY:
@@ -171,11 +177,11 @@ class EncodingPlan:
             rows.append(_entry(0, "unknown", "singular", "explicit", col))
         first = len(self._t.entries)
         self._t.entries.extend(rows)
-        self._t.nodes[node] = [first, len(rows)]
+        self._t.nodes[node] = EncodeNode(first=first, n_entries=len(rows))
 
     def _field(
         self, fd: FieldDescriptor, t: pa.DataType, col: int, container: Descriptor, path: str
-    ) -> list[int]:
+    ) -> EncodeEntry:
         if is_map(fd):
             if not pa.types.is_map(t):
                 raise _type_error(path, "a map", t)
@@ -190,7 +196,7 @@ class EncodingPlan:
                 self._value(value_fd, t.item_type, value_col, f"{path}[].value", "always"),
             ]
             node = len(self._t.nodes)
-            self._t.nodes.append([len(self._t.entries), 2])
+            self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=2))
             self._t.entries.extend(rows)
             return _entry(fd.number << 3 | 2, "message", "repeated", "explicit", col, entries, node)
         if is_repeated(fd):
@@ -198,22 +204,21 @@ class EncodingPlan:
                 raise _type_error(path, "a list", t)
             values = self._spec(col, "values")
             row = self._value(fd, t.value_type, values, f"{path}[]", "explicit")
-            if row[2] in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
+            if row.kind in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
                 shape = "repeated"
             elif is_packed(fd):
                 shape = "packed"
-                row[0] = fd.number << 3 | 2
+                row = row._replace(tag=fd.number << 3 | 2)
             else:
                 shape = "repeated"
-            row[3] = core.SHAPE[shape]
-            row[5], row[6] = col, row[5]  # the list; its elements (maybe derived from values)
-            return row
+            # the list; its elements (maybe derived from values)
+            return row._replace(shape=core.SHAPE[shape], col=col, elem=row.col)
         presence = "explicit" if fd.has_presence else "implicit"
         return self._value(fd, t, col, path, presence)
 
     def _value(
         self, fd: FieldDescriptor, t: pa.DataType, col: int, path: str, presence: str
-    ) -> list[int]:
+    ) -> EncodeEntry:
         """The entry of one value of `fd` (a singular field, an element, a key or a value)."""
         number = fd.number
         if not is_message(fd):
@@ -288,15 +293,17 @@ class EncodingPlan:
             raise _type_error(path, f"the struct of {name}", t)
         return _entry(tag, kind, "singular", presence, col, child=node, end=end)
 
-    def _wrap(self, message: Descriptor, rows: list[list[int]]) -> int:
+    def _wrap(self, message: Descriptor, rows: list[EncodeEntry]) -> int:
         node = len(self._t.nodes)
-        self._t.nodes.append([len(self._t.entries), len(rows)])
+        self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=len(rows)))
         self._t.entries.extend(rows)
         return node
 
     def _temporal(self, message: Descriptor, wkt: str, t: pa.DataType, col: int, path: str) -> int:
         """A node whose fields are helper arrays derived from the temporal column."""
         spec = self._t.specs[col]
+        parts: tuple[str, ...]
+        split: Callable
         if wkt in ("timestamp", "duration"):
             per_second = _PER_SECOND[t.unit]
             parts = ("seconds", "nanos")
@@ -335,7 +342,7 @@ class EncodingPlan:
         n = batch.num_rows
         arrays: list[pa.Array] = []
         keep: list[object] = []  # everything whose address the core reads
-        cols = np.zeros((len(self._t.specs), core.COL_WIDTH), dtype=np.int64)
+        cols = np.zeros((len(self._t.specs), len(EncodeColumn._fields)), dtype=np.int64)
         for i, spec in enumerate(self._t.specs):
             bad = None
             if spec.access == "column":
@@ -353,12 +360,12 @@ class EncodingPlan:
             if bad is not None:
                 bad = np.ascontiguousarray(bad, dtype=np.uint8)
                 keep.append(bad)
-                cols[i, 5] = bad.ctypes.data
+                cols[i, _BAD] = bad.ctypes.data
             if spec.map_keys is not None:
                 perm = _map_order(array, spec.map_keys)
                 if perm is not None:
                     keep.append(perm)
-                    cols[i, 6] = perm.ctypes.data
+                    cols[i, _PERM] = perm.ctypes.data
         capacity = int(self._bytes_per_row * n * 1.1) + 4096
         status, err_col, err_index, data, start, offsets, wide = core.encode(
             cols, self._entries, self._nodes, n, capacity
@@ -406,18 +413,18 @@ def _entry(
     elem: int = -1,
     child: int = -1,
     end: int = 0,
-) -> list[int]:
-    return [
-        tag,
-        end,
-        core.KIND[kind],
-        core.SHAPE[shape],
-        core.PRESENCE[presence],
-        col,
-        elem,
-        child,
-        0,
-    ]
+) -> EncodeEntry:
+    return EncodeEntry(
+        tag=tag,
+        end_tag=end,
+        kind=core.KIND[kind],
+        shape=core.SHAPE[shape],
+        presence=core.PRESENCE[presence],
+        col=col,
+        elem=elem,
+        child=child,
+        oneof=0,
+    )
 
 
 def _join(where: str, name: str) -> str:
@@ -435,7 +442,7 @@ def _type_error(path: str, expected: str, got: pa.DataType) -> EncodeError:
 # -- buffers ----------------------------------------------------------------------------
 
 
-def _address(array: pa.Array, keep: list[object]) -> list[int]:
+def _address(array: pa.Array, keep: list[object]) -> EncodeColumn:
     """The cols row of an array: its own buffers (children are separate specs)."""
     keep.append(array)
     t = array.type
@@ -460,7 +467,15 @@ def _address(array: pa.Array, keep: list[object]) -> list[int]:
         pass  # read through its derived numbers
     else:
         values = buffers[1].address if buffers[1] is not None else 0
-    return [validity, array.offset, values, offsets, wide, 0, 0]
+    return EncodeColumn(
+        validity=validity,
+        offset=array.offset,
+        values=values,
+        offsets=offsets,
+        wide=wide,
+        bad=0,
+        perm=0,
+    )
 
 
 def _offsets(array: pa.Array) -> np.ndarray:
@@ -591,7 +606,7 @@ def _json_bytes(message: str, null_is_empty: bool) -> Derive:
     return derive
 
 
-def _canonical_bytes(cls: type, discard_unknown: bool) -> Derive:
+def _canonical_bytes(cls: type[Message], discard_unknown: bool) -> Derive:
     """Serialized messages -> the runtime's deterministic serialization of each (Python),
     without their unknown fields (at any depth) when `discard_unknown`."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -116,7 +117,7 @@ class Grouped:
     n_groups: int
 
 
-Value = pa.Array | pa.Scalar
+Value: TypeAlias = "pa.Array | pa.Scalar"
 Typer = Callable[[Sequence[pa.DataType], Call], pa.DataType]
 Evaluator = Callable[[Sequence[Value], Call, int], Value]
 

@@ -1543,7 +1543,7 @@ def _sum_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 
 @_fn("sum", 1, 1, _sum_type, aggregate=True)
 def _sum(args: Sequence[Value], call: Call, n: int) -> Value:
-    return per_record(args[0], "sum")  # type: ignore[arg-type]
+    return per_record(args[0], "sum")
 
 
 def _distinct_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -1553,7 +1553,7 @@ def _distinct_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 
 @_fn("distinct", 1, 1, _distinct_type, aggregate=True)
 def _distinct(args: Sequence[Value], call: Call, n: int) -> Value:
-    grouped: Grouped = args[0]  # type: ignore[assignment]
+    grouped: Grouped = args[0]
     values = grouped.values
     if pa.types.is_floating(values.type):  # distinct string forms: -0 and 0 differ
         values = _text(values)
@@ -1571,7 +1571,7 @@ def _list_concat_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 
 @_fn("list_concat", 1, 1, _list_concat_type, aux=("sep",), aggregate=True)
 def _list_concat(args: Sequence[Value], call: Call, n: int) -> Value:
-    grouped: Grouped = args[0]  # type: ignore[assignment]
+    grouped: Grouped = args[0]
     text = _text(grouped.values)
     valid = np.asarray(pc.is_valid(text).to_numpy(zero_copy_only=False), dtype=bool)
     groups = np.asarray(grouped.groups)[valid]

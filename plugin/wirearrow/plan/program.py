@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import FLAG, KIND, Program
+from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
 from wirearrow.plan.types import (
     default_bytes,
     has_presence,
@@ -36,7 +37,7 @@ class NodeSpec:
     implicit: bool = False  # a map value: present whenever its entry is
     unknown: int = -1  # column of the raw unknown fields (the `_unknown` pseudo-field)
     fields: dict[int, _EntrySpec] = field(default_factory=dict)
-    defaults: list[tuple[int, bytes]] = field(default_factory=list)
+    defaults: list[DecodeDefault] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -52,7 +53,7 @@ class _EntrySpec:
 class ProgramBuilder:
     def __init__(self, root: Descriptor, *, max_nesting: int) -> None:
         self.max_nesting = max_nesting
-        self.columns: list[tuple[int, int]] = []  # (width, group)
+        self.columns: list[DecodeColumn] = []
         self.groups: list[int] = [-1]
         self.group_of_column: list[int] = []
         self.nodes: list[NodeSpec] = []
@@ -68,7 +69,7 @@ class ProgramBuilder:
     # -- allocation -------------------------------------------------------------------
 
     def _column(self, width: int, group: int) -> int:
-        self.columns.append((width, group))
+        self.columns.append(DecodeColumn(width=width, group=group))
         return len(self.columns) - 1
 
     def _node(self, message: Descriptor, *, group: int, presence: int) -> NodeSpec:
@@ -86,7 +87,7 @@ class ProgramBuilder:
         return self.groups[group]
 
     def column_group(self, column: int) -> int:
-        return self.columns[column][1]
+        return self.columns[column].group
 
     # -- what a plan asks for ---------------------------------------------------------
 
@@ -96,7 +97,7 @@ class ProgramBuilder:
         if entry.column < 0:
             entry.column = self._column(scalar_kind(fd).width, node.group)
             if not has_presence(fd, node.message):
-                node.defaults.append((entry.column, default_bytes(fd)))
+                node.defaults.append(DecodeDefault(column=entry.column, value=default_bytes(fd)))
         return entry.column
 
     def message(self, node: NodeSpec, fd: FieldDescriptor) -> NodeSpec:
@@ -201,10 +202,10 @@ class ProgramBuilder:
             self._complete_oneofs(node)
             if node.unknown >= 0:
                 self._know_every_field(node)
-        entries: list[tuple] = []
-        nodes: list[tuple] = []
+        entries: list[DecodeEntry] = []
+        nodes: list[DecodeNode] = []
         dense: list[int] = []
-        defaults: list[tuple[int, bytes]] = []
+        defaults: list[DecodeDefault] = []
         clear_cols: list[int] = []
         for node in self.nodes:
             first = len(entries)
@@ -230,16 +231,16 @@ class ProgramBuilder:
             node_defaults = self._defaults_on_entry(node)
             node_defaults = self._derive_zero_defaults(node, node_defaults)
             nodes.append(
-                (
-                    first,
-                    len(numbers),
-                    dense_at,
-                    dense_len,
-                    node.group,
-                    node.presence,
-                    len(defaults),
-                    len(node_defaults),
-                    node.unknown,
+                DecodeNode(
+                    entries=first,
+                    n_entries=len(numbers),
+                    dense=dense_at,
+                    dense_len=dense_len,
+                    group=node.group,
+                    presence=node.presence,
+                    defaults=len(defaults),
+                    n_defaults=len(node_defaults),
+                    unknown=node.unknown,
                 )
             )
             defaults.extend(node_defaults)
@@ -247,7 +248,9 @@ class ProgramBuilder:
             entries, nodes, dense, defaults, clear_cols, self.columns, self.groups, self.max_nesting
         )
 
-    def _entry_row(self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int) -> tuple:
+    def _entry_row(
+        self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int
+    ) -> DecodeEntry:
         fd = entry.field
         flags = FLAG["lenient"] if entry.lenient else 0
         if entry.group >= 0:
@@ -270,30 +273,30 @@ class ProgramBuilder:
                 fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes
             ):
                 flags |= FLAG["utf8"]
-        return (
-            fd.number,
-            wire_type,
-            kind,
-            flags,
-            entry.column,
-            child,
-            entry.group,
-            clear_at,
-            n_clear,
+        return DecodeEntry(
+            number=fd.number,
+            wire_type=wire_type,
+            kind=kind,
+            flags=flags,
+            column=entry.column,
+            child=child,
+            group=entry.group,
+            clear=clear_at,
+            n_clear=n_clear,
         )
 
-    def _defaults_on_entry(self, node: NodeSpec) -> list[tuple[int, bytes]]:
+    def _defaults_on_entry(self, node: NodeSpec) -> list[DecodeDefault]:
         out = list(node.defaults)
         for entry in node.fields.values():
             child = entry.child
             if child is not None and child.implicit and entry.group < 0:
-                out.append((child.presence, bytes(16)))
+                out.append(DecodeDefault(column=child.presence, value=bytes(16)))
                 out.extend(self._defaults_on_entry(child))
         return out
 
     def _derive_zero_defaults(
-        self, node: NodeSpec, defaults: list[tuple[int, bytes]]
-    ) -> list[tuple[int, bytes]]:
+        self, node: NodeSpec, defaults: list[DecodeDefault]
+    ) -> list[DecodeDefault]:
         """Drop the all-zero defaults from what the decoder fills on entry to `node`.
 
         Slots start zeroed, so such a column holds its default wherever nothing was read;
@@ -303,11 +306,11 @@ class ProgramBuilder:
         """
         kept = []
         source = self.validity_from.get(node.presence, node.presence)
-        for column, value in defaults:
-            if any(value):
-                kept.append((column, value))
+        for default in defaults:
+            if any(default.value):
+                kept.append(default)
             else:
-                self.validity_from[column] = source
+                self.validity_from[default.column] = source
         return kept
 
     def _oneof_clear_lists(self, node: NodeSpec) -> dict[int, list[int]]:

@@ -1,0 +1,134 @@
+# The protobuf wire format, read (decoder, framing) and sized (encoder): written once here.
+#
+# Every reader takes the position by address (pp), checks each byte against `end` before it
+# reads it, and moves the position only on success. Statuses are the decoder's numbering
+# (its STATUS_TEXT names them); framing maps them to its own errors.
+#
+# The decoder is built with these forced inline (setup.py): a hot-loop call site copies the
+# position into a local whose address is taken (`q = p; read_varint(&q, ...); p = q`) so
+# that `p` itself stays in a register.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
+
+cdef enum:  # statuses
+    OK = 0
+    E_TRUNCATED = 1         # the region ends inside a value
+    E_VARINT_OVERFLOW = 2   # a varint longer than 10 bytes
+    E_LENGTH = 3            # a length prefix runs past the end of the region
+    E_TAG_OVERFLOW = 12     # a tag larger than 32 bits
+
+
+cdef inline int read_varint_slow(const uint8_t** pp, const uint8_t* end,
+                                 uint64_t* out) noexcept nogil:
+    """Base-128 varint, least significant group first, at most 10 bytes (any length)."""
+    cdef const uint8_t* p = pp[0]
+    cdef uint64_t result = 0
+    cdef uint64_t b
+    cdef int shift = 0
+    while True:
+        if p >= end:
+            return E_TRUNCATED
+        if shift > 63:
+            return E_VARINT_OVERFLOW
+        b = p[0]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    out[0] = result
+    pp[0] = p
+    return OK
+
+
+cdef inline int read_varint(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
+    """A varint; one byte (most values, most lengths) without the loop."""
+    cdef const uint8_t* p = pp[0]
+    if p < end and p[0] < 0x80:
+        out[0] = p[0]
+        pp[0] = p + 1
+        return OK
+    return read_varint_slow(pp, end, out)
+
+
+cdef inline int skip_varint(const uint8_t** pp, const uint8_t* end) noexcept nogil:
+    cdef const uint8_t* p = pp[0]
+    cdef const uint8_t* limit = p + 10
+    while True:
+        if p >= end:
+            return E_TRUNCATED
+        if p >= limit:
+            return E_VARINT_OVERFLOW
+        if p[0] < 0x80:
+            pp[0] = p + 1
+            return OK
+        p += 1
+
+
+cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out) noexcept nogil:
+    """A length prefix, checked against the bytes left in the enclosing region."""
+    cdef uint64_t v
+    cdef int st = read_varint(pp, end, &v)
+    if st != OK:
+        return st
+    if v > <uint64_t>(end - pp[0]):
+        return E_LENGTH
+    out[0] = <int64_t>v
+    return OK
+
+
+cdef inline int read_tag(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
+    """A field tag (number << 3 | wire type): one or two bytes (field numbers below 2048)
+    without the loop; over 32 bits is an error. Number and wire type are not checked."""
+    cdef const uint8_t* p = pp[0]
+    cdef int st
+    if p < end and p[0] < 0x80:
+        out[0] = p[0]
+        pp[0] = p + 1
+        return OK
+    if p + 1 < end and p[1] < 0x80:
+        out[0] = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
+        pp[0] = p + 2
+        return OK
+    st = read_varint_slow(pp, end, out)
+    if st == OK and out[0] >> 32:
+        return E_TAG_OVERFLOW
+    return st
+
+
+cdef inline int skip_fixed(const uint8_t** pp, const uint8_t* end, int64_t width) noexcept nogil:
+    """A fixed32 (width 4) or fixed64 (width 8) value."""
+    if end - pp[0] < width:
+        return E_TRUNCATED
+    pp[0] += width
+    return OK
+
+
+cdef inline int32_t zigzag32(uint32_t v) noexcept nogil:
+    """sint32 from the low 32 bits of its zigzag varint."""
+    return <int32_t>((v >> 1) ^ (~(v & 1) + 1))
+
+
+cdef inline int64_t zigzag64(uint64_t v) noexcept nogil:
+    """sint64 from its zigzag varint."""
+    return <int64_t>((v >> 1) ^ (~(v & 1) + 1))
+
+
+cdef inline uint32_t zigzag32_of(int32_t v) noexcept nogil:
+    """The zigzag varint of a sint32 (what zigzag32 reads back)."""
+    return (<uint32_t>v << 1) ^ <uint32_t>(v >> 31)
+
+
+cdef inline uint64_t zigzag64_of(int64_t v) noexcept nogil:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+cdef inline int varint_size(uint64_t v) noexcept nogil:
+    """Bytes of v as a varint."""
+    if v < 0x80:
+        return 1
+    return (63 - __builtin_clzll(v)) // 7 + 1

@@ -1,0 +1,33 @@
+"""Apache Beam transforms: protobuf records to Arrow record batches, Beam rows and Parquet.
+
+    import apache_beam as beam
+    import wirearrow.beam as wab
+
+    with beam.Pipeline(options=opts) as p:
+        records = p | wab.ReadDelimited("gs://bucket/events/*.bin", framing="varint")
+        result = records | wab.ToArrow("transforms/openrtb_flat.yaml", batch_size=8192)
+        result.batches | wab.WriteToParquet("gs://bucket/out/", schema=result.schema)
+        result.dead_letters | beam.Map(str) | beam.io.WriteToText("gs://bucket/dead/")
+
+Modules: ``transcode`` (ToArrow, RecordArray batches, dead letters), ``rows`` (ToRows,
+row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet). The public PTransforms
+only wire the graph; the work happens in private DoFns whose heavy state (the compiled
+plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
+"""
+
+from wirearrow.beam.parquet import WriteToParquet
+from wirearrow.beam.read import ReadDelimited
+from wirearrow.beam.rows import RowsResult, ToRows, row_type
+from wirearrow.beam.transcode import ArrowResult, DeadLetter, RecordArray, ToArrow
+
+__all__ = [
+    "ArrowResult",
+    "DeadLetter",
+    "ReadDelimited",
+    "RecordArray",
+    "RowsResult",
+    "ToArrow",
+    "ToRows",
+    "WriteToParquet",
+    "row_type",
+]

@@ -1,0 +1,190 @@
+"""The table layouts are described once (wirearrow._core.layout): every field a builder puts
+in a row must arrive in the extension's C struct, and read back as the same record."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import wirearrow as wa
+import wirearrow.plan.program as program_module
+from wirearrow._core import decoder, encoder, layout
+
+# Every kind of table row, each field away from its "nothing" value somewhere: a oneof (clear lists), a repeated message (a group, a child), a group
+# field, a sub-message (presence), packed scalars and kept unknown fields.
+_SOURCE = """
+syntax = "proto2";
+package layout;
+message Inner { optional int32 a = 1 [default = 7]; optional string s = 2; }
+message Outer {
+  optional int64 id = 1 [default = -3];
+  oneof pick { int32 x = 2; string y = 3; Inner z = 4; }
+  repeated Inner items = 5;
+  optional group G = 6 { optional fixed32 f = 7; }
+  repeated int32 packed = 8 [packed = true];
+  optional Inner one = 9;
+  map<string, int64> m = 10;
+  optional bytes blob = 2000;
+}
+"""
+
+
+def _built_programs(monkeypatch: pytest.MonkeyPatch, schema: wa.Schema, **options) -> list:
+    seen: list = []
+    real = program_module.Program
+
+    def recording(*args):
+        built = real(*args)
+        seen.append((args, built))
+        return built
+
+    monkeypatch.setattr(program_module, "Program", recording)
+    # a cache of its own: compiled here, not taken from an earlier test
+    wa.Transcoder(schema, cache=wa.ParserCache(), **options).transcode([b""])
+    assert seen, "no program was built"
+    return seen
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"keep_unknown": True}, {"validate": "full"}, {"max_nesting": 7}]
+)
+def test_every_decoder_row_arrives_field_by_field(
+    monkeypatch: pytest.MonkeyPatch, compile_proto, options: dict
+) -> None:
+    schema, _ = compile_proto(_SOURCE, "layout.Outer")
+    for args, program in _built_programs(monkeypatch, schema, **options):
+        entries, nodes, _dense, defaults, _clear, columns, _groups, max_nesting = args
+        assert [program.entry(i) for i in range(program.n_entries)] == list(entries)
+        assert [program.node(i) for i in range(program.n_nodes)] == list(nodes)
+        assert [program.column(i) for i in range(program.n_cols)] == list(columns)
+        assert [program.default(i) for i in range(program.n_defaults)] == list(defaults)
+        assert program.max_nesting == max_nesting == options.get("max_nesting", 100)
+
+
+def test_the_schema_above_sets_every_field_somewhere(
+    monkeypatch: pytest.MonkeyPatch, compile_proto
+) -> None:
+    # So that a field dropped on the way from builder to struct would show above. (Defaults
+    # that are not all zero bytes need implicit presence and a non-zero default, which protoc
+    # refuses, proto3 and map entries needing a zero first enum value: see the test below.)
+    schema, _ = compile_proto(_SOURCE, "layout.Outer")
+    args = [a for a, _ in _built_programs(monkeypatch, schema, keep_unknown=True)]
+    for record, at in ((layout.DecodeEntry, 0), (layout.DecodeNode, 1), (layout.DecodeColumn, 5)):
+        rows = [row for a in args for row in a[at]]
+        for name in set(record._fields) - {"defaults", "n_defaults"}:
+            assert {getattr(r, name) for r in rows} - {0, -1}, f"{record.__name__}.{name}"
+
+
+def test_defaults_arrive_and_fill_their_column() -> None:
+    value = struct.pack("<i", 42).ljust(16, b"\0")
+    entries = [
+        layout.DecodeEntry(
+            number=1,
+            wire_type=0,
+            kind=decoder.KIND["varint32"],
+            flags=0,
+            column=0,
+            child=-1,
+            group=-1,
+            clear=-1,
+            n_clear=0,
+        )
+    ]
+    nodes = [
+        layout.DecodeNode(
+            entries=0,
+            n_entries=1,
+            dense=0,
+            dense_len=2,
+            group=0,
+            presence=-1,
+            defaults=1,
+            n_defaults=1,
+            unknown=-1,
+        )
+    ]
+    defaults = [
+        layout.DecodeDefault(column=0, value=bytes(16)),
+        layout.DecodeDefault(column=0, value=value),
+    ]
+    columns = [layout.DecodeColumn(width=4, group=0)]
+    program = decoder.Program(entries, nodes, [-1, 0], defaults, [], columns, [-1], 5)
+    assert [program.default(i) for i in range(program.n_defaults)] == defaults
+    assert program.node(0) == nodes[0]
+    data = np.frombuffer(b"\x08\x05", dtype=np.uint8)  # record 1: field 1 = 5
+    starts, ends = np.array([0, 0], dtype=np.int64), np.array([0, 2], dtype=np.int64)
+    result = decoder.decode(program, data, starts, ends, decoder.POLICY_RAISE)
+    assert np.frombuffer(result.col_values[0], dtype=np.int32).tolist() == [42, 5]
+
+
+def test_a_row_of_another_width_is_refused(monkeypatch: pytest.MonkeyPatch, compile_proto) -> None:
+    schema, _ = compile_proto(_SOURCE, "layout.Outer")
+    (args, _), *_ = _built_programs(monkeypatch, schema)
+    entries, nodes, *rest = args
+    with pytest.raises(TypeError):
+        decoder.Program([tuple(e)[:-1] for e in entries], nodes, *rest)
+    with pytest.raises(TypeError):
+        decoder.Program(entries, [(*n, 0) for n in nodes], *rest)
+
+
+def _matrix(record: type, rows: list) -> np.ndarray:
+    return np.array(rows, dtype=np.int64).reshape(-1, len(record._fields))
+
+
+def test_every_encoder_row_arrives_field_by_field() -> None:
+    # Distinct values in every field (in range where the loader checks them).
+    cols = [layout.EncodeColumn(*range(10 * i + 1, 10 * i + 8)) for i in range(12)]
+    entries = [
+        layout.EncodeEntry(
+            tag=(i + 1) << 3 | 2,
+            end_tag=(i + 1) << 3 | 4,
+            kind=encoder.KIND["message"],
+            shape=encoder.SHAPE["repeated"],
+            presence=encoder.PRESENCE["always"],
+            col=i,
+            elem=11 - i,
+            child=1,
+            oneof=i + 2,
+        )
+        for i in range(3)
+    ]
+    nodes = [layout.EncodeNode(first=0, n_entries=2), layout.EncodeNode(first=2, n_entries=1)]
+    got = encoder.tables(
+        _matrix(layout.EncodeColumn, cols),
+        _matrix(layout.EncodeEntry, entries),
+        _matrix(layout.EncodeNode, nodes),
+    )
+    assert got == (cols, entries, nodes)
+    assert (encoder.COL_WIDTH, encoder.ENTRY_WIDTH, encoder.NODE_WIDTH) == (7, 9, 2)
+
+
+def test_the_encoder_refuses_matrices_of_another_width() -> None:
+    cols = np.zeros((1, len(layout.EncodeColumn._fields) - 1), dtype=np.int64)
+    entries = np.zeros((0, len(layout.EncodeEntry._fields)), dtype=np.int64)
+    nodes = np.zeros((1, len(layout.EncodeNode._fields)), dtype=np.int64)
+    with pytest.raises(ValueError, match="malformed tables"):
+        encoder.tables(cols, entries, nodes)
+
+
+def test_an_encoding_plan_builds_the_rows_the_encoder_reads(compile_proto) -> None:
+    from wirearrow.plan.encoding import EncodingPlan
+
+    schema, cls = compile_proto(_SOURCE, "layout.Outer")
+    tc = wa.Transcoder(schema)
+    plan = EncodingPlan(schema.descriptor, tc.arrow_schema)
+    built_entries = plan._t.entries
+    _, entries, nodes = encoder.tables(
+        np.zeros((len(plan._t.specs), encoder.COL_WIDTH), dtype=np.int64),
+        plan._entries,
+        plan._nodes,
+    )
+    assert entries == built_entries
+    assert nodes == plan._t.nodes
+    # and the whole trip still encodes what the runtime parses back
+    msg = cls(id=5, y="why", packed=[1, 2, 3], m={"k": 9})
+    msg.items.add(a=1, s="one")
+    msg.G.f = 11
+    table = tc.transcode([msg.SerializeToString()])
+    assert cls.FromString(tc.encode(table)[0].as_py()) == msg
