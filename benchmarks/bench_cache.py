@@ -1,18 +1,17 @@
-"""The parser cache: throughput untuned / tuned / from a saved profile, and compile time.
+"""The parser cache: a new process's first batch with and without a saved profile, the
+steady state, and compile time.
 
-Single process, single thread, flat-15 plan of bench_flat, on the neutral corpus
-(``corpus.generate``) and the skewed one (``corpus.generate_skewed``: producer field order,
-large strings, many absent fields). Every row decodes the same batches; rows take turns batch
-by batch (so that drift of the machine and allocator state hit all rows alike) and the median
-batch time is reported.
+Single process, single thread, the flat-15 plan of bench_flat and whole messages, on the
+neutral corpus (``corpus.generate``) and the skewed one (``corpus.generate_skewed``:
+producer field order, large strings, many absent fields).
 
-* untuned: ``ParserCache(tune="off")`` (what a transcoder without ``cache=`` gets);
-* tuned: ``ParserCache(tune="auto")`` (1 % sampling), warmed up until it has retuned;
-* loaded: a fresh cache from the tuned one's ``save()``, as a new job would start.
-
-Cold start: the first batch of a new process (a fresh cache and transcoder per batch, the
-compile not timed, the buffer pool emptied), with nothing known (``tune="off"``) against a cache loaded from the
-saved profile, whose sizes allocate every buffer once, at its final size.
+* steady state: a transcoder on a fresh ``ParserCache()`` (each batch sized by the one
+  before it, what every transcoder gets) against one on a cache loaded from a saved profile
+  (``ParserCache.load``); rows take turns batch by batch (so that drift of the machine and
+  allocator state hit all rows alike) and the median batch time is reported;
+* first batch: a new process's first batch (a fresh cache and transcoder per batch, the
+  compile not timed, the buffer pool emptied), with nothing known against a cache loaded
+  from the saved profile, whose sizes allocate every buffer once, at its final size.
 
 Compile time: building N transcoders of the plan with one shared cache (one compile) vs a
 new cache each (N compiles).
@@ -64,13 +63,13 @@ def main() -> int:
     columns = list(PLANS["flat-15"])
     k = 50
     t0 = time.perf_counter()
-    shared = wa.ParserCache(tune="off")
+    shared = wa.ParserCache()
     for _ in range(k):
         wa.Transcoder(schema, columns, cache=shared)
     with_cache = (time.perf_counter() - t0) / k
     t0 = time.perf_counter()
     for _ in range(k):
-        wa.Transcoder(schema, columns, cache=wa.ParserCache(tune="off"))
+        wa.Transcoder(schema, columns, cache=wa.ParserCache())
     without = (time.perf_counter() - t0) / k
     report["compile_ms_per_transcoder"] = {
         "shared_cache": with_cache * 1e3,
@@ -86,75 +85,69 @@ def main() -> int:
 
 
 def run(wa, schema, columns, batch, args) -> dict:
-    """Steady state (untuned / tuned / loaded) and cold start on one plan and corpus."""
-    tuned_cache = wa.ParserCache(tune="auto", retune_every=args.n)
-    tcs = {
-        "untuned": wa.Transcoder(schema, columns, cache=wa.ParserCache(tune="off")),
-        "tuned": wa.Transcoder(schema, columns, cache=tuned_cache),
-    }
-    for _ in range(3):
-        tcs["tuned"].transcode(batch)  # profile, retune
-    assert tuned_cache.stats()["plans"][0]["tuning_version"] >= 1
+    """Steady state (fresh / loaded) and first batch (cold / loaded) on one plan and corpus."""
+    recorder = wa.ParserCache()
+    wa.Transcoder(schema, columns, cache=recorder).transcode(batch)
     with tempfile.TemporaryDirectory() as tmp:
-        tuned_cache.save(Path(tmp) / "profile.json")
-        loaded = wa.ParserCache.load(Path(tmp) / "profile.json")
-    tcs["loaded"] = wa.Transcoder(schema, columns, cache=loaded)
-    reference = tcs["untuned"].transcode(batch)
-    for tc in tcs.values():
-        assert tc.transcode(batch).equals(reference)
-    times: dict[str, list[float]] = {k: [] for k in tcs}
-    keys = list(tcs)
-    for r in range(args.rounds * args.batches):
-        # one batch per row in turn, the starting row rotating: allocator and cache
-        # state left by one row's batch lands on every row alike
-        for key in keys[r % 3 :] + keys[: r % 3]:
-            t0 = time.perf_counter()
-            tcs[key].transcode(batch)
-            times[key].append(time.perf_counter() - t0)
-    rates = {k: args.n / statistics.median(v) for k, v in times.items()}
-    plan_stats = tuned_cache.stats()["plans"][0]
+        saved = Path(tmp) / "profile.json"
+        recorder.save(saved)
+        tcs = {
+            "fresh": wa.Transcoder(schema, columns, cache=wa.ParserCache()),
+            "loaded": wa.Transcoder(schema, columns, cache=wa.ParserCache.load(saved)),
+        }
+        reference = tcs["fresh"].transcode(batch)
+        for tc in tcs.values():
+            assert tc.transcode(batch).equals(reference)
+        times = alternate(tcs, lambda tc: tc, args.rounds * args.batches, batch)
+        rates = {k: args.n / statistics.median(v) for k, v in times.items()}
+        # The first batch in a fresh process, compile excluded.
+        makers = {
+            "cold": lambda: wa.ParserCache(),
+            "profile loaded": lambda: wa.ParserCache.load(saved),
+        }
+
+        def first_batch(make):
+            tc = wa.Transcoder(schema, columns, cache=make())
+            # A new process starts with an empty buffer pool (docs/memory.md).
+            limit = wa.buffer_pool()["limit"]
+            wa.buffer_pool(limit=0)
+            wa.buffer_pool(limit=limit)
+            return tc
+
+        cold = alternate(makers, first_batch, args.rounds * 2, batch)
+    cold_rates = {k: args.n / statistics.median(v) for k, v in cold.items()}
+    steady = rates["loaded"] / rates["fresh"] - 1
+    gain = cold_rates["profile loaded"] / cold_rates["cold"] - 1
     row = {
         "bytes_per_record": batch.nbytes / len(batch),
         "msg_per_s": {k: round(v) for k, v in rates.items()},
-        "tuned_vs_untuned": round(rates["tuned"] / rates["untuned"] - 1, 4),
-        "loaded_vs_untuned": round(rates["loaded"] / rates["untuned"] - 1, 4),
-        "profiling_overhead_of_decode": plan_stats["profiling_overhead"],
+        "loaded_vs_fresh": round(steady, 4),
+        "first_batch_msg_per_s": {k: round(v) for k, v in cold_rates.items()},
+        "first_batch_loaded_vs_cold": round(gain, 4),
     }
     row["line"] = (
-        f"{batch.nbytes / len(batch):6.0f} B/msg  "
+        f"{batch.nbytes / len(batch):6.0f} B/msg  steady: "
         + "  ".join(f"{k} {v / 1e6:.3f}M msg/s" for k, v in rates.items())
-        + f"  tuned/untuned {rates['tuned'] / rates['untuned'] - 1:+.1%}"
-        + f"  loaded/untuned {rates['loaded'] / rates['untuned'] - 1:+.1%}"
-        + f"  walker/decode {plan_stats['profiling_overhead']:.2%}"
-    )
-    # Cold start: the first batch in a fresh process, compile excluded.
-    with tempfile.TemporaryDirectory() as tmp:
-        tuned_cache.save(Path(tmp) / "profile.json")
-        cold: dict[str, list[float]] = {"cold": [], "cold, profile loaded": []}
-        for r in range(args.rounds * 2):
-            for key in list(cold)[r % 2 :] + list(cold)[: r % 2]:
-                cache = (
-                    wa.ParserCache(tune="off")
-                    if key == "cold"
-                    else wa.ParserCache.load(Path(tmp) / "profile.json")
-                )
-                tc = wa.Transcoder(schema, columns, cache=cache)
-                # A new process starts with an empty buffer pool (docs/memory.md).
-                limit = wa.buffer_pool()["limit"]
-                wa.buffer_pool(limit=0)
-                wa.buffer_pool(limit=limit)
-                t0 = time.perf_counter()
-                tc.transcode(batch)
-                cold[key].append(time.perf_counter() - t0)
-    cold_rates = {k: args.n / statistics.median(v) for k, v in cold.items()}
-    gain = cold_rates["cold, profile loaded"] / cold_rates["cold"] - 1
-    row["cold_msg_per_s"] = {k: round(v) for k, v in cold_rates.items()}
-    row["cold_loaded_vs_cold"] = round(gain, 4)
-    row["line"] += (
-        f"\n{'':17s} first batch: cold {cold_rates['cold'] / 1e6:.3f}M msg/s, "
-        f"profile loaded {cold_rates['cold, profile loaded'] / 1e6:.3f}M ({gain:+.1%})"
+        + f"  loaded/fresh {steady:+.1%}"
+        + f"\n{'':17s} first batch: cold {cold_rates['cold'] / 1e6:.3f}M msg/s, "
+        + f"profile loaded {cold_rates['profile loaded'] / 1e6:.3f}M ({gain:+.1%})"
     )
     return row
+
+
+def alternate(rows: dict, prepare, turns: int, batch) -> dict[str, list[float]]:
+    """Seconds of ``prepare(rows[key]).transcode(batch)`` per row, one batch per row in
+    turn, the starting row rotating: allocator and cache state left by one row's batch lands
+    on every row alike. ``prepare`` is not timed."""
+    keys = list(rows)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    for r in range(turns):
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            tc = prepare(rows[key])
+            t0 = time.perf_counter()
+            tc.transcode(batch)
+            times[key].append(time.perf_counter() - t0)
+    return times
 
 
 if __name__ == "__main__":

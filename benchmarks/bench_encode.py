@@ -200,16 +200,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.n:,} messages, seed {args.seed}; {machine_info()}")
     print(render(results))
     wirearrow = next((r for r in results if r.method.startswith("wirearrow")), None)
+    targets = []
     if wirearrow is not None and wirearrow.ratio is not None:
         verdict = "met" if wirearrow.ratio >= 2 else "NOT met"
-        print(
+        targets.append(
             f"target wirearrow encode >= 2x runtime serialize: {wirearrow.ratio:.2f}x ({verdict})"
         )
+        print(targets[-1])
     if args.json is not None:
         payload = {
             "n": args.n,
+            "machine": machine_info(),
             "versions": library_versions(),
             "results": [asdict(r) for r in results],
+            "targets": targets,
         }
         args.json.write_text(json.dumps(payload, indent=2))
     return 0

@@ -40,6 +40,7 @@ __all__ = [
     "MESSAGE_NAME",
     "PROTO_FILE",
     "SCHEMA_DIR",
+    "break_records",
     "frame",
     "generate",
     "generate_skewed",
@@ -47,6 +48,7 @@ __all__ = [
     "read_corpus",
     "unframe",
     "write_corpus",
+    "write_split",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -544,6 +546,42 @@ def write_corpus(
         f.writelines(frame(messages, framing))
     tmp.replace(path)
     return messages
+
+
+def break_records(messages: list[bytes], count: int) -> list[int]:
+    """Break ``count`` of ``messages`` in place, spread evenly from the first; their indexes.
+
+    A broken record ends with a field whose length runs past the record's end: protobuf
+    cannot parse it, wirearrow makes it a dead letter. The pipelines use this, so that the
+    same ``(n, seed, count)`` breaks the same records whichever engine runs them.
+    """
+    n = len(messages)
+    broken = list(range(0, n, max(n // count, 1))[:count]) if count > 0 else []
+    for i in broken:
+        messages[i] += b"\x0a\x7f"  # field 1 (id), length 127: past the end
+    return broken
+
+
+def write_split(
+    directory: str | os.PathLike[str], messages: Sequence[bytes], files: int, framing: Framing
+) -> list[Path]:
+    """Write ``messages`` over ``files`` files ``events-NNNNN.<framing>``, consecutive slices
+    in order: read back in name order they are ``messages`` again."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = -(-len(messages) // max(files, 1))
+    paths = []
+    for i in range(max(files, 1)):
+        part = messages[i * per_file : (i + 1) * per_file]
+        if not part and i:
+            break
+        path = directory / f"events-{i:05d}.{framing}"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.writelines(frame(part, framing))
+        tmp.replace(path)
+        paths.append(path)
+    return paths
 
 
 def read_corpus(path: str | os.PathLike[str], framing: Framing = "u32le") -> list[bytes]:

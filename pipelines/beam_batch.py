@@ -1,6 +1,7 @@
 """Batch Beam pipeline: files of length-delimited protobuf records -> Parquet (+ dead letters).
 
     python pipelines/beam_batch.py --n 20000 --out out/beam             # generates the input
+    python pipelines/beam_batch.py --n 20000 --out out/beam --corrupt 10   # 10 bad records
     python pipelines/beam_batch.py --input 'data/*.varint' --out out/beam --workers 2
     python pipelines/beam_batch.py --input 'gs://b/events/*.bin' --out gs://b/out \\
         --runner DataflowRunner --project P --region R --temp_location gs://b/tmp \\
@@ -24,23 +25,27 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import wirearrow.beam as wab
+from wirearrow.beam.transcode import METRICS_NAMESPACE  # the namespace of ToArrow's counters
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 
 
-def generate_input(directory: Path, n: int, files: int, framing: str, seed: int) -> str:
-    """Write ``n`` records over ``files`` files with benchmarks/corpus.py; returns a glob."""
+def generate_input(
+    directory: Path, n: int, files: int, framing: str, seed: int, corrupt: int = 0
+) -> str:
+    """Write ``n`` records over ``files`` files with benchmarks/corpus.py; returns a glob.
+
+    The records are those of the Ray job for the same ``n``, ``seed`` and ``corrupt``
+    (``corpus.generate(n, seed)``, the same ones broken), cut into consecutive slices: the
+    two jobs read the same data and write the same rows.
+    """
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import corpus
 
-    per_file = -(-n // files)
-    for i in range(files):
-        count = min(per_file, n - i * per_file)
-        if count > 0:
-            corpus.write_corpus(
-                directory / f"events-{i:05d}.{framing}", count, seed=seed + i, framing=framing
-            )
+    messages = corpus.generate(n, seed=seed)
+    corpus.break_records(messages, corrupt)
+    corpus.write_split(directory, messages, files, framing)
     return str(directory / f"events-*.{framing}")
 
 
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=20_000, help="records to generate")
     parser.add_argument("--files", type=int, default=4, help="files to generate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corrupt", type=int, default=0, help="generated records to break")
     parser.add_argument("--framing", default="varint", choices=("varint", "u32le", "u32be"))
     parser.add_argument("--plan", default=str(DEFAULT_PLAN), help="YAML plan")
     parser.add_argument("--out", default="out/beam", help="output directory (any filesystem)")
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     pattern = args.input
     if pattern is None:
         pattern = generate_input(
-            Path(args.out) / "input", args.n, args.files, args.framing, args.seed
+            Path(args.out) / "input", args.n, args.files, args.framing, args.seed, args.corrupt
         )
         print(f"input: {args.n:,} records in {pattern}")
     if args.write_only:
@@ -112,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     counters = {
         c.key.metric.name: c.committed
         for c in result.metrics().query(beam.metrics.MetricsFilter())["counters"]
-        if c.key.metric.namespace == wab.METRICS_NAMESPACE
+        if c.key.metric.namespace == METRICS_NAMESPACE
     }
     records_in = counters.get("records_in", 0)
     print(

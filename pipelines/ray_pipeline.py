@@ -42,9 +42,7 @@ def generate_input(path: Path, n: int, seed: int, framing: str, corrupt: int) ->
     import corpus
 
     messages = corpus.generate(n, seed=seed)
-    if corrupt > 0:
-        for i in range(0, n, max(n // corrupt, 1))[:corrupt]:
-            messages[i] += b"\x0a\x7f"  # field 1 (id), length 127: past the end
+    corpus.break_records(messages, corrupt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:

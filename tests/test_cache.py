@@ -1,8 +1,8 @@
-"""The parser cache: compile once, profile, retune, persist, share (Ray, Beam).
+"""The parser cache: compile once, learn buffer sizes, persist and share them (Ray, Beam).
 
-Tuning never changes output: the differential tests run random schemas, plans and wire
-variations through a cache that samples every record and retunes after every batch, and
-compare with the oracle and with an untuned transcoder.
+Sizes never change output: the differential test runs random schemas, plans and wire
+variations through transcoders whose buffers are sized by an earlier batch (or not at all)
+and compares them with the oracle and with each other.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -22,7 +22,7 @@ import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
 from oracle import assert_rows_equal, expected_rows
 from schemagen import compile_source, messages, plans, schema_specs, wire_bytes
-from wirearrow._core.profile import walk
+from wirearrow import cache as cache_module
 from wirearrow.cache import ParserCache, default_cache
 
 PLAN = ["id", "imp[*].id", "imp[*].bidfloor", "device.geo.country", "user.id"]
@@ -40,16 +40,11 @@ def skewed() -> pa.BinaryArray:
     return pa.array(corpus.generate_skewed(600, seed=3), pa.binary())
 
 
-def eager() -> ParserCache:
-    """A cache that walks every record and retunes after every batch."""
-    return ParserCache(tune="auto", sample_rate=1.0, retune_every=1)
-
-
 # ---- compile once -------------------------------------------------------------------------
 
 
 def test_one_compile_per_plan_however_many_transcoders(schema: wa.Schema) -> None:
-    cache = ParserCache(tune="off")
+    cache = ParserCache()
     a = wa.Transcoder(schema, columns=PLAN, cache=cache)
     b = wa.Transcoder(schema, columns=list(PLAN), cache=cache)
     c = wa.Transcoder(schema, columns=PLAN[:2], cache=cache)  # another plan
@@ -60,7 +55,7 @@ def test_one_compile_per_plan_however_many_transcoders(schema: wa.Schema) -> Non
 
 
 def test_one_compile_under_threads(schema: wa.Schema) -> None:
-    cache = ParserCache(tune="off")
+    cache = ParserCache()
     barrier = threading.Barrier(8)
     built: list[Any] = []
 
@@ -77,11 +72,11 @@ def test_one_compile_under_threads(schema: wa.Schema) -> None:
     assert all(p is built[0] for p in built)
 
 
-def test_default_cache_is_process_wide_and_does_not_profile(schema: wa.Schema) -> None:
+def test_default_cache_is_process_wide(schema: wa.Schema) -> None:
     a = wa.Transcoder(schema, columns=["id", "tmax"])
     b = wa.Transcoder(schema, columns=["id", "tmax"])
     assert a.cache is default_cache() and a._plan is b._plan
-    assert default_cache().tune == "off"
+    assert default_cache().hub is None  # never shared unless asked
 
 
 def test_plan_errors_are_not_cached(schema: wa.Schema) -> None:
@@ -93,109 +88,58 @@ def test_plan_errors_are_not_cached(schema: wa.Schema) -> None:
 
 
 def test_bad_settings() -> None:
-    with pytest.raises(ValueError, match="tune"):
-        ParserCache(tune="always")
-    with pytest.raises(ValueError, match="sample_rate"):
-        ParserCache(sample_rate=2)
-    with pytest.raises(ValueError, match="retune_every"):
-        ParserCache(retune_every=0)
+    with pytest.raises(ValueError, match="max_entries"):
+        ParserCache(max_entries=0)
+    with pytest.raises(ValueError, match="share_every"):
+        ParserCache(share_every=0)
+    with pytest.raises(TypeError):
+        ParserCache(tune="auto")  # type: ignore[call-arg]  # the walker's settings are gone
 
 
-# ---- profile and retune ---------------------------------------------------------------------
-
-
-def test_profile_sees_the_wire_order_and_sizes(schema: wa.Schema, skewed: pa.Array) -> None:
-    cache = ParserCache(sample_rate=0.5, retune_every=500)
-    tc = wa.Transcoder(schema, columns=PLAN, cache=cache)
-    tc.transcode(skewed)
-    plan = cache.stats()["plans"][0]
-    assert plan["tuning_version"] == 1
-    root = plan["profile"]["nodes"][0]
-    assert root["message"] == "BidRequestEvent"
-    order = [f["number"] for f in root["fields"]]
-    assert order[:6] == [16, 17, 8, 7, 18, 1]  # the skewed producer's order, not 1, 2, 3...
-    ext = next(f for f in root["fields"] if f["field"] == "ext")
-    assert not ext["planned"] and ext["bytes_per_message"] > 200 and ext["per_message"] > 1
-    assert plan["profile"]["batch_size"] == {"mean": 600.0, "min": 600, "max": 600}
-    assert plan["effect_records_per_second"]["untuned"] > 0
-
-
-def test_off_does_not_profile(schema: wa.Schema, skewed: pa.Array) -> None:
-    cache = ParserCache(tune="off", retune_every=1)
-    wa.Transcoder(schema, columns=PLAN, cache=cache).transcode(skewed)
-    plan = cache.stats()["plans"][0]
-    assert plan["tuning_version"] == 0 and plan["records_profiled"] == 0
-
-
-def test_tuning_does_not_change_output(schema: wa.Schema, skewed: pa.Array) -> None:
-    plan = [*PLAN, "imp[*].pmp.deals[*].id", "site.publisher.id", "timestamp"]
-    tuned = wa.Transcoder(schema, columns=plan, cache=eager())
-    plain = wa.Transcoder(schema, columns=plan, cache=ParserCache(tune="off"))
-    for _ in range(3):
-        assert tuned.transcode(skewed).equals(plain.transcode(skewed))
-    assert tuned.cache.stats()["plans"][0]["tuning_version"] == 3
-
-
-def test_retune_under_concurrent_transcoding(schema: wa.Schema, skewed: pa.Array) -> None:
-    cache = ParserCache(sample_rate=0.2, retune_every=300)
-    errors: list[BaseException] = []
-    chunks = [skewed.slice(i, 150) for i in range(0, len(skewed), 150)]
-    want = [
-        wa.Transcoder(schema, columns=PLAN, cache=ParserCache(tune="off")).transcode(c)
-        for c in chunks
-    ]
-
-    def work() -> None:
-        try:
-            tc = wa.Transcoder(schema, columns=PLAN, cache=cache)
-            for _ in range(5):
-                for chunk, out in zip(chunks, want, strict=True):
-                    assert tc.transcode(chunk).equals(out)
-        except BaseException as err:
-            errors.append(err)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    stats = cache.stats()
-    assert stats["compiles"] == 1
-    assert stats["plans"][0]["records_profiled"] == 4 * 5 * len(skewed)
-    assert stats["retunes"] >= 30 and stats["plans"][0]["tuning_version"] == stats["retunes"]
+def test_least_recently_used_plans_are_dropped(schema: wa.Schema) -> None:
+    cache = ParserCache(max_entries=2)
+    a = wa.Transcoder(schema, columns=["id"], cache=cache)
+    wa.Transcoder(schema, columns=["tmax"], cache=cache)
+    wa.Transcoder(schema, columns=["id"], cache=cache)  # a hit: "id" is now the most recent
+    b = wa.Transcoder(schema, columns=["at"], cache=cache)  # drops "tmax"
+    held = [p["plan"] for p in cache.stats()["plans"]]
+    assert held == [a.spec.plan_key[1][:12], b.spec.plan_key[1][:12]]
+    wa.Transcoder(schema, columns=["tmax"], cache=cache)
+    assert cache.stats()["compiles"] == 4 and cache.stats()["hits"] == 1
 
 
 # ---- persistence ----------------------------------------------------------------------------
 
 
 def test_save_load_round_trip(schema: wa.Schema, skewed: pa.Array, tmp_path: Any) -> None:
-    cache = ParserCache(sample_rate=0.5, retune_every=10_000)
+    cache = ParserCache()
     wa.Transcoder(schema, columns=PLAN, cache=cache).transcode(skewed)
     cache.save(tmp_path / "p.json")
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert doc["format"] == "wirearrow-profile" and doc["version"] == 1
+    assert doc["format"] == "wirearrow-profile" and doc["version"] == 2
+    assert doc["plans"][0]["profile"]["records"] == len(skewed)
 
     loaded = ParserCache.load(tmp_path / "p.json")
     assert loaded.stats()["pending_profiles"] == 1
     tc = wa.Transcoder(schema, columns=PLAN, cache=loaded)
     plan = loaded.stats()["plans"][0]
-    assert plan["tuning_version"] == 1 and plan["records_profiled"] == len(skewed)
+    assert plan["records_profiled"] == len(skewed) and plan["records_decoded"] == 0
     original = cache.entry(tc.spec)
-    assert original.profile.to_json() == tc._entry.profile.to_json()
+    assert plan["elements_per_record"] == cache.stats()["plans"][0]["elements_per_record"]
+    assert original.profile().to_json() == tc._entry.profile().to_json()
     assert tc.transcode(skewed).equals(
-        wa.Transcoder(schema, columns=PLAN, cache=ParserCache(tune="off")).transcode(skewed)
+        wa.Transcoder(schema, columns=PLAN, cache=ParserCache()).transcode(skewed)
     )
 
 
 def test_buffer_sizes_are_shared_and_seeded_from_a_profile(
     schema: wa.Schema, skewed: pa.Array, tmp_path: Any
 ) -> None:
-    cache = ParserCache(sample_rate=0.1, retune_every=10_000)
+    cache = ParserCache()
     first = wa.Transcoder(schema, cache=cache)  # whole messages: many groups and strings
     entry = first._entry
     groups, arenas = entry.capacities(len(skewed))
-    assert groups == [len(skewed)] * entry.layout.n_groups and arenas is None  # nothing known
+    assert groups == [len(skewed)] * entry.n_groups and arenas is None  # nothing known
     want = first.transcode(skewed)
     # What one transcoder decoded sizes the next one's first batch (same plan, same entry).
     second = wa.Transcoder(schema, cache=cache)
@@ -214,10 +158,35 @@ def test_buffer_sizes_are_shared_and_seeded_from_a_profile(
     assert fresh.transcode(skewed).equals(want)
 
 
+def test_a_loaded_profile_sizes_the_first_batch(
+    schema: wa.Schema, skewed: pa.Array, tmp_path: Any
+) -> None:
+    n = len(skewed)
+    recorder = ParserCache()
+    wa.Transcoder(schema, cache=recorder).transcode(skewed.slice(0, n // 2))
+    recorder.save(tmp_path / "p.json")
+    rest = skewed.slice(n // 2)  # other records of the same traffic
+    for cache, grows in ((ParserCache(), True), (ParserCache.load(tmp_path / "p.json"), False)):
+        tc = wa.Transcoder(schema, cache=cache)
+        groups, arenas = tc._entry.capacities(len(rest))
+        want = wa.Transcoder(schema, cache=ParserCache()).transcode(rest)
+        assert tc.transcode(rest).equals(want)
+        # what the batch held: the entry's sizes are now its exact counts per record
+        per_record, bytes_per_record = tc._entry.sizes
+        counts = [round(x * len(rest)) for x in per_record]
+        arena = [round(x * len(rest)) for x in bytes_per_record]
+        fits = all(c <= g for c, g in zip(counts, groups, strict=True)) and arenas is not None
+        fits = fits and all(b <= a for b, a in zip(arena, arenas, strict=True))
+        assert fits is not grows  # cold, lists of several per record outgrow n elements
+        if not grows:
+            # allocated once, and not far beyond what was needed (the profile's margin)
+            assert sum(groups) < 1.2 * sum(counts) + 16 * len(groups)
+
+
 def test_stale_profile_is_ignored_with_a_warning(
     schema: wa.Schema, skewed: pa.Array, tmp_path: Any, compile_proto: Any
 ) -> None:
-    cache = ParserCache(sample_rate=0.5)
+    cache = ParserCache()
     wa.Transcoder(schema, columns=["id"], cache=cache).transcode(skewed)
     cache.save(tmp_path / "p.json")
     other, _ = compile_proto(
@@ -226,7 +195,8 @@ def test_stale_profile_is_ignored_with_a_warning(
     loaded = ParserCache.load(tmp_path / "p.json")
     with pytest.warns(RuntimeWarning, match="another schema"):
         tc = wa.Transcoder(other, columns=["id"], cache=loaded)
-    assert loaded.stats()["plans"][0]["tuning_version"] == 0
+    assert loaded.stats()["plans"][0]["records_profiled"] == 0
+    assert loaded.stats()["plans"][0]["elements_per_record"] is None
     assert tc.transcode([b"\x0a\x01x"]).to_pylist() == [{"id": "x"}]
     # a profile whose layout does not fit the plan it names
     doc = json.loads((tmp_path / "p.json").read_text())
@@ -234,6 +204,13 @@ def test_stale_profile_is_ignored_with_a_warning(
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.warns(RuntimeWarning, match="layout"):
         wa.Transcoder(schema, columns=["id"], cache=ParserCache.load(tmp_path / "bad.json"))
+    # counts that do not fit the layout they claim
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["plans"][0]["profile"]["arena"].append(5)
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="malformed"):
+        tc = wa.Transcoder(schema, columns=["id"], cache=ParserCache.load(tmp_path / "bad.json"))
+    assert tc._entry.sizes is None
 
 
 def test_not_a_profile(tmp_path: Any) -> None:
@@ -243,6 +220,29 @@ def test_not_a_profile(tmp_path: Any) -> None:
     (tmp_path / "y.json").write_text('{"format": "wirearrow-profile", "version": 99}')
     with pytest.raises(ValueError, match="version 99"):
         ParserCache.load(tmp_path / "y.json")
+    # a profile of the walker's days (version 1) is refused by name, not misread
+    (tmp_path / "v1.json").write_text('{"format": "wirearrow-profile", "version": 1}')
+    with pytest.raises(ValueError, match="version 1 profile; this wirearrow reads version 2"):
+        ParserCache.load(tmp_path / "v1.json")
+
+
+def test_malformed_profiles_never_crash(schema: wa.Schema, skewed: pa.Array, tmp_path: Any) -> None:
+    head = '{"format": "wirearrow-profile", "version": 2, "plans": '
+    with pytest.raises(ValueError, match="not a list"):
+        ParserCache.loads(head + "5}")
+    with pytest.warns(RuntimeWarning, match="without fingerprints"):
+        ParserCache.loads(head + '[1, {"schema": 2, "plan": "x"}]}')
+    cache = ParserCache()
+    tc = wa.Transcoder(schema, columns=PLAN, cache=cache)
+    tc.transcode(skewed)
+    doc = json.loads(cache.dumps())
+    for bad in ([10**30] * 2, [[1, 2]] * 2, "xy", [-1] * 2, None):
+        doc["plans"][0]["profile"]["elements"] = bad
+        with pytest.warns(RuntimeWarning, match="malformed"):
+            loaded = ParserCache.loads(json.dumps(doc))
+            other = wa.Transcoder(schema, columns=PLAN, cache=loaded)
+        assert other._entry.sizes is None
+        assert other.transcode(skewed).equals(tc.transcode(skewed))
 
 
 def test_cache_pickles_by_identity(schema: wa.Schema) -> None:
@@ -250,42 +250,23 @@ def test_cache_pickles_by_identity(schema: wa.Schema) -> None:
     tc = wa.Transcoder(schema, columns=PLAN, cache=cache)
     copy = pickle.loads(pickle.dumps(tc))
     assert copy.cache is cache and copy._plan is tc._plan
+    tc.transcode(corpus.generate_skewed(50, seed=1))
+    # in a process that does not hold it, a copy with the sender's id and sizes
+    text = pickle.dumps(cache)
+    registry = cache_module._REGISTRY
+    del registry[cache.id]
+    try:
+        elsewhere = pickle.loads(text)
+        assert elsewhere is not cache and elsewhere.id == cache.id
+        assert pickle.loads(text) is elsewhere
+        assert elsewhere.entry(tc.spec).sizes is not None
+    finally:
+        registry[cache.id] = cache
     plain = pickle.loads(pickle.dumps(wa.Transcoder(schema, columns=PLAN)))
     assert plain.cache is default_cache()
 
 
-# ---- the walker on anything ------------------------------------------------------------------
-
-
-@settings(max_examples=200, deadline=None, database=None)
-@given(st.lists(st.binary(max_size=64), min_size=1, max_size=8))
-def test_walker_survives_any_bytes(records: list[bytes]) -> None:
-    arr = pa.array(records, pa.binary())
-    _, offsets, data = arr.buffers()
-    off = np.frombuffer(offsets, np.int32)[: len(records) + 1].astype(np.int64)
-    view = memoryview(data if data is not None else b"\0").cast("B")
-    widths = np.array([8, 8], np.int32)
-    child = np.full(16, -1, np.int32)
-    child[2] = 1  # field 2 of the root descends into node 1
-    child[8 + 3] = 0  # field 3 of node 1 back into the root (a cycle)
-    counters = [np.zeros(16, np.int64) for _ in range(5)]
-    walk(
-        view,
-        off[:-1].copy(),
-        off[1:].copy(),
-        np.arange(len(records), dtype=np.int64),
-        child,
-        np.array([0, 8], np.int32),
-        widths,
-        np.array([0, 64], np.int64),
-        np.zeros(2, np.int64),
-        *counters[:4],
-        np.zeros(128, np.int64),
-        counters[4],
-    )
-
-
-# ---- differential: tuned vs the oracle ---------------------------------------------------------
+# ---- differential: sized buffers vs the oracle -------------------------------------------------
 
 
 @settings(
@@ -296,28 +277,102 @@ def test_walker_survives_any_bytes(records: list[bytes]) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(data=st.data())
-def test_tuned_matches_oracle_on_random_schemas(data: st.DataObject) -> None:
+def test_sized_buffers_match_oracle_on_random_schemas(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")
     compiled = compile_source(spec.render())
     root = compiled.message_class(spec.root)
     plan = data.draw(plans(root.DESCRIPTOR), label="plan")
-    values = data.draw(st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4))
-    wire = [data.draw(wire_bytes(value)) for value in values]
+    batches = [
+        [data.draw(wire_bytes(value)) for value in values]
+        for values in data.draw(
+            st.lists(st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4), min_size=2, max_size=3)
+        )
+    ]
     schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
-    try:
-        want = expected_rows(root, wire, plan)
-    except Exception:
-        want = None
-    tuned = wa.Transcoder(schema, columns=plan, cache=eager(), on_error="skip")
-    plain = wa.Transcoder(schema, columns=plan, cache=ParserCache(tune="off"), on_error="skip")
-    for _ in range(2):  # the second batch runs on the first one's tuning
-        a, b = tuned.transcode(wire), plain.transcode(wire)
-        assert_rows_equal(a.schema, a.to_pylist(), b.to_pylist(), "tuned vs untuned")
-        if want is not None and tuned.stats.records_failed == 0:
-            assert_rows_equal(a.schema, a.to_pylist(), want, "tuned vs oracle")
+    # one cache across the batches: each batch is sized by the one before it (other records,
+    # too small or too large), and once more through a saved profile of all of them
+    sized = wa.Transcoder(schema, columns=plan, cache=ParserCache(), on_error="skip")
+    for wire in [*batches, *batches[:1]]:
+        try:
+            want = expected_rows(root, wire, plan)
+        except Exception:
+            want = None
+        plain = wa.Transcoder(schema, columns=plan, cache=ParserCache(), on_error="skip")
+        a, b = sized.transcode(wire), plain.transcode(wire)
+        assert_rows_equal(a.schema, a.to_pylist(), b.to_pylist(), "sized vs unsized")
+        if want is not None and sized.stats.records_failed == 0:
+            assert_rows_equal(a.schema, a.to_pylist(), want, "sized vs oracle")
+    loaded = ParserCache.loads(sized.cache.dumps())
+    again = wa.Transcoder(schema, columns=plan, cache=loaded, on_error="skip")
+    assert again._entry.sizes is not None or sized._entry.sizes is None
+    a = again.transcode(batches[0])
+    b = wa.Transcoder(schema, columns=plan, cache=ParserCache(), on_error="skip").transcode(batches[0])
+    assert_rows_equal(a.schema, a.to_pylist(), b.to_pylist(), "profile-sized vs unsized")
 
 
 # ---- sharing: Ray and Beam ---------------------------------------------------------------------
+
+
+def test_profile_hub_imports_nothing_of_wirearrow() -> None:
+    """One-way: the cache imports the hub (lazily), the hub merges plain dicts of sums."""
+    import ast
+
+    tree = ast.parse(Path(cache_module.__file__).with_name("profile_hub.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in imported if m.startswith("wirearrow")]
+
+
+def test_profile_hub_sums_pushes() -> None:
+    pytest.importorskip("ray")
+    from wirearrow.profile_hub import ProfileHub
+
+    hub = ProfileHub()
+    push = {"schema": "s", "plan": "p", "message": "M", "layout": [2, 1]}
+    sums = {"records": 10, "batches": 1, "elements": [10, 30], "arena": [400]}
+    assert hub.exchange({**push, "profile": sums})["version"] == 1
+    merged = hub.exchange({**push, "profile": {**sums, "records": 5, "elements": [5, 1]}})
+    assert merged["version"] == 2
+    assert merged["profile"] == {"records": 15, "batches": 2, "elements": [15, 31], "arena": [800]}
+    assert hub.exchange({**push, "layout": [3, 1], "profile": sums}) is None  # another layout
+    assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
+
+
+def test_a_new_process_starts_from_the_hubs_sizes(
+    schema: wa.Schema, skewed: pa.Array, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sharing protocol without Ray: two processes' caches, one hub in between."""
+    pytest.importorskip("ray")
+    from wirearrow.profile_hub import ProfileHub
+
+    hub = ProfileHub()
+
+    class Handle:  # what a Ray actor handle does, in process
+        class exchange:
+            remote = staticmethod(hub.exchange)
+
+        class snapshot:
+            remote = staticmethod(hub.snapshot)
+
+    monkeypatch.setattr(ParserCache, "_hub", lambda self: Handle)
+    monkeypatch.setattr(ParserCache, "_ray_get", staticmethod(lambda ref: ref))
+    first = ParserCache(share_every=200).share_with_ray("hub")
+    tc = wa.Transcoder(schema, cache=first)
+    want = tc.transcode(skewed)  # 600 records: pushed
+    assert hub.snapshot()[0]["profile"]["records"] == len(skewed)
+    # another process: its first batch is sized by what the first one pushed
+    second = ParserCache(share_every=200).share_with_ray("hub")
+    other = wa.Transcoder(schema, cache=second)
+    groups, arenas = other._entry.capacities(len(skewed))
+    assert arenas is not None and groups == tc._entry.capacities(len(skewed))[0]
+    assert other.transcode(skewed).equals(want)
+    assert hub.snapshot()[0]["profile"]["records"] == 2 * len(skewed)
+    # the driver's pull: every process's pushes, nothing counted twice
+    merged = ParserCache().share_with_ray("hub").pull_from_ray()
+    wa.Transcoder(schema, cache=merged)
+    assert merged.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
+    first.pull_from_ray()
+    assert first.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -334,20 +389,27 @@ def test_ray_workers_merge_profiles_in_one_actor(schema: wa.Schema, tmp_path: An
         records = corpus.generate_skewed(2000, seed=5)
         ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
         ds = ds.repartition(4)
-        cache = ParserCache(sample_rate=0.5, retune_every=200).share_with_ray("wa-test-hub")
+        cache = ParserCache(share_every=200).share_with_ray("wa-test-hub")
         tc = wa.Transcoder(schema, columns=PLAN)
         out = war.transcode(ds, tc, profile=cache, batch_size=250).rows.to_arrow_refs()
         rows = pa.concat_tables(ray.get(out))
         assert rows.num_rows == wa.Transcoder(schema, columns=PLAN).transcode(records).num_rows
-        merged = ParserCache(tune="off").share_with_ray("wa-test-hub").pull_from_ray()
+        merged = ParserCache().share_with_ray("wa-test-hub").pull_from_ray()
         assert merged.stats()["pending_profiles"] == 1
         merged.save(tmp_path / "job.json")
         # the next job starts from the saved, job-wide profile
         loaded = ParserCache.load(tmp_path / "job.json")
-        wa.Transcoder(schema, columns=PLAN, cache=loaded)
+        tc = wa.Transcoder(schema, columns=PLAN, cache=loaded)
         plan = loaded.stats()["plans"][0]
-        assert plan["records_profiled"] >= 1000  # pushed by the workers at their retunes
-        assert plan["tuning_version"] >= 1
+        # pushed by the workers every 200 records; a worker's last pushes may still be due
+        assert 1000 <= plan["records_profiled"] <= len(records)
+        # the merged sizes are the job's: they size the next job's first batch
+        local = ParserCache()
+        wa.Transcoder(schema, columns=PLAN, cache=local).transcode(records)
+        assert plan["elements_per_record"] == pytest.approx(
+            local.stats()["plans"][0]["elements_per_record"], rel=0.1
+        )
+        assert tc._entry.capacities(100)[1] is not None
     finally:
         ray.shutdown()
 
@@ -364,7 +426,7 @@ def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     from apache_beam.testing.util import assert_that, equal_to
 
     records = corpus.generate_skewed(800, seed=6)
-    cache = ParserCache(sample_rate=0.5, retune_every=100)
+    cache = ParserCache()
     tc = wa.Transcoder(schema, columns=PLAN)
     rows = wa.Transcoder(schema, columns=PLAN).transcode(records).num_rows
     with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions()) as p:
@@ -374,4 +436,5 @@ def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     stats = cache.stats()  # in-process runner: the DoFns' cache is this very object
     assert stats["compiles"] == 1
     assert stats["plans"][0]["records_profiled"] == len(records)
-    assert stats["plans"][0]["tuning_version"] >= 1
+    assert stats["plans"][0]["records_decoded"] == len(records)
+    assert stats["plans"][0]["elements_per_record"] is not None

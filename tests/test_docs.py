@@ -11,13 +11,23 @@ A page's blocks share one namespace and run in order, from a scratch directory h
 A block preceded by ``<!-- doctest: requires MODULE -->`` is left out when MODULE cannot
 be imported. Outputs are compared with ELLIPSIS and NORMALIZE_WHITESPACE; a failure shows
 the doctest report with the page's own line numbers.
+
+```console blocks run too, in the same kind of scratch directory, one bash per block:
+each ``$ command`` line is run and its stdout and stderr together are compared with the
+lines under it (the same flags). ``wirearrow`` and ``python`` are this interpreter's. A
+block preceded by ``<!-- console: setup COMMAND -->`` runs COMMAND first (unseen);
+``<!-- doctest: skip (why) -->`` leaves a block out (a command that serves until stopped,
+timings). A block preceded by ``<!-- file: NAME -->`` is written to the scratch directory
+as NAME before the page's console blocks run.
 """
 
 from __future__ import annotations
 
 import doctest
 import importlib.util
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +46,24 @@ PYCON_BLOCK = re.compile(
     r"^(?:<!-- doctest: requires (?P<module>[\w.]+) -->\n)?```pycon\n(?P<body>.*?)^```$",
     re.S | re.M,
 )
+
+
+CONSOLE_BLOCK = re.compile(
+    r"^(?:<!-- (?:(?P<skip>doctest: skip[^>]*)|console: setup (?P<setup>.*?)) -->\n)?"
+    r"```console\n(?P<body>.*?)^```$",
+    re.S | re.M,
+)
+FILE_BLOCK = re.compile(r"^<!-- file: (?P<name>[\w.-]+) -->\n```\w*\n(?P<body>.*?)^```$", re.S | re.M)
+# The engine pages run Ray and Beam locally: their own deprecation warnings are not ours
+# (test_ray and test_beam ignore the same).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:apache_beam.*"),
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:apache_beam.*"),
+]
+CONSOLE_PAGES = [p for p in PAGES if "```console" in p.read_text()]
+COMMAND_TIMEOUT = 300  # seconds for one console block
 
 
 def protos() -> dict[str, str]:
@@ -67,6 +95,15 @@ def examples(page: Path) -> tuple[str, list[str]]:
     return "\n".join(lines), missing
 
 
+def scratch(directory: Path) -> None:
+    """The pages' working directory: their .proto files, the corpus, examples/ benchmarks/."""
+    for name, body in protos().items():
+        (directory / name).write_text(body)
+    corpus.write_corpus(directory / "ev.u32le", CORPUS_RECORDS, seed=0, framing="u32le")
+    for name in LINKED:
+        (directory / name).symlink_to(ROOT / name, target_is_directory=True)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_page_examples(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source, missing = examples(page)
@@ -74,13 +111,11 @@ def test_page_examples(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         source, {"__name__": page.stem}, page.name, str(page), 0
     )
     if not test.examples:
+        if page in CONSOLE_PAGES:
+            pytest.skip("its examples are commands: test_page_commands runs them")
         pytest.skip(f"no runnable examples ({', '.join(missing) or 'none written'})")
 
-    for name, body in protos().items():
-        (tmp_path / name).write_text(body)
-    corpus.write_corpus(tmp_path / "ev.u32le", CORPUS_RECORDS, seed=0, framing="u32le")
-    for name in LINKED:
-        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
+    scratch(tmp_path)
     monkeypatch.chdir(tmp_path)
     # Pages may extend sys.path and import generated modules: undo both afterwards.
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -102,3 +137,61 @@ def test_page_examples(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
             + "".join(report),
             pytrace=False,
         )
+
+
+def _shims(directory: Path) -> Path:
+    """``wirearrow`` and ``python`` commands that run this interpreter on this checkout."""
+    bin_dir = directory / ".bin"
+    bin_dir.mkdir()
+    for name, command in (("python", ""), ("wirearrow", " -m wirearrow")):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}"{command} "$@"\n')
+        shim.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("page", CONSOLE_PAGES, ids=[p.name for p in CONSOLE_PAGES])
+def test_page_commands(page: Path, tmp_path: Path) -> None:
+    text = page.read_text()
+    scratch(tmp_path)
+    for block in FILE_BLOCK.finditer(text):
+        (tmp_path / block.group("name")).write_text(block.group("body"))
+    env = dict(os.environ)
+    env["PATH"] = f"{_shims(tmp_path)}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "plugin"), env.get("PYTHONPATH")]))
+    checker = doctest.OutputChecker()
+    ran = 0
+    for block in CONSOLE_BLOCK.finditer(text):
+        if block.group("skip"):
+            continue
+        line0 = text.count("\n", 0, block.start("body")) + 1
+        commands: list[tuple[int, str, list[str]]] = []
+        for k, line in enumerate(block.group("body").splitlines()):
+            if line.startswith("$ "):
+                commands.append((line0 + k, line[2:], []))
+            elif commands:
+                commands[-1][2].append(line)
+        script = ["exec 2>&1", block.group("setup") or ":"]
+        for i, (_, command, _) in enumerate(commands):
+            # The marker keeps the previous command's exit status for `echo $?`.
+            script += [f"__status=$?; echo '@@@{i}'; (exit $__status)", command]
+        result = subprocess.run(
+            ["bash", "-c", "\n".join(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+        )
+        outputs = re.split(r"^@@@\d+\n", result.stdout, flags=re.M)[1:]
+        assert len(outputs) == len(commands), result.stdout
+        for (line, command, want), got in zip(commands, outputs, strict=True):
+            expected = "\n".join(want) + "\n" if want else ""
+            if not checker.check_output(expected, got, FLAGS):
+                pytest.fail(
+                    f"{page.name}:{line}: $ {command}\nexpected:\n{expected}got:\n{got}",
+                    pytrace=False,
+                )
+            ran += 1
+    if not ran:
+        pytest.skip("every console block is marked skip")

@@ -115,7 +115,7 @@ def test_transcode_class_compiles_once(
     shipped = pickle.dumps(wa.load_plan(FLAT).transcoder())  # what ray.put stores
     monkeypatch.setattr(cache_module, "compile_plan", counting)
     # a fresh process: its default cache has not compiled this plan yet
-    monkeypatch.setattr(cache_module, "_DEFAULT", cache_module.ParserCache(tune="off"))
+    monkeypatch.setattr(cache_module, "_DEFAULT", cache_module.ParserCache())
     fn = war.Transcode(pickle.loads(shipped), "value")
     assert len(compiles) == 1
     table = pa.table({"value": pa.array(records, pa.binary())})

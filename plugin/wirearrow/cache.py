@@ -1,4 +1,4 @@
-"""The parser cache: compile each plan once per process, profile the traffic, share it.
+"""The parser cache: compile each plan once per process, learn its buffer sizes, share them.
 
 A :class:`ParserCache` maps (schema fingerprint, plan fingerprint) to one compiled plan.
 However many transcoders, threads, DoFns or Ray actors of a process ask for the same plan,
@@ -6,24 +6,17 @@ it is compiled once; every transcoder of that plan shares the entry (the compile
 tables are immutable). Transcoders built without ``cache=`` use the process-wide
 :func:`default_cache`.
 
-With ``tune="auto"`` each entry also keeps a *profile* of the records it decodes: a sample
-(``sample_rate``) of every batch is walked again by a small Cython walker
-(``wirearrow._core.profile``) that counts, per message node of the plan and field number,
-presence, occurrences (repeated counts), payload bytes, the first field and the field that
-follows each field (the order on the wire); batch sizes and the exact elements and string
-bytes per record come free from each decode. Every ``retune_every`` records the entry
-publishes a new, immutable :class:`Tuning` (a version number and the profile summary);
-transcoders read it once per batch, so a swap never lands inside a batch.
+Each entry also keeps the buffer sizes of its plan: the elements per record of each group
+and the string bytes per record of each column, from the last batch any transcoder of the
+plan decoded -- or, before the first batch of a process, from a loaded or Ray-merged
+profile. Each batch allocates its buffers once, at their final size, instead of growing
+them (for whole messages of large records: +36 % on a new process's first batch,
+docs/cache.md). These counts come free from every decode. A sampled walker that profiled
+field order and presence was built and measured too, and removed: nothing it learnt made
+decoding faster (issue #13, docs/cache.md).
 
-What the tuning changes: the sizes of the decoder's buffers. Every entry keeps the elements
-per record of each group and the string bytes per record of each column, from the last
-batch any transcoder of the plan decoded, or -- before the first batch of a process -- from
-a loaded or merged profile; each batch allocates its buffers once, at their final size,
-instead of growing them (for whole messages of large records: +36 % on a new process's
-first batch, docs/cache.md). Expected-next-field prediction in the dispatch was built and
-measured too, and removed: it did not beat the noise (the dense field table already makes
-dispatch one load).
-
+A *profile* is the sums behind those sizes (records, elements per group, string bytes per
+column); sums merge by addition, so the profile of many workers is the sum of theirs.
 Profiles persist with :meth:`ParserCache.save` / :meth:`ParserCache.load` (versioned JSON,
 checked against both fingerprints and the plan's table layout: a profile recorded for
 another schema or plan is ignored with a warning, never applied).
@@ -31,7 +24,6 @@ another schema or plan is ignored with a warning, never applied).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -46,216 +38,79 @@ from typing import Any
 
 import numpy as np
 
-from wirearrow._core.profile import walk
 from wirearrow.plan.compiler import CompiledPlan, compile_plan
 from wirearrow.spec import TranscodeSpec
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "Tuning", "default_cache"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "default_cache"]
 
 FORMAT = "wirearrow-profile"
-FORMAT_VERSION = 1
-_MAX_WIDTH = 256  # field numbers >= this (per message) share one profile bucket
-TUNE = ("auto", "off")
+FORMAT_VERSION = 2  # 2: sizes only (1 held the walker's field statistics)
+SHARE_EVERY = 100_000  # records a process decodes between two pushes to the Ray hub
 
 
 # ---- the profile ---------------------------------------------------------------------------
 
 
-class _Layout:
-    """Where each (node, field number) of a plan lives in the profile arrays."""
-
-    def __init__(self, plan: CompiledPlan) -> None:
-        nodes = plan.nodes
-        self.widths = np.asarray(
-            [min(max([f.number for f in n.message.fields] + [0]) + 1, _MAX_WIDTH) for n in nodes],
-            dtype=np.int32,
-        )
-        self.base = np.concatenate([[0], np.cumsum(self.widths)[:-1]]).astype(np.int32)
-        self.fbase = np.concatenate([[0], np.cumsum(self.widths.astype(np.int64) ** 2)[:-1]])
-        self.fbase = self.fbase.astype(np.int64)
-        self.n_fields = int(self.widths.sum())
-        self.n_follow = int((self.widths.astype(np.int64) ** 2).sum())
-        self.child = np.full(self.n_fields, -1, dtype=np.int32)
-        for i, node in enumerate(nodes):
-            for number, spec in node.fields.items():
-                child = spec.child
-                # Only length-delimited sub-messages are walked into (groups are skipped).
-                if (
-                    child is not None
-                    and number < self.widths[i]
-                    and spec.field.type != spec.field.TYPE_GROUP
-                ):
-                    self.child[self.base[i] + number] = child.index
-        self.names = [n.message.full_name for n in nodes]
-        self.n_groups = len(plan.group_parents)
-        self.n_cols = len(plan.column_groups)
-        self.signature = [
-            len(nodes),
-            self.n_groups,
-            self.n_cols,
-            [int(w) for w in self.widths],
-            self.names,
-        ]
+def _layout(plan: CompiledPlan) -> list[Any]:
+    """What a profile's arrays are indexed by: a profile fits a plan only if this matches."""
+    return [
+        len(plan.group_parents),
+        len(plan.column_groups),
+        list(plan.group_parents),
+        list(plan.column_groups),
+        [n.message.full_name for n in plan.nodes],
+    ]
 
 
 @dataclass
-class _Counters:
-    """Sums that merge by addition: a profile from any number of workers is their sum."""
+class _Sums:
+    """What the decoder counted, summed over batches: merges by addition."""
 
+    records: int = 0
     batches: int = 0
-    records: int = 0  # records decoded
-    sampled: int = 0  # records walked
-    batch_min: int = 0
-    batch_max: int = 0
-    visits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    present: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    follow: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     elements: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per group
     arena: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per column
 
     @classmethod
-    def empty(cls, layout: _Layout) -> _Counters:
-        nn = len(layout.widths)
+    def empty(cls, plan: CompiledPlan) -> _Sums:
         return cls(
-            visits=np.zeros(nn, np.int64),
-            present=np.zeros(layout.n_fields, np.int64),
-            count=np.zeros(layout.n_fields, np.int64),
-            nbytes=np.zeros(layout.n_fields, np.int64),
-            first=np.zeros(layout.n_fields, np.int64),
-            follow=np.zeros(layout.n_follow, np.int64),
-            elements=np.zeros(layout.n_groups, np.int64),
-            arena=np.zeros(layout.n_cols, np.int64),
+            elements=np.zeros(len(plan.group_parents), np.int64),
+            arena=np.zeros(len(plan.column_groups), np.int64),
         )
 
-    _ARRAYS = ("visits", "present", "count", "nbytes", "first", "follow", "elements", "arena")
-
-    def add(self, other: _Counters) -> None:
-        self.batches += other.batches
+    def add(self, other: _Sums) -> None:
         self.records += other.records
-        self.sampled += other.sampled
-        if other.batches:
-            self.batch_min = (
-                other.batch_min
-                if not self.batches - other.batches
-                else min(self.batch_min, other.batch_min)
-            )
-            self.batch_max = max(self.batch_max, other.batch_max)
-        for name in self._ARRAYS:
-            getattr(self, name)[:] += getattr(other, name)
-
-    def copy(self) -> _Counters:
-        out = _Counters(self.batches, self.records, self.sampled, self.batch_min, self.batch_max)
-        for name in self._ARRAYS:
-            setattr(out, name, getattr(self, name).copy())
-        return out
+        self.batches += other.batches
+        self.elements += other.elements
+        self.arena += other.arena
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "batches": self.batches,
+        return {
             "records": self.records,
-            "sampled": self.sampled,
-            "batch_min": self.batch_min,
-            "batch_max": self.batch_max,
+            "batches": self.batches,
+            "elements": self.elements.tolist(),
+            "arena": self.arena.tolist(),
         }
-        for name in self._ARRAYS:
-            arr = getattr(self, name)
-            nz = np.flatnonzero(arr)  # sparse: the follow matrices are mostly zeros
-            out[name] = [nz.tolist(), arr[nz].tolist()]
-        return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], layout: _Layout) -> _Counters:
-        out = cls.empty(layout)
-        out.batches = int(data["batches"])
-        out.records = int(data["records"])
-        out.sampled = int(data["sampled"])
-        out.batch_min = int(data["batch_min"])
-        out.batch_max = int(data["batch_max"])
-        for name in cls._ARRAYS:
-            index, values = data[name]
-            arr = getattr(out, name)
-            index = np.asarray(index, dtype=np.int64)
-            if len(index) and (index.min() < 0 or index.max() >= len(arr)):
+    def from_json(cls, data: dict[str, Any], plan: CompiledPlan) -> _Sums:
+        out = cls(int(data["records"]), int(data["batches"]))
+        for name, n in (("elements", len(plan.group_parents)), ("arena", len(plan.column_groups))):
+            values = np.asarray(data[name], dtype=np.int64)
+            if values.shape != (n,) or (values < 0).any():
                 raise ValueError(f"profile array {name!r} does not fit the plan")
-            arr[index] = np.asarray(values, dtype=np.int64)
+            setattr(out, name, values)
+        if out.records < 0 or out.batches < 0:
+            raise ValueError("negative counts")
         return out
-
-
-@dataclass(frozen=True, eq=False)
-class Tuning:
-    """One published tuning of a plan: immutable, swapped whole between batches."""
-
-    version: int
-    records: int  # records in the profile it was derived from
-    profile: _Counters = field(repr=False)  # a snapshot: the tuning never changes
-    entry: _Entry = field(repr=False)
-
-    @functools.cached_property
-    def summary(self) -> dict[str, Any]:
-        """The profile in words; computed when asked (stats()), never on the hot path."""
-        return _summary(self.entry.layout, self.entry.plan, self.profile)
-
-
-def _summary(layout: _Layout, plan: CompiledPlan, c: _Counters) -> dict[str, Any]:
-    """The profile in words: per message node, fields in wire order with their statistics."""
-    nodes = []
-    for i, node in enumerate(plan.nodes):
-        visits = int(c.visits[i])
-        if not visits:
-            continue
-        w, b, fb = int(layout.widths[i]), int(layout.base[i]), int(layout.fbase[i])
-        follow = c.follow[fb : fb + w * w].reshape(w, w)
-        present = c.present[b : b + w]
-        by_number = {f.number: f.name for f in node.message.fields}
-        # Wire order: from the most frequent first field, the most frequent successor each
-        # time (a field already placed is not placed again).
-        order: list[int] = []
-        at = int(c.first[b : b + w].argmax()) if c.first[b : b + w].any() else -1
-        while at > 0 and at not in order:
-            order.append(at)
-            row = follow[at].copy()
-            row[order] = 0
-            at = int(row.argmax()) if row.any() else -1
-        order += [n for n in np.flatnonzero(present).tolist() if n not in order and n > 0]
-        fields = []
-        for n in order:
-            p = int(present[n])
-            fields.append(
-                {
-                    "field": by_number.get(n, f"#{n}"),
-                    "number": n,
-                    "planned": n in node.fields,
-                    "presence": round(p / visits, 4),
-                    "per_message": round(int(c.count[b + n]) / p, 3) if p else 0.0,
-                    "bytes_per_message": round(int(c.nbytes[b + n]) / p, 1) if p else 0.0,
-                }
-            )
-        nodes.append({"node": i, "message": layout.names[i], "visits": visits, "fields": fields})
-    records = max(c.records, 1)
-    return {
-        "records": c.records,
-        "sampled": c.sampled,
-        "batches": c.batches,
-        "batch_size": {
-            "mean": round(c.records / c.batches, 1) if c.batches else 0.0,
-            "min": c.batch_min,
-            "max": c.batch_max,
-        },
-        "elements_per_record": [round(int(x) / records, 3) for x in c.elements],
-        "string_bytes_per_record": [round(int(x) / records, 1) for x in c.arena],
-        "nodes": nodes,
-    }
 
 
 # ---- entries ---------------------------------------------------------------------------------
 
 
 class _Entry:
-    """One compiled plan and its profile. ``plan`` and ``tuning`` are read without a lock
-    (one attribute load each); everything else changes under ``lock``."""
+    """One compiled plan and its sizes. ``plan`` and ``sizes`` are read without a lock (one
+    attribute load each); the sums change under ``lock``."""
 
     def __init__(
         self, cache: ParserCache, key: tuple[str, str], plan: CompiledPlan, message: str
@@ -264,18 +119,14 @@ class _Entry:
         self.key = key
         self.message = message
         self.plan = plan
-        self.layout = _Layout(plan)
+        self.layout = _layout(plan)
+        self.n_groups = len(plan.group_parents)
         self.lock = threading.Lock()
-        self.profile = _Counters.empty(self.layout)  # everything known (loaded + seen)
-        self.delta = _Counters.empty(self.layout)  # seen here since the last push (sharing)
-        self.tuning: Tuning | None = None
-        self.since_retune = 0
-        self.stamp = np.zeros(self.layout.n_fields, np.int64)  # walker scratch
-        self.phase = 0  # sampling offset, rotated every batch
-        # measured effect: decode seconds and records, before and after the first tuning
-        self.timing = {"untuned": [0.0, 0], "tuned": [0.0, 0]}
-        self.walk_seconds = 0.0
-        self.hub_version = 0  # version of the merged profile last taken from a Ray hub
+        # The profile is known + delta: kept apart so that a batch adds to one sum only.
+        self.known = _Sums.empty(plan)  # loaded, or merged by a Ray hub (our pushes included)
+        self.delta = _Sums.empty(plan)  # decoded here since the last push to a Ray hub
+        self.decoded = 0  # records decoded in this process
+        self.pulled = False  # asked a Ray hub for sizes before the first batch
         # Elements per record of each group and string bytes per record of each column:
         # what the last batch of any transcoder of this plan held, or (before any batch) what
         # a loaded or merged profile says. Sizes the next batch's buffers up front, so that
@@ -285,10 +136,15 @@ class _Entry:
     def capacities(self, n: int) -> tuple[list[int], list[int] | None]:
         """(elements per group, string bytes per column) to allocate for a batch of n."""
         sizes = self.sizes
+        if sizes is None and self.cache.hub is not None and not self.pulled:
+            # A process's first batch of the plan: start from the job-wide sizes, if any.
+            self.pulled = True
+            self._exchange()
+            sizes = self.sizes
         if sizes is None:
             # Nothing known: one element per record everywhere. The buffers are calloc'd, so
             # pages a group never fills are never touched (and cost no resident memory).
-            return [n] * self.layout.n_groups, None
+            return [n] * self.n_groups, None
         per_record, bytes_per_record = sizes
         return (
             [int(x * n * 1.05) + 16 for x in per_record],
@@ -298,103 +154,52 @@ class _Entry:
     def learn_sizes(
         self, records: int, group_counts: Sequence[int], arena_bytes: Sequence[int]
     ) -> None:
-        if records > 0:
-            self.sizes = (
-                np.asarray(group_counts, dtype=np.float64) / records,
-                np.asarray(arena_bytes, dtype=np.float64) / records,
-            )
+        """Account one decoded batch: its sizes size the next batch; its counts join the sums
+        (and are pushed to the Ray hub every ``share_every`` records when sharing)."""
+        if records <= 0:
+            return
+        elements = np.asarray(group_counts, dtype=np.int64)
+        arena = np.asarray(arena_bytes, dtype=np.int64)
+        self.sizes = (elements / records, arena / records)
+        with self.lock:
+            self.decoded += records
+            delta = self.delta
+            delta.records += records
+            delta.batches += 1
+            delta.elements += elements
+            delta.arena += arena
+            due = delta.records >= self.cache.share_every
+        if due and self.cache.hub is not None:
+            self._exchange()
 
     def _seed_sizes(self) -> None:
         # A profile sizes the first batch of a process that has decoded nothing yet.
-        if self.sizes is None and self.profile.records > 0:
-            self.learn_sizes(self.profile.records, self.profile.elements, self.profile.arena)
+        p = self.known
+        if self.sizes is None and p.records > 0:
+            self.sizes = (p.elements / p.records, p.arena / p.records)
 
-    def observe(
-        self,
-        tuning: Tuning | None,
-        seconds: float,
-        data: Any,
-        starts: np.ndarray,
-        ends: np.ndarray,
-        records: int,
-        group_counts: Sequence[int],
-        arena_bytes: Sequence[int],
-    ) -> None:
-        """Account one decoded batch; sample it into the profile; retune when due."""
-        cache = self.cache
-        if cache.tune == "off" or records <= 0:
-            return
-        n = len(starts)
-        stride = max(round(1.0 / cache.sample_rate), 1) if cache.sample_rate > 0 else 0
-        with self.lock:
-            slot = self.timing["tuned" if tuning is not None else "untuned"]
-            slot[0] += seconds
-            slot[1] += records
-            batch = _Counters.empty(self.layout)
-            batch.batches, batch.records = 1, records
-            batch.batch_min = batch.batch_max = records
-            batch.elements[:] = np.asarray(group_counts, dtype=np.int64)
-            batch.arena[:] = np.asarray(arena_bytes, dtype=np.int64)
-            if stride and n:
-                sample = np.arange(self.phase % stride, n, stride, dtype=np.int64)
-                self.phase += 1
-                if len(sample):
-                    t0 = time.perf_counter()
-                    batch.sampled = walk(
-                        data,
-                        starts,
-                        ends,
-                        sample,
-                        self.layout.child,
-                        self.layout.base,
-                        self.layout.widths,
-                        self.layout.fbase,
-                        batch.visits,
-                        batch.present,
-                        batch.count,
-                        batch.nbytes,
-                        batch.first,
-                        batch.follow,
-                        self.stamp,
-                    )
-                    self.walk_seconds += time.perf_counter() - t0
-            self.profile.add(batch)
-            self.delta.add(batch)
-            self.since_retune += records
-            due = self.since_retune >= cache.retune_every
-        if due:
-            self.retune()
-
-    def retune(self) -> Tuning:
-        """Publish a new tuning from the profile so far (and exchange it with a hub)."""
-        hub = self.cache._hub()
-        if hub is not None:
-            self._exchange(hub)
-        with self.lock:
-            self.since_retune = 0
-            version = (self.tuning.version if self.tuning is not None else 0) + 1
-            tuning = Tuning(version, self.profile.records, self.profile.copy(), self)
-            self.tuning = tuning  # the atomic swap: transcoders read it once per batch
-        with self.cache._lock:
-            self.cache._retunes += 1
-        return tuning
+    def profile(self) -> _Sums:
+        """Everything known of the plan's sizes (call holding ``lock``)."""
+        total = _Sums.empty(self.plan)
+        total.add(self.known)
+        total.add(self.delta)
+        return total
 
     # -- sharing -------------------------------------------------------------------------
 
-    def export(self) -> dict[str, Any]:
+    def export(self, sums: _Sums | None = None) -> dict[str, Any]:
         with self.lock:
             return {
                 "schema": self.key[0],
                 "plan": self.key[1],
                 "message": self.message,
-                "layout": self.layout.signature,
-                "tuning_version": self.tuning.version if self.tuning is not None else 0,
-                "profile": self.profile.to_json(),
+                "layout": self.layout,
+                "profile": (sums if sums is not None else self.profile()).to_json(),
             }
 
     def absorb(self, data: dict[str, Any], where: str) -> bool:
         """Add a saved or shipped profile of this plan; False (and a warning) if it does not fit."""
-        if data.get("layout") != self.layout.signature:
+        if data.get("layout") != self.layout:
             warnings.warn(
                 f"profile from {where} was recorded for another table layout of this plan "
                 "(another wirearrow version?): ignored",
@@ -403,44 +208,37 @@ class _Entry:
             )
             return False
         try:
-            counters = _Counters.from_json(data["profile"], self.layout)
-        except (KeyError, TypeError, ValueError) as err:
+            sums = _Sums.from_json(data["profile"], self.plan)
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             warnings.warn(
                 f"profile from {where} is malformed ({err}): ignored", RuntimeWarning, stacklevel=4
             )
             return False
         with self.lock:
-            self.profile.add(counters)
+            self.known.add(sums)
             self._seed_sizes()
-        self.retune()
         return True
 
-    def _exchange(self, hub: Any) -> None:
-        """Push what this process saw since the last push; take the merged profile back."""
+    def _exchange(self) -> None:
+        """Push what this process decoded since its last push; take the merged sums back."""
         with self.lock:
-            delta, self.delta = self.delta, _Counters.empty(self.layout)
-        payload = {
-            "schema": self.key[0],
-            "plan": self.key[1],
-            "message": self.message,
-            "layout": self.layout.signature,
-            "profile": delta.to_json(),
-        }
+            delta, self.delta = self.delta, _Sums.empty(self.plan)
         try:
-            merged = self.cache._ray_get(hub.exchange.remote(payload))
+            hub = self.cache._hub()
+            merged = self.cache._ray_get(hub.exchange.remote(self.export(delta)))
         except Exception as err:  # a hub that went away costs sharing, never a batch
+            with self.lock:
+                self.delta.add(delta)  # still ours to push
             warnings.warn(
-                f"profile hub unreachable ({err}); profiling locally", RuntimeWarning, stacklevel=3
+                f"profile hub unreachable ({err}); sizing locally", RuntimeWarning, stacklevel=3
             )
             return
         if merged is None:
-            return
-        counters = _Counters.from_json(merged["profile"], self.layout)
+            return  # the hub holds another layout of this plan (another wirearrow version)
+        sums = _Sums.from_json(merged["profile"], self.plan)
         with self.lock:
-            # The hub's sum holds every push, ours included; keep what arrived meanwhile.
-            self.profile = counters
-            self.profile.add(self.delta)
-            self.hub_version = merged["version"]
+            # The hub's sum holds every push, ours included; self.delta what arrived meanwhile.
+            self.known = sums
             self._seed_sizes()
 
 
@@ -453,35 +251,24 @@ _REGISTRY_LOCK = threading.Lock()
 class ParserCache:
     """Compiled plans, at most one compile per (schema, plan) per process; thread-safe.
 
-    ``tune``: "auto" profiles a ``sample_rate`` fraction of the records of every batch and
-    publishes a new :class:`Tuning` every ``retune_every`` records; "off" only caches.
     ``max_entries``: plans kept (least recently used ones are dropped; transcoders holding
     one keep it alive). ``hub``: the name of a Ray actor that merges the profiles of every
-    process using a cache with this name (:meth:`share_with_ray`).
+    process using a cache with this name (:meth:`share_with_ray`); ``share_every``: records
+    a process decodes of a plan between two pushes to it.
 
     A cache pickles by identity: unpickled in a process that already holds it (same id),
     it is that same object, so every transcoder shipped to a worker shares its compiles.
     """
 
     def __init__(
-        self,
-        tune: str = "auto",
-        sample_rate: float = 0.01,
-        retune_every: int = 100_000,
-        *,
-        max_entries: int = 256,
-        hub: str | None = None,
+        self, *, max_entries: int = 256, hub: str | None = None, share_every: int = SHARE_EVERY
     ) -> None:
-        if tune not in TUNE:
-            raise ValueError(f"tune must be one of {TUNE}, not {tune!r}")
-        if not 0.0 <= sample_rate <= 1.0:
-            raise ValueError(f"sample_rate must be in [0, 1], not {sample_rate!r}")
-        if retune_every < 1:
-            raise ValueError(f"retune_every must be positive, not {retune_every!r}")
-        self.tune = tune
-        self.sample_rate = float(sample_rate)
-        self.retune_every = int(retune_every)
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be positive, not {max_entries!r}")
+        if share_every < 1:
+            raise ValueError(f"share_every must be positive, not {share_every!r}")
         self.max_entries = int(max_entries)
+        self.share_every = int(share_every)
         self.hub = hub
         self.id = uuid.uuid4().hex
         self._lock = threading.Lock()
@@ -491,17 +278,14 @@ class ParserCache:
         self._by_plan: dict[str, list[tuple[str, str]]] = {}  # plan fp -> pending keys
         self._compiles = 0
         self._hits = 0
-        self._retunes = 0
         self._compile_seconds = 0.0
         self._hub_handle: Any = None
         with _REGISTRY_LOCK:
             _REGISTRY[self.id] = self
 
     def __repr__(self) -> str:
-        return (
-            f"ParserCache(tune={self.tune!r}, sample_rate={self.sample_rate}, "
-            f"retune_every={self.retune_every}, plans={len(self._entries)})"
-        )
+        hub = f", hub={self.hub!r}" if self.hub is not None else ""
+        return f"ParserCache(plans={len(self._entries)}, max_entries={self.max_entries}{hub})"
 
     # -- compile once ----------------------------------------------------------------------
 
@@ -551,38 +335,34 @@ class ParserCache:
     # -- stats -----------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """compiles, hits, retunes, and per plan: its tuning version, profile summary and
-        the measured effect (decode records/s before and after its first tuning)."""
+        """compiles, hits, compile seconds, and per plan: the records decoded here, the
+        records its profile holds (loaded, merged and decoded) and the sizes per record the
+        next batch is allocated with (None before anything is known)."""
         with self._lock:
             entries = list(self._entries.values())
             out: dict[str, Any] = {
-                "tune": self.tune,
                 "compiles": self._compiles,
                 "hits": self._hits,
-                "retunes": self._retunes,
                 "compile_seconds": round(self._compile_seconds, 6),
                 "pending_profiles": sum(len(v) for v in self._pending.values()),
             }
         plans = []
         for e in entries:
             with e.lock:
-                tuning = e.tuning
-                timing = {k: list(v) for k, v in e.timing.items()}
-                decoded = e.profile.records
-                walk_seconds = e.walk_seconds
-            effect = {k: round(v[1] / v[0], 1) if v[0] > 0 else None for k, v in timing.items()}
-            decode_seconds = timing["untuned"][0] + timing["tuned"][0]
+                decoded, records = e.decoded, e.known.records + e.delta.records
+            sizes = e.sizes
             plans.append(
                 {
                     "message": e.message,
                     "schema": e.key[0][:12],
                     "plan": e.key[1][:12],
-                    "records_profiled": decoded,
-                    "tuning_version": tuning.version if tuning is not None else 0,
-                    "profile": tuning.summary if tuning is not None else None,
-                    "effect_records_per_second": effect,
-                    "profiling_overhead": (
-                        round(walk_seconds / decode_seconds, 4) if decode_seconds else None
+                    "records_decoded": decoded,
+                    "records_profiled": records,
+                    "elements_per_record": (
+                        [round(float(x), 3) for x in sizes[0]] if sizes is not None else None
+                    ),
+                    "string_bytes_per_record": (
+                        [round(float(x), 1) for x in sizes[1]] if sizes is not None else None
                     ),
                 }
             )
@@ -599,17 +379,12 @@ class ParserCache:
         doc = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
-            "settings": {
-                "tune": self.tune,
-                "sample_rate": self.sample_rate,
-                "retune_every": self.retune_every,
-            },
             "plans": [e.export() for e in entries] + pending,
         }
         return json.dumps(doc, separators=(",", ":"))
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write every plan's profile (JSON); :meth:`load` starts a job already profiled."""
+        """Write every plan's profile (JSON); :meth:`load` starts a job with its sizes."""
         text = self.dumps()
         path = os.fspath(path)
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -619,7 +394,7 @@ class ParserCache:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **settings: Any) -> ParserCache:
-        """A cache holding the profiles saved at ``path`` (settings too, unless given).
+        """A new cache (``settings``: its keywords) holding the profiles saved at ``path``.
 
         A profile is applied when a transcoder asks for its plan, after checking the
         schema fingerprint, the plan fingerprint and the table layout; one recorded for
@@ -632,8 +407,7 @@ class ParserCache:
     @classmethod
     def loads(cls, text: str, *, where: str = "a string", **settings: Any) -> ParserCache:
         doc = _parse(text, where)
-        kwargs = {**doc.get("settings", {}), **settings}
-        cache = cls(**kwargs)
+        cache = cls(**settings)
         cache.add_profiles(doc, where)
         return cache
 
@@ -641,13 +415,25 @@ class ParserCache:
         """Add saved profiles (a :meth:`dumps` text or its parsed form) to this cache."""
         if isinstance(doc, str):
             doc = _parse(doc, where)
-        for item in doc.get("plans", []):
-            key = (item.get("schema"), item.get("plan"))
+        plans = doc.get("plans", [])
+        if not isinstance(plans, list):
+            raise ValueError(f"{where} is not a wirearrow profile (its plans are not a list)")
+        for item in plans:
+            schema = item.get("schema") if isinstance(item, dict) else None
+            plan = item.get("plan") if isinstance(item, dict) else None
+            if not isinstance(schema, str) or not isinstance(plan, str):
+                warnings.warn(
+                    f"profile from {where} holds a plan without fingerprints: ignored",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            key = (schema, plan)
             with self._lock:
-                found = self._entries.get(key)  # type: ignore[arg-type]
+                found = self._entries.get(key)
                 if found is None:
-                    self._pending.setdefault(key, []).append((item, where))  # type: ignore[arg-type]
-                    self._by_plan.setdefault(key[1], []).append(key)  # type: ignore[arg-type]
+                    self._pending.setdefault(key, []).append((item, where))
+                    self._by_plan.setdefault(plan, []).append(key)
                     continue
             found.absorb(item, where)
 
@@ -655,11 +441,9 @@ class ParserCache:
 
     def __reduce__(self) -> tuple:
         settings = {
-            "tune": self.tune,
-            "sample_rate": self.sample_rate,
-            "retune_every": self.retune_every,
             "max_entries": self.max_entries,
             "hub": self.hub,
+            "share_every": self.share_every,
         }
         return (_restore_cache, (self.id, settings, self.dumps()))
 
@@ -668,9 +452,10 @@ class ParserCache:
     def share_with_ray(self, name: str = "wirearrow-profile-hub") -> ParserCache:
         """Merge this cache's profiles across Ray workers through the named actor ``name``.
 
-        Each process pushes what it profiled at every retune and takes back the sum of
-        every process's pushes (versioned); the actor is created on first use (detached
-        from no job: it lives as long as the job). Returns self.
+        Every ``share_every`` records of a plan a process pushes the sums it decoded since
+        its last push and takes back the sum of every process's pushes, and before its
+        first batch of a plan it takes the sum (a new worker starts from the job's sizes);
+        the actor is created on first use and lives as long as the job. Returns self.
         """
         self.hub = name
         self._hub_handle = None
@@ -678,26 +463,22 @@ class ParserCache:
 
     def pull_from_ray(self) -> ParserCache:
         """Add the hub's merged profiles (every worker's) to this cache, e.g. to ``save``."""
-        hub = self._hub()
-        if hub is None:
-            raise ValueError("this cache does not share with Ray: call share_with_ray() first")
-        for item in self._ray_get(hub.snapshot.remote()):
+        for item in self._ray_get(self._hub().snapshot.remote()):
             key = (item["schema"], item["plan"])
             with self._lock:
                 found = self._entries.get(key)
             if found is not None:
-                with found.lock:
-                    found.delta = _Counters.empty(found.layout)  # the hub holds it already
-                    found.profile = _Counters.empty(found.layout)
+                with found.lock:  # the hub's sum replaces what is known (our pushes in it)
+                    found.known = _Sums.empty(found.plan)
             self.add_profiles({"plans": [item]}, f"Ray actor {self.hub!r}")
         return self
 
     def _hub(self) -> Any:
-        if self.hub is None:
-            return None
         if self._hub_handle is None:
             from wirearrow.profile_hub import hub_actor  # imports Ray
 
+            if self.hub is None:
+                raise ValueError("this cache does not share with Ray: call share_with_ray() first")
             self._hub_handle = hub_actor(self.hub)
         return self._hub_handle
 
@@ -743,16 +524,13 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_cache() -> ParserCache:
-    """The process-wide cache of transcoders built without ``cache=``.
-
-    It compiles each plan once per process and does not profile (``tune="off"``): pass a
-    ``ParserCache(tune="auto")`` to profile.
-    """
+    """The process-wide cache of transcoders built without ``cache=``: it compiles each plan
+    once per process and learns its sizes; it is never saved or shared."""
     global _DEFAULT
     if _DEFAULT is None:
         with _DEFAULT_LOCK:
             if _DEFAULT is None:
-                _DEFAULT = ParserCache(tune="off")
+                _DEFAULT = ParserCache()
     return _DEFAULT
 
 

@@ -287,8 +287,8 @@ class TranscodeJob:
                         sink.write(batch)
                     if self.dead_sink is not None:
                         # Where each record's frame (length prefix) starts in the file.
-                        frames = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
-                        self._dead_letters(path, record_base + i0, frames)
+                        frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
+                        self._dead_letters(path, record_base + i0, frame_at)
                     result.bytes_in = base + hi
                     self.progress.update(label, result.records_in, result.bytes_in, size, t0)
                 record_base += n
@@ -540,7 +540,7 @@ def _profile_cache(path: str | None) -> ParserCache | None:
     if path is None:
         return None
     if not os.path.exists(path):
-        return ParserCache(tune="auto")
+        return ParserCache()
     try:
         return ParserCache.load(path)
     except (OSError, ValueError) as err:
@@ -798,6 +798,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"records per transcode call (default {DEFAULT_BATCH_SIZE})",
     )
     bench.set_defaults(func=cmd_bench)
+
+    from wirearrow import playground  # argparse only: the server loads when it runs
+
+    playground.configure(
+        commands.add_parser(
+            "playground", help=playground.HELP, description=playground.DESCRIPTION
+        )
+    )
     return parser
 
 

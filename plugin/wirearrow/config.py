@@ -961,6 +961,7 @@ def load_plan(
     if isinstance(source, PlanConfig):
         return source
     base = os.path.abspath(os.fspath(base_dir)) if base_dir is not None else None
+    data: object
     if isinstance(source, Mapping):
         where, data, has_lines = "<dict>", source, False
         base = base or os.getcwd()

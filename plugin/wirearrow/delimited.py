@@ -62,7 +62,8 @@ def split_framed(buffer: object, framing: str) -> tuple[np.ndarray, np.ndarray, 
     A length prefix that cannot be a length raises ValueError("byte N: why").
     """
     starts, ends, consumed = split(memoryview(buffer).cast("B"), _framing_code(framing))  # type: ignore[arg-type]
-    return np.frombuffer(starts, dtype=np.int64), np.frombuffer(ends, dtype=np.int64), consumed
+    as_int64 = np.frombuffer
+    return as_int64(memoryview(starts), np.int64), as_int64(memoryview(ends), np.int64), consumed
 
 
 def records_array(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -288,7 +289,7 @@ def read_delimited(
             buffer = f.read_buffer()
     else:
         buffer = source
-    view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
+    view = memoryview(buffer).cast("B")
     starts, ends, consumed = split_framed(view, framing)
     if consumed != len(view):
         raise ValueError(

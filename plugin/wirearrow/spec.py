@@ -78,6 +78,15 @@ OPTIONS: dict[str, tuple[object, Callable[[object], str | None]]] = {
 _PLAN_OPTIONS = tuple(name for name in OPTIONS if name != "on_error")
 
 
+def as_columns(columns: Sequence[str | Column] | None) -> tuple[Column, ...] | None:
+    """A column list as the spec stores it: path strings made :class:`Column`."""
+    if columns is None:
+        return None
+    if isinstance(columns, str | bytes):
+        raise TypeError("columns must be a sequence of paths or wa.Column, not one string")
+    return tuple(Column(c) if isinstance(c, str) else c for c in columns)
+
+
 def option_problem(name: str, value: object) -> str | None:
     """Why ``value`` is not a valid ``name`` option (None: it is)."""
     return OPTIONS[name][1](value)
@@ -108,11 +117,8 @@ class TranscodeSpec:
             raise TypeError(
                 f"schema must be a wirearrow.Schema, not {type(self.schema).__name__}"
             )
-        if self.columns is not None:
-            if isinstance(self.columns, str | bytes):
-                raise TypeError("columns must be a sequence of paths or wa.Column, not one string")
-            columns = tuple(Column(c) if isinstance(c, str) else c for c in self.columns)
-            object.__setattr__(self, "columns", columns)
+        # Path strings are accepted too (and stored as Column).
+        object.__setattr__(self, "columns", as_columns(self.columns))
         problems = [
             f"{name} {why}"
             for name in OPTIONS
@@ -178,4 +184,4 @@ class TranscodeSpec:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise TypeError(f"unknown transcoder options: {', '.join(unknown)}")
-        return cls(schema, None if columns is None else tuple(columns), **options)
+        return cls(schema, as_columns(columns), **options)

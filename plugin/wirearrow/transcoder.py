@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,7 +19,7 @@ from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
-from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec
+from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec, as_columns
 
 __all__ = ["DEAD_LETTER_SCHEMA", "ON_ERROR", "Stats", "TranscodeSpec", "Transcoder"]
 
@@ -80,9 +79,11 @@ class Transcoder:
     record: Arrow utf8 must be valid) or "binary" columns, which take whatever the runtime
     accepts and ``encode`` writes back as they are (docs/types.md).
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
-    shared by every transcoder of the same schema and plan) and, with ``tune="auto"``,
-    profiles the traffic; default: the process-wide cache (``wirearrow.cache.default_cache``,
-    which does not profile).
+    shared by every transcoder of the same schema and plan) and learns its buffer sizes;
+    default: the process-wide cache (``wirearrow.cache.default_cache``).
+
+    ``Transcoder(spec)`` takes a :class:`~wirearrow.TranscodeSpec` (the columns and every
+    option above in one value) instead; ``tc.spec`` gives it back.
     """
 
     def __init__(
@@ -112,7 +113,7 @@ class Transcoder:
         else:
             spec = TranscodeSpec(
                 schema,
-                None if columns is None else tuple(columns),
+                as_columns(columns),
                 on_error=on_error,
                 validate=validate,
                 timestamp_unit=timestamp_unit,
@@ -180,7 +181,7 @@ class Transcoder:
         """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
         with self._lock:
             rows, self._dead = self._dead, []
-        columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
+        columns: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[]] * 5
         return pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
             schema=DEAD_LETTER_SCHEMA,
@@ -212,9 +213,7 @@ class Transcoder:
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._spec.on_error == "raise"
         entry = self._entry
-        tuning = entry.tuning  # read once: a retune during this batch applies to the next
         while True:
-            started = time.perf_counter()
             result = decode(
                 self._plan.program,
                 data,
@@ -228,7 +227,6 @@ class Transcoder:
                 # the call: pooled, they would lift its peak memory (docs/memory.md).
                 pooled=self._spec.columns is None,
             )
-            decode_seconds = time.perf_counter() - started
             failed = [(self._error(e, index), e[0]) for e in result.errors]
             # (read before assembly releases the arenas column by column)
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
@@ -264,9 +262,6 @@ class Transcoder:
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        entry.observe(
-            tuning, decode_seconds, data, starts, ends, result.records, group_counts, arena_bytes
-        )
         self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
         if positions is not None:
             rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
@@ -394,7 +389,7 @@ def _records(messages: object, framing: str | None):
         view = memoryview(messages).cast("B")  # type: ignore[arg-type]
         starts, ends, consumed = split_framed(view, framing)
         index = np.arange(len(starts), dtype=np.int64)
-        extra = []
+        extra: list[tuple[DecodeError, bytes | None]] = []
         if consumed != len(view):
             err = DecodeError(
                 f"truncated {framing} stream: the last record runs past the end",
@@ -411,6 +406,7 @@ def _records(messages: object, framing: str | None):
     if not isinstance(messages, pa.Array):
         return _from_python(messages)
     t = messages.type
+    width: type[np.signedinteger[Any]]
     if pa.types.is_binary(t) or pa.types.is_string(t):
         width = np.int32
     elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
@@ -437,13 +433,13 @@ def _from_python(messages: object):
     """A sequence of bytes-like records: one exact-size copy into a contiguous buffer."""
     items = messages if isinstance(messages, list | tuple) else list(messages)  # type: ignore[call-overload]
     try:
-        data, starts, ends, nulls = pack_records(items)
+        data, starts_buf, ends_buf, nulls = pack_records(items)
     except TypeError as err:
         raise TypeError(f"records must be bytes-like: {err}") from None
-    starts = np.frombuffer(starts, dtype=np.int64)
-    ends = np.frombuffer(ends, dtype=np.int64)
+    starts = np.frombuffer(memoryview(starts_buf), dtype=np.int64)
+    ends = np.frombuffer(memoryview(ends_buf), dtype=np.int64)
     index = np.arange(len(starts), dtype=np.int64)
-    extra = []
+    extra: list[tuple[DecodeError, bytes | None]] = []
     if nulls:
         for i in nulls:
             extra.append((DecodeError("null record", index=int(i), offset=0, path=""), None))

@@ -1,11 +1,12 @@
 from typing import TypeAlias
 
 import numpy as np
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
 _Bytes: TypeAlias = Buffer | np.ndarray
 
+@disjoint_base
 class OwnedBuffer:
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...

@@ -2,7 +2,7 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
 
@@ -15,6 +15,7 @@ STATUS_TEXT: dict[int, str]
 POLICY_RAISE: int
 POLICY_SKIP: int
 
+@disjoint_base
 class Program:
     @property
     def n_entries(self) -> int: ...
@@ -44,6 +45,7 @@ class Program:
     def column(self, i: int) -> DecodeColumn: ...
     def default(self, i: int) -> DecodeDefault: ...
 
+@disjoint_base
 class Result:
     # Lists of the buffers decode() made (OwnedBuffer; a bytes column's col_values: count + 1
     # uint32 offsets into its col_arena). The assembler takes them over: it drops each one

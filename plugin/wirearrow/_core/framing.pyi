@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import TypeAlias
 
 import numpy as np
@@ -14,3 +15,6 @@ def split(data: _Bytes, framing: int, base: int = 0) -> tuple[OwnedBuffer, Owned
 def compact(
     data: _Bytes, starts: _Bytes, ends: _Bytes
 ) -> tuple[OwnedBuffer, OwnedBuffer, bool]: ...
+def pack_records(
+    records: Sequence[_Bytes | None],
+) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...

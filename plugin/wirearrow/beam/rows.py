@@ -156,7 +156,7 @@ def _list_type(t: pa.DataType, where: str) -> tuple[Any, Converter] | None:
                 pos += length
         return out
 
-    return typing.Sequence[hint], convert
+    return typing.Sequence[hint], convert  # type: ignore[valid-type]  # built at run time
 
 
 def _map_type(t: pa.MapType, where: str) -> tuple[Any, Converter] | None:
@@ -188,7 +188,7 @@ def _map_type(t: pa.MapType, where: str) -> tuple[Any, Converter] | None:
                 pos += length
         return out
 
-    return typing.Mapping[key_hint, item_hint], convert
+    return typing.Mapping[key_hint, item_hint], convert  # type: ignore[valid-type]
 
 
 def _struct_type(t: pa.StructType, where: str) -> tuple[Any, Converter] | None:
@@ -233,7 +233,7 @@ def _row_fields(
     if not members:
         return None
     name = "Row_" + (re.sub(r"\W+", "_", where).strip("_") or "root")
-    return _picklable(NamedTuple(name, members)), kept, converters  # type: ignore[misc]
+    return _picklable(NamedTuple(name, members)), kept, converters  # type: ignore[arg-type]
 
 
 def _picklable(cls: type) -> type:
@@ -243,7 +243,7 @@ def _picklable(cls: type) -> type:
     and pickle finds no ``wirearrow.beam.<name>`` to refer to. They come back as instances
     of a namedtuple with the same name and fields (so attribute access still works).
     """
-    cls.__reduce__ = _row_reduce  # type: ignore[method-assign]
+    cls.__reduce__ = _row_reduce  # type: ignore[method-assign, assignment]
     return cls
 
 
@@ -284,7 +284,7 @@ def _row_converter(schema: pa.Schema, name: str) -> tuple[type, Callable[[pa.Rec
     _, kept, converters = built
     # The top-level type gets the requested name (nested ones are named by their path).
     fields = list(built[0].__annotations__.items())
-    cls = _picklable(NamedTuple(name, fields))  # type: ignore[misc]
+    cls = _picklable(NamedTuple(name, fields))  # type: ignore[arg-type]
 
     def convert(batch: pa.RecordBatch) -> list:
         columns = [c(batch.column(i)) for i, c in zip(kept, converters, strict=True)]

@@ -36,7 +36,9 @@ class DeadLetter(NamedTuple):
     ``key`` is the element's key for ``(key, bytes)`` input (as text), else None.
     """
 
-    index: int
+    # A field named index shadows tuple.index (mypy says so); it is the dead-letter
+    # schema's name for the record's position, in every engine.
+    index: int  # type: ignore[assignment]
     offset: int
     path: str
     reason: str

@@ -10,7 +10,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -485,9 +485,9 @@ def transcode(
 
     ``profile``: a saved profile (path, read here) or a :class:`~wirearrow.ParserCache`:
     the plan is compiled on that cache, which travels with it (one instance per worker
-    process) and profiles the traffic; every process merges its profile with the others'
-    through a named actor at each retune (``ParserCache.share_with_ray``), so new and
-    running workers start from the job-wide profile. ``ParserCache.pull_from_ray`` on the
+    process) and learns the buffer sizes; every process merges its sums with the others'
+    through a named actor every ``share_every`` records (``ParserCache.share_with_ray``),
+    and a new worker starts from the job-wide sizes. ``ParserCache.pull_from_ray`` on the
     driver fetches the merged profile (to ``save`` it for the next job). See docs/cache.md.
 
     Returns a :class:`TranscodeResult`: lazy rows (a Dataset), then dead letters and counts.
@@ -523,7 +523,11 @@ def transcode(
         "filesystem": fs,
         "ledger": ledger,
     }
-    common = {"batch_format": "pyarrow", "zero_copy_batch": True, "batch_size": batch_size}
+    common: dict[str, Any] = {
+        "batch_format": "pyarrow",
+        "zero_copy_batch": True,
+        "batch_size": batch_size,
+    }
     pool = None
     if compute == "tasks":
         if isinstance(concurrency, tuple):
@@ -533,7 +537,7 @@ def transcode(
         if num_cpus is not None:
             map_batches_args["num_cpus"] = num_cpus
         rows = ds.map_batches(
-            _transcode_task,
+            cast(Any, _transcode_task),  # Ray's stub wants a one-argument function
             fn_kwargs={"job": ledger.job, **transcode_args},
             **common,
             **map_batches_args,

@@ -1,0 +1,135 @@
+"""``wirearrow playground``: try a plan on real records in a local web page.
+
+    wirearrow playground [PLAN.yaml] [RECORDS] [--framing F] [--proto FILE --message M]
+
+Serves one page on 127.0.0.1 (a free port unless ``--port``; the URL is printed, no
+browser is opened): the schema as a tree, a plan editor with the errors of
+``wirearrow check``, and a live preview on a sample of the records (docs/playground.md).
+Importing this package is cheap (argparse only): the server, pyarrow and the decoder load
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["DESCRIPTION", "HELP", "configure", "run"]
+
+HELP = "try a plan on a sample of real records in a local web page"
+DESCRIPTION = (
+    "Serve a page on 127.0.0.1 where a plan is edited and previewed on a sample of RECORDS "
+    "(read from the start of the file, at most --sample records and --max-bytes bytes). "
+    "The URL is printed; stop with Ctrl-C."
+)
+FRAMINGS = ("varint", "u32le", "u32be")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments, on the ``playground`` subparser of the ``wirearrow`` CLI."""
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="PLAN.yaml|RECORDS",
+        help="a YAML plan (a file ending in .yaml/.yml) and/or a file of framed records",
+    )
+    parser.add_argument(
+        "--framing",
+        choices=FRAMINGS,
+        help="length prefix of each record; default: the plan's input.framing, else varint",
+    )
+    schema = parser.add_argument_group("schema (when there is no plan, or to override it)")
+    schema.add_argument("--proto", metavar="FILE", help="a .proto file")
+    schema.add_argument("--descriptor-set", metavar="FILE", help="a serialized FileDescriptorSet")
+    schema.add_argument("--module", metavar="NAME", help="a generated *_pb2 module to import")
+    schema.add_argument("--message", metavar="NAME", help="the message (full name or suffix)")
+    schema.add_argument(
+        "-I",
+        "--import-path",
+        dest="import_paths",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="protoc include directory for --proto (repeatable)",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    parser.add_argument(
+        "--sample", type=int, default=1000, metavar="N", help="records read (default 1000)"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=8 << 20,
+        metavar="N",
+        help="bytes of RECORDS read at most (default 8 MiB)",
+    )
+    parser.add_argument(
+        "--rows", type=int, default=50, metavar="N", help="preview rows shown (default 50)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"wirearrow: error: {message}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Set up the session from the arguments, serve until interrupted."""
+    from wirearrow.playground.server import make_server
+    from wirearrow.playground.session import Limits, PlaygroundError, SchemaSource, Session
+
+    plans = [p for p in args.inputs if p.lower().endswith((".yaml", ".yml"))]
+    records = [p for p in args.inputs if p not in plans]
+    if len(plans) > 1 or len(records) > 1:
+        return _fail("give at most one PLAN.yaml and one RECORDS file")
+    if min(args.sample, args.max_bytes, args.rows) < 1:
+        return _fail("--sample, --max-bytes and --rows must be at least 1")
+    limits = Limits(max_records=args.sample, max_bytes=args.max_bytes, preview_rows=args.rows)
+    session = Session(limits)
+    framing = args.framing
+    try:
+        if plans:
+            session.open_plan(plans[0])
+            framing = framing or _plan_framing(plans[0])
+        given = [k for k in ("proto", "descriptor_set", "module") if getattr(args, k)]
+        if len(given) > 1:
+            return _fail("give one of --proto, --descriptor-set, --module")
+        if given:
+            if not args.message:
+                return _fail(f"--{given[0].replace('_', '-')} needs --message")
+            value = getattr(args, given[0])
+            if given[0] != "module" and os.path.exists(value):
+                value = os.path.abspath(value)
+            roots = tuple(os.path.abspath(p) for p in args.import_paths)
+            session.set_schema(SchemaSource(given[0], value, args.message, roots))
+            if not plans:
+                session.mode = "lines"
+        if records:
+            session.set_records_file(records[0], framing or "varint")
+    except PlaygroundError as err:
+        return _fail(str(err))
+    try:
+        server = make_server(session, port=args.port)
+    except OSError as err:
+        return _fail(f"cannot listen on 127.0.0.1:{args.port}: {err.strerror or err}")
+    port = server.server_address[1]
+    print(f"wirearrow playground: http://127.0.0.1:{port}/  (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _plan_framing(path: str) -> str | None:
+    from wirearrow.config import load_plan
+    from wirearrow.errors import WirearrowError
+
+    try:
+        return load_plan(os.path.abspath(path)).input.framing
+    except (WirearrowError, ValueError):
+        return None  # the page shows the plan's problems

@@ -1,0 +1,57 @@
+"""benchmarks/plot.py: PNGs and the docs page from the benchmarks' --json output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+import plot  # benchmarks/, put on sys.path by conftest.py
+
+MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "usable_cores": 2, "python": "CPython 3.11"}
+
+
+def _row(method: str, plan: str, form: str, rate: float, ratio: float | None, **extra) -> dict:
+    return {"method": method, "plan": plan, "input_form": form, "status": "ok",
+            "msg_per_s": rate, "ratio": ratio, **extra}  # fmt: skip
+
+
+def test_figures_and_page(tmp_path: Path) -> None:
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps({
+        "machine": MACHINE,
+        "targets": ["4-col vs pybufarrow: 3.4x (target >= 20x)"],
+        "results": [
+            _row("wirearrow", "flat-4", "BinaryArray", 2.5e5, 3.4, peak_ratio=0.3, peak_extra_bytes=1e5),
+            _row("pybufarrow flat", "flat-4", "list[bytes]", 7e4, 1.0, peak_ratio=2.0, peak_extra_bytes=4e6),
+            _row("wirearrow", "flat-15", "BinaryArray", 1.5e5, 2.0),
+            {"method": "ptars", "plan": "nested", "status": "not available (no module)"},
+        ],
+    }))  # fmt: skip
+    encode = tmp_path / "encode.json"  # no machine, no plan, no memory
+    encode.write_text(json.dumps({"n": 10, "results": [
+        {"method": "wirearrow encode", "msg_per_s": 1e5, "ratio": 2.5},
+        {"method": "runtime serialize", "msg_per_s": 4e4, "ratio": 1.0},
+    ]}))  # fmt: skip
+    page = tmp_path / "docs" / "figures.md"
+    page.parent.mkdir()
+    out = tmp_path / "docs" / "img"
+    assert plot.main([str(flat), str(encode), "--out", str(out), "--page", str(page)]) == 0
+    made = sorted(p.name for p in out.iterdir())
+    assert made == ["encode-throughput.png", "flat-memory.png", "flat-throughput.png"]
+    for png in out.iterdir():
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    text = page.read_text()
+    assert "Test CPU 9000, 2 cores" in text and "machine not recorded" in text
+    assert "![flat-throughput](img/flat-throughput.png)" in text
+    assert "- 4-col vs pybufarrow: 3.4x (target >= 20x)" in text
+
+
+def test_a_run_with_no_measured_row_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "x.json"
+    empty.write_text(json.dumps({"results": [{"method": "a", "status": "not available"}]}))
+    with pytest.raises(ValueError, match="no measured rows"):
+        plot.figures(empty, tmp_path)
