@@ -11,7 +11,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
 ``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
-``keep_unknown``, ``output`` and ``input``
+``keep_unknown``, ``well_known_types``, ``unvalidated_strings``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -40,7 +40,7 @@ from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
-from wirearrow.plan.compiler import TIME_UNITS, Column
+from wirearrow.plan.compiler import TIME_UNITS, UNVALIDATED_STRINGS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.protojson import FORMATS
 from wirearrow.schema import Schema
@@ -92,6 +92,8 @@ _TOP_KEYS = (
     "max_nesting",
     "max_depth",
     "keep_unknown",
+    "well_known_types",
+    "unvalidated_strings",
     "output",
     "input",
 )
@@ -548,6 +550,7 @@ class _Checker:
             ("timestamp_unit", TIME_UNITS, ()),
             ("validate", VALIDATE, ()),
             ("enums", ENUMS, RESERVED_ENUMS),
+            ("unvalidated_strings", UNVALIDATED_STRINGS, ()),
         ):
             value, line = at(key)
             if value is not None:
@@ -560,11 +563,12 @@ class _Checker:
                 depth = self.integer(value, key, line, minimum=1, maximum=maximum)
                 if depth is not None:
                     settings[key] = depth
-        value, line = at("keep_unknown")
-        if value is not None:
-            keep = self.boolean(value, "keep_unknown", line)
-            if keep is not None:
-                settings["keep_unknown"] = keep
+        for key in ("keep_unknown", "well_known_types"):
+            value, line = at(key)
+            if value is not None:
+                flag = self.boolean(value, key, line)
+                if flag is not None:
+                    settings[key] = flag
         for key, value in settings.items():
             why = option_problem(key, value)  # the spec's rule is the last word
             if why is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wirearrow.errors import PlanError
-from wirearrow.plan.compiler import TIME_UNITS, UNKNOWN_FIELDS, Column
+from wirearrow.plan.compiler import TIME_UNITS, UNKNOWN_FIELDS, UNVALIDATED_STRINGS, Column
 from wirearrow.schema import Schema
 
 __all__ = ["ON_ERROR", "OPTIONS", "TranscodeSpec", "option_problem"]
@@ -71,6 +71,8 @@ OPTIONS: dict[str, tuple[object, Callable[[object], str | None]]] = {
     "max_depth": (None, _int_in(1, None, optional=True)),
     "enums": ("number", _choice(ENUMS)),
     "keep_unknown": (False, _boolean),
+    "well_known_types": (True, _boolean),
+    "unvalidated_strings": ("utf8", _choice(UNVALIDATED_STRINGS)),
 }
 # Options that change the compiled tables (on_error only changes what happens to bad records).
 _PLAN_OPTIONS = tuple(name for name in OPTIONS if name != "on_error")
@@ -107,6 +109,8 @@ class TranscodeSpec:
     max_depth: int | None = None
     enums: str = "number"
     keep_unknown: bool = False
+    well_known_types: bool = True
+    unvalidated_strings: str = "utf8"
 
     def __post_init__(self) -> None:
         if not isinstance(self.schema, Schema):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,13 +37,19 @@ DEAD_LETTER_SCHEMA = pa.schema(
 
 @dataclass(slots=True)
 class Stats:
-    """Cumulative counts; records_in == records_ok + records_failed, always."""
+    """Cumulative counts; records_in == records_ok + records_failed, always.
+
+    ``precision_lost``: Timestamp / Duration values decoded with nanoseconds the column's
+    unit cannot hold, and so truncated (``timestamp_unit="ns"`` or
+    ``well_known_types=False`` lose none; docs/types.md).
+    """
 
     records_in: int = 0
     records_ok: int = 0
     records_failed: int = 0
     rows_out: int = 0
     bytes_in: int = 0
+    precision_lost: int = 0
 
 
 class Transcoder:
@@ -65,6 +71,14 @@ class Transcoder:
     tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
+    ``well_known_types``: True maps Timestamp, Duration, the wrappers, Struct/Value, Any,
+    FieldMask, google.type.Date and TimeOfDay to Arrow types (docs/types.md); False reads
+    them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
+    loses nothing, and ``encode`` reads those structs back.
+    ``unvalidated_strings``: the strings the schema does not require to be UTF-8 (proto2,
+    editions ``utf8_validation = NONE``): "utf8" columns (bytes that are not UTF-8 make a bad
+    record: Arrow utf8 must be valid) or "binary" columns, which take whatever the runtime
+    accepts and ``encode`` writes back as they are (docs/types.md).
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
     shared by every transcoder of the same schema and plan) and learns its buffer sizes;
     default: the process-wide cache (``wirearrow.cache.default_cache``).
@@ -85,6 +99,8 @@ class Transcoder:
         max_depth: int | None = None,
         enums: str = "number",
         keep_unknown: bool = False,
+        well_known_types: bool = True,
+        unvalidated_strings: str = "utf8",
         cache: ParserCache | None = None,
     ) -> None:
         if isinstance(schema, TranscodeSpec):
@@ -106,6 +122,8 @@ class Transcoder:
                 max_depth=max_depth,
                 enums=enums,
                 keep_unknown=keep_unknown,
+                well_known_types=well_known_types,
+                unvalidated_strings=unvalidated_strings,
             )
         self._spec = spec
         self._cache = cache if cache is not None else default_cache()
@@ -159,7 +177,7 @@ class Transcoder:
     def stats(self) -> Stats:
         with self._lock:
             s = self._stats
-            return Stats(s.records_in, s.records_ok, s.records_failed, s.rows_out, s.bytes_in)
+            return replace(s)
 
     def dead_letters(self) -> pa.Table:
         """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
@@ -231,8 +249,9 @@ class Transcoder:
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
             group_counts = result.group_counts
             rejected: list[tuple[DecodeError, int]] = []
+            assembler = Assembler(self._plan, result, data)
             try:
-                columns, n_rows, positions = Assembler(self._plan, result, data).columns(
+                columns, n_rows, positions = assembler.columns(
                     row_records=index_name is not False
                 )
             except BadRecords as bad:
@@ -260,7 +279,7 @@ class Transcoder:
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        self._account(n_in, failures, n_rows, n_bytes)
+        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
         if positions is not None:
             rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
             return rows.append_column(
@@ -378,7 +397,12 @@ class Transcoder:
         return ".".join(parts)
 
     def _account(
-        self, n_in: int, failures: list[tuple[DecodeError, bytes | None]], n_rows: int, n_bytes: int
+        self,
+        n_in: int,
+        failures: list[tuple[DecodeError, bytes | None]],
+        n_rows: int,
+        n_bytes: int,
+        precision_lost: int,
     ) -> None:
         dead = []
         if self._spec.on_error == "dead_letter":
@@ -393,6 +417,7 @@ class Transcoder:
             s.records_ok += n_in - len(failures)
             s.rows_out += n_rows
             s.bytes_in += n_bytes
+            s.precision_lost += precision_lost
             self._dead.extend(dead)
 
 

@@ -1073,6 +1073,22 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         else:
             ei = find_entry(c, node, fn)
             f = &entries[ei] if ei >= 0 else NULL
+        if f != NULL and wt != f.wire_type:
+            if wt == 2 and (f.flags & F_PACKABLE):
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
+                if st != OK:
+                    break
+                st = decode_packed(c, f, p, p + n)
+                if st != OK:
+                    break
+                p += n
+                continue
+            # As the runtime (upb) does: a known field under another wire type is an unknown
+            # field, read or not (no value stored, no oneof sibling cleared, no presence).
+            f = NULL
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
@@ -1103,36 +1119,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             continue
-        if wt != f.wire_type:
-            if wt == 2 and (f.flags & F_PACKABLE):
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
-                st = decode_packed(c, f, p, p + n)
-                if st != OK:
-                    break
-                p += n
-                continue
-            st = check_tag(fn, wt, end_group)
-            if st == END_OF_GROUP:
-                c.resume = p
-                return OK
-            if st == OK and (f.flags & F_LENIENT):
-                # As the runtime does: a field it only checks is unknown under another type.
-                q = p
-                st = skip_field(c, &q, end, fn, wt, depth)
-                p = q
-                if st == OK and node.unknown >= 0:
-                    st = keep_unknown(c, node.unknown, field_start, p)
-                if st != OK:
-                    break
-                continue
-            if st == OK:
-                st = E_WIRE_TYPE
-            break
         if f.n_clear > 0:
             clear_siblings(c, f)
         act = f.action

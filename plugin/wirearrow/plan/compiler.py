@@ -57,11 +57,19 @@ from wirearrow.plan.leaves import (
 )
 from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
+from wirearrow.plan.types import (
+    WELL_KNOWN,
+    is_map,
+    is_message,
+    is_repeated,
+    needs_utf8_check,
+    scalar_kind,
+)
 
 __all__ = ["UNKNOWN_FIELDS", "Column", "CompiledPlan", "PlanOptions", "compile_plan"]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
+UNVALIDATED_STRINGS = ("utf8", "binary")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
@@ -101,6 +109,10 @@ class PlanOptions(Protocol):
     def enums(self) -> str: ...  # "number": int32; "name": dictionary<int32, utf8>
     @property
     def keep_unknown(self) -> bool: ...  # whole messages: every struct gets `_unknown`
+    @property
+    def well_known_types(self) -> bool: ...  # False: well-known types as plain messages
+    @property
+    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: "utf8" or "binary"
 
 
 @dataclass(frozen=True, eq=False)
@@ -437,7 +449,7 @@ class _Resolver:
             if is_repeated(fd):
                 if nxt is None:
                     return sel, self._list_leaf(node, fd, node.presence, self._stack())
-                if _is_json(fd) and not isinstance(nxt, FieldStep):
+                if self._is_json(fd) and not isinstance(nxt, FieldStep):
                     if isinstance(nxt, FilterStep):
                         raise PathError(
                             "filters apply to messages read field by field", text, nxt.pos
@@ -618,10 +630,11 @@ class _Resolver:
                             f"{name!r} is a message: compare one of its fields", text, atom.pos
                         )
                     return Operand(leaf)
-                # filters compare enum numbers whatever the output form of enums
-                return Operand(
-                    ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
-                )
+                # filters compare enum numbers whatever the output form of enums, and
+                # strings as text (so checked to be UTF-8 whatever unvalidated_strings says)
+                column = self.b.scalar(node, fd)
+                self.b.text_columns.add(column)
+                return Operand(ScalarLeaf(node.group, scalar_kind(fd).arrow, column, fd))
             if not is_message(fd):
                 raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
@@ -629,6 +642,13 @@ class _Resolver:
         raise AssertionError("unreachable")
 
     # -- leaves -------------------------------------------------------------------------
+
+    def _well_known(self, message: Descriptor) -> str | None:
+        """The dedicated mapping of a well-known type, None for a plain message."""
+        return WELL_KNOWN.get(message.full_name) if self.options.well_known_types else None
+
+    def _is_json(self, fd: FieldDescriptor) -> bool:
+        return fd.message_type is not None and self._well_known(fd.message_type) == "json"
 
     def _stack(self) -> tuple[str, ...]:
         return (self.b.root.message.full_name,)
@@ -660,6 +680,11 @@ class _Resolver:
         if fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
             names = tuple((v.number, v.name) for v in fd.enum_type.values)
             return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if self.options.unvalidated_strings == "binary" and not needs_utf8_check(fd):
+                self.b.binary_columns.add(column)
+                return ScalarLeaf(group, pa.binary(), column, fd)
+            self.b.text_columns.add(column)
         return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
 
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
@@ -674,7 +699,7 @@ class _Resolver:
     def _list_leaf(
         self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: tuple[str, ...]
     ) -> ListLeaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             json_leaf = JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
             return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
@@ -700,7 +725,7 @@ class _Resolver:
         return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
 
     def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
         if self._cut(fd, stack):
@@ -714,7 +739,7 @@ class _Resolver:
     ) -> Leaf:
         """The value of a whole message held by `node` (a struct, or a well-known type)."""
         message = node.message
-        wkt = WELL_KNOWN.get(message.full_name)
+        wkt = self._well_known(message)
         fields = message.fields_by_name
         if wkt in ("timestamp", "duration"):
             unit = self.options.timestamp_unit
@@ -828,10 +853,6 @@ _TYPE_NAMES = {
         "sint64",
     ]
 }
-
-
-def _is_json(fd: FieldDescriptor) -> bool:
-    return fd.message_type is not None and WELL_KNOWN.get(fd.message_type.full_name) == "json"
 
 
 def _kind_of(operand: Operand) -> str:
