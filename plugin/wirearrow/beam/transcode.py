@@ -209,7 +209,8 @@ class _TranscodeFn(beam.DoFn):
         self._arrays_in = Metrics.counter(METRICS_NAMESPACE, "record_arrays_in")
 
     def setup(self) -> None:
-        self._tc: Transcoder = pickle.loads(self._spec)
+        self._tc: Transcoder
+        self._tc, self._framing = pickle.loads(self._spec)
         self._buffers: dict[beam_window.BoundedWindow, _Buffer] = {}
 
     def start_bundle(self) -> None:
@@ -272,7 +273,7 @@ class _TranscodeFn(beam.DoFn):
     def _transcode(self, records: Any, keys: list | None) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
-        batch = tc.transcode(records)
+        batch = tc.transcode(records, **self._framing)
         after = tc.stats
         dead = []
         table = tc.dead_letters()
@@ -348,6 +349,10 @@ class ToArrow(beam.PTransform):
             the plan is compiled on that cache, which travels with the DoFn and is one
             instance per worker process (its profile shared by the process's DoFns, see
             docs/cache.md).
+        framing: "confluent": each record is in the Confluent Schema Registry wire format
+            (what Confluent's serializers write to Kafka), with ``schemas`` (a
+            ``{schema_id: Schema}`` mapping or a look-up function) and ``schema_id`` (True
+            or a column name: each row's schema id), as in ``Transcoder.transcode``.
     """
 
     def __init__(
@@ -358,6 +363,9 @@ class ToArrow(beam.PTransform):
         field: str = "value",
         error_handling: Optional[Mapping[str, str]] = None,  # noqa: UP045
         profile: Optional[Any] = None,  # noqa: UP045
+        framing: Optional[str] = None,  # noqa: UP045
+        schemas: Optional[Any] = None,  # noqa: UP045
+        schema_id: Any = False,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -365,8 +373,15 @@ class ToArrow(beam.PTransform):
         transcoder = _resolve_transcoder(plan, on_error)
         if profile is not None:
             transcoder = Transcoder(transcoder.spec, cache=resolve_profile(profile))
-        self.schema: pa.Schema = transcoder.arrow_schema
-        self._spec = pickle.dumps(transcoder, protocol=pickle.HIGHEST_PROTOCOL)
+        framing_args: dict[str, Any] = {}
+        if framing is not None or schemas is not None or schema_id is not False:
+            framing_args = {"framing": framing, "schemas": schemas, "schema_id": schema_id}
+            # A wrong combination fails here, where the pipeline is built.
+            batch = transcoder.transcode([], **framing_args)
+            self.schema = batch.schema
+        else:
+            self.schema = transcoder.arrow_schema
+        self._spec = pickle.dumps((transcoder, framing_args), protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)
         self._field = field
         self._dead_key = dead_letter_tag(error_handling)
