@@ -33,7 +33,8 @@ class DeadLetter(NamedTuple):
     ``index`` is the record's position in the batch it was transcoded with and ``offset``
     the byte inside the record where decoding failed (docs/errors.md); ``path`` the field
     path, ``reason`` the error text, ``raw`` the record's bytes (None for a null record).
-    ``key`` is the element's key for ``(key, bytes)`` input (as text), else None.
+    ``key`` is the element's key for ``(key, bytes)`` input or a row's ``key`` field (as
+    text), else None.
     """
 
     # A field named index shadows tuple.index (mypy says so); it is the dead-letter
@@ -247,7 +248,8 @@ class _TranscodeFn(beam.DoFn):
                 raise TypeError(f"ToArrow takes bytes, (key, bytes) or rows, not {element!r:.80}")
             return element
         try:
-            return None, getattr(element, self._field)
+            # ReadFromKafka(with_metadata=True) rows carry their key: dead letters name it.
+            return getattr(element, "key", None), getattr(element, self._field)
         except AttributeError:
             raise TypeError(
                 f"ToArrow: {type(element).__name__} element has no field {self._field!r} "
@@ -328,8 +330,9 @@ def _is_bytes_type(element_type: Any) -> bool:
 class ToArrow(beam.PTransform):
     """Protobuf records to Arrow record batches, with the records that fail on the side.
 
-    Input: a PCollection of ``bytes`` records, of ``(key, bytes)`` pairs, or of rows with a
-    bytes field named ``field`` (default ``"value"``).
+    Input: a PCollection of ``bytes`` records, of ``(key, bytes)`` pairs (``ReadFromKafka``'s
+    ``KV``), or of rows with a bytes field named ``field`` (default ``"value"``; the rows of
+    ``ReadFromKafka(with_metadata=True)``, whose ``key`` goes into the dead letters).
 
     Returns an :class:`ArrowResult`: ``.batches`` (pa.RecordBatch, each of at most
     ``batch_size`` records' rows and of ``.schema``), ``.dead_letters`` (:class:`DeadLetter`
