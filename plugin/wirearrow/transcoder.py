@@ -180,12 +180,21 @@ class Transcoder:
         record_index: bool | str = False,
         schemas: SchemaLookup | SchemaIds | None = None,
         schema_id: bool | str = False,
+        column: str | None = None,
     ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
         messages: a BinaryArray / LargeBinaryArray (fastest), a ChunkedArray of those, a
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
         "u32le", "u32be"). A null record is a bad record ("null record").
+
+        Any Arrow producer works too: an object with ``__arrow_c_array__`` or
+        ``__arrow_c_stream__`` (a Polars Series, a nanoarrow or arro3 array), a
+        ``RecordBatch``/``Table`` or a table-like producer (a Polars DataFrame, a DuckDB
+        relation) with ``column=`` naming the binary column (not needed when it has one
+        column). Binary, large binary and string arrays are read where they lie;
+        ``binary_view`` (Polars' layout) is cast once to large binary, since its values do
+        not sit in one buffer; a stream of several chunks is joined once.
 
         ``framing="confluent"``: each record (of an array or a list) is in the Confluent
         Schema Registry wire format, as Confluent's serializers write it to Kafka. The
@@ -216,6 +225,7 @@ class Transcoder:
             )
         if id_name is not False and not prefixed:
             raise ValueError("schema_id= is for framing='confluent'")
+        messages = _arrow_input(messages, column)
         data, starts, ends, index, failures = _records(messages, None if prefixed else framing)
         raw_starts = record_ids = None
         if prefixed:
@@ -447,6 +457,42 @@ def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:
 _EMPTY = np.zeros(0, dtype=np.int64)
 _RECORD_INDEX = "_record_index"
 _SCHEMA_ID = "_schema_id"
+
+
+def _arrow_input(messages: object, column: str | None) -> object:
+    """Arrow producers as pyarrow arrays (imported through the C interfaces, no copy);
+    anything else as it is."""
+    if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer | list | tuple):
+        if column is not None:
+            raise TypeError("column= names a column of a table, not of a list or a buffer")
+        return messages
+    if not isinstance(messages, pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch):
+        if hasattr(messages, "__arrow_c_array__"):
+            messages = pa.array(messages)
+        elif hasattr(messages, "__arrow_c_stream__"):
+            messages = pa.chunked_array(messages)  # type: ignore[call-overload]
+    if isinstance(messages, pa.Array | pa.ChunkedArray) and pa.types.is_struct(messages.type):
+        # A table exported as one struct array or a stream of them (DuckDB, Polars frames).
+        chunks = messages.chunks if isinstance(messages, pa.ChunkedArray) else [messages]
+        messages = pa.Table.from_batches(
+            [pa.RecordBatch.from_struct_array(c) for c in chunks], schema=pa.schema(messages.type)
+        )
+    if isinstance(messages, pa.Table | pa.RecordBatch):
+        names = messages.schema.names
+        if column is None:
+            if len(names) != 1:
+                raise TypeError(f"a table of records needs column= (one of {names})")
+            column = names[0]
+        if column not in names:
+            raise KeyError(f"no column {column!r} in the records (columns: {names})")
+        messages = messages.column(column)
+    elif column is not None:
+        raise TypeError(f"column= names a column of a table, not of {type(messages).__name__}")
+    if isinstance(messages, pa.Array | pa.ChunkedArray) and (
+        pa.types.is_binary_view(messages.type) or pa.types.is_string_view(messages.type)
+    ):
+        messages = messages.cast(pa.large_binary())
+    return messages
 
 
 def _records(messages: object, framing: str | None):
