@@ -137,7 +137,7 @@ def strip_prefixes(
     """
     while True:
         ids, offsets, values = schema_ids.tables(message)
-        out = confluent_prefixes(data, starts, ends, ids, offsets, values)  # type: ignore[arg-type]
+        out = confluent_prefixes(data, starts, ends, ids, offsets, values)
         payload = np.frombuffer(memoryview(out[0]), dtype=np.int64)
         found = np.frombuffer(memoryview(out[1]), dtype=np.int64)
         status = np.frombuffer(memoryview(out[2]), dtype=np.uint8)

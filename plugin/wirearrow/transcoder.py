@@ -470,7 +470,7 @@ def _arrow_input(messages: object, column: str | None) -> object:
         if hasattr(messages, "__arrow_c_array__"):
             messages = pa.array(messages)
         elif hasattr(messages, "__arrow_c_stream__"):
-            messages = pa.chunked_array(messages)  # type: ignore[call-overload]
+            messages = pa.chunked_array(messages)
     if isinstance(messages, pa.Array | pa.ChunkedArray) and pa.types.is_struct(messages.type):
         # A table exported as one struct array or a stream of them (DuckDB, Polars frames).
         chunks = messages.chunks if isinstance(messages, pa.ChunkedArray) else [messages]
