@@ -17,7 +17,7 @@ DEBUG = os.environ.get("WIREARROW_DEBUG") == "1"
 ANNOTATE = os.environ.get("WIREARROW_ANNOTATE") == "1"
 SANITIZE = os.environ.get("WIREARROW_SANITIZE") == "1"
 
-EXTENSIONS = ["decoder", "buffers", "rows", "framing", "encoder"]
+EXTENSIONS = ["decoder", "buffers", "rows", "framing", "encoder", "jsonwire"]
 
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
 link_args = []

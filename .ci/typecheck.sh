@@ -11,4 +11,5 @@ python -m mypy
 python -m mypy.stubtest --mypy-config-file pyproject.toml \
     --allowlist .ci/stubtest-allowlist.txt \
     wirearrow._core.buffers wirearrow._core.decoder wirearrow._core.encoder \
-    wirearrow._core.framing wirearrow._core.rows wirearrow._core.layout
+    wirearrow._core.framing wirearrow._core.rows wirearrow._core.layout \
+    wirearrow._core.jsonwire

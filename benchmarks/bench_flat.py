@@ -149,6 +149,36 @@ def setup_wirearrow(plan: str, form: str) -> Callable[[Corpus], Runner]:
     return setup
 
 
+def confluent_prefix(schema: Any, schema_id: int = 1) -> bytes:
+    """The Confluent Schema Registry prefix a serializer writes before ``schema``'s message."""
+    descriptor, path = schema.descriptor, []
+    while descriptor.containing_type is not None:
+        path.append(list(descriptor.containing_type.nested_types).index(descriptor))
+        descriptor = descriptor.containing_type
+    path.append(list(descriptor.file.message_types_by_name.values()).index(descriptor))
+    path.reverse()
+    # [0] is written as one 0 byte; else zigzag varints (all small here).
+    index = b"\0" if path == [0] else bytes([2 * len(path)] + [2 * i for i in path])
+    return b"\0" + schema_id.to_bytes(4, "big") + index
+
+
+def setup_wirearrow_confluent(plan: str) -> Callable[[Corpus], Runner]:
+    """The same records with a Confluent prefix each (as read from Kafka): framing="confluent"."""
+
+    def setup(c: Corpus) -> Runner:
+        wa = import_wirearrow()
+        schema = wa.Schema.from_proto(
+            str(corpus.PROTO_FILE), corpus.MESSAGE_NAME, import_paths=[str(corpus.SCHEMA_DIR)]
+        )
+        tc = wa.Transcoder(schema, columns=list(PLANS[plan]))
+        prefix = confluent_prefix(schema)
+        data = pa.array([prefix + m for m in c.messages], pa.binary())
+        schemas = {1: schema}
+        return lambda: tc.transcode(data, framing="confluent", schemas=schemas)
+
+    return setup
+
+
 def _pybufarrow_transcoder(columns: Sequence[str] | None, hyper: bool) -> Any:
     import pybufarrow
 
@@ -373,6 +403,17 @@ def all_benchmarks() -> list[Benchmark]:
             Benchmark("wirearrow", plan, form, "wirearrow", setup_wirearrow(plan, form))
             for plan in PLANS
             for form in (BINARY_ARRAY, LIST)
+        ),
+        *(
+            Benchmark(
+                "wirearrow confluent",
+                plan,
+                BINARY_ARRAY,
+                "wirearrow",
+                setup_wirearrow_confluent(plan),
+                "each record behind a Confluent prefix (schema id, message index)",
+            )
+            for plan in PLANS
         ),
         Benchmark(
             "pybufarrow flat",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,21 @@ def compile_proto(tmp_path: Path):
         return schema, message_factory.GetMessageClass(schema.descriptor)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[str]:
+    """The bootstrap address of a real Kafka-protocol broker (noida-db) on a free loopback
+    port, for the session; stopped by its PID. Skipped only when the binary cannot start."""
+    sys.path.insert(0, str(ROOT / "pipelines"))
+    from local_kafka import BrokerUnavailable, LocalKafka
+
+    broker = LocalKafka()
+    try:
+        broker.__enter__()
+    except BrokerUnavailable as err:
+        pytest.skip(f"no Kafka broker: {err}")
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.__exit__(None, None, None)

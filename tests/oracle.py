@@ -52,6 +52,7 @@ from wirearrow.paths import (
     WildcardStep,
     parse_path,
 )
+from wirearrow.plan.types import is_repeated
 
 __all__ = ["arrow_shape", "assert_rows_equal", "expected_arrow_type", "expected_rows", "same_value"]
 
@@ -97,7 +98,7 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
     if _is_map(fd):
         value_fd = fd.message_type.fields_by_name["value"]
         return _Map([(key, _element(value[key], value_fd)) for key in sorted(value)])
-    if fd.is_repeated:
+    if is_repeated(fd):
         return [_element(item, fd) for item in value]
     if fd.has_presence and not message.HasField(fd.name):
         return None
@@ -234,9 +235,9 @@ def _fan_out_positions(descriptor: Descriptor, steps: Sequence[Any]) -> list[int
         if isinstance(step, FieldStep):
             field = descriptor.fields_by_name[step.name]
             descriptor = field.message_type
-            if field.is_repeated:
+            if is_repeated(field):
                 continue
-        elif field is not None and field.is_repeated:  # a selector on a list or map
+        elif field is not None and is_repeated(field):  # a selector on a list or map
             if isinstance(step, (WildcardStep, SliceStep, FilterStep)):
                 positions.append(i)
             if _is_map(field):
@@ -370,7 +371,7 @@ def _field_type(fd: FieldDescriptor) -> pa.DataType:
     if _is_map(fd):
         entry = fd.message_type.fields_by_name
         return pa.map_(_scalar_type(entry["key"]), _scalar_type(entry["value"]))
-    if fd.is_repeated:
+    if is_repeated(fd):
         return pa.list_(_scalar_type(fd))
     return _scalar_type(fd)
 
@@ -383,7 +384,7 @@ def expected_arrow_type(descriptor: Descriptor, path: str) -> pa.DataType:
         if isinstance(step, FieldStep):
             field = descriptor.fields_by_name[step.name]
             descriptor, selected = field.message_type, False
-        elif field.is_repeated and not selected:
+        elif is_repeated(field) and not selected:
             selected = True
             if _is_map(field):
                 field = field.message_type.fields_by_name["value"]
@@ -476,7 +477,7 @@ def check_unknown(row: dict, message: Any) -> None:
             for key, sub in value:
                 if isinstance(sub, dict):
                     check_unknown(sub, held[key])
-        elif fd.is_repeated:
+        elif is_repeated(fd):
             for sub, item in zip(value, held, strict=True):
                 if isinstance(sub, dict):
                     check_unknown(sub, item)

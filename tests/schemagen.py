@@ -35,6 +35,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
+from wirearrow.plan.types import is_repeated
+
 __all__ = [
     "KEY_INTS",
     "KEY_STRINGS",
@@ -471,7 +473,7 @@ def _fill(draw: Any, message: Any, depth: int, max_depth: int) -> None:
                     _fill_child(draw, container[key], depth, max_depth)
                 else:
                     container[key] = draw(scalar_values(value_fd))
-        elif fd.is_repeated:
+        elif is_repeated(fd):
             for _ in range(draw(st.integers(0, 3))):
                 if _is_message(fd):
                     _fill_child(draw, container.add(), depth, max_depth)
@@ -595,7 +597,7 @@ def _message_body(draw: Any, message: Any) -> list[bytes]:
     for fd in descriptor.fields:
         if fd.name in present:
             groups.append(_field_chunks(draw, message, fd))
-        elif not fd.is_repeated and not fd.has_presence and draw(st.integers(0, 5)) == 0:
+        elif not is_repeated(fd) and not fd.has_presence and draw(st.integers(0, 5)) == 0:
             groups.append([_record(fd, _default(fd))])  # an explicit zero reads as absent
     if len(groups) > 1 and draw(st.booleans()):
         groups = draw(st.permutations(groups))
@@ -609,7 +611,7 @@ def _message_record(draw: Any, fd: FieldDescriptor, message: Any) -> list[bytes]
     """A sub-message as one occurrence, or (when singular) split in two that the parser merges."""
     number = fd.number
     body = _message_body(draw, message)
-    if body and not fd.is_repeated and draw(st.integers(0, 3)) == 0:
+    if body and not is_repeated(fd) and draw(st.integers(0, 3)) == 0:
         cut = draw(st.integers(0, len(body)))
         return [delimited(number, b"".join(body[:cut])), delimited(number, b"".join(body[cut:]))]
     return [delimited(number, b"".join(body))]
@@ -652,7 +654,7 @@ def _field_chunks(draw: Any, message: Any, fd: FieldDescriptor) -> list[bytes]:
                 junk = _record(value_fd, draw(scalar_values(value_fd)))
             chunks.insert(0, delimited(fd.number, _record(key_fd, key) + junk))
         return chunks
-    if fd.is_repeated:
+    if is_repeated(fd):
         packable = not _is_message(fd) and fd.type not in (_FD.TYPE_STRING, _FD.TYPE_BYTES)
         if packable and draw(st.booleans()):  # packed, in one or two runs, whatever the schema
             cut = draw(st.integers(0, len(value)))
@@ -716,13 +718,13 @@ def _filter_fields(descriptor: Descriptor) -> list[tuple[str, FieldDescriptor]]:
     """Relative paths (``.w``, ``.banner.w``) a predicate on ``descriptor`` may compare."""
     out = []
     for fd in descriptor.fields:
-        if fd.is_repeated:
+        if is_repeated(fd):
             continue
         if fd.type in _INT_LIKE or fd.type in (_FD.TYPE_BOOL, _FD.TYPE_STRING):
             out.append((f".{fd.name}", fd))
         elif _is_message(fd) and fd.message_type.full_name not in _WKT_LEAVES:
             for sub in fd.message_type.fields:
-                if not sub.is_repeated and (sub.type in _INT_LIKE or sub.type == _FD.TYPE_STRING):
+                if not is_repeated(sub) and (sub.type in _INT_LIKE or sub.type == _FD.TYPE_STRING):
                     out.append((f".{fd.name}.{sub.name}", sub))
     return out
 
@@ -779,7 +781,7 @@ def _walk(
             if choice == "leaf":
                 return text, stems
             text += "[*]" if choice == "wild" else f"[{_literal(draw(_key_literals(key_fd)))}]"
-        elif fd.is_repeated:
+        elif is_repeated(fd):
             choice = draw(st.sampled_from(["leaf", "filter", *_LIST_SELECTORS]))
             if choice == "leaf":
                 return text, stems
@@ -797,7 +799,7 @@ def _walk(
                 descriptor, depth = inner, depth + 1
                 continue
             return text, stems
-        if not fd.is_repeated and can_go_on and draw(st.integers(0, 9)) == 0:
+        if not is_repeated(fd) and can_go_on and draw(st.integers(0, 9)) == 0:
             predicate = _predicate(draw, inner)  # a filter on a singular message keeps or drops it
             text += f"[?({predicate})]" if predicate else ""
         if not can_go_on or draw(st.integers(0, 3)) == 0:

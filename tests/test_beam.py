@@ -626,3 +626,50 @@ def test_every_option_survives_the_dofn_setup() -> None:
     fn = pickle.loads(pickle.dumps(fn))
     fn.setup()
     assert fn._tc.spec == tc.spec and fn._tc.spec.options == options
+
+
+def test_confluent_records_in_read_from_kafka_shapes() -> None:
+    """ReadFromKafka's outputs -- KV(key, value) and with_metadata=True rows -- of values
+    written by Confluent's ProtobufSerializer, in one pipeline."""
+    pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    import confluent_data
+
+    v1, v2 = confluent_data.schemas()
+    framed, payloads, ids = confluent_data.orders(v1, v2, n=24)
+    values = [*framed, b"\x01not-confluent"]
+    tc = wa.Transcoder(v2, ["id", "total"], on_error="dead_letter")
+    want = tc.transcode(payloads)
+    want = want.append_column(
+        pa.field("_schema_id", pa.int64(), nullable=False), pa.array(ids, pa.int64())
+    )
+    kv = [(f"k{i}".encode(), v) for i, v in enumerate(values)]
+    # The fields of ReadFromKafka(with_metadata=True)'s rows (Beam 2.77, kafka.py).
+    meta = [
+        beam.Row(
+            topic="orders",
+            partition=i % 3,
+            offset=i // 3,
+            key=f"k{i}".encode(),
+            value=v,
+            timestamp=1_700_000_000_000 + i,
+            timestampTypeName="CreateTime",
+        )
+        for i, v in enumerate(values)
+    ]
+    confluent = {"framing": "confluent", "schemas": {1: v1, 2: v2}, "schema_id": True}
+    with in_process() as p:
+        for label, elements in (("kv", kv), ("meta", meta)):
+            out = (
+                p
+                | f"{label} create" >> beam.Create(elements)
+                | f"{label} ToArrow" >> wab.ToArrow(tc, batch_size=7, **confluent)
+            )
+            assert out.schema == want.schema
+            assert_that(out.batches, equal_to_rows(rows_of([want])), label=f"{label} rows")
+            assert_that(
+                out.dead_letters | f"{label} dead" >> beam.Map(lambda d: (d.key, d.reason)),
+                lambda got: _same(
+                    got, [("k24", "not Confluent framing: magic byte 0x01, not 0")]
+                ),
+                label=f"{label} dead letters",
+            )

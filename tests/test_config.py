@@ -138,6 +138,8 @@ def test_defaults(project: Path) -> None:
         "max_depth": None,
         "enums": "number",
         "keep_unknown": False,
+        "well_known_types": True,
+        "unvalidated_strings": "utf8",
     }
     assert plan.settings == ()
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)
@@ -757,3 +759,20 @@ def test_plan_config_columns_are_api_columns(project: Path, order_records: list[
     assert isinstance(plan, PlanConfig)
     direct = wa.Transcoder(plan.schema(), list(plan.columns))
     assert plan.transcoder().transcode(order_records).equals(direct.transcode(order_records))
+
+
+def test_well_known_types_and_unvalidated_strings_keys(project: Path) -> None:
+    text = (
+        "proto: {file: protos/order.proto, message: Order}\n"
+        "well_known_types: false\nunvalidated_strings: binary\n"
+    )
+    plan = load_plan(write(project, text))
+    assert plan.options["well_known_types"] is False
+    assert plan.options["unvalidated_strings"] == "binary"
+    tc = plan.transcoder()
+    assert tc.spec.well_known_types is False and tc.spec.unvalidated_strings == "binary"
+    bad = "proto: {file: protos/order.proto, message: Order}\nwell_known_types: 1\nunvalidated_strings: latin1\n"
+    with pytest.raises(wa.PlanError) as info:
+        load_plan(write(project, bad))
+    text = str(info.value)
+    assert "well_known_types" in text and "unvalidated_strings" in text and "latin1" in text

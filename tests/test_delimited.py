@@ -125,3 +125,29 @@ def test_read_delimited_is_one_array_of_the_records() -> None:
     assert arr.to_pylist() == records
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)
     assert offsets.tolist() == [0, 0, 1, 401]
+
+
+def test_framing_mistakes_are_named() -> None:
+    """A stream read with the wrong framing, or compressed, says what it looks like."""
+    import gzip
+
+    import corpus  # benchmarks/, put on sys.path by conftest.py
+
+    records = corpus.generate(60, seed=3)
+    u32le = b"".join(corpus.frame(records, "u32le"))
+    varint = b"".join(corpus.frame(records, "varint"))
+    cases = [
+        (u32le, "varint", "the data looks like u32le framing, which reads it cleanly"),
+        (varint, "u32be", "the data looks like varint framing, which reads it cleanly"),
+        (gzip.compress(varint), "varint", "the data looks compressed with gzip (.gz)"),
+    ]
+    for data, framing, hint in cases:
+        reader = FrameReader(io.BytesIO(data), framing, size=len(data))
+        list(reader)
+        assert reader.tail is not None and hint in reader.tail.reason, reader.tail
+    with pytest.raises(ValueError, match=r"looks like u32le framing"):
+        wa.read_delimited(u32le, "varint")
+    # A stream that is merely cut short gets no hint: no other framing reads it cleanly.
+    reader = FrameReader(io.BytesIO(varint[:-3]), "varint", size=len(varint) - 3)
+    list(reader)
+    assert reader.tail is not None and "looks" not in reader.tail.reason

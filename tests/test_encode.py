@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import wirearrow as wa
 from schemagen import compile_source, messages, schema_specs, tag, varint, wire_bytes
-from wirearrow.plan.types import WELL_KNOWN
+from wirearrow.plan.types import WELL_KNOWN, is_repeated
 
 PROTOS = pathlib.Path(__file__).parent / "protos"
 GAPIS = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
@@ -91,7 +91,7 @@ def _truncate(message: Any, step: int) -> None:
             if fd.message_type.fields_by_number[2].message_type is not None:
                 for item in value.values():
                     _truncate(item, step)
-        elif fd.is_repeated:
+        elif is_repeated(fd):
             for item in value:
                 _truncate(item, step)
         else:
@@ -152,7 +152,7 @@ def _drop_unknown_in_wkt(message: Any) -> None:
             items = list(value.values()) if value_fd.message_type is not None else []
             fd = value_fd
         else:
-            items = list(value) if fd.is_repeated else [value]
+            items = list(value) if is_repeated(fd) else [value]
         for item in items:
             if WELL_KNOWN.get(fd.message_type.full_name, "any") != "any":
                 item.DiscardUnknownFields()
@@ -177,6 +177,58 @@ def test_wkt_round_trip(wkt: tuple[wa.Schema, type], data: st.DataObject) -> Non
     tc = wa.Transcoder(schema)
     expected = [v.SerializeToString(deterministic=True) for v in values]
     assert_round_trip(tc, [v.SerializeToString() for v in values], expected)
+
+
+def _exact(cls: type, wire: bytes) -> bytes:
+    return cls.FromString(wire).SerializeToString(deterministic=True)
+
+
+@_settings(40)
+@given(data=st.data())
+def test_plain_well_known_types_round_trip_exactly(
+    wkt: tuple[wa.Schema, type], rich: tuple[wa.Schema, type], data: st.DataObject
+) -> None:
+    """well_known_types=False: the runtime's deterministic bytes for every valid message --
+    no truncated nanos, out-of-range Timestamps or invalid Dates set aside, no JSON-able
+    Struct values picked: the fields as they are, unknown ones inside them included."""
+    for schema, cls in (wkt, rich):
+        values = data.draw(st.lists(messages(cls.DESCRIPTOR, max_depth=3), min_size=1, max_size=3))
+        wire = [data.draw(wire_bytes(v)) for v in values]
+        note(f"{cls.DESCRIPTOR.full_name} wire: {[w.hex() for w in wire]}")
+        # Struct and Value are recursive messages like any other: cut, as bytes, below 3
+        tc = wa.Transcoder(schema, keep_unknown=True, well_known_types=False, max_depth=3)
+        assert_round_trip(tc, wire, [_exact(cls, w) for w in wire])
+
+
+def test_plain_well_known_types_schema(wkt: tuple[wa.Schema, type]) -> None:
+    schema, cls = wkt
+    tc = wa.Transcoder(schema, well_known_types=False, max_depth=2)
+    t = tc.arrow_schema
+    assert t.field("ts").type == pa.struct([("seconds", pa.int64()), ("nanos", pa.int32())])
+    assert t.field("dur").type == t.field("ts").type
+    assert t.field("w_string").type == pa.struct([("value", pa.utf8())])
+    assert t.field("w_list").type == pa.list_(pa.struct([("value", pa.int32())]))
+    assert t.field("mask").type == pa.struct([("paths", pa.list_(pa.utf8()))])
+    assert pa.types.is_struct(t.field("val").type)
+    assert t.field("date").type == pa.struct(
+        [("year", pa.int32()), ("month", pa.int32()), ("day", pa.int32())]
+    )
+    # a value no mapped unit holds: 9999-12-31T23:59:59.123456789, and Date 0000-13-00
+    message = cls()
+    message.ts.seconds, message.ts.nanos = 253_402_300_799, 123_456_789
+    message.date.month = 13
+    row = tc.transcode([message.SerializeToString()]).to_pylist()[0]
+    assert row["ts"] == {"seconds": 253_402_300_799, "nanos": 123_456_789}
+    assert row["date"] == {"year": 0, "month": 13, "day": 0}
+    assert row["dur"] is None and row["w_string"] is None
+    # flat mode: the same struct, and its fields by path
+    flat = wa.Transcoder(schema, ["ts", "ts.nanos", "w_list[*]"], well_known_types=False)
+    message.w_list.add(value=7)
+    got = flat.transcode([message.SerializeToString()]).to_pylist()
+    assert got == [{"ts": row["ts"], "ts.nanos": 123_456_789, "w_list[*]": {"value": 7}}]
+    # the mapped default reads the wrapper as its value
+    mapped = wa.Transcoder(schema, ["w_list[*]"])
+    assert mapped.transcode([message.SerializeToString()]).to_pylist() == [{"w_list[*]": 7}]
 
 
 def _fill_special(data: st.DataObject, value: Any) -> None:
@@ -382,9 +434,28 @@ def test_recursion_cut_round_trips(data: st.DataObject) -> None:
     )
     values = data.draw(st.lists(trees, min_size=1, max_size=3))
     expected = [v.SerializeToString(deterministic=True) for v in values]
+    # an unknown field at every level, the cut ones included
+    wire = [_with_unknown(v).SerializeToString() for v in values]
     for depth in (1, 2, 4):
         tc = wa.Transcoder(schema, max_depth=depth)
         assert_round_trip(tc, [v.SerializeToString() for v in values], expected)
+        # keep_unknown=False drops them below the cut too, as DiscardUnknownFields()
+        assert_round_trip(tc, wire, [_drop_unknown(cls, w) for w in wire])
+        keep = wa.Transcoder(schema, max_depth=depth, keep_unknown=True)
+        assert_round_trip(keep, wire, [_exact(cls, w) for w in wire])
+
+
+def _with_unknown(tree: Any) -> Any:
+    """A copy of a Tree whose every node also holds unknown field 100 (varint 7)."""
+    copy = type(tree)()
+    copy.CopyFrom(tree)
+    nodes = [copy]
+    while nodes:
+        node = nodes.pop()
+        node.MergeFromString(b"\xa0\x06\x07")
+        nodes.extend([*([node.left] if node.HasField("left") else []), *node.kids])
+        nodes.extend(node.named.values())
+    return copy
 
 
 def _tree(cls: type, v: int, left: Any, kids: list[Any], named: dict[str, Any]) -> Any:
@@ -439,6 +510,8 @@ def test_random_schemas_round_trip(data: st.DataObject) -> None:
     assert_round_trip(tc, wire, [_drop_unknown(root, w) for w in wire])
     lossless = [_lossless(root, w) for w in wire]
     assert_round_trip(wa.Transcoder(schema, keep_unknown=True), wire, lossless)
+    plain = wa.Transcoder(schema, keep_unknown=True, well_known_types=False, max_depth=3)
+    assert_round_trip(plain, wire, [_exact(root, w) for w in wire])
 
 
 # --------------------------------------------------------------------------------------------

@@ -390,3 +390,36 @@ def test_every_option_survives_on_error_and_keep() -> None:
         fn = war.Transcode(pickle.loads(pickle.dumps(tc)), **kwargs)
         want = tc.spec.replace(on_error=kwargs.get("on_error", "raise"))
         assert fn.spec == want, kwargs
+
+
+def test_confluent_framing_keeps_schema_ids_and_sources(ray_session) -> None:
+    """Kafka values as Confluent's serializer writes them: rows, schema ids, dead letters."""
+    pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    import confluent_data
+
+    v1, v2 = confluent_data.schemas()
+    framed, payloads, ids = confluent_data.orders(v1, v2, n=30)
+    values = [*framed, b"\x01junk", b"\x00\x00\x00\x00\x08\x00"]
+    table = pa.table({"value": pa.array(values, pa.binary()), "offset": range(len(values))})
+    tc = wa.Transcoder(v2, ["id", "lines[*].sku"], on_error="dead_letter")
+    out = war.transcode(
+        ray.data.from_arrow(table),
+        tc,
+        keep=["offset"],
+        framing="confluent",
+        schemas={1: v1, 2: v2},
+        schema_id=True,
+        batch_size=8,
+    ).materialize()
+    got = collect(out.rows).sort_by([("offset", "ascending")])
+    want = wa.Transcoder(v2, ["id", "lines[*].sku"]).transcode(payloads, record_index=True)
+    plan_columns = want.schema.names[:-1]
+    assert got.select(plan_columns).to_pylist() == want.select(plan_columns).to_pylist()
+    record = want.column("_record_index").to_pylist()
+    assert got.column("offset").to_pylist() == record
+    assert got.column("_schema_id").to_pylist() == [ids[i] for i in record]
+    dead = collect(out.dead_letters).to_pylist()
+    assert sorted((d["source"]["offset"], d["reason"]) for d in dead) == [
+        (30, "not Confluent framing: magic byte 0x01, not 0"),
+        (31, "Confluent schema id 8 is not mapped to a schema"),
+    ]

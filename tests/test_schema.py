@@ -17,6 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 import wirearrow.schema
 from wirearrow.errors import SchemaError
+from wirearrow.plan.types import is_packed, is_repeated, is_required
 from wirearrow.schema import Schema
 
 PROTO2 = """
@@ -130,7 +131,10 @@ def test_proto2(protos: Path) -> None:
     fields = schema.descriptor.fields_by_name
     assert fields["quantity"].default_value == 5
     assert fields["quantity"].has_presence
-    assert fields["id"].label == FieldDescriptor.LABEL_REQUIRED
+    assert is_required(fields["id"])
+    assert not is_required(fields["quantity"])
+    assert is_repeated(fields["tags"]) and is_packed(fields["tags"])
+    assert is_repeated(fields["lines"]) and not is_packed(fields["lines"])
     assert fields["extra"].type == FieldDescriptor.TYPE_GROUP
     assert fields["extra"].message_type.full_name == "legacy.Order.Extra"
     assert schema.message("Line").message_name == "legacy.Order.Line"
@@ -143,7 +147,9 @@ def test_editions_2023(protos: Path) -> None:
     assert not fields["implicit"].has_presence
     assert fields["explicit"].has_presence
     assert fields["child"].has_presence
-    assert fields["expanded"].label == FieldDescriptor.LABEL_REPEATED
+    assert is_repeated(fields["expanded"])
+    assert not is_packed(fields["expanded"])
+    assert not is_repeated(fields["explicit"])
 
 
 def test_syntax_error_carries_protoc_location(tmp_path: Path) -> None:

@@ -557,6 +557,39 @@ def test_large_whole_message_batches_match_small_ones(compile_proto) -> None:
     assert err.value.index == 10
 
 
+def test_precision_lost_counts_truncated_timestamps_and_durations(compile_proto) -> None:
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto";'
+        'import "google/protobuf/duration.proto";'
+        "message M { google.protobuf.Timestamp ts = 1; repeated google.protobuf.Duration d = 2;"
+        " map<string, google.protobuf.Timestamp> by = 3; }",
+        "M",
+    )
+    records = [
+        Msg(ts={"seconds": 1, "nanos": 123_456_789}),  # whole ms, us: no; ns: exact
+        Msg(ts={"seconds": -1, "nanos": 5_000_000}),  # exact in ms, us
+        Msg(d=[{"seconds": -2, "nanos": -1_500}, {"seconds": 3}], by={"k": {"nanos": 7_000}}),
+        Msg(),  # absent: nothing to lose
+    ]
+    wire = [m.SerializeToString() for m in records]
+    # values with nanos below the unit: ts 123456789 (s, ms, us), 5e6 (s), -1500 (s, ms,
+    # us), 7000 (s, ms)
+    for unit, lost in (("s", 4), ("ms", 3), ("us", 2), ("ns", 0)):
+        tc = wa.Transcoder(schema, timestamp_unit=unit)
+        tc.transcode(wire)
+        assert tc.stats.precision_lost == lost, unit
+        tc.transcode(wire[:1])  # cumulative, like every count
+        assert tc.stats.precision_lost == lost + (unit != "ns"), unit
+    # flat plans count the columns they read
+    flat = wa.Transcoder(schema, columns=["d[*]"], timestamp_unit="ms")
+    flat.transcode(wire)
+    assert flat.stats.precision_lost == 1
+    plain = wa.Transcoder(schema, well_known_types=False)
+    batch = plain.transcode(wire)
+    assert plain.stats.precision_lost == 0
+    assert batch.column("ts")[0].as_py() == {"seconds": 1, "nanos": 123_456_789}
+
+
 # ---- the spec ------------------------------------------------------------------------------
 
 ALL_OPTIONS = {
@@ -567,6 +600,8 @@ ALL_OPTIONS = {
     "max_depth": 3,
     "enums": "name",
     "keep_unknown": True,
+    "well_known_types": False,
+    "unvalidated_strings": "binary",
 }
 
 

@@ -77,6 +77,7 @@ from wirearrow.plan.functions import max_ as max
 from wirearrow.plan.functions import min_ as min
 from wirearrow.plan.functions import round_ as round
 from wirearrow.plan.functions import sum_ as sum
+from wirearrow.protojson import read_ndjson
 from wirearrow.schema import Schema
 from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Stats, Transcoder
@@ -145,6 +146,7 @@ __all__ = [
     "or_",
     "path",
     "read_delimited",
+    "read_ndjson",
     "round",
     "strptime",
     "sub",

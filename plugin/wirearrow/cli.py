@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
     from wirearrow.parquet import ParquetSink
-    from wirearrow.transcoder import Transcoder
+    from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = ["main"]
 
@@ -231,9 +231,13 @@ class TranscodeJob:
         chunk_size: int,
         progress: Progress,
         dead_sink: ParquetSink | None,
+        input_format: str = "binary",
+        ignore_unknown_fields: bool = False,
     ) -> None:
         self.tc = tc
         self.framing = framing
+        self.input_format = input_format
+        self.ignore_unknown_fields = ignore_unknown_fields
         self.raising = raising
         self.batch_size = batch_size
         self.chunk_size = chunk_size
@@ -247,6 +251,8 @@ class TranscodeJob:
         from wirearrow.delimited import FrameReader
         from wirearrow.errors import DecodeError
 
+        if self.input_format == "json":
+            return self.run_ndjson_file(path, sink)
         result = FileResult()
         label = os.path.basename(path)
         with _open_input(path) as f:
@@ -279,12 +285,7 @@ class TranscodeJob:
                         raise CliError(
                             f"{path}: {located} (the record starts at byte {at} of the file)"
                         ) from err
-                    after = self.tc.stats
-                    result.records_in += after.records_in - before.records_in
-                    result.failed += after.records_failed - before.records_failed
-                    result.rows_out += batch.num_rows
-                    if batch.num_rows:
-                        sink.write(batch)
+                    self._took(result, before, batch, sink)
                     if self.dead_sink is not None:
                         # Where each record's frame (length prefix) starts in the file.
                         frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
@@ -305,6 +306,55 @@ class TranscodeJob:
                     )
             result.bytes_in = reader.position + (tail.size if tail is not None else 0)
         return result
+
+    def run_ndjson_file(self, path: str, sink: ParquetSink) -> FileResult:
+        """NDJSON of protojson records: one per non-blank line, in batches of batch_size."""
+        import pyarrow as pa
+
+        from wirearrow.errors import DecodeError
+        from wirearrow.protojson import ndjson_records, split_ndjson
+
+        result = FileResult()
+        label = os.path.basename(path)
+        try:
+            with pa.memory_map(path, "r") as f:
+                buffer = f.read_buffer()
+        except OSError as err:
+            raise CliError(f"cannot read {path}: {err.strerror or err}") from err
+        starts, ends = split_ndjson(buffer)
+        t0 = time.perf_counter()
+        for i0 in range(0, len(starts), self.batch_size):
+            i1 = min(len(starts), i0 + self.batch_size)
+            records = ndjson_records(buffer, starts[i0:i1], ends[i0:i1])
+            before = self.tc.stats
+            try:
+                batch = self.tc.transcode(
+                    records, format="json", ignore_unknown_fields=self.ignore_unknown_fields
+                )
+            except DecodeError as err:
+                at = int(starts[i0 + err.index])
+                raise CliError(
+                    f"{path}: record {i0 + err.index} (the line at byte {at}): {err.reason}"
+                    + (f" at {err.path}" if err.path else "")
+                ) from err
+            self._took(result, before, batch, sink)
+            if self.dead_sink is not None:
+                self._dead_letters(path, i0, starts[i0:i1])
+            result.bytes_in = int(ends[i1 - 1])
+            self.progress.update(label, result.records_in, result.bytes_in, buffer.size, t0)
+        result.bytes_in = buffer.size
+        return result
+
+    def _took(
+        self, result: FileResult, before: Stats, batch: pa.RecordBatch, sink: ParquetSink
+    ) -> None:
+        """Count one transcoded batch (the transcoder's stats since ``before``), write its rows."""
+        after = self.tc.stats
+        result.records_in += after.records_in - before.records_in
+        result.failed += after.records_failed - before.records_failed
+        result.rows_out += batch.num_rows
+        if batch.num_rows:
+            sink.write(batch)
 
     def _dead_letters(self, path: str, index_base: int, frames: np.ndarray) -> None:
         """Move the transcoder's dead letters to the side file, with file positions."""
@@ -491,6 +541,9 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 chunk_size=args.chunk_size,
                 progress=progress,
                 dead_sink=dead_sink,
+                input_format=args.format or plan.input.format or "binary",
+                ignore_unknown_fields=args.ignore_unknown_fields
+                or plan.input.ignore_unknown_fields,
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
@@ -708,6 +761,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--framing",
         choices=FRAMING_CHOICES,
         help="length prefix of each record; default: the plan's input.framing, else varint",
+    )
+    tr.add_argument(
+        "--format",
+        choices=("binary", "json"),
+        help="binary: framed protobuf records; json: NDJSON of protojson records (one per "
+        "line); default: the plan's input.format, else binary",
+    )
+    tr.add_argument(
+        "--ignore-unknown-fields",
+        action="store_true",
+        help="JSON input: skip unknown fields and enum names (as json_format.Parse's option)",
     )
     tr.add_argument(
         "--on-error",

@@ -11,7 +11,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
 ``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
-``keep_unknown``, ``output`` and ``input``
+``keep_unknown``, ``well_known_types``, ``unvalidated_strings``, ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -40,8 +40,9 @@ from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
-from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, Column
+from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
+from wirearrow.protojson import FORMATS
 from wirearrow.schema import Schema
 from wirearrow.spec import (
     ENUMS,
@@ -91,6 +92,8 @@ _TOP_KEYS = (
     "max_nesting",
     "max_depth",
     "keep_unknown",
+    "well_known_types",
+    "unvalidated_strings",
     "output",
     "input",
 )
@@ -100,7 +103,7 @@ _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
 _OUTPUT_KEYS = ("path", "compression", "row_group_size")
-_INPUT_KEYS = ("framing",)
+_INPUT_KEYS = ("framing", "format", "ignore_unknown_fields")
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
@@ -136,9 +139,15 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class InputConfig:
-    """How input files are framed when the command line is not told (None: not set)."""
+    """How input files are framed when the command line is not told (None: not set).
+
+    ``format``: "binary" (protobuf wire records) or "json" (protojson, NDJSON files);
+    ``ignore_unknown_fields``: JSON input only, as ``json_format.Parse``'s.
+    """
 
     framing: str | None = None
+    format: str | None = None
+    ignore_unknown_fields: bool = False
 
 
 @dataclass(frozen=True)
@@ -641,6 +650,7 @@ class _Checker:
             ("timestamp_unit", TIME_UNITS, ()),
             ("validate", VALIDATE, ()),
             ("enums", ENUMS, RESERVED_ENUMS),
+            ("unvalidated_strings", UNVALIDATED_STRINGS, ()),
         ):
             value, line = at(key)
             if value is not None:
@@ -653,17 +663,18 @@ class _Checker:
                 depth = self.integer(value, key, line, minimum=1, maximum=maximum)
                 if depth is not None:
                     settings[key] = depth
-        value, line = at("keep_unknown")
-        if value is not None:
-            keep = self.boolean(value, "keep_unknown", line)
-            if keep is not None:
-                settings["keep_unknown"] = keep
+        for key in ("keep_unknown", "well_known_types"):
+            value, line = at(key)
+            if value is not None:
+                flag = self.boolean(value, key, line)
+                if flag is not None:
+                    settings[key] = flag
         for key, value in settings.items():
             why = option_problem(key, value)  # the spec's rule is the last word
             if why is not None:
                 self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
-        framing = self.input(*at("input"))
+        input_config = self.input(*at("input"))
         if self.problems or proto is None:
             return None
         return PlanConfig(
@@ -672,7 +683,7 @@ class _Checker:
             settings=tuple(settings.items()),
             dead_letter_path=dead_letter_path,
             output=output,
-            input=InputConfig(framing),
+            input=input_config,
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
@@ -1028,13 +1039,24 @@ class _Checker:
             )
         return OutputConfig(path, compression or "zstd", row_group_size)
 
-    def input(self, value: object, line: int | None) -> str | None:
+    def input(self, value: object, line: int | None) -> InputConfig:
         if value is None:
-            return None
+            return InputConfig()
         m = self.mapping(value, "input", line, _INPUT_KEYS)
-        if m is None or m.get("framing") is None:
-            return None
-        return self.choice(m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS)
+        if m is None:
+            return InputConfig()
+        framing = fmt = None
+        if m.get("framing") is not None:
+            framing = self.choice(
+                m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS
+            )
+        if m.get("format") is not None:
+            fmt = self.choice(m["format"], "input.format", self.key_line(m, "format"), FORMATS)
+        ignore = False
+        if m.get("ignore_unknown_fields") is not None:
+            key = "ignore_unknown_fields"
+            ignore = bool(self.boolean(m[key], f"input.{key}", self.key_line(m, key)))
+        return InputConfig(framing, fmt, ignore)
 
 
 # ---- entry point -------------------------------------------------------------------------

@@ -47,6 +47,32 @@ BLOCK_BYTES = 8 * 1024 * 1024
 # A dead letter of a tail keeps at most this much of it (the rest is counted in its size).
 MAX_TAIL_RAW = 16 * 1024 * 1024
 _BYTE_AT = re.compile(r"^byte (\d+): (.*)$", re.S)
+# How much of a stream's start is kept to say what the data looks like when it fails.
+SAMPLE_BYTES = 1024 * 1024
+_COMPRESSED = {b"\x1f\x8b": "gzip (.gz)", b"\x28\xb5\x2f\xfd": "zstd (.zst)", b"BZh": "bzip2 (.bz2)"}
+
+
+def looks_like(sample: bytes, framing: str, whole: bool) -> str:
+    """Words for what the start of a stream that failed as ``framing`` looks like ("" when
+    nothing better is known): compressed, or another framing that frames it exactly, to
+    the last byte. ``whole``: the sample is the whole stream; only then is another framing
+    tried (varint frames almost any bytes for a while: a part proves nothing)."""
+    for magic, kind in _COMPRESSED.items():
+        if sample.startswith(magic):
+            return f"; the data looks compressed with {kind}: decompress it first"
+    clean = []
+    for other in sorted(FRAMINGS) if whole else ():
+        if other == framing:
+            continue
+        try:
+            starts, _, consumed = split_framed(sample, other)
+        except ValueError:
+            continue
+        if consumed == len(sample) and len(starts):
+            clean.append(other)
+    if len(clean) == 1:
+        return f"; the data looks like {clean[0]} framing, which reads it cleanly"
+    return ""
 
 
 def _framing_code(framing: str) -> int:
@@ -182,6 +208,7 @@ class FrameReader:
         self.position = start
         self.tail: Tail | None = None
         self._left = None if end is None else end - start
+        self._sample: bytes | None = None  # the stream's first bytes, for looks_like
 
     def _read(self, n: int) -> bytes:
         if self._left is not None:
@@ -208,6 +235,8 @@ class FrameReader:
             block = self._read(want)
             if not block:
                 break
+            if self._sample is None and not self.start:
+                self._sample = block[:SAMPLE_BYTES]
             data = carry + block if carry else block
             starts, ends, consumed, problem = split_framed_prefix(data, self.framing)
             if problem is not None:
@@ -249,6 +278,9 @@ class FrameReader:
             reason += f" ({size:,} bytes left; the dead letter keeps the first {len(raw):,})"
         else:
             reason += f" ({size:,} bytes left)"
+        if self._sample is not None:
+            whole = self.size is not None and self.size == len(self._sample)
+            reason += looks_like(self._sample, self.framing, whole)
         return Tail(offset=offset, size=size, raw=raw, reason=reason)
 
 
@@ -311,5 +343,6 @@ def read_delimited(
         raise ValueError(
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "
             f"({len(view) - consumed} bytes left)"
+            + looks_like(bytes(view[:SAMPLE_BYTES]), framing, len(view) <= SAMPLE_BYTES)
         )
     return records_array(view, starts, ends)

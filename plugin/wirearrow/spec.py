@@ -25,6 +25,7 @@ from wirearrow.plan.compiler import (
     MAX_DEPTH,
     TIME_UNITS,
     UNKNOWN_FIELDS,
+    UNVALIDATED_STRINGS,
     Column,
     check_expression_depth,
 )
@@ -77,6 +78,8 @@ OPTIONS: dict[str, tuple[object, Callable[[object], str | None]]] = {
     "max_depth": (None, _int_in(1, MAX_DEPTH, optional=True)),
     "enums": ("number", _choice(ENUMS)),
     "keep_unknown": (False, _boolean),
+    "well_known_types": (True, _boolean),
+    "unvalidated_strings": ("utf8", _choice(UNVALIDATED_STRINGS)),
 }
 # Options that change the compiled tables (on_error only changes what happens to bad records).
 _PLAN_OPTIONS = tuple(name for name in OPTIONS if name != "on_error")
@@ -113,6 +116,8 @@ class TranscodeSpec:
     max_depth: int | None = None
     enums: str = "number"
     keep_unknown: bool = False
+    well_known_types: bool = True
+    unvalidated_strings: str = "utf8"
 
     def __post_init__(self) -> None:
         if not isinstance(self.schema, Schema):

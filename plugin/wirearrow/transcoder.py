@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -13,11 +13,13 @@ import pyarrow as pa
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
 from wirearrow._core.framing import pack_records
 from wirearrow.cache import ParserCache, default_cache
+from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan
 from wirearrow.plan.encoding import EncodingPlan
+from wirearrow.protojson import JsonReader, check_format, to_json
 from wirearrow.schema import Schema
 from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec, as_columns
 
@@ -36,13 +38,19 @@ DEAD_LETTER_SCHEMA = pa.schema(
 
 @dataclass(slots=True)
 class Stats:
-    """Cumulative counts; records_in == records_ok + records_failed, always."""
+    """Cumulative counts; records_in == records_ok + records_failed, always.
+
+    ``precision_lost``: Timestamp / Duration values decoded with nanoseconds the column's
+    unit cannot hold, and so truncated (``timestamp_unit="ns"`` or
+    ``well_known_types=False`` lose none; docs/types.md).
+    """
 
     records_in: int = 0
     records_ok: int = 0
     records_failed: int = 0
     rows_out: int = 0
     bytes_in: int = 0
+    precision_lost: int = 0
 
 
 class Transcoder:
@@ -64,6 +72,14 @@ class Transcoder:
     tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
     every struct, so that decoding and encoding back loses nothing. Any path can also read a
     message's unknown fields as ``<path>._unknown``.
+    ``well_known_types``: True maps Timestamp, Duration, the wrappers, Struct/Value, Any,
+    FieldMask, google.type.Date and TimeOfDay to Arrow types (docs/types.md); False reads
+    them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
+    loses nothing, and ``encode`` reads those structs back.
+    ``unvalidated_strings``: the strings the schema does not require to be UTF-8 (proto2,
+    editions ``utf8_validation = NONE``): "utf8" columns (bytes that are not UTF-8 make a bad
+    record: Arrow utf8 must be valid) or "binary" columns, which take whatever the runtime
+    accepts and ``encode`` writes back as they are (docs/types.md).
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
     shared by every transcoder of the same schema and plan) and learns its buffer sizes;
     default: the process-wide cache (``wirearrow.cache.default_cache``).
@@ -84,6 +100,8 @@ class Transcoder:
         max_depth: int | None = None,
         enums: str = "number",
         keep_unknown: bool = False,
+        well_known_types: bool = True,
+        unvalidated_strings: str = "utf8",
         cache: ParserCache | None = None,
     ) -> None:
         if isinstance(schema, TranscodeSpec):
@@ -105,6 +123,8 @@ class Transcoder:
                 max_depth=max_depth,
                 enums=enums,
                 keep_unknown=keep_unknown,
+                well_known_types=well_known_types,
+                unvalidated_strings=unvalidated_strings,
             )
         self._spec = spec
         self._cache = cache if cache is not None else default_cache()
@@ -116,6 +136,9 @@ class Transcoder:
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
+        self._json_readers: dict[bool, JsonReader] = {}  # by ignore_unknown_fields
+        # The schemas= of recent confluent batches, by identity (held, so ids stay unique).
+        self._schema_ids: dict[int, tuple[object, SchemaIds]] = {}
 
     def replace(self, **changes: Any) -> Transcoder:
         """A transcoder of ``spec.replace(**changes)`` on the same cache (this one if nothing
@@ -157,7 +180,7 @@ class Transcoder:
     def stats(self) -> Stats:
         with self._lock:
             s = self._stats
-            return Stats(s.records_in, s.records_ok, s.records_failed, s.rows_out, s.bytes_in)
+            return replace(s)
 
     def dead_letters(self) -> pa.Table:
         """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
@@ -170,7 +193,16 @@ class Transcoder:
         )
 
     def transcode(
-        self, messages: object, *, framing: str | None = None, record_index: bool | str = False
+        self,
+        messages: object,
+        *,
+        framing: str | None = None,
+        record_index: bool | str = False,
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
+        schemas: SchemaLookup | SchemaIds | None = None,
+        schema_id: bool | str = False,
+        column: str | None = None,
     ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
@@ -178,19 +210,70 @@ class Transcoder:
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
         "u32le", "u32be"). A null record is a bad record ("null record").
 
+        Any Arrow producer works too: an object with ``__arrow_c_array__`` or
+        ``__arrow_c_stream__`` (a Polars Series, a nanoarrow or arro3 array), a
+        ``RecordBatch``/``Table`` or a table-like producer (a Polars DataFrame, a DuckDB
+        relation) with ``column=`` naming the binary column (not needed when it has one
+        column). Binary, large binary and string arrays are read where they lie;
+        ``binary_view`` (Polars' layout) is cast once to large binary, since its values do
+        not sit in one buffer; a stream of several chunks is joined once.
+
+        ``framing="confluent"``: each record (of an array or a list) is in the Confluent
+        Schema Registry wire format, as Confluent's serializers write it to Kafka. The
+        prefix is stripped without copying the payload; ``schemas`` says which schema ids
+        are accepted: a ``{schema_id: Schema}`` mapping, a function ``schema_id -> Schema
+        | None`` or a :class:`~wirearrow.confluent.SchemaIds`. A record whose id is not
+        mapped, whose magic byte is not 0, whose prefix is cut short or whose message index
+        names another message than the plan's is a bad record saying so. ``schema_id``:
+        True adds an int64 column ``_schema_id`` (a string: that name) with each row's
+        schema id. Dead letters keep the whole record, prefix included, and their offsets
+        count from the record's first byte.
+
         ``record_index``: also say which input record each row came from -- True adds an
         int64 column ``_record_index`` after the plan's columns (a string: that name),
         the record's position in ``messages`` (a record fans out into any number of rows,
         a bad one into none; the same numbering as the dead letters' ``index``).
+
+        ``format="json"``: each record is protojson text (a string/binary array or a list of
+        str/bytes; see docs/json.md), accepted exactly when ``json_format.Parse`` accepts it
+        (``ignore_unknown_fields`` as there) and read as the binary form of that message.
         """
-        index_name = _RECORD_INDEX if record_index is True else record_index
-        if index_name is not False and (
-            not isinstance(index_name, str) or index_name in self._plan.schema.names
-        ):
+        index_name = self._extra_column("record_index", record_index, _RECORD_INDEX)
+        id_name = self._extra_column("schema_id", schema_id, _SCHEMA_ID)
+        if index_name is not False and index_name == id_name:
+            raise ValueError("record_index and schema_id need different column names")
+        prefixed = framing == "confluent"
+        if prefixed != (schemas is not None):
             raise ValueError(
-                f"record_index must be True or a column name not in the plan, not {record_index!r}"
+                "framing='confluent' needs schemas= (the schema of each Confluent schema id)"
+                if prefixed
+                else "schemas= is for framing='confluent'"
             )
-        data, starts, ends, index, failures = _records(messages, framing)
+        if id_name is not False and not prefixed:
+            raise ValueError("schema_id= is for framing='confluent'")
+        messages = _arrow_input(messages, column)
+        if check_format(format) == "json":
+            if prefixed:
+                raise ValueError("framing='confluent' is for binary records, not format='json'")
+            data, starts, ends, index, failures = self._json_records(
+                messages, bool(ignore_unknown_fields)
+            )
+        else:
+            data, starts, ends, index, failures = _records(messages, None if prefixed else framing)
+        raw_starts = record_ids = None
+        if prefixed:
+            raw_starts = starts
+            ids = self._schema_ids_of(schemas)
+            starts, record_ids, status = strip_prefixes(
+                ids, self._spec.schema.message_name, data, starts, ends
+            )
+            failed_prefixes = refused(status)
+            if len(failed_prefixes):
+                failures += self._refused(ids, data, starts, ends, index, status, failed_prefixes)
+                keep = np.ones(len(starts), dtype=bool)
+                keep[failed_prefixes] = False
+                starts, ends, index = starts[keep], ends[keep], index[keep]
+                raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         n_in = len(index) + len(failures)
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._spec.on_error == "raise"
@@ -209,14 +292,15 @@ class Transcoder:
                 # the call: pooled, they would lift its peak memory (docs/memory.md).
                 pooled=self._spec.columns is None,
             )
-            failed = [(self._error(e, index), e[0]) for e in result.errors]
+            failed = [(self._error(e, index, starts, raw_starts), e[0]) for e in result.errors]
             # (read before assembly releases the arenas column by column)
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
             group_counts = result.group_counts
             rejected: list[tuple[DecodeError, int]] = []
+            assembler = Assembler(self._plan, result, data)
             try:
-                columns, n_rows, positions = Assembler(self._plan, result, data).columns(
-                    row_records=index_name is not False
+                columns, n_rows, positions = assembler.columns(
+                    row_records=index_name is not False or id_name is not False
                 )
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
@@ -234,7 +318,10 @@ class Transcoder:
                     raise min(errors, key=lambda e: e.index)
                 break
             failed += rejected
-            failures += [(err, self._raw(data, starts, ends, pos)) for err, pos in failed]
+            failures += [
+                (err, self._raw(data, starts if raw_starts is None else raw_starts, ends, pos))
+                for err, pos in failed
+            ]
             if not rejected:
                 break
             # Drop the records the plan rejected (and the wire failures, already rolled back)
@@ -242,14 +329,94 @@ class Transcoder:
             keep = np.ones(len(starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             starts, ends, index = starts[keep], ends[keep], index[keep]
+            if raw_starts is not None and record_ids is not None:
+                raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        self._account(n_in, failures, n_rows, n_bytes)
-        if positions is not None:
-            rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
-            return rows.append_column(
+        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
+        rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+        if positions is not None and index_name is not False:
+            rows = rows.append_column(
                 pa.field(index_name, pa.int64(), nullable=False), pa.array(index[positions])
             )
-        return pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+        if positions is not None and id_name is not False and record_ids is not None:
+            rows = rows.append_column(
+                pa.field(id_name, pa.int64(), nullable=False), pa.array(record_ids[positions])
+            )
+        return rows
+
+    def _extra_column(self, option: str, value: bool | str, default: str) -> str | bool:
+        name = default if value is True else value
+        if name is not False and (not isinstance(name, str) or name in self._plan.schema.names):
+            raise ValueError(
+                f"{option} must be True or a column name not in the plan, not {value!r}"
+            )
+        return name
+
+    def _schema_ids_of(self, schemas: object) -> SchemaIds:
+        """``schemas`` as SchemaIds, the same one for the same object (its look-ups kept)."""
+        if isinstance(schemas, SchemaIds):
+            return schemas
+        with self._lock:
+            held = self._schema_ids.get(id(schemas))
+            if held is None or held[0] is not schemas:
+                if len(self._schema_ids) > 8:  # schemas= objects seen: a handful
+                    self._schema_ids.clear()
+                held = (schemas, SchemaIds(schemas))  # type: ignore[arg-type]
+                self._schema_ids[id(schemas)] = held
+        return held[1]
+
+    def _refused(
+        self,
+        ids: SchemaIds,
+        data: memoryview,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        index: np.ndarray,
+        status: np.ndarray,
+        positions: np.ndarray,
+    ) -> list[tuple[DecodeError, bytes | None]]:
+        """The records whose Confluent prefix was refused, with the reason (a refused
+        record's start is its own: the raw bytes are the whole record)."""
+        out: list[tuple[DecodeError, bytes | None]] = []
+        message = self._spec.schema.message_name
+        for pos in positions:
+            raw = bytes(data[starts[pos] : ends[pos]])
+            reason = ids.reason(int(status[pos]), raw, message)
+            out.append((DecodeError(reason, index=int(index[pos]), offset=0, path=""), raw))
+        return out
+
+    def _json_records(self, messages: object, ignore_unknown: bool):
+        reader = self._json_readers.get(ignore_unknown)
+        if reader is None:
+            reader = JsonReader(self._spec.schema.descriptor, ignore_unknown_fields=ignore_unknown)
+            self._json_readers[ignore_unknown] = reader
+        wire, index, failures = reader.to_wire(messages)
+        data, starts, ends, _, _ = _records(wire, None)
+        return data, starts, ends, index, failures
+
+    def to_json(
+        self,
+        batch: pa.RecordBatch | pa.Table | pa.StructArray,
+        *,
+        preserving_proto_field_name: bool = False,
+        always_print_fields_with_no_presence: bool = False,
+        use_integers_for_enums: bool = False,
+        indent: int | None = None,
+    ) -> pa.StringArray:
+        """Arrow rows -> protojson text, one per row, equal to ``json_format.MessageToJson``.
+
+        The rows are encoded as by :meth:`encode` (same rules and errors), then printed with
+        the runtime's ``MessageToJson`` and these options (``indent=None``: one line each,
+        for NDJSON sinks). See docs/json.md.
+        """
+        return to_json(
+            self._spec.schema.descriptor,
+            self.encode(batch),
+            preserving_proto_field_name=preserving_proto_field_name,
+            always_print_fields_with_no_presence=always_print_fields_with_no_presence,
+            use_integers_for_enums=use_integers_for_enums,
+            indent=indent,
+        )
 
     def encode(self, batch: pa.RecordBatch | pa.Table | pa.StructArray) -> pa.Array:
         """Arrow rows -> protobuf bytes: one serialized message per row, as a BinaryArray.
@@ -308,8 +475,12 @@ class Transcoder:
 
     # -- errors and accounting ----------------------------------------------------------
 
-    def _error(self, err: tuple, index: np.ndarray) -> DecodeError:
+    def _error(
+        self, err: tuple, index: np.ndarray, starts: np.ndarray, raw_starts: np.ndarray | None
+    ) -> DecodeError:
         position, status, offset, stack = err
+        if raw_starts is not None:  # count from the record's first byte, prefix included
+            offset += int(starts[position] - raw_starts[position])
         return DecodeError(
             STATUS_TEXT.get(status, f"status {status}"),
             index=int(index[position]),
@@ -328,7 +499,12 @@ class Transcoder:
         return ".".join(parts)
 
     def _account(
-        self, n_in: int, failures: list[tuple[DecodeError, bytes | None]], n_rows: int, n_bytes: int
+        self,
+        n_in: int,
+        failures: list[tuple[DecodeError, bytes | None]],
+        n_rows: int,
+        n_bytes: int,
+        precision_lost: int,
     ) -> None:
         dead = []
         if self._spec.on_error == "dead_letter":
@@ -343,6 +519,7 @@ class Transcoder:
             s.records_ok += n_in - len(failures)
             s.rows_out += n_rows
             s.bytes_in += n_bytes
+            s.precision_lost += precision_lost
             self._dead.extend(dead)
 
 
@@ -352,6 +529,43 @@ def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _RECORD_INDEX = "_record_index"
+_SCHEMA_ID = "_schema_id"
+
+
+def _arrow_input(messages: object, column: str | None) -> object:
+    """Arrow producers as pyarrow arrays (imported through the C interfaces, no copy);
+    anything else as it is."""
+    if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer | list | tuple):
+        if column is not None:
+            raise TypeError("column= names a column of a table, not of a list or a buffer")
+        return messages
+    if not isinstance(messages, pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch):
+        if hasattr(messages, "__arrow_c_array__"):
+            messages = pa.array(messages)
+        elif hasattr(messages, "__arrow_c_stream__"):
+            messages = pa.chunked_array(messages)
+    if isinstance(messages, pa.Array | pa.ChunkedArray) and pa.types.is_struct(messages.type):
+        # A table exported as one struct array or a stream of them (DuckDB, Polars frames).
+        chunks = messages.chunks if isinstance(messages, pa.ChunkedArray) else [messages]
+        messages = pa.Table.from_batches(
+            [pa.RecordBatch.from_struct_array(c) for c in chunks], schema=pa.schema(messages.type)
+        )
+    if isinstance(messages, pa.Table | pa.RecordBatch):
+        names = messages.schema.names
+        if column is None:
+            if len(names) != 1:
+                raise TypeError(f"a table of records needs column= (one of {names})")
+            column = names[0]
+        if column not in names:
+            raise KeyError(f"no column {column!r} in the records (columns: {names})")
+        messages = messages.column(column)
+    elif column is not None:
+        raise TypeError(f"column= names a column of a table, not of {type(messages).__name__}")
+    if isinstance(messages, pa.Array | pa.ChunkedArray) and (
+        pa.types.is_binary_view(messages.type) or pa.types.is_string_view(messages.type)
+    ):
+        messages = messages.cast(pa.large_binary())
+    return messages
 
 
 def _records(messages: object, framing: str | None):

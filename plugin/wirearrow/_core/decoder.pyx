@@ -1058,12 +1058,17 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         field_start = p
         opened = NULL
         fn = 0  # an unreadable tag names no field
-        q = p
-        st = read_tag(&q, end, &vq)
-        p = q
-        tag = vq
-        if st != OK:
-            break
+        # (the one-byte tag, most fields', without a status to test)
+        if p[0] < 0x80:
+            tag = p[0]
+            p += 1
+        else:
+            q = p
+            st = read_tag(&q, end, &vq)
+            p = q
+            tag = vq
+            if st != OK:
+                break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
         if fn < dense_len:
@@ -1073,17 +1078,40 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         else:
             ei = find_entry(c, node, fn)
             f = &entries[ei] if ei >= 0 else NULL
+        if f != NULL and wt != f.wire_type:
+            if wt == 2 and (f.flags & F_PACKABLE):
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
+                if st != OK:
+                    break
+                st = decode_packed(c, f, p, p + n)
+                if st != OK:
+                    break
+                p += n
+                continue
+            # As the runtime (upb) does: a known field under another wire type is an unknown
+            # field, read or not (no value stored, no oneof sibling cleared, no presence).
+            f = NULL
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
             if node.unknown < 0:
                 if wt == 2 and fn != 0:
-                    q = p
-                    st = read_length(&q, end, &nq)
-                    p = q
-                    n = nq
-                    if st != OK:
-                        break
+                    if p < end and p[0] < 0x80:   # (a one-byte length: no status to test)
+                        n = p[0]
+                        p += 1
+                        if n > end - p:
+                            st = E_LENGTH
+                            break
+                    else:
+                        q = p
+                        st = read_length(&q, end, &nq)
+                        p = q
+                        n = nq
+                        if st != OK:
+                            break
                     p += n
                     continue
                 if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
@@ -1103,36 +1131,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             continue
-        if wt != f.wire_type:
-            if wt == 2 and (f.flags & F_PACKABLE):
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
-                st = decode_packed(c, f, p, p + n)
-                if st != OK:
-                    break
-                p += n
-                continue
-            st = check_tag(fn, wt, end_group)
-            if st == END_OF_GROUP:
-                c.resume = p
-                return OK
-            if st == OK and (f.flags & F_LENIENT):
-                # As the runtime does: a field it only checks is unknown under another type.
-                q = p
-                st = skip_field(c, &q, end, fn, wt, depth)
-                p = q
-                if st == OK and node.unknown >= 0:
-                    st = keep_unknown(c, node.unknown, field_start, p)
-                if st != OK:
-                    break
-                continue
-            if st == OK:
-                st = E_WIRE_TYPE
-            break
         if f.n_clear > 0:
             clear_siblings(c, f)
         act = f.action
@@ -1186,12 +1184,19 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
         elif act == A_STRING or act == A_BYTES:
-            q = p
-            st = read_length(&q, end, &nq)
-            p = q
-            n = nq
-            if st != OK:
-                break
+            if p < end and p[0] < 0x80:
+                n = p[0]
+                p += 1
+                if n > end - p:
+                    st = E_LENGTH
+                    break
+            else:
+                q = p
+                st = read_length(&q, end, &nq)
+                p = q
+                n = nq
+                if st != OK:
+                    break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
             else:

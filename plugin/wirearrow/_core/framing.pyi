@@ -18,3 +18,19 @@ def compact(
 def pack_records(
     records: Sequence[_Bytes | None],
 ) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, list[int]]: ...
+
+CONFLUENT_OK: int
+CONFLUENT_BAD_MAGIC: int
+CONFLUENT_TRUNCATED: int
+CONFLUENT_BAD_INDEX: int
+CONFLUENT_UNKNOWN_ID: int
+CONFLUENT_WRONG_MESSAGE: int
+
+def confluent_prefixes(
+    data: _Bytes,
+    starts: _Bytes,
+    ends: _Bytes,
+    ids: _Bytes,
+    path_offsets: _Bytes,
+    path_values: _Bytes,
+) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer]: ...

@@ -161,3 +161,138 @@ def pack_records(object records):
         ends[i] = pos
     return (OwnedBuffer.adopt(data, total), OwnedBuffer.adopt(<uint8_t*>starts, n * 8),
             OwnedBuffer.adopt(<uint8_t*>ends, n * 8), nulls)
+
+
+# Confluent Schema Registry record prefix: statuses of confluent_prefixes.
+cdef enum:
+    C_OK = 0
+    C_BAD_MAGIC = 1
+    C_TRUNCATED = 2
+    C_BAD_INDEX = 3
+    C_UNKNOWN_ID = 4
+    C_WRONG_MESSAGE = 5
+    # A message-index array deeper than this is not a path any schema has: a bad prefix.
+    MAX_INDEX_DEPTH = 64
+
+CONFLUENT_OK = C_OK
+CONFLUENT_BAD_MAGIC = C_BAD_MAGIC
+CONFLUENT_TRUNCATED = C_TRUNCATED
+CONFLUENT_BAD_INDEX = C_BAD_INDEX
+CONFLUENT_UNKNOWN_ID = C_UNKNOWN_ID
+CONFLUENT_WRONG_MESSAGE = C_WRONG_MESSAGE
+
+
+cdef inline int64_t unzigzag(uint64_t v) noexcept nogil:
+    return <int64_t>(v >> 1) ^ -<int64_t>(v & 1)
+
+
+def confluent_prefixes(const uint8_t[::1] data, const int64_t[::1] starts,
+                       const int64_t[::1] ends, const int64_t[::1] ids,
+                       const int64_t[::1] path_offsets, const int32_t[::1] path_values):
+    """Read each record's Confluent prefix: magic 0, schema id (4 bytes big-endian), the
+    message-index array (zigzag varint count, then that many zigzag varint indexes; a
+    count of 0 means [0]).
+
+    ``ids`` (sorted) are the schema ids the caller knows; the index path id k must carry
+    is ``path_values[path_offsets[k]:path_offsets[k + 1]]`` (a path holding -1 never
+    matches: that schema has no such message). Returns (payload starts, schema ids,
+    statuses): the payload is ``data[payload_start:end]``, not copied. A record whose
+    status is not C_OK keeps its own start; its schema id is -1 unless it was read.
+    (Statuses: the CONFLUENT_* constants.)
+    """
+    cdef int64_t n = starts.shape[0], size = data.shape[0], n_ids = ids.shape[0]
+    if ends.shape[0] != n or path_offsets.shape[0] != n_ids + 1:
+        raise ValueError("confluent_prefixes: array lengths differ")
+    cdef int64_t i, lo, hi, mid, k, depth, j, sid, start, end
+    cdef int64_t path[MAX_INDEX_DEPTH]
+    cdef uint64_t v
+    cdef const uint8_t* d = &data[0] if size > 0 else <const uint8_t*>""
+    cdef const uint8_t* p
+    cdef const uint8_t* e
+    cdef int64_t* out_starts = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    cdef int64_t* out_ids = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    cdef uint8_t* out_status = <uint8_t*>PyMem_RawMalloc(n if n > 0 else 1)
+    if out_starts == NULL or out_ids == NULL or out_status == NULL:
+        PyMem_RawFree(out_starts)
+        PyMem_RawFree(out_ids)
+        PyMem_RawFree(out_status)
+        raise MemoryError()
+    for i in range(n):
+        if not 0 <= starts[i] <= ends[i] <= size:
+            PyMem_RawFree(out_starts)
+            PyMem_RawFree(out_ids)
+            PyMem_RawFree(out_status)
+            raise ValueError(f"record {i}: bounds outside the data")
+    with nogil:
+        for i in range(n):
+            start = starts[i]
+            end = ends[i]
+            out_starts[i] = start
+            out_ids[i] = -1
+            if end - start < 6:  # magic, 4 id bytes, at least the count
+                if end > start and d[start] != 0:
+                    out_status[i] = C_BAD_MAGIC
+                else:
+                    out_status[i] = C_TRUNCATED
+                continue
+            if d[start] != 0:
+                out_status[i] = C_BAD_MAGIC
+                continue
+            sid = ((<int64_t>d[start + 1] << 24) | (<int64_t>d[start + 2] << 16)
+                   | (<int64_t>d[start + 3] << 8) | <int64_t>d[start + 4])
+            out_ids[i] = sid
+            p = d + start + 5
+            e = d + end
+            # The common case, [0] written as one 0 byte, without the loop.
+            if p[0] == 0:
+                p += 1
+                depth = 1
+                path[0] = 0
+            else:
+                if read_varint(&p, e, &v) != OK:
+                    out_status[i] = C_TRUNCATED
+                    continue
+                depth = unzigzag(v)
+                if depth <= 0 or depth > MAX_INDEX_DEPTH:
+                    out_status[i] = C_BAD_INDEX
+                    continue
+                for j in range(depth):
+                    if read_varint(&p, e, &v) != OK:
+                        depth = -1
+                        break
+                    path[j] = unzigzag(v)
+                    if path[j] < 0:
+                        depth = -2
+                        break
+                if depth == -1:
+                    out_status[i] = C_TRUNCATED
+                    continue
+                if depth == -2:
+                    out_status[i] = C_BAD_INDEX
+                    continue
+            lo = 0
+            hi = n_ids
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if ids[mid] < sid:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo == n_ids or ids[lo] != sid:
+                out_status[i] = C_UNKNOWN_ID
+                continue
+            k = path_offsets[lo]
+            if path_offsets[lo + 1] - k != depth:
+                out_status[i] = C_WRONG_MESSAGE
+                continue
+            for j in range(depth):
+                if path_values[k + j] != path[j]:
+                    depth = -1
+                    break
+            if depth == -1:
+                out_status[i] = C_WRONG_MESSAGE
+                continue
+            out_status[i] = C_OK
+            out_starts[i] = p - d
+    return (OwnedBuffer.adopt(<uint8_t*>out_starts, n * 8),
+            OwnedBuffer.adopt(<uint8_t*>out_ids, n * 8), OwnedBuffer.adopt(out_status, n))

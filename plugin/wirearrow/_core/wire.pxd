@@ -83,10 +83,11 @@ cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out
 
 cdef inline int read_tag(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
     """A field tag (number << 3 | wire type): one or two bytes (field numbers below 2048)
-    without the loop; over 32 bits is an error. Number and wire type are not checked."""
+    without the loop; over 32 bits is an error. Number and wire type are not checked.
+    The caller has checked that a byte is left (a field starts here)."""
     cdef const uint8_t* p = pp[0]
     cdef int st
-    if p < end and p[0] < 0x80:
+    if p[0] < 0x80:
         out[0] = p[0]
         pp[0] = p + 1
         return OK

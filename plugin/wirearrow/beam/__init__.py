@@ -10,12 +10,14 @@
         result.dead_letters | beam.Map(str) | beam.io.WriteToText("gs://bucket/dead/")
 
 Modules: ``transcode`` (ToArrow, RecordArray batches, dead letters), ``rows`` (ToRows,
-row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet). The public PTransforms
+row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet), ``protojson``
+(ToJson: rows back to protojson text). The public PTransforms
 only wire the graph; the work happens in private DoFns whose heavy state (the compiled
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
 from wirearrow.beam.parquet import WriteToParquet
+from wirearrow.beam.protojson import ToJson
 from wirearrow.beam.read import ReadDelimited
 from wirearrow.beam.rows import RowsResult, ToRows, row_type
 from wirearrow.beam.transcode import ArrowResult, DeadLetter, RecordArray, ToArrow
@@ -27,6 +29,7 @@ __all__ = [
     "RecordArray",
     "RowsResult",
     "ToArrow",
+    "ToJson",
     "ToRows",
     "WriteToParquet",
     "row_type",

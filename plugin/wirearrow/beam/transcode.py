@@ -33,7 +33,8 @@ class DeadLetter(NamedTuple):
     ``index`` is the record's position in the batch it was transcoded with and ``offset``
     the byte inside the record where decoding failed (docs/errors.md); ``path`` the field
     path, ``reason`` the error text, ``raw`` the record's bytes (None for a null record).
-    ``key`` is the element's key for ``(key, bytes)`` input (as text), else None.
+    ``key`` is the element's key for ``(key, bytes)`` input or a row's ``key`` field (as
+    text), else None.
     """
 
     # A field named index shadows tuple.index (mypy says so); it is the dead-letter
@@ -192,7 +193,13 @@ class _TranscodeFn(beam.DoFn):
     window, and is never earlier than a record it came from).
     """
 
-    def __init__(self, spec: bytes, batch_size: int, field: str, dead_tag: str) -> None:
+    def __init__(
+        self,
+        spec: bytes,
+        batch_size: int,
+        field: str,
+        dead_tag: str,
+    ) -> None:
         super().__init__()
         # The Transcoder travels pickled (its spec, and its cache by identity). Each DoFn
         # instance unpickles its own in setup(), with its own counts and dead letters; the
@@ -209,7 +216,9 @@ class _TranscodeFn(beam.DoFn):
         self._arrays_in = Metrics.counter(METRICS_NAMESPACE, "record_arrays_in")
 
     def setup(self) -> None:
-        self._tc: Transcoder = pickle.loads(self._spec)
+        self._tc: Transcoder
+        # and the transcode() arguments of its input (format, framing)
+        self._tc, self._input = pickle.loads(self._spec)
         self._buffers: dict[beam_window.BoundedWindow, _Buffer] = {}
 
     def start_bundle(self) -> None:
@@ -226,7 +235,7 @@ class _TranscodeFn(beam.DoFn):
             buf = self._buffers[window] = _Buffer(timestamp)
         elif timestamp > buf.timestamp:
             buf.timestamp = timestamp
-        if type(element) is bytes:
+        if type(element) is bytes or type(element) is str:  # (str: protojson text)
             buf.records.append(element)
             buf.keys.append(None)
         else:
@@ -239,14 +248,15 @@ class _TranscodeFn(beam.DoFn):
 
     def _unpack(self, element: Any) -> tuple[Any, Any]:
         """(key, record) of a (key, bytes) pair or a Row; a bytes-like record as is."""
-        if isinstance(element, bytes | bytearray | memoryview) or element is None:
+        if isinstance(element, bytes | bytearray | memoryview | str) or element is None:
             return None, element
         if isinstance(element, tuple) and not hasattr(element, "_fields"):
             if len(element) != 2:
                 raise TypeError(f"ToArrow takes bytes, (key, bytes) or rows, not {element!r:.80}")
             return element
         try:
-            return None, getattr(element, self._field)
+            # ReadFromKafka(with_metadata=True) rows carry their key: dead letters name it.
+            return getattr(element, "key", None), getattr(element, self._field)
         except AttributeError:
             raise TypeError(
                 f"ToArrow: {type(element).__name__} element has no field {self._field!r} "
@@ -272,7 +282,7 @@ class _TranscodeFn(beam.DoFn):
     def _transcode(self, records: Any, keys: list | None) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
-        batch = tc.transcode(records)
+        batch = tc.transcode(records, **self._input)
         after = tc.stats
         dead = []
         table = tc.dead_letters()
@@ -327,8 +337,9 @@ def _is_bytes_type(element_type: Any) -> bool:
 class ToArrow(beam.PTransform):
     """Protobuf records to Arrow record batches, with the records that fail on the side.
 
-    Input: a PCollection of ``bytes`` records, of ``(key, bytes)`` pairs, or of rows with a
-    bytes field named ``field`` (default ``"value"``).
+    Input: a PCollection of ``bytes`` records, of ``(key, bytes)`` pairs (``ReadFromKafka``'s
+    ``KV``), or of rows with a bytes field named ``field`` (default ``"value"``; the rows of
+    ``ReadFromKafka(with_metadata=True)``, whose ``key`` goes into the dead letters).
 
     Returns an :class:`ArrowResult`: ``.batches`` (pa.RecordBatch, each of at most
     ``batch_size`` records' rows and of ``.schema``), ``.dead_letters`` (:class:`DeadLetter`
@@ -348,6 +359,12 @@ class ToArrow(beam.PTransform):
             the plan is compiled on that cache, which travels with the DoFn and is one
             instance per worker process (its profile shared by the process's DoFns, see
             docs/cache.md).
+        format: "binary" (protobuf records) or "json" (protojson text records, str or
+            bytes; see docs/json.md), with ``ignore_unknown_fields`` as json_format's.
+        framing: "confluent": each record is in the Confluent Schema Registry wire format
+            (what Confluent's serializers write to Kafka), with ``schemas`` (a
+            ``{schema_id: Schema}`` mapping or a look-up function) and ``schema_id`` (True
+            or a column name: each row's schema id), as in ``Transcoder.transcode``.
     """
 
     def __init__(
@@ -358,15 +375,30 @@ class ToArrow(beam.PTransform):
         field: str = "value",
         error_handling: Optional[Mapping[str, str]] = None,  # noqa: UP045
         profile: Optional[Any] = None,  # noqa: UP045
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
+        framing: Optional[str] = None,  # noqa: UP045
+        schemas: Optional[Any] = None,  # noqa: UP045
+        schema_id: Any = False,
     ) -> None:
         super().__init__()
+        if format not in ("binary", "json"):
+            raise ValueError(f'format must be "binary" or "json", not {format!r}')
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         transcoder = _resolve_transcoder(plan, on_error)
         if profile is not None:
             transcoder = Transcoder(transcoder.spec, cache=resolve_profile(profile))
-        self.schema: pa.Schema = transcoder.arrow_schema
-        self._spec = pickle.dumps(transcoder, protocol=pickle.HIGHEST_PROTOCOL)
+        input_args: dict[str, Any] = {}
+        if format != "binary" or ignore_unknown_fields:
+            input_args = {"format": format, "ignore_unknown_fields": ignore_unknown_fields}
+        if framing is not None or schemas is not None or schema_id is not False:
+            input_args |= {"framing": framing, "schemas": schemas, "schema_id": schema_id}
+            # A wrong combination fails here, where the pipeline is built.
+            self.schema = transcoder.transcode([], **input_args).schema
+        else:
+            self.schema = transcoder.arrow_schema
+        self._spec = pickle.dumps((transcoder, input_args), protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)
         self._field = field
         self._dead_key = dead_letter_tag(error_handling)

@@ -69,6 +69,8 @@ class Assembler:
         self._arrays: dict[int, pa.Array] = {}
         self._bitmaps: dict[int, tuple[pa.Buffer | None, int]] = {}  # by validity source
         self._json_texts: dict[int, pa.Array] = {}  # rendered by problems(), by leaf id
+        # Timestamp / Duration values whose nanos the column's unit cannot hold (truncated).
+        self.precision_lost = 0
         _share_validity(plan, result)
 
     # -- groups -------------------------------------------------------------------------
@@ -186,6 +188,8 @@ class Assembler:
             unit = leaf.type.unit
             seconds, nanos = parts
             per = _PER_SECOND[unit]
+            if per < 1_000_000_000:
+                self.precision_lost += _sub_unit_count(nanos, 1_000_000_000 // per)
             # problems() has made every record whose rows read an out-of-range value a bad
             # record; values no row reads (times[1] under times[0]) are nulled here.
             limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
@@ -258,8 +262,9 @@ class Assembler:
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
                 continue
+            obj = _json_object(msg)
             # Struct is a map: sorted keys make the text deterministic across runs.
-            out.append(json.dumps(_json_object(msg), separators=(",", ":"), sort_keys=True))
+            out.append(json.dumps(obj, separators=(",", ":"), sort_keys=True))
         reason = f"malformed {leaf.message}"
         problems = [(r, reason) for r in self.records_of(leaf.group, np.array(bad)).tolist()]
         return pa.array(out, type=pa.utf8()), problems
@@ -752,6 +757,16 @@ def _truthy(arr: pa.Array) -> pa.Array:
     if pa.types.is_string(t) or pa.types.is_binary(t):
         return pc.greater(pc.binary_length(arr), 0)
     return pc.not_equal(arr, 0)
+
+
+def _sub_unit_count(nanos: pa.Array, step: int) -> int:
+    """How many valid values of an int32 array are not multiples of `step` (the decoder's
+    buffer read in place: slots under nulls hold anything and are masked)."""
+    values = np.frombuffer(nanos.buffers()[1], dtype=np.int32, count=len(nanos) + nanos.offset)
+    lost = values[nanos.offset :] % np.int32(step) != 0
+    if nanos.null_count:
+        lost &= np.asarray(nanos.is_valid())
+    return int(np.count_nonzero(lost))
 
 
 def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ plan are reported together (PlanError), each path error with a caret under its f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,7 +58,14 @@ from wirearrow.plan.leaves import (
 )
 from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, scalar_kind
+from wirearrow.plan.types import (
+    WELL_KNOWN,
+    is_map,
+    is_message,
+    is_repeated,
+    needs_utf8_check,
+    scalar_kind,
+)
 
 __all__ = [
     "UNKNOWN_FIELDS",
@@ -70,6 +77,7 @@ __all__ = [
 ]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
+UNVALIDATED_STRINGS = ("utf8", "binary")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
@@ -139,6 +147,10 @@ class PlanOptions(Protocol):
     def enums(self) -> str: ...  # "number": int32; "name": dictionary<int32, utf8>
     @property
     def keep_unknown(self) -> bool: ...  # whole messages: every struct gets `_unknown`
+    @property
+    def well_known_types(self) -> bool: ...  # False: well-known types as plain messages
+    @property
+    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: "utf8" or "binary"
 
 
 @dataclass(frozen=True, eq=False)
@@ -479,7 +491,7 @@ class _Resolver:
             if is_repeated(fd):
                 if nxt is None:
                     return sel, self._list_leaf(node, fd, node.presence, self._stack())
-                if _is_json(fd) and not isinstance(nxt, FieldStep):
+                if self._is_json(fd) and not isinstance(nxt, FieldStep):
                     if isinstance(nxt, FilterStep):
                         raise PathError(
                             "filters apply to messages read field by field", text, nxt.pos
@@ -660,10 +672,11 @@ class _Resolver:
                             f"{name!r} is a message: compare one of its fields", text, atom.pos
                         )
                     return Operand(leaf)
-                # filters compare enum numbers whatever the output form of enums
-                return Operand(
-                    ScalarLeaf(node.group, scalar_kind(fd).arrow, self.b.scalar(node, fd), fd)
-                )
+                # filters compare enum numbers whatever the output form of enums, and
+                # strings as text (so checked to be UTF-8 whatever unvalidated_strings says)
+                column = self.b.scalar(node, fd)
+                self.b.text_columns.add(column)
+                return Operand(ScalarLeaf(node.group, scalar_kind(fd).arrow, column, fd))
             if not is_message(fd):
                 raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
@@ -671,6 +684,13 @@ class _Resolver:
         raise AssertionError("unreachable")
 
     # -- leaves -------------------------------------------------------------------------
+
+    def _well_known(self, message: Descriptor) -> str | None:
+        """The dedicated mapping of a well-known type, None for a plain message."""
+        return WELL_KNOWN.get(message.full_name) if self.options.well_known_types else None
+
+    def _is_json(self, fd: FieldDescriptor) -> bool:
+        return fd.message_type is not None and self._well_known(fd.message_type) == "json"
 
     def _stack(self) -> tuple[str, ...]:
         return (self.b.root.message.full_name,)
@@ -700,7 +720,7 @@ class _Resolver:
         MAX_PLAN_FIELDS fields."""
         if self.options.max_depth is None:
             return  # no recursion is expanded: the type is no larger than the schema
-        size = _struct_size(message, stack, self.options.max_depth, self._sizes)
+        size = _struct_size(message, stack, self.options.max_depth, self._sizes, self._well_known)
         self._planned_fields += size  # every column of the plan counts
         if self._planned_fields > MAX_PLAN_FIELDS:
             total = self._planned_fields
@@ -731,6 +751,11 @@ class _Resolver:
         if fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
             names = tuple((v.number, v.name) for v in fd.enum_type.values)
             return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if self.options.unvalidated_strings == "binary" and not needs_utf8_check(fd):
+                self.b.binary_columns.add(column)
+                return ScalarLeaf(group, pa.binary(), column, fd)
+            self.b.text_columns.add(column)
         return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
 
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
@@ -745,7 +770,7 @@ class _Resolver:
     def _list_leaf(
         self, node: NodeSpec, fd: FieldDescriptor, presence: int, stack: tuple[str, ...]
     ) -> ListLeaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             json_leaf = JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
             return ListLeaf(node.group, pa.list_(pa.utf8()), group, json_leaf, presence)
@@ -771,7 +796,7 @@ class _Resolver:
         return MapLeaf(node.group, pa.map_(key.type, value.type), group, key, value, node.presence)
 
     def _message_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
-        if _is_json(fd):
+        if self._is_json(fd):
             group, column = self.b.raw(node, fd)
             return JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
         if self._cut(fd, stack):
@@ -785,7 +810,7 @@ class _Resolver:
     ) -> Leaf:
         """The value of a whole message held by `node` (a struct, or a well-known type)."""
         message = node.message
-        wkt = WELL_KNOWN.get(message.full_name)
+        wkt = self._well_known(message)
         fields = message.fields_by_name
         if wkt in ("timestamp", "duration"):
             unit = self.options.timestamp_unit
@@ -909,7 +934,11 @@ _TYPE_NAMES = {
 
 
 def _struct_size(
-    message: Descriptor, stack: tuple[str, ...], max_depth: int, memo: dict[tuple, int]
+    message: Descriptor,
+    stack: tuple[str, ...],
+    max_depth: int,
+    memo: dict[tuple, int],
+    well_known: Callable[[Descriptor], str | None],
 ) -> int:
     """Fields of the struct type _node_leaf builds for `message` (stack ends with it).
 
@@ -926,19 +955,15 @@ def _struct_size(
         value = f.message_type.fields_by_number[2] if is_map(f) else f
         size += 2 if is_map(f) else 0  # the map and its key
         t = value.message_type
-        if t is None or _is_json(value) or WELL_KNOWN.get(t.full_name) is not None:
+        if t is None or well_known(t) is not None:
             size += 1
         elif t.full_name in stack and len(stack) > max_depth:
             size += 1  # cut: serialized bytes
         else:
-            size += _struct_size(t, (*stack, t.full_name), max_depth, memo)
+            size += _struct_size(t, (*stack, t.full_name), max_depth, memo, well_known)
         size += 1 if is_repeated(f) and not is_map(f) else 0  # the list around it
     memo[key] = size
     return size
-
-
-def _is_json(fd: FieldDescriptor) -> bool:
-    return fd.message_type is not None and WELL_KNOWN.get(fd.message_type.full_name) == "json"
 
 
 def _kind_of(operand: Operand) -> str:

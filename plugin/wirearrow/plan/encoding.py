@@ -33,7 +33,14 @@ from google.protobuf.message import Message
 from wirearrow._core import encoder as core
 from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, position
 from wirearrow.errors import EncodeError
-from wirearrow.plan.types import WELL_KNOWN, is_map, is_message, is_repeated, needs_utf8_check
+from wirearrow.plan.types import (
+    WELL_KNOWN,
+    is_map,
+    is_message,
+    is_packed,
+    is_repeated,
+    needs_utf8_check,
+)
 
 __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 
@@ -60,7 +67,8 @@ _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
     _T.TYPE_FIXED64: ("fixed64", (pa.uint64(),), 1),
     _T.TYPE_SFIXED64: ("fixed64", (pa.int64(),), 1),
     _T.TYPE_DOUBLE: ("fixed64", (pa.float64(),), 1),
-    _T.TYPE_STRING: ("bytes", (pa.utf8(), pa.large_utf8()), 2),
+    # binary: a string read with unvalidated_strings="binary"
+    _T.TYPE_STRING: ("bytes", (pa.utf8(), pa.large_utf8(), pa.binary(), pa.large_binary()), 2),
     _T.TYPE_BYTES: ("bytes", (pa.binary(), pa.large_binary()), 2),
 }
 _BINARY = (pa.binary(), pa.large_binary())
@@ -111,6 +119,9 @@ class EncodingPlan:
         self.descriptor = descriptor
         self.schema = schema
         self._t = _Tables()
+        # Batches without `_unknown` (keep_unknown=False) dropped the unknown fields at decode,
+        # except inside levels cut at max_depth (kept as bytes): drop those too on the way back.
+        self._discard_unknown = UNKNOWN_FIELD not in schema.names
         self._t.nodes.append(EncodeNode(first=0, n_entries=0))  # the root is node 0
         roots = [self._spec(-1, "column", i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
@@ -201,11 +212,7 @@ class EncodingPlan:
             row = self._value(fd, t.value_type, values, f"{path}[]", "explicit")
             if row.kind in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
                 shape = "repeated"
-            elif (
-                not is_message(fd)
-                and fd.type not in (_T.TYPE_STRING, _T.TYPE_BYTES)
-                and fd.is_packed
-            ):
+            elif is_packed(fd):
                 shape = "packed"
                 row = row._replace(tag=fd.number << 3 | 2)
             else:
@@ -227,6 +234,8 @@ class EncodingPlan:
         number = fd.number
         if not is_message(fd):
             kind, accepted, wire = _SCALARS[fd.type]
+            if needs_utf8_check(fd):  # binary could write what the runtime must reject
+                accepted = tuple(a for a in accepted if a not in _BINARY)
             if fd.type == _T.TYPE_ENUM and pa.types.is_dictionary(t):
                 col = self._enum_names(fd, t, col, path)
             elif t not in accepted:
@@ -250,10 +259,14 @@ class EncodingPlan:
             return _entry(number << 3 | wire, kind, "singular", presence, col)
         group = fd.type == _T.TYPE_GROUP  # proto2 groups and editions DELIMITED
         name = fd.message_type.full_name
+        # A struct is the plain message whatever its type (well_known_types=False), and
+        # binary the bytes of a cut recursive type (Struct and Value are recursive too).
         wkt = WELL_KNOWN.get(name)
+        if pa.types.is_struct(t) or (t in _BINARY and wkt != "wrapper"):
+            wkt = None
         tag = number << 3 | (3 if group else 2)
         end = number << 3 | 4
-        if name in _JSON:
+        if wkt == "json":
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 raise _type_error(path, "string (JSON text)", t)
             # a Value with no kind decodes as null: inside a list or a map it is one again
@@ -267,13 +280,15 @@ class EncodingPlan:
             return _entry(
                 tag, "raw_group" if group else "bytes", "singular", presence, col, end=end
             )
-        if t in _BINARY and wkt != "wrapper":
+        if t in _BINARY and wkt is None:
             # A recursive type cut at max_depth: its bytes as they came, which need not be
             # canonical (map order, split messages), so parsed and serialized again.
             col = self._spec(
                 col,
                 "derived",
-                derive=_canonical_bytes(message_factory.GetMessageClass(fd.message_type)),
+                derive=_canonical_bytes(
+                    message_factory.GetMessageClass(fd.message_type), self._discard_unknown
+                ),
                 reason=lambda a, k: f"not a serialized {name}: {a[k].as_py()!r}",
             )
             return _entry(
@@ -692,8 +707,9 @@ def _json_bytes(message: str, null_is_empty: bool) -> Derive:
     return derive
 
 
-def _canonical_bytes(cls: type[Message]) -> Derive:
-    """Serialized messages -> the runtime's deterministic serialization of each (Python)."""
+def _canonical_bytes(cls: type[Message], discard_unknown: bool) -> Derive:
+    """Serialized messages -> the runtime's deterministic serialization of each (Python),
+    without their unknown fields (at any depth) when `discard_unknown`."""
 
     def derive(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         out: list[bytes | None] = []
@@ -703,7 +719,10 @@ def _canonical_bytes(cls: type[Message]) -> Derive:
                 out.append(None)
                 continue
             try:
-                out.append(cls.FromString(data).SerializePartialToString(deterministic=True))
+                message = cls.FromString(data)
+                if discard_unknown:
+                    message.DiscardUnknownFields()
+                out.append(message.SerializePartialToString(deterministic=True))
             except ProtobufDecodeError:
                 out.append(b"")
                 bad[i] = 1

@@ -60,6 +60,10 @@ class ProgramBuilder:
         self._validators: dict[str, NodeSpec] = {}
         # Column -> the column whose validity it shares (-1: always valid), filled by build().
         self.validity_from: dict[int, int] = {}
+        # String columns read as binary (unvalidated_strings="binary") need no UTF-8 check,
+        # unless a leaf also reads them as text (a filter operand).
+        self.binary_columns: set[int] = set()
+        self.text_columns: set[int] = set()
         self.root = self._node(root, group=0, presence=-1)
 
     # -- allocation -------------------------------------------------------------------
@@ -264,8 +268,9 @@ class ProgramBuilder:
                 flags |= FLAG["packable"]
             # proto3 requires valid UTF-8 in strings; proto2 does not, but a string the plan
             # outputs goes into an Arrow utf8 column, which must be valid: check it either way.
+            as_bytes = entry.column in self.binary_columns - self.text_columns
             if needs_utf8_check(fd) or (
-                fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0
+                fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes
             ):
                 flags |= FLAG["utf8"]
         return DecodeEntry(

@@ -15,7 +15,9 @@ __all__ = [
     "ScalarKind",
     "default_bytes",
     "is_map",
+    "is_packed",
     "is_repeated",
+    "is_required",
     "needs_utf8_check",
     "scalar_kind",
 ]
@@ -83,8 +85,35 @@ def scalar_kind(field: FieldDescriptor) -> ScalarKind:
     return _SCALARS[field.type]
 
 
+# protobuf 7 removed FieldDescriptor.label (deprecated in 6); 5.26 lacks the properties
+# (is_repeated, is_required, is_packed) that replace it. The resolved features answer the
+# same questions on every version: proto2 and proto3 files get their editions equivalents.
 def is_repeated(field: FieldDescriptor) -> bool:
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is not None:
+        return bool(repeated)
     return field.label == _T.LABEL_REPEATED
+
+
+def is_required(field: FieldDescriptor) -> bool:
+    required = getattr(field, "is_required", None)
+    if required is not None:
+        return bool(required)
+    return field.label == _T.LABEL_REQUIRED
+
+
+def is_packed(field: FieldDescriptor) -> bool:
+    """A repeated scalar written packed (proto3 default, [packed=true], editions PACKED)."""
+    packed = getattr(field, "is_packed", None)
+    if packed is not None:
+        return bool(packed)
+    if not is_repeated(field) or field.type in _NEVER_PACKED:
+        return False
+    features = _features(field)
+    return features is not None and features.repeated_field_encoding == features.PACKED
+
+
+_NEVER_PACKED = (_T.TYPE_STRING, _T.TYPE_BYTES, _T.TYPE_MESSAGE, _T.TYPE_GROUP)
 
 
 def is_map(field: FieldDescriptor) -> bool:

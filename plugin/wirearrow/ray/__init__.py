@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from wirearrow.ray.datasource import read_delimited
 from wirearrow.ray.ledger import JobStats, Ledger, WorkerStats
+from wirearrow.ray.protojson import ToJson
 from wirearrow.ray.transcode import (
     DEFAULT_BATCH_SIZE,
     PoolSize,
@@ -52,6 +53,7 @@ __all__ = [
     "JobStats",
     "Ledger",
     "PoolSize",
+    "ToJson",
     "Transcode",
     "TranscodeResult",
     "WorkerStats",

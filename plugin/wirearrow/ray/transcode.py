@@ -98,6 +98,11 @@ class Transcode:
     ``keep``: input columns to carry onto every row of the record they belong to (e.g.
     ``["partition", "offset"]`` of a Kafka topic); they come after the plan's columns.
 
+    ``framing="confluent"``: each record is in the Confluent Schema Registry wire format
+    (``schemas``: the schema of each schema id, a mapping or a look-up function;
+    ``schema_id``: True or a name adds each row's schema id as a column), as in
+    :meth:`Transcoder.transcode <wirearrow.Transcoder.transcode>`.
+
     ``on_error`` overrides the plan's policy. With ``"dead_letter"`` the bad records go to
     ``dead_letters`` (a directory path or URI: one Parquet file per batch that has any)
     and/or to ``ledger`` (the collector of :func:`transcode`); with neither, construction
@@ -119,6 +124,11 @@ class Transcode:
         dead_letters: str | os.PathLike[str] | None = None,
         filesystem: pafs.FileSystem | None = None,
         ledger: Ledger | None = None,
+        format: str = "binary",
+        ignore_unknown_fields: bool = False,
+        framing: str | None = None,
+        schemas: Any = None,
+        schema_id: bool | str = False,
     ) -> None:
         started = time.perf_counter()
         compiles = 0
@@ -139,6 +149,17 @@ class Transcode:
         self._index_name = _unused_name(*derived.arrow_schema.names, *self._keep)
         self._tc = derived
         self._column = column
+        # How each record is encoded (format="json": protojson text, docs/json.md) and
+        # framed: passed to every transcode call as is.
+        self._input: dict[str, Any] = {}
+        if format != "binary" or ignore_unknown_fields:
+            self._input = {"format": format, "ignore_unknown_fields": ignore_unknown_fields}
+        if framing is not None:
+            self._input |= {"framing": framing, "schemas": schemas, "schema_id": schema_id}
+            if framing != "confluent":
+                raise ValueError(f'a record column\'s framing is "confluent", not {framing!r}')
+        elif schemas is not None or schema_id is not False:
+            raise ValueError('schemas= and schema_id= are for framing="confluent"')
         self._policy = derived.spec.on_error
         self._ledger = ledger
         self._dead_dir: str | None = None
@@ -189,7 +210,7 @@ class Transcode:
         before = self._tc.stats
         try:
             if not self._keep:
-                rows = pa.Table.from_batches([self._tc.transcode(values)])
+                rows = pa.Table.from_batches([self._tc.transcode(values, **self._input)])
             else:
                 rows = self._transcode_keeping(batch, values)
         except DecodeError as err:
@@ -219,8 +240,8 @@ class Transcode:
         return rows
 
     def _transcode_keeping(self, batch: pa.Table, values: pa.Array) -> pa.Table:
-        out = self._tc.transcode(values, record_index=self._index_name)
-        index = out.column(out.num_columns - 1)
+        out = self._tc.transcode(values, record_index=self._index_name, **self._input)
+        index = out.column(self._index_name)
         rows = pa.Table.from_batches([out]).drop_columns([self._index_name])
         for name in self._keep:
             rows = rows.append_column(batch.field(name), batch.column(name).take(index))
@@ -451,9 +472,17 @@ def transcode(
     batch_size: int | None = DEFAULT_BATCH_SIZE,
     resource_reservation: bool | None = None,
     profile: str | os.PathLike[str] | ParserCache | None = None,
+    format: str = "binary",
+    ignore_unknown_fields: bool = False,
+    framing: str | None = None,
+    schemas: Any = None,
+    schema_id: bool | str = False,
     **map_batches_args: Any,
 ) -> TranscodeResult:
     """Transcode the records in ``ds[column]`` with ``plan``: the one-call path.
+
+    ``format="json"``: the column holds protojson text (``ignore_unknown_fields`` as in
+    ``json_format.Parse``); see docs/json.md.
 
     The plan is compiled here (plan errors are raised now) and shipped once through the
     object store; :class:`Transcode` decodes batches of ``batch_size`` records. ``keep``:
@@ -461,7 +490,9 @@ def transcode(
     policy; with ``"dead_letter"`` the bad records come back as
     :attr:`TranscodeResult.dead_letters`, and are also written as Parquet under
     ``dead_letters`` when given (a directory or URI; ``filesystem`` overrides the one
-    inferred). Other keyword arguments go to ``map_batches``.
+    inferred). ``framing="confluent"`` (with ``schemas`` and ``schema_id``): records in
+    the Confluent Schema Registry wire format, as for :class:`Transcode`. Other keyword
+    arguments go to ``map_batches``.
 
     ``compute``:
 
@@ -522,6 +553,11 @@ def transcode(
         "dead_letters": dead_dir,
         "filesystem": fs,
         "ledger": ledger,
+        "format": format,
+        "ignore_unknown_fields": ignore_unknown_fields,
+        "framing": framing,
+        "schemas": schemas,
+        "schema_id": schema_id,
     }
     common: dict[str, Any] = {
         "batch_format": "pyarrow",
