@@ -152,7 +152,7 @@ class _ListLedger(war.Ledger):
     def __init__(self) -> None:
         self.dead: list[pa.Table] = []
 
-    def report(self, stats, dead, file) -> None:
+    def report(self, stats, batch, dead, file) -> None:
         if dead is not None:
             self.dead.append(dead)
 
@@ -198,7 +198,7 @@ def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Pat
     expected = in_process(FLAT, records)
     assert got.schema.names == expected.schema.names
     assert rows_of(got) == rows_of(expected)
-    stats = out.stats()
+    stats = out.job_stats()
     assert (stats.records_in, stats.records_failed) == (len(records), 0)
     assert stats.rows_out == expected.num_rows
 
@@ -211,7 +211,7 @@ def test_nested_equals_in_process(ray_session, records: list[bytes]) -> None:
     expected = in_process(NESTED, records)
     assert got.schema == expected.schema
     assert rows_of(got) == rows_of(expected)
-    assert out.stats().records_ok == len(records)
+    assert out.job_stats().records_ok == len(records)
     assert out.dead_letters.count() == 0
 
 
@@ -226,7 +226,7 @@ def test_dead_letters_nothing_lost(ray_session, records: list[bytes], tmp_path: 
     good = [m for i, m in enumerate(messages) if i not in bad]
     assert rows_of(rows) == rows_of(in_process(FLAT, good))
 
-    stats = out.stats()
+    stats = out.job_stats()
     assert stats.records_in == len(messages)
     assert stats.records_ok + stats.records_failed == stats.records_in
     assert stats.records_failed == stats.dead_letters == len(bad)
@@ -253,7 +253,7 @@ def test_dead_letters_as_a_dataset(ray_session, records: list[bytes]) -> None:
     assert dead.num_rows == 2 and sorted(dead.column("raw").to_pylist()) == sorted(
         messages[i] for i in (5, 60)
     )
-    assert out.stats().rows_out == n_rows
+    assert out.job_stats().rows_out == n_rows
 
 
 @pytest.mark.parametrize("compute", ["actors", "tasks"])
@@ -264,7 +264,7 @@ def test_plan_travels_once(ray_session, records: list[bytes], compute: str) -> N
     concurrency = (1, 2) if compute == "actors" else 2
     out = war.transcode(ds, FLAT, batch_size=50, compute=compute, concurrency=concurrency)
     assert rows_of(collect(out.rows)) == rows_of(in_process(FLAT, records))
-    stats = out.stats()
+    stats = out.job_stats()
     assert stats.batches >= len(records) // 50
     assert 1 <= stats.workers < stats.batches  # workers are reused across batches
     assert stats.compiles == stats.workers
@@ -363,7 +363,7 @@ def test_write_parquet(ray_session, records: list[bytes], tmp_path: Path) -> Non
     out.write_parquet(str(tmp_path / "rows"))
     written = pq.read_table(tmp_path / "rows")
     assert rows_of(written) == rows_of(in_process(FLAT, records))
-    assert out.stats().rows_out == written.num_rows
+    assert out.job_stats().rows_out == written.num_rows
 
 
 def test_raise_policy_fails_the_job(ray_session, records: list[bytes]) -> None:
@@ -390,3 +390,95 @@ def test_every_option_survives_on_error_and_keep() -> None:
         fn = war.Transcode(pickle.loads(pickle.dumps(tc)), **kwargs)
         want = tc.spec.replace(on_error=kwargs.get("on_error", "raise"))
         assert fn.spec == want, kwargs
+
+
+# ---- one execution's counts, whatever ran twice ----------------------------------------------
+
+
+@pytest.mark.parametrize("compute", ["tasks", "actors"])
+def test_counts_of_a_job_run_twice_are_one_runs(
+    ray_session, records: list[bytes], tmp_path: Path, compute: str
+) -> None:
+    """schema() and take() before the write execute the pipeline again: the counts and the
+    dead letters (files and ledger) stay those of one execution."""
+    bad = {3, 77, 250}
+    messages = corrupt(records, bad)
+    path = tmp_path / "in.varint"
+    path.write_bytes(framed(messages))
+
+    def job(dead_letters):
+        ds = war.read_delimited(path, bytes_per_task=40_000)
+        return war.transcode(
+            ds, FLAT, on_error="dead_letter", dead_letters=dead_letters, batch_size=64,
+            compute=compute,
+        )
+
+    clean = job(None)
+    clean.write_parquet(str(tmp_path / "clean"))
+    once = clean.job_stats()
+    assert once.records_in == len(messages) and once.dead_letters == len(bad)
+
+    for dead_dir in (None, tmp_path / "dead"):
+        twice = job(dead_dir)
+        twice.schema()
+        assert len(twice.take(5)) == 5
+        twice.write_parquet(str(tmp_path / f"rows-{dead_dir is None}"))
+        stats = twice.job_stats()
+        assert stats.counts() == once.counts()
+        assert stats.attempts > stats.batches  # it did run more than once
+        raw = collect(twice.dead_letters).column("raw").to_pylist()
+        assert sorted(raw) == sorted(messages[i] for i in bad)
+        if dead_dir is not None:
+            assert sorted(p.name for p in dead_dir.iterdir()) == sorted(
+                Path(f).name for f in stats.dead_letter_files
+            )
+
+
+def test_the_result_is_a_dataset(ray_session, records: list[bytes]) -> None:
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(records[:50], pa.binary())}))
+    out = war.transcode(ds, FLAT)
+    assert isinstance(out, ray.data.Dataset) and isinstance(out, war.TranscodeResult)
+    assert out.count() == out.job_stats().rows_out
+    assert isinstance(out.stats(), str)  # Ray's execution report, not shadowed
+    done = out.materialize()
+    assert isinstance(done, ray.data.dataset.MaterializedDataset)
+    assert done.job_stats().records_in == 50
+    assert type(pickle.loads(pickle.dumps(out))) is ray.data.Dataset
+
+
+def test_batch_key_names_the_input_not_the_attempt(records: list[bytes]) -> None:
+    table = pa.table({"value": pa.array(records[:30], pa.binary()), "n": pa.array(range(30))})
+    key = war.batch_key
+    assert key(table, "value", table.column(0).chunk(0)) == key(
+        pa.Table.from_pylist(table.to_pylist(), table.schema), "value", table.column(0).chunk(0)
+    )
+    moved = table.set_column(1, "n", pa.array(range(1, 31)))
+    assert key(moved, "value", moved.column(0).chunk(0)) != key(
+        table, "value", table.column(0).chunk(0)
+    )
+    shorter = table.slice(0, 29)
+    assert key(shorter, "value", shorter.column(0).chunk(0)) != key(
+        table, "value", table.column(0).chunk(0)
+    )
+
+
+def test_no_new_ray_at_exit(tmp_path: Path) -> None:
+    """A job whose result outlives ray.shutdown() must not start Ray again to forget it."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import pyarrow as pa, ray, wirearrow.ray as war\n"
+        "ray.init(num_cpus=1, include_dashboard=False)\n"
+        "ds = ray.data.from_arrow(pa.table({'value': pa.array([b''] * 10, pa.binary())}))\n"
+        f"job = war.transcode(ds, {str(FLAT)!r})\n"
+        "job.count()\n"
+        "ray.shutdown()\n"
+        "del job\n"
+        "import gc; gc.collect()\n"
+        "print('initialized after:', ray.is_initialized())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialized after: False" in done.stdout
+    assert done.stderr.count("Started a local Ray instance") <= 1
