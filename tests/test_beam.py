@@ -690,3 +690,53 @@ def test_batch_dead_letters_as_parquet_on_two_workers(tmp_path, bid_corpus) -> N
     assert sorted(dead.column("raw").to_pylist()) == sorted(records[4::10])
     assert all(re.fullmatch(r"dead-\d{5}-of-\d{5}\.parquet", f.name)
                for f in (tmp_path / "dead").glob("*.parquet"))
+
+
+def _faulty_job(records, out: Path, marker: Path):
+    from apache_beam.metrics.metric import MetricsFilter
+
+    flag = str(marker)
+
+    def fail_once(batch):
+        """The transient failure of one bundle: the first batch any process sees while
+        ``marker`` does not exist. (Nested, so that it travels by value to the workers.)"""
+        import os
+
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            raise RuntimeError("transient failure of one bundle")
+        yield batch
+
+    p = two_workers()
+    result = p | beam.Create(records, reshuffle=False) | wab.ToArrow(ID_PLAN, batch_size=16)
+    batches = result.batches | beam.FlatMap(fail_once)
+    _ = batches | wab.WriteToParquet(str(out / "rows"), schema=result.schema)
+    _ = result.dead_letters | wab.WriteDeadLetters(str(out / "dead"))
+    run = p.run()
+    run.wait_until_finish()
+    counters = run.metrics().query(MetricsFilter().with_namespace("wirearrow"))["counters"]
+    return {c.key.metric.name: c.committed for c in counters}
+
+
+def test_a_failed_bundle_leaves_nothing_behind_and_the_rerun_counts_once(
+    tmp_path, bid_corpus
+) -> None:
+    """FnApiRunner does not retry a failed bundle (the job fails; docs/beam.md): the
+    attempt must leave no row file, no dead-letter file; the re-run then has every record
+    exactly once and the metrics of a clean run."""
+    records = [_broken(r) if i % 25 == 3 else r for i, r in enumerate(bid_corpus[:300])]
+    records = [r + b"\x0a" + bytes([len(f"rec-{i}")]) + f"rec-{i}".encode() if i % 25 != 3 else r
+               for i, r in enumerate(records)]
+    marker = tmp_path / "failed-once"
+    with pytest.raises(Exception, match="transient failure"):
+        _faulty_job(records, tmp_path / "out", marker)
+    assert not list((tmp_path / "out").rglob("*.parquet"))  # only temporary files, if any
+
+    metrics = _faulty_job(records, tmp_path / "out", marker)  # the marker exists: no failure
+    clean = _faulty_job(records, tmp_path / "clean", marker)
+    assert metrics == clean and metrics["records_in"] == len(records)
+    rows = pq.read_table(tmp_path / "out" / "rows").column("id").to_pylist()
+    dead = pq.read_table(tmp_path / "out" / "dead").column("raw").to_pylist()
+    assert len(rows) == len(set(rows)) == metrics["rows_out"]
+    assert sorted(dead) == sorted(records[3::25]) and len(dead) == metrics["records_failed"]
+    assert len(rows) + len(dead) == len(records)
