@@ -529,6 +529,8 @@ def _result(
     base = type(rows)
     if isinstance(rows, TranscodeResult):
         base = next(c for c in base.__mro__ if c.__module__.startswith("ray."))
+    # Dataset.copy(ds, _as=cls) is how Ray itself makes a MaterializedDataset of a Dataset:
+    # the same plan and context, under another class.
     out = base.copy(rows, _as=_result_class(base))
     out.compute, out.pool = compute, pool
     out._wa_job, out._wa_ledger = job, job.ledger
