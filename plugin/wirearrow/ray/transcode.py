@@ -492,12 +492,17 @@ class TranscodeResult:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Ray's own state only (the ledger handle belongs to this driver's job).
-        base = next(c for c in type(self).__mro__ if c.__module__.startswith("ray."))
+        base = _ray_class(self)
         return (_plain, (base.copy(self, _as=base),))
 
 
 def _plain(ds: Any) -> Any:
     return ds
+
+
+def _ray_class(ds: Any) -> Any:
+    """Ray's Dataset class of ``ds`` (Dataset, MaterializedDataset), under any result class."""
+    return next(c for c in type(ds).__mro__ if c.__module__.startswith("ray."))
 
 
 class _JobHandle:
@@ -511,7 +516,7 @@ class _JobHandle:
 
 
 @functools.cache
-def _result_class(base: type) -> type:
+def _result_class(base: Any) -> type:
     """TranscodeResult over Ray's ``base`` (Dataset, MaterializedDataset): built on first
     use, as Ray is imported lazily."""
     name = f"TranscodeResult[{base.__name__}]"
@@ -526,9 +531,7 @@ def _result(
     compute: str,
     pool: PoolSize | None,
 ) -> Any:
-    base = type(rows)
-    if isinstance(rows, TranscodeResult):
-        base = next(c for c in base.__mro__ if c.__module__.startswith("ray."))
+    base = _ray_class(rows)
     # Dataset.copy(ds, _as=cls) is how Ray itself makes a MaterializedDataset of a Dataset:
     # the same plan and context, under another class.
     out = base.copy(rows, _as=_result_class(base))
