@@ -463,6 +463,16 @@ def test_parquet_file_sink_footer_once(tmp_path) -> None:
 # ----------------------------------------------------------------------------- streaming
 
 
+def minute_windows_late_by_300s() -> beam.WindowInto:
+    """One-minute windows, a late firing per late record, 300 s of allowed lateness."""
+    return beam.WindowInto(
+        window.FixedWindows(60),
+        trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+        allowed_lateness=300,
+        accumulation_mode=trigger.AccumulationMode.DISCARDING,
+    )
+
+
 def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
     tmp_path, bid_corpus
 ) -> None:
@@ -486,12 +496,7 @@ def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
         result = (
             p
             | stream
-            | beam.WindowInto(
-                window.FixedWindows(60),
-                trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
-                allowed_lateness=300,
-                accumulation_mode=trigger.AccumulationMode.DISCARDING,
-            )
+            | minute_windows_late_by_300s()
             | wab.ToArrow(ID_PLAN, batch_size=8)
         )
         _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema, shards=2)
@@ -658,12 +663,7 @@ def test_streaming_dead_letters_are_parquet_files_per_window_firing(tmp_path, bi
         result = (
             p
             | stream
-            | beam.WindowInto(
-                window.FixedWindows(60),
-                trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
-                allowed_lateness=300,
-                accumulation_mode=trigger.AccumulationMode.DISCARDING,
-            )
+            | minute_windows_late_by_300s()
             | wab.ToArrow(ID_PLAN, batch_size=8)
         )
         _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
