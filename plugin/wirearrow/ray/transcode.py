@@ -161,7 +161,6 @@ class Transcode:
                 "or use wirearrow.ray.transcode(), which collects them"
             )
         self._schema: pa.Schema = derived.arrow_schema
-        self._last: BatchResult | None = None
         worker, node = whereami()
         self._stats = WorkerStats(
             worker=worker,
@@ -234,7 +233,6 @@ class Transcode:
             dead_letters=s.dead_letters + result.dead_letters,
             transcode_seconds=s.transcode_seconds + time.perf_counter() - started,
         )
-        self._last = result
         if self._ledger is not None:
             self._ledger.report(
                 self._stats, result, dead if self._dead_dir is None else None, written
@@ -266,11 +264,6 @@ class Transcode:
             dead = dead.append_column("source", struct)
         return dead
 
-    @property
-    def last_batch(self) -> BatchResult | None:
-        """What the latest batch produced (None before the first)."""
-        return self._last
-
     def _write_dead(self, dead: pa.Table, key: str) -> str:
         assert self._fs is not None and self._dead_dir is not None
         # Named by the batch's input, not by who decoded it: a retry or a second execution
@@ -291,8 +284,9 @@ def batch_key(batch: pa.Table, column: str, values: pa.Array) -> str:
     What it covers: the record count, every record's length, the bytes of the first,
     middle and last records, and the first and last rows of the batch's other columns
     (positions such as file + offset or partition + offset, which make it exact).
-    Hashing every byte would cost ~20-40% of the decode (crc32 runs at ~1 GB/s, the
-    decode at a few hundred MB/s); this costs one pass over the 4-byte lengths. Two
+    Hashing every byte would add 15-70% to the decode (measured here: crc32 ~1 GB/s,
+    blake2b ~0.2 GB/s, the openrtb_flat decode ~140 MB/s); this is one pass over the
+    lengths: 0.18 ms for a 16k-record batch whose decode takes 116 ms (0.15%). Two
     batches share a key only when they hold the same lengths and the same end records
     and no position column tells them apart: a dataset that repeats itself
     (docs/ray.md: read it with ``include_location=True``).
