@@ -419,8 +419,7 @@ def test_counts_of_a_job_run_twice_are_one_runs(
     def job(dead_letters):
         ds = war.read_delimited(path, bytes_per_task=40_000)
         return war.transcode(
-            ds, FLAT, on_error="dead_letter", dead_letters=dead_letters, batch_size=64,
-            compute=compute,
+            ds, FLAT, on_error="dead_letter", dead_letters=dead_letters, compute=compute
         )
 
     clean = job(None)
@@ -517,8 +516,8 @@ def fault_corpus(records: list[bytes], tmp_path_factory) -> tuple[Path, list[byt
 
 
 def _fault_job(path: Path, dead: Path | None = None):
-    ds = war.read_delimited(path, bytes_per_task=8_000_000)
-    return war.transcode(ds, FLAT, on_error="dead_letter", dead_letters=dead, batch_size=2_000)
+    ds = war.read_delimited(path, bytes_per_task=2_000_000)
+    return war.transcode(ds, FLAT, on_error="dead_letter", dead_letters=dead)
 
 
 def _check_exactly_once(written: pa.Table, dead: pa.Table, messages, bad) -> None:

@@ -547,7 +547,7 @@ def transcode(
     compute: str = "tasks",
     concurrency: int | tuple[int, int] | None = None,
     num_cpus: float | None = None,
-    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     resource_reservation: bool | None = None,
     profile: str | os.PathLike[str] | ParserCache | None = None,
     format: str = "binary",
@@ -560,7 +560,8 @@ def transcode(
     ``json_format.Parse``); see docs/json.md.
 
     The plan is compiled here (plan errors are raised now) and shipped once through the
-    object store; :class:`Transcode` decodes batches of ``batch_size`` records. ``keep``:
+    object store; :class:`Transcode` decodes batches of ``batch_size`` records (None,
+    the default: one batch per input block, see below). ``keep``:
     input columns repeated on each row of their record. ``on_error`` overrides the plan's
     policy; with ``"dead_letter"`` the bad records come back as
     :attr:`TranscodeResult.dead_letters`, and are also written as Parquet under
@@ -593,6 +594,12 @@ def transcode(
     through a named actor every ``share_every`` records (``ParserCache.share_with_ray``),
     and a new worker starts from the job-wide sizes. ``ParserCache.pull_from_ray`` on the
     driver fetches the merged profile (to ``save`` it for the next job). See docs/cache.md.
+
+    ``batch_size=None`` keeps the counts exact when Ray runs the job again: a block is what
+    Ray re-reads identically on a retry or a second execution, while batches of n records
+    are cut across the blocks of a task's input, whose grouping depends on timing; a batch
+    cut differently has another key and would be counted again (docs/ray.md, Exactly
+    once). Pass ``batch_size=n`` for smaller batches when the job runs once.
 
     Returns a :class:`TranscodeResult`: lazy rows (a Dataset), then dead letters and counts.
     """
