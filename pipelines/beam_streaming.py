@@ -105,10 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         _ = result.batches | "WriteParquet" >> wab.WriteToParquet(
             f"{args.out}/parquet", schema=result.schema, shards=args.shards
         )
-        _ = (
-            result.dead_letters
-            | "Describe" >> beam.Map(lambda d: f"{d.reason} at {d.path or '-'}")
-            | "WriteDeadLetters" >> beam.io.WriteToText(f"{args.out}/dead_letters/dead")
+        _ = result.dead_letters | "WriteDeadLetters" >> wab.WriteDeadLetters(
+            f"{args.out}/dead_letters"
         )
     elapsed = time.perf_counter() - started
 

@@ -126,10 +126,10 @@ def run(
     rows = pq.read_table(out / "rows")
     dead = pa.concat_tables(
         [ray.get(ref) for ref in result.dead_letters.to_arrow_refs()]
-    ) if result.stats().records_failed else None
+    ) if result.job_stats().records_failed else None
     if dead is not None:
         pq.write_table(dead, out / "dead.parquet")
-    return rows, dead, result.stats()
+    return rows, dead, result.job_stats()
 
 
 def check_exactly_once(

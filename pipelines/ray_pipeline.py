@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     job.write_parquet(rows_out)
     done = time.perf_counter()
     wall, with_start = done - job_started, done - started
-    stats = job.stats()
+    stats = job.job_stats()
 
     print(f"rows:   {stats.rows_out:,} rows written to {rows_out}")
     print(

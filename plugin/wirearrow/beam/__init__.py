@@ -7,16 +7,16 @@
         records = p | wab.ReadDelimited("gs://bucket/events/*.bin", framing="varint")
         result = records | wab.ToArrow("transforms/openrtb_flat.yaml", batch_size=8192)
         result.batches | wab.WriteToParquet("gs://bucket/out/", schema=result.schema)
-        result.dead_letters | beam.Map(str) | beam.io.WriteToText("gs://bucket/dead/")
+        result.dead_letters | wab.WriteDeadLetters("gs://bucket/dead/")  # Parquet
 
 Modules: ``transcode`` (ToArrow, RecordArray batches, dead letters), ``rows`` (ToRows,
-row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet), ``protojson``
-(ToJson: rows back to protojson text). The public PTransforms
+row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet, WriteDeadLetters),
+``protojson`` (ToJson: rows back to protojson text). The public PTransforms
 only wire the graph; the work happens in private DoFns whose heavy state (the compiled
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
-from wirearrow.beam.parquet import WriteToParquet
+from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet
 from wirearrow.beam.protojson import ToJson
 from wirearrow.beam.read import ReadDelimited
 from wirearrow.beam.rows import RowsResult, ToRows, row_type
@@ -31,6 +31,7 @@ __all__ = [
     "ToArrow",
     "ToJson",
     "ToRows",
+    "WriteDeadLetters",
     "WriteToParquet",
     "row_type",
 ]

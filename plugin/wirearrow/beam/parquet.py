@@ -16,6 +16,8 @@ from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 
+from wirearrow.transcoder import DEAD_LETTER_SCHEMA
+
 _LOG = logging.getLogger(__name__)
 
 
@@ -304,3 +306,45 @@ class WriteToParquet(beam.PTransform):
 
 def _first(element: tuple[str, Any]) -> str:
     return element[0]
+
+
+# =========================================================================== dead letters
+
+# The columns of a Beam dead-letter file: the core's DEAD_LETTER_SCHEMA (what Ray and the
+# command line write) plus the element's key, as in DeadLetter.
+DEAD_LETTER_FILE_SCHEMA = DEAD_LETTER_SCHEMA.append(pa.field("key", pa.utf8()))
+
+
+def _dead_letter_batch(letter: Any) -> pa.RecordBatch:
+    # Dead letters are rare: one small batch each; the window firing gathers them into
+    # one file.
+    return pa.RecordBatch.from_pylist([letter._asdict()], schema=DEAD_LETTER_FILE_SCHEMA)
+
+
+class WriteDeadLetters(beam.PTransform):
+    """:class:`~wirearrow.beam.DeadLetter` rows to Parquet files under ``path``, with the
+    columns of batch dead letters (``index, offset, path, reason, raw``, plus ``key``).
+
+    Written like :class:`WriteToParquet` (same naming, same atomic rename): batch jobs one
+    file per bundle, streaming one file per window firing, e.g.
+    ``dead-20240601T000000.000000Z-20240601T000100.000000Z-0-00000-of-00001.parquet``.
+    """
+
+    def __init__(self, path: str, file_prefix: str = "dead", **parquet_args: Any) -> None:
+        super().__init__()
+        self._path = path
+        self._prefix = file_prefix
+        self._args = parquet_args
+
+    def expand(self, letters: beam.PCollection) -> beam.PCollection:
+        return (
+            letters
+            | "ToBatches" >> beam.Map(_dead_letter_batch).with_output_types(pa.RecordBatch)
+            | "Write"
+            >> WriteToParquet(
+                self._path,
+                schema=DEAD_LETTER_FILE_SCHEMA,
+                file_prefix=self._prefix,
+                **self._args,
+            )
+        )

@@ -4,8 +4,8 @@
 
     ds = war.read_delimited("s3://bucket/events/", framing="varint")  # column "value"
     out = war.transcode(ds, "transforms/openrtb_flat.yaml", on_error="dead_letter")
-    out.write_parquet("out/rows")      # out delegates to out.rows, a ray.data.Dataset
-    out.stats()                        # records in / ok / failed, rows out, per actor
+    out.write_parquet("out/rows")      # out is a ray.data.Dataset (the rows)
+    out.job_stats()                    # records in / ok / failed, rows out: one execution's
     out.dead_letters                   # a second Dataset: the bad records, with the reason
 
 The pieces, for users who compose their own pipeline:
@@ -32,13 +32,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wirearrow.ray.datasource import read_delimited
-from wirearrow.ray.ledger import JobStats, Ledger, WorkerStats
+from wirearrow.ray.ledger import BatchResult, JobStats, Ledger, WorkerStats
 from wirearrow.ray.protojson import ToJson
 from wirearrow.ray.transcode import (
     DEFAULT_BATCH_SIZE,
     PoolSize,
     Transcode,
     TranscodeResult,
+    batch_key,
     pool_size,
     put_plan,
     transcode,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "BatchResult",
     "DelimitedDatasource",
     "JobStats",
     "Ledger",
@@ -57,6 +59,7 @@ __all__ = [
     "Transcode",
     "TranscodeResult",
     "WorkerStats",
+    "batch_key",
     "pool_size",
     "put_plan",
     "read_delimited",

@@ -50,13 +50,48 @@ class WorkerStats:
 
 
 @dataclass(frozen=True)
-class JobStats:
-    """The counts of one :func:`transcode` job, summed over its actors, after execution.
+class BatchResult:
+    """What one batch produced: its counts, under the batch's input identity ``key``.
 
-    ``records_in == records_ok + records_failed`` and, with ``on_error="dead_letter"``,
-    ``dead_letters == records_failed``: every input record is in the rows or in the dead
-    letters. ``workers``: actors (actor mode) or worker processes (task mode) that
-    transcoded; ``per_worker`` holds each one's :class:`WorkerStats`.
+    ``key`` names the batch by its input (:func:`batch_key`), not by the attempt that
+    decoded it: a retried task, a restarted actor or a second execution of the Dataset
+    decodes the same batch again and reports the same key, which replaces the first
+    report instead of adding to it.
+    """
+
+    key: str
+    records_in: int
+    records_ok: int
+    records_failed: int
+    rows_out: int
+    bytes_in: int
+    dead_letters: int
+
+
+# The JobStats fields that are sums over the job's batches (one result per batch key).
+_BATCH_FIELDS = (
+    "records_in",
+    "records_ok",
+    "records_failed",
+    "rows_out",
+    "bytes_in",
+    "dead_letters",
+)
+
+
+@dataclass(frozen=True)
+class JobStats:
+    """The counts of one :func:`transcode` job, after execution.
+
+    The record counts are sums over the job's batches, one :class:`BatchResult` per input
+    batch however often it was decoded (retries, killed workers, ``schema()``/``take()``
+    before the write): they describe one execution. ``records_in == records_ok +
+    records_failed`` and, with ``on_error="dead_letter"``, ``dead_letters ==
+    records_failed``: every input record is in the rows or in the dead letters.
+    ``batches``: distinct input batches; ``attempts``: batch decodes reported (more than
+    ``batches`` when Ray re-ran some). ``workers``, ``compiles``, ``transcode_seconds``
+    and ``per_worker`` (each one's :class:`WorkerStats`) describe the work done, every
+    attempt included.
     """
 
     records_in: int
@@ -69,27 +104,35 @@ class JobStats:
     workers: int
     compiles: int
     transcode_seconds: float
+    attempts: int = 0
     per_worker: tuple[WorkerStats, ...] = field(repr=False, default=())
     dead_letter_files: tuple[str, ...] = field(repr=False, default=())
 
     @classmethod
-    def of(cls, workers: Iterable[WorkerStats], files: Iterable[str] = ()) -> JobStats:
+    def of(
+        cls,
+        workers: Iterable[WorkerStats],
+        batches: Iterable[BatchResult] = (),
+        files: Iterable[str] = (),
+        attempts: int = 0,
+    ) -> JobStats:
         per = tuple(sorted(workers, key=lambda w: w.worker))
-        total = {
-            name: sum(getattr(a, name) for a in per)
-            for name in (
-                "records_in",
-                "records_ok",
-                "records_failed",
-                "rows_out",
-                "bytes_in",
-                "dead_letters",
-                "batches",
-                "compiles",
-                "transcode_seconds",
-            )
-        }
-        return cls(**total, workers=len(per), per_worker=per, dead_letter_files=tuple(files))
+        done = list(batches)
+        total = {name: sum(getattr(b, name) for b in done) for name in _BATCH_FIELDS}
+        return cls(
+            **total,
+            batches=len(done),
+            workers=len(per),
+            compiles=sum(w.compiles for w in per),
+            transcode_seconds=sum(w.transcode_seconds for w in per),
+            attempts=attempts,
+            per_worker=per,
+            dead_letter_files=tuple(sorted(files)),
+        )
+
+    def counts(self) -> tuple[int, ...]:
+        """The record counts alone (what two executions of one job agree on)."""
+        return tuple(getattr(self, name) for name in (*_BATCH_FIELDS, "batches"))
 
     def __str__(self) -> str:
         return (
@@ -101,12 +144,15 @@ class JobStats:
 
 
 class Ledger:
-    """Where :class:`Transcode` reports: its :class:`WorkerStats` after every batch, and the
-    batch's dead letters (or the file they were written to). :func:`transcode` passes a
-    handle to its job in the session's ledger actor; implement ``report`` to collect them
-    elsewhere."""
+    """Where :class:`Transcode` reports, after every batch: its cumulative
+    :class:`WorkerStats`, the batch's :class:`BatchResult`, and the batch's dead letters
+    (or the file they were written to). :func:`transcode` passes a handle to its job in
+    the session's ledger actor; implement ``report`` to collect them elsewhere -- keyed by
+    ``batch.key``, so that a batch decoded twice counts once."""
 
-    def report(self, stats: WorkerStats, dead: pa.Table | None, file: str | None) -> None:
+    def report(
+        self, stats: WorkerStats, batch: BatchResult, dead: pa.Table | None, file: str | None
+    ) -> None:
         raise NotImplementedError
 
 
@@ -116,12 +162,24 @@ class JobLedger(Ledger):
 
     actor: ActorHandle  # of _LedgerActor
     job: str
+    session: tuple[str, str] = ("", "")  # (Ray job id, driver node id) it was opened in
 
-    def report(self, stats: WorkerStats, dead: pa.Table | None, file: str | None) -> None:
+    def report(
+        self, stats: WorkerStats, batch: BatchResult, dead: pa.Table | None, file: str | None
+    ) -> None:
         # Synchronous on purpose: a report still in flight when Ray tears the actor pool
         # down would be lost, and the counts must add up at the end of the job. It costs
         # one round trip per batch (~0.5 ms), a few % of a 16k-record batch.
-        ray_module().get(self.actor.report.remote(self.job, stats, dead, file))
+        ray_module().get(self.actor.report.remote(self.job, stats, batch, dead, file))
+
+
+@dataclass
+class _Job:
+    workers: dict[str, WorkerStats] = field(default_factory=dict)
+    batches: dict[str, BatchResult] = field(default_factory=dict)
+    dead: dict[str, Any] = field(default_factory=dict)  # batch key -> ObjectRef of a Table
+    files: dict[str, str] = field(default_factory=dict)  # batch key -> dead-letter file
+    attempts: int = 0
 
 
 class _LedgerActor:
@@ -129,33 +187,47 @@ class _LedgerActor:
 
     One per Ray session, created by the first job and found by name by the next ones: an
     actor is a worker process, and starting one costs ~0.5-1 s, which a per-job ledger
-    would add to every job. num_cpus=0: it must never wait for a CPU. Snapshots are
-    cumulative per actor, so the latest wins and nothing is counted twice. Dead letters
-    sent here are ``ray.put`` by the ledger, which then owns them: they outlive the
-    Transcode actors (torn down when the job ends) and spill to disk like any object.
+    would add to every job. num_cpus=0: it must never wait for a CPU. Everything a batch
+    produced is kept under the batch's key, so a batch reported again (a retry, a second
+    execution) replaces its first report: the job's counts are those of one execution.
+    Worker snapshots are cumulative per worker (diagnostics; the latest wins). Dead
+    letters sent here are ``ray.put`` by the ledger, which then owns them: they outlive
+    the Transcode actors (torn down when the job ends) and spill to disk like any object.
     A job's entry is dropped when its TranscodeResult is garbage collected.
     """
 
     def __init__(self) -> None:
-        self._jobs: dict[str, tuple[dict[str, WorkerStats], list[Any], list[str]]] = {}
+        self._jobs: dict[str, _Job] = {}
 
-    def _job(self, job: str) -> tuple[dict[str, WorkerStats], list[Any], list[str]]:
-        return self._jobs.setdefault(job, ({}, [], []))
+    def _job(self, job: str) -> _Job:
+        return self._jobs.setdefault(job, _Job())
 
-    def report(self, job: str, stats: WorkerStats, dead: pa.Table | None, file: str | None) -> None:
-        workers, refs, files = self._job(job)
-        workers[stats.worker] = stats
+    def report(
+        self,
+        job: str,
+        stats: WorkerStats,
+        batch: BatchResult,
+        dead: pa.Table | None,
+        file: str | None,
+    ) -> None:
+        entry = self._job(job)
+        entry.attempts += 1
+        entry.workers[stats.worker] = stats
+        entry.batches[batch.key] = batch
         if dead is not None and dead.num_rows:
-            refs.append(ray_module().put(dead))
+            entry.dead[batch.key] = ray_module().put(dead)
         if file is not None:
-            files.append(file)
+            entry.files[batch.key] = file
 
     def summary(self, job: str) -> JobStats:
-        workers, _, files = self._job(job)
-        return JobStats.of(workers.values(), files)
+        entry = self._job(job)
+        return JobStats.of(
+            entry.workers.values(), entry.batches.values(), entry.files.values(), entry.attempts
+        )
 
     def dead_letter_refs(self, job: str) -> list[Any]:
-        return list(self._job(job)[1])
+        entry = self._job(job)
+        return [entry.dead[key] for key in sorted(entry.dead)]
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
@@ -179,7 +251,7 @@ def open_job_ledger() -> JobLedger:
         _LEDGERS.clear()  # handles of an earlier session are dead anyway
         actor = _ledger_class().options(name=_LEDGER_NAME, get_if_exists=True).remote()
         _LEDGERS[key] = actor
-    return JobLedger(actor, uuid.uuid4().hex)
+    return JobLedger(actor, uuid.uuid4().hex, key)
 
 
 @functools.cache
@@ -188,5 +260,16 @@ def _ledger_class() -> Any:
 
 
 def forget_job(ledger: JobLedger) -> None:
-    with contextlib.suppress(Exception):  # Ray already shut down: nothing left to free
-        ledger.actor.forget.remote(ledger.job)
+    """Drop the job from its ledger, if its Ray session is still the current one.
+
+    Only then: calling the actor after ``ray.shutdown()`` would start a new local Ray
+    instance just to free an entry that died with the old one (seconds, and a confusing
+    "Started a local Ray instance" line at the end of every job).
+    """
+    ray = ray_module()
+    if not ray.is_initialized():
+        return
+    with contextlib.suppress(Exception):
+        ctx = ray.get_runtime_context()
+        if (ctx.get_job_id(), ctx.get_node_id()) == ledger.session:
+            ledger.actor.forget.remote(ledger.job)
