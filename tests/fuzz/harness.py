@@ -63,6 +63,11 @@ KNOWN = {
 # Since the merge of "a known field under another wire type is an unknown field": records of
 # the group schemas that upb rejects are accepted (docs/fuzzing.md, finding 7; open).
 GROUP_WIRE_TYPE = "group schema: accepted, upb rejects, since wrong wire types are unknown (finding)"
+# An unknown field inside a DELIMITED group comes back from encode without its tag and
+# length, spliced into the group (docs/fuzzing.md, finding 8; open).
+GROUP_UNKNOWN_ENCODE = (
+    "group schema: an unknown field inside a group is re-encoded without its tag (finding)"
+)
 EMPTY_VALUE = "a singular Value with no kind is null, and left out by encode (round-trip.md)"
 # Open decoder corners (docs/fuzzing.md, "Findings"), recognised from the record itself.
 LONG_TAG = "tag varint over 5 bytes: upb rejects it, wirearrow reads it (finding)"
@@ -317,6 +322,8 @@ def check(target: Target, records: list[bytes], report: Report) -> None:
             report.fail(target, "encode wrote a message upb refuses to serialize", record)
         elif mine != canonical and not _nan_payloads_differ(target, mine, canonical):
             why = _explain(record, message)
+            if why is None and target.name in ("G", "D") and not _parses(target, mine):
+                why = GROUP_UNKNOWN_ENCODE
             if why is None:
                 report.fail(
                     target, f"encode differs from upb: {mine.hex()} != {canonical.hex()}", record
@@ -370,9 +377,19 @@ def _check_policies(
         report.fail(target, f"escaped under skip/raise: {type(err).__name__}: {err}")
 
 
+def _parses(target: Target, data: bytes) -> bool:
+    try:
+        target.cls.FromString(data)
+    except RuntimeDecodeError:
+        return False
+    return True
+
+
 def _nan_payloads_differ(target: Target, mine: bytes, canonical: bytes) -> bool:
     """Equal but for the payload bits of a NaN (docs/types.md: Struct / Value keep NaN as
     the token NaN, which reads back as the default NaN): the runtime's messages match."""
+    if not _parses(target, mine):
+        return False
     a, b = target.cls.FromString(mine), target.cls.FromString(canonical)
     return "nan" in str(b) and str(a) == str(b)
 
