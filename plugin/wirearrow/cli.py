@@ -26,6 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
+from wirearrow.compression import strip_suffix
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
@@ -233,9 +236,11 @@ class TranscodeJob:
         dead_sink: ParquetSink | None,
         input_format: str = "binary",
         ignore_unknown_fields: bool = False,
+        compression: str = "auto",
     ) -> None:
         self.tc = tc
         self.framing = framing
+        self.compression = compression
         self.input_format = input_format
         self.ignore_unknown_fields = ignore_unknown_fields
         self.raising = raising
@@ -248,19 +253,27 @@ class TranscodeJob:
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
 
+        from wirearrow.compression import compression_of
         from wirearrow.delimited import FrameReader
         from wirearrow.errors import DecodeError
 
+        codec = compression_of(path, self.compression)
         if self.input_format == "json":
+            if codec != "none":
+                raise CliError(
+                    f"{path}: compressed ({codec}) NDJSON input is not supported: "
+                    "decompress it first"
+                )
             return self.run_ndjson_file(path, sink)
         result = FileResult()
         label = os.path.basename(path)
         with _open_input(path) as f:
             st = os.fstat(f.fileno())
-            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+            # A compressed file's size is not its records' size (progress shows no total).
+            size = st.st_size if stat.S_ISREG(st.st_mode) and codec == "none" else None
             reader = FrameReader(
-                _Reading(f, path), self.framing, block_bytes=self.chunk_size, size=size,
-                name="the file",
+                _decompressed(_Reading(f, path), codec, path), self.framing,
+                block_bytes=self.chunk_size, size=size, name="the file",
             )
             t0 = time.perf_counter()
             record_base = 0
@@ -399,6 +412,18 @@ class _Reading:
             raise CliError(f"cannot read {self.path}: {err.strerror or err}") from err
 
 
+def _decompressed(stream: _Reading, codec: str, path: str) -> object:
+    """``stream`` itself, or its decompressed bytes (a break becomes the reader's tail)."""
+    if codec == "none":
+        return stream
+    from wirearrow.compression import open_decompressed
+
+    try:
+        return open_decompressed(stream, codec, name="the file")
+    except ImportError as err:
+        raise CliError(f"{path}: {err}") from err
+
+
 def _open_input(path: str) -> BinaryIO:
     try:
         return open(path, "rb", buffering=0)
@@ -419,7 +444,7 @@ def _outputs(inputs: Sequence[str], output: str) -> tuple[bool, list[str]]:
     paths = []
     seen: dict[str, str] = {}
     for source in inputs:
-        stem = os.path.basename(source.rstrip("/" + os.sep))
+        stem = strip_suffix(os.path.basename(source.rstrip("/" + os.sep)))
         stem = os.path.splitext(stem)[0] or stem
         target = os.path.join(output, stem + ".parquet")
         if target in seen:
@@ -544,6 +569,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 input_format=args.format or plan.input.format or "binary",
                 ignore_unknown_fields=args.ignore_unknown_fields
                 or plan.input.ignore_unknown_fields,
+                compression=args.input_compression or plan.input.compression or "auto",
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
@@ -800,6 +826,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--compression",
         choices=COMPRESSIONS,
         help="Parquet compression; default: the plan's output.compression",
+    )
+    tr.add_argument(
+        "--input-compression",
+        choices=INPUT_COMPRESSIONS,
+        help="the input files' codec; default: the plan's input.compression, else auto "
+        "(by suffix: .gz, .bz2, .zst, .xz; zstd needs the zstandard package). A compressed "
+        "file is read as a stream, whole",
     )
     tr.add_argument(
         "--chunk-size",

@@ -98,20 +98,28 @@ class DecompressedStream:
         self._decoder = _decoder(raw, compression)
 
     def read(self, n: int = -1) -> bytes:
-        if self.broken is not None:
-            return b""
-        try:
-            block = self._decoder.read(n)
-        except EOFError:
-            self._break("truncated", "it ends before its end-of-stream marker")
-            return b""
-        except (OSError, zlib.error, lzma.LZMAError, _CorruptData) as err:
-            if _is_read_error(err):
-                raise  # the file system's failure, not the data's
-            self._break("corrupt", str(err) or type(err).__name__)
-            return b""
-        self.position += len(block)
-        return block
+        # read1 pieces, so that the bytes decoded before a break are returned, not lost
+        # with the exception (a buffered read(n) drops what it gathered when it raises).
+        want = n if n is not None and n >= 0 else 1 << 62
+        parts: list[bytes] = []
+        got = 0
+        while got < want and self.broken is None:
+            try:
+                chunk = self._decoder.read1(min(want - got, READ_BYTES * 8))
+            except EOFError:
+                self._break("truncated", "ends before its end-of-stream marker")
+                break
+            except (OSError, zlib.error, lzma.LZMAError, _CorruptData) as err:
+                if _is_read_error(err):
+                    raise  # the file system's failure, not the data's
+                self._break("corrupt", f"is not valid {self.compression} data ({err})")
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+            self.position += len(chunk)
+        return b"".join(parts)
 
     def _break(self, kind: str, why: str) -> None:
         self.broken = (
@@ -195,11 +203,20 @@ class _Incremental:
         self._input = b""
         self._output = bytearray()
         self._done = False
+        self._error: Exception | None = None
 
-    def read(self, n: int = -1) -> bytes:
+    def read1(self, n: int = -1) -> bytes:
+        """At most ``n`` bytes; an error after some output is raised on the next call."""
         want = n if n is not None and n >= 0 else 1 << 62
-        while len(self._output) < want and not self._done:
-            self._step()
+        if self._error is not None and not self._output:
+            raise self._error
+        while len(self._output) < want and not self._done and self._error is None:
+            try:
+                self._step()
+            except (EOFError, _CorruptData) as err:
+                if not self._output:
+                    raise
+                self._error = err
         take = bytes(self._output[:want])
         del self._output[:want]
         return take

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from wirearrow.cache import ParserCache
+from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
@@ -103,7 +104,7 @@ _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
 _OUTPUT_KEYS = ("path", "compression", "row_group_size")
-_INPUT_KEYS = ("framing", "format", "ignore_unknown_fields")
+_INPUT_KEYS = ("framing", "format", "ignore_unknown_fields", "compression")
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
@@ -143,11 +144,14 @@ class InputConfig:
 
     ``format``: "binary" (protobuf wire records) or "json" (protojson, NDJSON files);
     ``ignore_unknown_fields``: JSON input only, as ``json_format.Parse``'s.
+    ``compression``: the input files' codec (:mod:`wirearrow.compression`; "auto": by
+    each file's suffix).
     """
 
     framing: str | None = None
     format: str | None = None
     ignore_unknown_fields: bool = False
+    compression: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1056,7 +1060,16 @@ class _Checker:
         if m.get("ignore_unknown_fields") is not None:
             key = "ignore_unknown_fields"
             ignore = bool(self.boolean(m[key], f"input.{key}", self.key_line(m, key)))
-        return InputConfig(framing, fmt, ignore)
+        compression = None
+        if m.get("compression") is not None:
+            compression = self.choice(
+                m["compression"],
+                "input.compression",
+                self.key_line(m, "compression"),
+                INPUT_COMPRESSIONS,
+                fold_case=True,
+            )
+        return InputConfig(framing, fmt, ignore, compression)
 
 
 # ---- entry point -------------------------------------------------------------------------
