@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from wirearrow.compression import compression_name, compression_of, open_decompressed
 from wirearrow.config import PlanConfig
 from wirearrow.delimited import FRAMINGS, FrameReader, Frames, plan_pieces
 from wirearrow.transcoder import Transcoder
@@ -97,12 +98,17 @@ def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], fi
 
 @dataclass(frozen=True)
 class _Piece:
-    """Whole records of one file: bytes [start, end), ``records`` of them (None: not counted)."""
+    """Whole records of one file: bytes [start, end), ``records`` of them (None: not counted).
+
+    A compressed file (``compression`` not "none") is one piece, the whole file: it cannot
+    be read from an offset.
+    """
 
     path: str
     start: int
     end: int
     records: int | None
+    compression: str = "none"
 
 
 def _index(fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int):
@@ -120,15 +126,29 @@ def _read_pieces(
 ) -> Iterator[pa.Table]:
     """A read task: the records of its pieces, as tables of at most ~BLOCK_BYTES."""
     for piece in pieces:
+        if piece.compression != "none":
+            # A stream, decompressed as it is read (bounded memory); offsets are in the
+            # decompressed bytes.
+            with fs.open_input_stream(piece.path, compression=None) as f:
+                reader = FrameReader(
+                    open_decompressed(f, piece.compression, name="the file"), framing,
+                    block_bytes=BLOCK_BYTES, name=piece.path,
+                )
+                yield from _blocks(reader, piece.path, include_location)
+            continue
         with fs.open_input_file(piece.path) as f:
             reader = FrameReader(
                 f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
                 name=piece.path,
             )
-            for frames in reader:
-                yield _block(frames, piece.path, include_location)
-            if reader.tail is not None:
-                raise ValueError(f"{piece.path}: {reader.tail.reason}")
+            yield from _blocks(reader, piece.path, include_location)
+
+
+def _blocks(reader: FrameReader, path: str, include_location: bool) -> Iterator[pa.Table]:
+    for frames in reader:
+        yield _block(frames, path, include_location)
+    if reader.tail is not None:
+        raise ValueError(f"{path}: {reader.tail.reason}")
 
 
 def _block(frames: Frames, path: str, include_location: bool) -> pa.Table:
@@ -158,6 +178,9 @@ def _datasource_class() -> type:
         record's length prefix) columns, which dead letters then carry in ``source``.
         Files larger than a read task's share are split at record boundaries found by
         one indexing pass (at planning time, files read in parallel threads).
+        ``compression``: "auto" (by suffix: .gz, .bz2, .zst, .xz, .deflate), "none" or a
+        codec of :mod:`wirearrow.compression`; a compressed file is one piece, read whole
+        as a stream by one task (its ``offset`` column counts decompressed bytes).
         ``bytes_per_task``: the share, default total / Ray's parallelism, clamped to
         [MIN_TASK_BYTES, MAX_TASK_BYTES]. Small files are grouped into one task.
         """
@@ -170,10 +193,12 @@ def _datasource_class() -> type:
             filesystem: Any | None = None,
             include_location: bool = False,
             bytes_per_task: int | None = None,
+            compression: str = "auto",
         ) -> None:
             super().__init__()
             if framing not in FRAMINGS:
                 raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+            self._compression = compression_name(compression)
             self._files = _expand(paths, filesystem)
             self._total = sum(size for _, _, size in self._files)
             self._framing = framing
@@ -248,6 +273,9 @@ def _datasource_class() -> type:
 
             def plan(item: tuple[pafs.FileSystem, str, int]) -> list[_Piece]:
                 fs, path, size = item
+                codec = compression_of(path, self._compression)
+                if codec != "none":
+                    return [_Piece(path, 0, size, None, codec)]
                 if size <= share:
                     return [_Piece(path, 0, size, None)]
                 return _index(fs, path, size, self._framing, share)
@@ -305,6 +333,7 @@ def read_delimited(
     filesystem: Any | None = None,
     include_location: bool = False,
     bytes_per_task: int | None = None,
+    compression: str = "auto",
     **read_args: Any,
 ) -> Dataset:
     """A Dataset of the records in files of length-delimited records: column ``value``.
@@ -314,10 +343,13 @@ def read_delimited(
     filesystem for paths without a scheme. ``framing``: "varint" (protobuf's
     writeDelimitedTo), "u32le" or "u32be". ``include_location`` adds ``file`` and
     ``offset`` columns. Large files are split across read tasks at record boundaries
-    (``bytes_per_task``, see :class:`DelimitedDatasource`). Other keyword arguments go to
-    ``ray.data.read_datasource`` (``override_num_blocks``, ``num_cpus``, ...).
+    (``bytes_per_task``, see :class:`DelimitedDatasource`). ``compression``: "auto" (by
+    suffix: .gz, .bz2, .zst, .xz), "none" or a codec; compressed files are not split (one
+    task each, streamed). Other keyword arguments go to ``ray.data.read_datasource``
+    (``override_num_blocks``, ``num_cpus``, ...).
 
-    A file that ends inside a record raises ValueError naming the file and byte offset.
+    A file that ends inside a record, or a compressed file cut short or corrupt, raises
+    ValueError naming the file and byte offset.
     """
     ray = ray_module()
     if not ray.is_initialized():
@@ -328,6 +360,7 @@ def read_delimited(
         filesystem=filesystem,
         include_location=include_location,
         bytes_per_task=bytes_per_task,
+        compression=compression,
     )
     if "override_num_blocks" not in read_args and "parallelism" not in read_args:
         # Ray would otherwise aim at ~1 MiB blocks (200 per dataset) and slice each task's

@@ -1,0 +1,100 @@
+"""wirearrow.ray.read_delimited over compressed files on a local 2-CPU Ray: every codec
+by suffix or option, one read task per compressed file, offsets in decompressed bytes,
+and a cut compressed file failing with its name and where it broke."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import corpus  # benchmarks/, put on sys.path by conftest.py
+from wirearrow.config import load_plan
+from wirearrow.delimited import split_framed
+
+ray = pytest.importorskip("ray")
+war = pytest.importorskip("wirearrow.ray")
+zstandard = pytest.importorskip("zstandard")
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+]
+
+FLAT = Path(__file__).resolve().parent.parent / "transforms" / "openrtb_flat.yaml"
+CODECS = {
+    ".gz": gzip.compress,
+    ".bz2": bz2.compress,
+    ".xz": lzma.compress,
+    ".zst": lambda data: zstandard.ZstdCompressor().compress(data),
+}
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    if ray.is_initialized():  # pragma: no cover - another suite left one running
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def framed(messages: list[bytes]) -> bytes:
+    return b"".join(corpus.frame(messages, "varint"))
+
+
+def collect(ds) -> pa.Table:
+    blocks = [b for b in (ray.get(ref) for ref in ds.to_arrow_refs()) if b.num_rows]
+    return pa.concat_tables(blocks)
+
+
+def test_every_codec_one_task_each(ray_session, tmp_path: Path) -> None:
+    records = corpus.generate(400, seed=5)
+    parts = {}
+    for i, (suffix, compress) in enumerate(CODECS.items()):
+        part = records[i * 100 : i * 100 + 100]
+        (tmp_path / f"p{i}.varint{suffix}").write_bytes(compress(framed(part)))
+        parts[str(tmp_path / f"p{i}.varint{suffix}")] = part
+    source = war.DelimitedDatasource(tmp_path, include_location=True, bytes_per_task=1_000)
+    # Far below the files' sizes, yet one task per compressed file: none can be split.
+    assert len(source.get_read_tasks(1)) == len(CODECS)
+
+    ds = war.read_delimited(tmp_path, include_location=True, bytes_per_task=1_000)
+    got = collect(ds).sort_by([("file", "ascending"), ("offset", "ascending")])
+    assert sorted(got.column("value").to_pylist()) == sorted(records)
+    for path, part in parts.items():
+        mine = got.filter(pa.compute.equal(got.column("file"), path))
+        assert mine.column("value").to_pylist() == part
+        # Offsets are where each frame starts in the decompressed stream.
+        _, ends, _ = split_framed(framed(part), "varint")
+        assert mine["offset"].to_pylist() == [0, *ends[:-1].tolist()]
+
+
+def test_explicit_compression_and_the_job(ray_session, tmp_path: Path) -> None:
+    records = corpus.generate(200, seed=6)
+    (tmp_path / "events").write_bytes(gzip.compress(framed(records)))
+    job = war.transcode(war.read_delimited(tmp_path / "events", compression="gzip"), FLAT)
+    job.write_parquet(str(tmp_path / "rows"))
+    want = pa.Table.from_batches([load_plan(FLAT).transcoder().transcode(records)])
+    assert pq.read_table(tmp_path / "rows").num_rows == want.num_rows
+    assert job.job_stats().records_in == len(records)
+    with pytest.raises(ValueError, match="compression must be one of"):
+        war.read_delimited(tmp_path / "events", compression="rar")
+
+
+def test_a_cut_compressed_file_names_the_break(ray_session, tmp_path: Path) -> None:
+    data = zstandard.ZstdCompressor().compress(framed(corpus.generate(300, seed=7)))
+    path = tmp_path / "cut.varint.zst"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(Exception, match=r"cut\.varint\.zst: truncated zstd stream: .*decompressed byte"):
+        war.read_delimited(path).count()
