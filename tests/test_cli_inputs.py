@@ -152,3 +152,133 @@ def test_compressed_ndjson_is_refused_clearly(work, capsys) -> None:
     assert transcode(work, str(work / "e.ndjson.gz"), "-o", str(work / "j.parquet"),
                      "--format", "json") == 1
     assert "compressed (gzip) NDJSON input is not supported" in capsys.readouterr().err
+
+
+# ---- Confluent-framed records in files ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def confluent_orders(tmp_path_factory):
+    """Orders serialized by confluent-kafka (schema ids 1 and 2, two .proto versions),
+    written u32be-delimited to a file, one record corrupt and one with an unmapped id."""
+    pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    import confluent_data
+
+    v1, v2 = confluent_data.schemas()
+    framed, payloads, ids = confluent_data.orders(v1, v2, n=30)
+    records = list(framed)
+    records[4] = b"\x01" + records[4][1:]  # a bad magic byte
+    records[7] = b"\x00\x00\x00\x00\x09" + records[7][5:]  # schema id 9: not mapped
+    root = tmp_path_factory.mktemp("confluent")
+    (root / "orders.bin").write_bytes(b"".join(corpus.frame(records, "u32be")))
+    return root, v1, v2, records, payloads, ids
+
+
+def order_plan(v1_or_v2: str, extra: str = "") -> str:
+    import confluent_data
+
+    return f"""\
+proto:
+  file: shop_{v1_or_v2}.proto
+  message: shop.Order
+  import_paths: [{confluent_data.PROTOS}]
+denormalizer:
+  columns:
+    - name: id
+      path: id
+    - name: sku
+      path: lines[*].sku
+{extra}"""
+
+
+def test_confluent_from_the_plan_input(confluent_orders, capsys) -> None:
+    import confluent_data
+
+    root, _, _, records, payloads, ids = confluent_orders
+    (root / "plan.yaml").write_text(order_plan("v2", f"""\
+input:
+  framing: confluent
+  delimited_by: u32be
+  schema_id: version
+  schemas:
+    1: {{file: shop_v1.proto, message: shop.Order, import_paths: [{confluent_data.PROTOS}]}}
+    2:
+"""))
+    out, dead = root / "plan-out.parquet", root / "plan-dead.parquet"
+    assert main(["transcode", str(root / "plan.yaml"), str(root / "orders.bin"), "-o", str(out),
+                 "--dead-letters", str(dead), "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("30 records in, ")
+    good = [i for i in range(30) if i not in (4, 7)]
+    tc = wa.load_plan(root / "plan.yaml").transcoder()
+    want = tc.transcode([payloads[i] for i in good], record_index=True)
+    got = pq.read_table(out)
+    assert got.drop_columns(["version"]).to_pylist() == want.drop_columns(["_record_index"]).to_pylist()
+    # The schema-id column: each row's record's id.
+    row_record = [good[i] for i in want.column("_record_index").to_pylist()]
+    assert got.column("version").to_pylist() == [ids[i] for i in row_record]
+    letters = pq.read_table(dead).to_pylist()
+    assert [(d["index"], d["raw"]) for d in letters] == [(4, records[4]), (7, records[7])]
+    assert letters[0]["reason"] == "not Confluent framing: magic byte 0x01, not 0"
+    assert "schema id 9" in letters[1]["reason"]
+    offsets = [0]
+    for r in records:
+        offsets.append(offsets[-1] + 4 + len(r))
+    assert [d["file_offset"] for d in letters] == [offsets[4], offsets[7]]
+
+
+def test_confluent_from_the_command_line(confluent_orders, capsys) -> None:
+    import confluent_data
+
+    root, *_, ids = confluent_orders
+    (root / "bare.yaml").write_text(order_plan("v2"))
+    out = root / "cli-out.parquet"
+    v1_file = confluent_data.PROTOS / "shop_v1.proto"
+    args = ["transcode", str(root / "bare.yaml"), str(root / "orders.bin"), "-o", str(out),
+            "--framing", "confluent", "--delimited-by", "u32be", "--schema-id", "2",
+            "--schema-id", f"1={v1_file}:shop.Order", "--schema-id-column", "--on-error", "skip",
+            "--no-progress"]
+    assert main(args) == 0
+    n_in, _, failed = (int(x.split()[0]) for x in capsys.readouterr().out.split(", ")[:3])
+    assert (n_in, failed) == (30, 2)
+    got = pq.read_table(out)
+    assert got.schema.names[-1] == "_schema_id"
+    assert set(got.column("_schema_id").to_pylist()) == {1, 2}
+    # Only id 2 accepted: every v1 record is a failure too.
+    assert main([*args[:-8], "--schema-id", "2", "--on-error", "skip", "--no-progress"]) == 0
+    failed = int(capsys.readouterr().out.split(", ")[2].split()[0])
+    assert failed == 2 + sum(1 for i in range(30) if ids[i] == 1 and i not in (4, 7))
+    # Under raise the first bad record fails the run, naming it.
+    assert main([*args[:-4], "--no-progress"]) == 1
+    assert "record 4" in capsys.readouterr().err
+
+
+def test_confluent_mistakes_are_named(confluent_orders, capsys) -> None:
+    root = confluent_orders[0]
+    (root / "bare.yaml").write_text(order_plan("v2"))
+    base = ["transcode", str(root / "bare.yaml"), str(root / "orders.bin"), "-o",
+            str(root / "x.parquet"), "--no-progress"]
+    assert main([*base, "--framing", "confluent"]) == 2
+    assert "needs the schema ids" in capsys.readouterr().err
+    assert main([*base, "--schema-id", "2"]) == 2
+    assert "--schema-id is for --framing confluent" in capsys.readouterr().err
+    assert main([*base, "--framing", "confluent", "--schema-id", "x"]) == 2
+    assert "the id is an integer" in capsys.readouterr().err
+    assert main([*base, "--framing", "confluent", "--schema-id", "2", "--schema-id-column",
+                 "id"]) == 2
+    assert "already a column" in capsys.readouterr().err
+    for extra, words in (
+        ("input:\n  framing: confluent\n", "confluent needs input.schemas"),
+        ("input:\n  schemas: {1: }\n", "input.schemas: is for framing: confluent"),
+        ("input:\n  framing: confluent\n  schemas: {x: }\n", "a schema id is an integer"),
+        ("input:\n  framing: confluent\n  schemas: {1: }\n  schema_id: 3\n", "input.schema_id"),
+    ):
+        (root / "bad.yaml").write_text(order_plan("v2", extra))
+        assert main(["check", str(root / "bad.yaml")]) == 1
+        assert words in capsys.readouterr().err, extra
+
+
+def test_check_names_the_schema_ids(confluent_orders, capsys) -> None:
+    root = confluent_orders[0]
+    (root / "ids.yaml").write_text(order_plan("v2", "input:\n  framing: confluent\n  schemas: {1: , 2: }\n"))
+    assert main(["check", str(root / "ids.yaml")]) == 0
+    assert "framing=confluent, schema ids 1,2)" in capsys.readouterr().out.splitlines()[0]
