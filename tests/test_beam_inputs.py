@@ -11,6 +11,7 @@ import zlib
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 beam = pytest.importorskip("apache_beam")
@@ -105,3 +106,72 @@ def test_a_cut_compressed_file(tmp_path: Path, bid_corpus) -> None:
     stats = counters(p)
     assert stats["truncated_files"] == 1
     assert stats["records_read"] == whole
+
+
+# ---- dead letters carry the Kafka position ------------------------------------------------
+# Beam's ReadFromKafka is a Java cross-language transform that cannot run here: these
+# elements are built by hand in its output shapes (Beam 2.77, apache_beam/io/kafka.py).
+
+BAD = b"\x00"  # field number 0: every plan rejects it
+ID_PLAN = {
+    "proto": {
+        "file": "bidrequest.proto",
+        "message": "BidRequestEvent",
+        "import_paths": [str(Path(__file__).resolve().parent.parent / "examples" / "schema")],
+    },
+    "denormalizer": {"columns": [{"name": "id", "path": "id"}]},
+}
+
+
+def kafka_rows(values: list[bytes]) -> list:
+    return [
+        beam.Row(
+            topic=f"events-{i % 2}",
+            partition=i % 3,
+            offset=1000 + i,
+            key=f"k{i}".encode(),
+            value=v,
+            timestamp=1_700_000_000_000 + i,
+            timestampTypeName="CreateTime",
+            headers=[],
+        )
+        for i, v in enumerate(values)
+    ]
+
+
+def test_dead_letters_name_topic_partition_offset_and_timestamp(tmp_path, bid_corpus) -> None:
+    values = list(bid_corpus[:40])
+    bad_at = (5, 17, 33)
+    for i in bad_at:
+        values[i] = BAD
+    want = sorted(
+        (f"k{i}", f"events-{i % 2}", i % 3, 1000 + i, 1_700_000_000_000 + i) for i in bad_at
+    )
+    with in_process() as p:
+        result = p | beam.Create(kafka_rows(values)) | wab.ToArrow(ID_PLAN, batch_size=8)
+        located = result.dead_letters | beam.Map(
+            lambda d: (d.key, d.topic, d.partition, d.kafka_offset, d.timestamp)
+        )
+        assert_that(located, lambda got: _equal(sorted(got), want))
+        _ = result.dead_letters | wab.WriteDeadLetters(str(tmp_path / "dead"))
+        # (key, value) pairs (ReadFromKafka without metadata) have only the key.
+        pairs = p | "pairs" >> beam.Create([(b"kv", BAD), (b"ok", bid_corpus[0])])
+        kv = pairs | "kv ToArrow" >> wab.ToArrow(ID_PLAN)
+        assert_that(
+            kv.dead_letters | "kv fields" >> beam.Map(lambda d: (d.key, d.topic, d.kafka_offset)),
+            lambda got: _equal(got, [("kv", None, None)]),
+            label="kv",
+        )
+    dead = pq.read_table(tmp_path / "dead")
+    assert dead.schema.names[-5:] == ["key", "topic", "partition", "kafka_offset", "timestamp"]
+    got = sorted(
+        (r["key"], r["topic"], r["partition"], r["kafka_offset"], r["timestamp"])
+        for r in dead.to_pylist()
+    )
+    assert got == want
+    assert dead.column("raw").to_pylist() == [BAD] * 3
+
+
+def _equal(got, want) -> None:
+    if list(got) != list(want):
+        raise AssertionError(f"got {got!r}, want {want!r}")
