@@ -37,8 +37,11 @@ CODECS = {
 
 @pytest.fixture(scope="module")
 def ray_session():
-    if ray.is_initialized():  # pragma: no cover - another suite left one running
-        ray.shutdown()
+    """A local Ray of 2 CPUs: test_ray.py's when it runs in the same session (no second
+    start-up), else a private one, shut down after this file."""
+    if ray.is_initialized():
+        yield
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
