@@ -34,6 +34,10 @@ MAX_TASK_BYTES = 256 * 1024 * 1024
 BLOCK_BYTES = 16 * 1024 * 1024
 # The indexing pass reads files in chunks of this size (sequential, one open per file).
 INDEX_CHUNK_BYTES = 16 * 1024 * 1024
+# With truncated="dead_letter": the column that says why a row is not a record (null for
+# records). Transcode turns such a row into one failure and a dead letter with that reason.
+READ_ERROR = "read_error"
+TRUNCATED = ("raise", "dead_letter")
 
 
 def filesystem_of(path: str, filesystem: Any | None = None) -> tuple[pafs.FileSystem, str]:
@@ -111,18 +115,30 @@ class _Piece:
     compression: str = "none"
 
 
-def _index(fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int):
+def _index(
+    fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int, truncated: str
+):
     """Split a file into pieces of about ``task_bytes``, cut at record boundaries (one
     sequential pass: :func:`wirearrow.delimited.plan_pieces`)."""
-    with fs.open_input_stream(path) as f:
+    with fs.open_input_stream(path, compression=None) as f:
         pieces, tail = plan_pieces(f, framing, task_bytes, block_bytes=INDEX_CHUNK_BYTES, name=path)
+    planned = [_Piece(path, p.start, p.end, p.records) for p in pieces]
     if tail is not None:
-        raise ValueError(f"{path}: {tail.reason}")
-    return [_Piece(path, p.start, p.end, p.records) for p in pieces]
+        if truncated == "raise":
+            raise ValueError(f"{path}: {tail.reason}")
+        # The last piece runs to the end of the file: its reader finds the tail again and
+        # passes it on as a read_error row.
+        last = planned[-1]
+        planned[-1] = _Piece(path, last.start, size, None)
+    return planned
 
 
 def _read_pieces(
-    fs: pafs.FileSystem, pieces: Sequence[_Piece], framing: str, include_location: bool
+    fs: pafs.FileSystem,
+    pieces: Sequence[_Piece],
+    framing: str,
+    include_location: bool,
+    truncated: str = "raise",
 ) -> Iterator[pa.Table]:
     """A read task: the records of its pieces, as tables of at most ~BLOCK_BYTES."""
     for piece in pieces:
@@ -134,34 +150,44 @@ def _read_pieces(
                     open_decompressed(f, piece.compression, name="the file"), framing,
                     block_bytes=BLOCK_BYTES, name=piece.path,
                 )
-                yield from _blocks(reader, piece.path, include_location)
+                yield from _blocks(reader, piece.path, include_location, truncated)
             continue
         with fs.open_input_file(piece.path) as f:
             reader = FrameReader(
                 f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
                 name=piece.path,
             )
-            yield from _blocks(reader, piece.path, include_location)
+            yield from _blocks(reader, piece.path, include_location, truncated)
 
 
-def _blocks(reader: FrameReader, path: str, include_location: bool) -> Iterator[pa.Table]:
+def _blocks(
+    reader: FrameReader, path: str, include_location: bool, truncated: str
+) -> Iterator[pa.Table]:
+    errors = truncated == "dead_letter"
     for frames in reader:
-        yield _block(frames, path, include_location)
-    if reader.tail is not None:
-        raise ValueError(f"{path}: {reader.tail.reason}")
+        yield _block(frames, path, include_location, errors)
+    tail = reader.tail
+    if tail is None:
+        return
+    if not errors:
+        raise ValueError(f"{path}: {tail.reason}")
+    columns: dict[str, pa.Array] = {"value": pa.array([tail.raw], pa.binary())}
+    if include_location:
+        columns["file"] = pa.array([path], pa.string())
+        columns["offset"] = pa.array([tail.offset], pa.int64())
+    columns[READ_ERROR] = pa.array([f"{path}: {tail.reason}"], pa.string())
+    yield pa.table(columns)
 
 
-def _block(frames: Frames, path: str, include_location: bool) -> pa.Table:
+def _block(frames: Frames, path: str, include_location: bool, errors: bool) -> pa.Table:
     array = frames.records()  # one copy, prefixes dropped
-    if not include_location:
-        return pa.table({"value": array})
-    return pa.table(
-        {
-            "value": array,
-            "file": pa.array(np.full(len(frames), path, dtype=object), pa.string()),
-            "offset": pa.array(frames.frame_starts),
-        }
-    )
+    columns = {"value": array}
+    if include_location:
+        columns["file"] = pa.array(np.full(len(frames), path, dtype=object), pa.string())
+        columns["offset"] = pa.array(frames.frame_starts)
+    if errors:
+        columns[READ_ERROR] = pa.nulls(len(frames), pa.string())
+    return pa.table(columns)
 
 
 @functools.cache
@@ -194,11 +220,15 @@ def _datasource_class() -> type:
             include_location: bool = False,
             bytes_per_task: int | None = None,
             compression: str = "auto",
+            truncated: str = "raise",
         ) -> None:
             super().__init__()
             if framing not in FRAMINGS:
                 raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+            if truncated not in TRUNCATED:
+                raise ValueError(f"truncated must be one of {TRUNCATED}, not {truncated!r}")
             self._compression = compression_name(compression)
+            self._truncated = truncated
             self._files = _expand(paths, filesystem)
             self._total = sum(size for _, _, size in self._files)
             self._framing = framing
@@ -216,6 +246,8 @@ def _datasource_class() -> type:
             fields = [pa.field("value", pa.binary())]
             if self._include_location:
                 fields += [pa.field("file", pa.string()), pa.field("offset", pa.int64())]
+            if self._truncated == "dead_letter":
+                fields.append(pa.field(READ_ERROR, pa.string()))
             return pa.schema(fields)
 
         def get_read_tasks(
@@ -278,7 +310,7 @@ def _datasource_class() -> type:
                     return [_Piece(path, 0, size, None, codec)]
                 if size <= share:
                     return [_Piece(path, 0, size, None)]
-                return _index(fs, path, size, self._framing, share)
+                return _index(fs, path, size, self._framing, share, self._truncated)
 
             big = sum(size > share for _, _, size in self._files)
             with ThreadPoolExecutor(max_workers=max(1, min(8, big))) as pool:
@@ -303,7 +335,7 @@ def _datasource_class() -> type:
                 input_files=tuple(dict.fromkeys(p.path for p in pieces)),
             )
             read = functools.partial(
-                _read_pieces, fs, pieces, self._framing, self._include_location
+                _read_pieces, fs, pieces, self._framing, self._include_location, self._truncated
             )
             return ReadTask(
                 read, metadata, schema=self.schema(), per_task_row_limit=per_task_row_limit
@@ -334,6 +366,7 @@ def read_delimited(
     include_location: bool = False,
     bytes_per_task: int | None = None,
     compression: str = "auto",
+    truncated: str = "raise",
     **read_args: Any,
 ) -> Dataset:
     """A Dataset of the records in files of length-delimited records: column ``value``.
@@ -349,7 +382,10 @@ def read_delimited(
     (``override_num_blocks``, ``num_cpus``, ...).
 
     A file that ends inside a record, or a compressed file cut short or corrupt, raises
-    ValueError naming the file and byte offset.
+    ValueError naming the file and byte offset; with ``truncated="dead_letter"`` its whole
+    records are read and the rest is one more row with a ``read_error`` column (the
+    reason; null on every record), which :func:`~wirearrow.ray.transcode` counts as one
+    failure and dead-letters with that reason.
     """
     ray = ray_module()
     if not ray.is_initialized():
@@ -361,6 +397,7 @@ def read_delimited(
         include_location=include_location,
         bytes_per_task=bytes_per_task,
         compression=compression,
+        truncated=truncated,
     )
     if "override_num_blocks" not in read_args and "parallelism" not in read_args:
         # Ray would otherwise aim at ~1 MiB blocks (200 per dataset) and slice each task's
