@@ -201,6 +201,7 @@ class _Incremental:
         self._frame = new_frame()
         self._in_frame = False  # the current frame has been fed bytes and has not ended
         self._input = b""
+        self._at = 0  # how much of _input has been fed
         self._output = bytearray()
         self._done = False
         self._error: Exception | None = None
@@ -222,14 +223,16 @@ class _Incremental:
         return take
 
     def _step(self) -> None:
-        if not self._input:
-            self._input = bytes(self._raw.read(READ_BYTES) or b"")
+        if self._at >= len(self._input):
+            self._input, self._at = bytes(self._raw.read(READ_BYTES) or b""), 0
             if not self._input:
                 self._done = True
                 if self._in_frame:
                     raise EOFError("compressed stream ended before its end-of-stream marker")
                 return
-        feed, self._input = self._input[:FEED_BYTES], self._input[FEED_BYTES:]
+        # A view, not a slice: slicing the rest off each time copied the block quadratically.
+        feed = memoryview(self._input)[self._at : self._at + FEED_BYTES]
+        self._at += len(feed)
         try:
             self._output += self._frame.decompress(feed)
         except Exception as err:  # zlib.error, zstandard.ZstdError: the data is bad
@@ -237,6 +240,7 @@ class _Incremental:
         self._in_frame = True
         if self._frame.eof:
             # The frame ended: the rest of the input (if any) starts the next one.
-            self._input = self._frame.unused_data + self._input
+            self._input = self._frame.unused_data + self._input[self._at :]
+            self._at = 0
             self._frame = self._new_frame()
             self._in_frame = False
