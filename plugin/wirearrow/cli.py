@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from wirearrow.config import PlanConfig
     from wirearrow.delimited import Frames
     from wirearrow.parquet import ParquetSink
+    from wirearrow.schema import Schema
     from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = ["main"]
@@ -455,7 +456,7 @@ def _confluent(args: argparse.Namespace, plan: PlanConfig, framing: str) -> Conf
         return None
     try:
         if args.schema_id:
-            schemas = {}
+            schemas: dict[int, Schema] = {}
             for item in args.schema_id:
                 sid, schema = _schema_id_arg(item, plan)
                 schemas[sid] = schema
@@ -477,7 +478,7 @@ def _confluent(args: argparse.Namespace, plan: PlanConfig, framing: str) -> Conf
     )
 
 
-def _schema_id_arg(text: str, plan: PlanConfig) -> tuple[int, object]:
+def _schema_id_arg(text: str, plan: PlanConfig) -> tuple[int, Schema]:
     """``ID`` (the plan's schema) or ``ID=FILE.proto:MESSAGE`` (found as protoc -I would,
     in the plan's import paths and the file's directory)."""
     import wirearrow as wa

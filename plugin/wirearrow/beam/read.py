@@ -114,11 +114,12 @@ class _ReadChunkFn(beam.DoFn):
         self._pending_count = 0
         with FileSystems.open(
             path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
-        ) as stream:
+        ) as raw:
             # Our decompression, not Beam's: a cut or corrupt stream is then the reader's
             # tail (records before it kept, the break counted) instead of an exception.
+            stream: Any = raw
             if compression != "none":
-                stream = open_decompressed(stream, compression, name="the file")
+                stream = open_decompressed(raw, compression, name="the file")
             reader = FrameReader(
                 stream,
                 self._framing,

@@ -116,7 +116,12 @@ class _Piece:
 
 
 def _index(
-    fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int, truncated: str
+    fs: pafs.FileSystem,
+    path: str,
+    size: int,
+    framing: str,
+    task_bytes: int,
+    truncated: str = "raise",
 ):
     """Split a file into pieces of about ``task_bytes``, cut at record boundaries (one
     sequential pass: :func:`wirearrow.delimited.plan_pieces`)."""
