@@ -45,6 +45,9 @@ cdef int64_t pool_limit = 256 << 20
 cdef int64_t pool_hits = 0
 cdef int64_t pool_misses = 0
 cdef PyThread_type_lock pool_lock = PyThread_allocate_lock()
+# Buffers from this size on are given back without the GIL (smaller: the hand-off of the
+# GIL would cost more than the free).
+cdef int64_t FREE_NOGIL = 256 * 1024
 
 
 cdef inline void pool_remove(int i) noexcept nogil:
@@ -140,9 +143,16 @@ cdef class OwnedBuffer:
         self.exports = 0
 
     def __dealloc__(self):
-        if self.data != NULL:
+        if self.data == NULL:
+            return
+        if self.size >= FREE_NOGIL:
+            # Freeing a large block gives its pages back to the kernel (munmap), in time
+            # proportional to the pages touched: other threads run Python meanwhile.
+            with nogil:
+                pool_free(self.data, self.allocated)
+        else:
             pool_free(self.data, self.allocated)
-            self.data = NULL
+        self.data = NULL
 
     @staticmethod
     cdef OwnedBuffer adopt(uint8_t* data, int64_t size, int64_t allocated=0):
