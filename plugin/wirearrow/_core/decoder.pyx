@@ -21,6 +21,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free
+import numpy as np
+
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
     A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
@@ -496,16 +498,19 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     cdef int64_t* caps = NULL
     cdef int64_t* arena_caps = NULL
     cdef int presized = OK
+    cdef const int64_t[::1] given
     if capacity is not None:
+        given = np.ascontiguousarray(capacity, dtype=np.int64)
         caps = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
         if caps != NULL:
             for i in range(program.n_groups):
-                caps[i] = max(0, min(int(capacity[i]), 1 << 40))
+                caps[i] = max(0, min(given[i], <int64_t>1 << 40))
     if arena_capacity is not None:
+        given = np.ascontiguousarray(arena_capacity, dtype=np.int64)
         arena_caps = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
         if arena_caps != NULL:
             for i in range(program.n_cols):
-                arena_caps[i] = min(max(0, int(arena_capacity[i])), ARENA_MAX)
+                arena_caps[i] = min(max(0, given[i]), ARENA_MAX)
     if (capacity is not None and caps == NULL) or (arena_capacity is not None and arena_caps == NULL):
         presized = E_NO_MEMORY
     else:
