@@ -90,11 +90,11 @@ def extensions() -> list[Extension]:
             # ships) always hold the release directives.
             build_dir="build/cython-debug" if DEBUG else None,
         )
-    missing = [n for n in EXTENSIONS if not (CORE / f"{n}.c").is_file()]
+    missing = [f"{n}.c" for n in EXTENSIONS if not (CORE / f"{n}.c").is_file()]
     if missing:
         sys.exit(
             "wirearrow: building the extensions needs Cython>=3.0.10 (pip install Cython), "
-            f"or the generated C sources an sdist ships; missing: {', '.join(missing)}.c"
+            f"or the generated C sources an sdist ships; missing: {', '.join(missing)}"
         )
     if DEBUG or ANNOTATE:
         sys.exit("wirearrow: WIREARROW_DEBUG / WIREARROW_ANNOTATE need Cython (pip install Cython)")
