@@ -41,15 +41,6 @@ import corpus
 from bench_flat import import_wirearrow, machine_info, measure
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _masked_crc(data: bytes) -> int:
     import google_crc32c
 
@@ -60,7 +51,7 @@ def _masked_crc(data: bytes) -> int:
 def python_frame(records: list[bytes], framing: str) -> bytes:
     """What a user's loop writes (Beam's _TFRecordUtil.write_record for TFRecord)."""
     if framing == "varint":
-        return b"".join(_varint(len(r)) + r for r in records)
+        return b"".join(corpus.frame(records, "varint"))
     out = []
     for r in records:
         length = struct.pack("<Q", len(r))

@@ -21,20 +21,22 @@ STREAM_FRAMINGS = ["varint", "u32le", "u32be", "tfrecord"]
 records_st = st.lists(st.binary(max_size=300), max_size=40)
 
 
-def test_crc32c_known_vectors() -> None:
+@pytest.mark.parametrize("table", [False, True], ids=["dispatch", "table"])
+def test_crc32c_known_vectors(table) -> None:
     # RFC 3720 B.4 (iSCSI) and the classic check value of CRC-32C.
-    assert crc32c(b"123456789") == 0xE3069283
-    assert crc32c(bytes(32)) == 0x8A9136AA
-    assert crc32c(b"\xff" * 32) == 0x62A8AB43
-    assert crc32c(bytes(range(32))) == 0x46DD794E
-    assert crc32c(b"") == 0
+    assert crc32c(b"123456789", table=table) == 0xE3069283
+    assert crc32c(bytes(32), table=table) == 0x8A9136AA
+    assert crc32c(b"\xff" * 32, table=table) == 0x62A8AB43
+    assert crc32c(bytes(range(32)), table=table) == 0x46DD794E
+    assert crc32c(b"", table=table) == 0
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=100))
 def test_crc32c_equals_google_crc32c(data) -> None:
     google_crc32c = pytest.importorskip("google_crc32c")
-    assert crc32c(data) == google_crc32c.value(data)
+    assert crc32c(data) == crc32c(data, table=True) == google_crc32c.value(data)
+    assert crc32c(data, masked=True) == crc32c(data, masked=True, table=True)
 
 
 @settings(max_examples=100, deadline=None)
