@@ -91,7 +91,7 @@ _NONE_CORRUPT = np.zeros(0, dtype=np.int64)
 
 def _split(view: memoryview, framing: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """(starts, ends, consumed, positions of the records whose checksum fails)."""
-    starts, ends, consumed, flags = split(view, _framing_code(framing))  # type: ignore[arg-type]
+    starts, ends, consumed, flags = split(view, _framing_code(framing))
     as_int64 = np.frombuffer
     corrupt = _NONE_CORRUPT
     if flags is not None and len(flags):
