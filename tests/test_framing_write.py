@@ -174,6 +174,16 @@ def test_tfrecord_length_crc_mismatch_makes_the_rest_the_tail() -> None:
     assert "CRC32C" in reader.tail.reason
 
 
+def test_a_framing_mistake_names_the_framing_the_data_has() -> None:
+    records = pa.array([b"x" * n for n in range(1, 40)])
+    data = wa.frame_records(records, "tfrecord")
+    for wrong in ("varint", "u32le"):
+        with pytest.raises(ValueError, match="looks like tfrecord framing"):
+            wa.read_delimited(data, wrong)
+    with pytest.raises(ValueError, match=r"byte 0: TFRecord length.*looks like varint framing"):
+        wa.read_delimited(wa.frame_records(records, "varint"), "tfrecord")
+
+
 def test_tfrecord_frames_know_the_trailer() -> None:
     records = [b"a" * n for n in range(0, 60, 7)]
     data = wa.frame_records(pa.array(records), "tfrecord").to_pybytes()

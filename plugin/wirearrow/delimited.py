@@ -448,7 +448,13 @@ def read_delimited(
     else:
         buffer = source
     view = memoryview(buffer).cast("B")
-    starts, ends, consumed = split_framed(view, framing)
+    try:
+        starts, ends, consumed = split_framed(view, framing)
+    except ValueError as err:  # a prefix that cannot be a length: say what the data looks like
+        hint = looks_like(bytes(view[:SAMPLE_BYTES]), framing, len(view) <= SAMPLE_BYTES)
+        if not hint:
+            raise
+        raise ValueError(f"{err}{hint}") from None
     if consumed != len(view):
         raise ValueError(
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "
