@@ -128,8 +128,12 @@ def load_targets(names: list[str] | None = None) -> list[Target]:
 
 def seed_records(target: Target, rng: random.Random, n: int) -> list[bytes]:
     depth = target.max_depth or 3
+    # deterministic: upb writes map entries in an order that changes from run to run, and
+    # the mutations draw from the bytes, so without it a seed would not replay its run
     return [
-        random_message(rng, target.cls, max_depth=depth).SerializePartialToString()
+        random_message(rng, target.cls, max_depth=depth).SerializePartialToString(
+            deterministic=True
+        )
         for _ in range(n)
     ]
 
