@@ -264,6 +264,9 @@ CASES = [
     # upb: a tag takes at most 5 bytes, even one that pads a small number (80 88 80 80 80 00)
     Case("tag-padded-to-6-bytes", delimited(1, b"x") + b"\x88\x80\x80\x80\x80\x00\x01", ("id",), ""),
     Case("tag-padded-to-6-bytes-unread", b"\x88\x80\x80\x80\x80\x00\x01", ("id",), ""),
+    # validate="full": a packed field the plan does not read is parsed, as upb parses it
+    Case("unread-packed-varint-cut", delimited(2, delimited(4, b"\x80")), ("id",), "imp.sizes", "full"),
+    Case("unread-packed-fixed32-length", delimited(9, b"\x01"), ("id",), "marks", "full"),
     # protobuf 7's upb: a length prefix takes at most 5 bytes (6's accepts 10: errors.md)
     Case("length-padded-to-6-bytes", tag(1, 2) + b"\x81\x80\x80\x80\x80\x00x", ("id",), "id"),
     Case("length-padded-unread", tag(8, 2) + b"\x81" + b"\x80" * 8 + b"\x00x", ("id",), "note"),
