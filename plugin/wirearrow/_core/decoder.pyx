@@ -24,7 +24,7 @@ from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, p
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
     A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
-    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_GROUP_LIST, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
+    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
     GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
@@ -285,8 +285,6 @@ cdef class Program:
             raise ValueError(f"entry {i}: bad group")
         if (flags & F_REPEATED) and kind < K_MESSAGE and (group == -1 or column == -1):
             raise ValueError(f"entry {i}: a repeated scalar needs a group and a column")
-        if (flags & F_GROUP_LIST) and kind != K_GROUP:
-            raise ValueError(f"entry {i}: only a group reads wire type 2 as a group")
         if column != -1 and kind < K_MESSAGE:
             if self.col_width[column] != scalar_width(kind):
                 raise ValueError(f"entry {i}: column width does not fit the kind")
@@ -1096,20 +1094,11 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     break
                 p += n
                 continue
-            if wt == 2 and (f.flags & F_GROUP_LIST):
-                # upb reads a repeated group sent length-delimited as a group all the same:
-                # the length must fit the enclosing bytes, and then bounds nothing, the
-                # group's fields follow it up to the end-group tag (docs/errors.md).
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                if st != OK:
-                    break
-            else:
-                # As the runtime (upb) does: a known field under another wire type is an
-                # unknown field, read or not (no value stored, no oneof sibling cleared,
-                # no presence).
-                f = NULL
+            # As the runtime (upb) does: a known field under another wire type is an unknown
+            # field, read or not (no value stored, no oneof sibling cleared, no presence).
+            # So is a repeated group sent length-delimited, as protobuf 7 reads it (6's upb
+            # reads a group after the length: docs/errors.md).
+            f = NULL
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
@@ -1572,7 +1561,4 @@ KIND = {
     "zigzag64": K_ZIGZAG64, "fixed32": K_FIXED32, "fixed64": K_FIXED64, "bytes": K_BYTES,
     "message": K_MESSAGE, "group": K_GROUP,
 }
-FLAG = {
-    "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,
-    "group_list": F_GROUP_LIST,
-}
+FLAG = {"repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT}

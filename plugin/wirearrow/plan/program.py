@@ -261,8 +261,6 @@ class ProgramBuilder:
             flags |= FLAG["repeated"]
         if is_message(fd) and (entry.child is not None):
             kind = KIND["group"] if fd.type == FieldDescriptor.TYPE_GROUP else KIND["message"]
-            if fd.type == FieldDescriptor.TYPE_GROUP and is_repeated(fd):
-                flags |= FLAG["group_list"]
             wire_type = 3 if fd.type == FieldDescriptor.TYPE_GROUP else 2
             child = entry.child.index
         elif is_message(fd):  # raw bytes of a sub-message
