@@ -318,7 +318,7 @@ def test_row_type_mapping_of_unusual_types() -> None:
         ]
     )  # fmt: skip
     row_cls, convert = wab.rows._row_converter(schema, "T")
-    assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m")  # e: empty struct
+    assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m", "e")
     batch = pa.record_batch(
         [
             pa.array([255, None], pa.uint8()), pa.array([2**64 - 1, 5], pa.uint64()),
@@ -334,6 +334,7 @@ def test_row_type_mapping_of_unusual_types() -> None:
     assert first.ns.micros == 1 and second.ns is None
     assert first.d == 3000 and first.imp_id == ["a", "b"] and second.imp_id is None
     assert first.m == {"k": 1} and second.m == {}
+    assert first.e == () and first.e._fields == () and second.e is None  # an empty message
 
 
 # ----------------------------------------------------------------------------- ReadDelimited

@@ -16,22 +16,30 @@ only wire the graph; the work happens in private DoFns whose heavy state (the co
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
+from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows
 from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet
 from wirearrow.beam.protojson import ToJson
 from wirearrow.beam.read import ReadDelimited
 from wirearrow.beam.rows import RowsResult, ToRows, row_type
+from wirearrow.beam.schemas import RowsToArrow, message_row_type
 from wirearrow.beam.transcode import ArrowResult, DeadLetter, RecordArray, ToArrow
 
 __all__ = [
     "ArrowResult",
     "DeadLetter",
+    "EncodeDeadLetter",
+    "EncodeResult",
+    "FromArrow",
+    "FromRows",
     "ReadDelimited",
     "RecordArray",
     "RowsResult",
+    "RowsToArrow",
     "ToArrow",
     "ToJson",
     "ToRows",
     "WriteDeadLetters",
     "WriteToParquet",
+    "message_row_type",
     "row_type",
 ]

@@ -16,8 +16,10 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.typehints.batch import BATCH_CONVERTER_REGISTRY, BatchConverter
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
+from google.protobuf.descriptor import Descriptor
 
 from wirearrow.cache import resolve_profile
+from wirearrow.schema import Schema
 from wirearrow.transcoder import Transcoder
 
 METRICS_NAMESPACE = "wirearrow"
@@ -72,6 +74,10 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
         if on_error is not None:
             raise ValueError("on_error= applies to a plan; a Transcoder keeps its own policy")
         return plan
+    if isinstance(plan, Schema | Descriptor) or hasattr(plan, "DESCRIPTOR"):
+        # A schema or message class: the whole message (docs/beam.md, Beam schemas).
+        schema = plan if isinstance(plan, Schema) else Schema.from_message(plan)
+        return Transcoder(schema, on_error=on_error or "dead_letter")
     from wirearrow.config import load_plan  # YAML machinery: only where plans are built
 
     config = load_plan(plan)  # type: ignore[arg-type]

@@ -1,0 +1,251 @@
+"""The Beam write half: Beam schemas from protobuf, FromRows / FromArrow, Beam-native batches.
+
+Rows and records are compared with the protobuf runtime's
+``SerializeToString(deterministic=True)``. Pipelines run on FnApiRunner (as
+tests/test_beam.py's).
+"""
+
+from __future__ import annotations
+
+import io
+import types
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+beam = pytest.importorskip("apache_beam")
+
+from apache_beam.testing.util import assert_that  # noqa: E402
+
+import wirearrow as wa  # noqa: E402
+import wirearrow.beam as wab  # noqa: E402
+from schemagen import compile_source, messages, schema_specs  # noqa: E402
+from test_beam import in_process  # noqa: E402
+from test_encode import _fill_special, _schema, truncated  # noqa: E402
+
+pytestmark = [
+    pytest.mark.beam,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:apache_beam.*"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+SCHEMAS = [
+    ("rich.proto", "wirearrow.tests.rich.Root"),
+    ("roundtrip.proto", "wirearrow.tests.roundtrip.Wkt"),
+    ("roundtrip.proto", "wirearrow.tests.roundtrip.Maps"),
+]
+
+
+def _same(got: Any, want: Any) -> None:
+    assert got == want, f"got {got!r:.400}\nwant {want!r:.400}"
+
+
+def rows_round_trip(tc: wa.Transcoder, wire: list[bytes]) -> list[bytes]:
+    """bytes -> ToRows' rows -> RowCoder bytes and back -> FromRows' Arrow -> encode."""
+    row_type, convert = wab.rows._row_converter(tc.arrow_schema, "Row")
+    coder = beam.coders.RowCoder.from_type_hint(row_type, None)
+    rows = [coder.decode(coder.encode(r)) for r in convert(tc.transcode(wire))]
+    return tc.encode(wab.RowsToArrow(tc.arrow_schema)(rows)).to_pylist()
+
+
+# ----------------------------------------------------------------------------- schemas
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(which=st.sampled_from(SCHEMAS), enums=st.sampled_from(["number", "name"]), data=st.data())
+def test_rows_round_trip_to_the_runtimes_bytes(which, enums, data) -> None:
+    schema, cls = _schema(*which)
+    values = data.draw(st.lists(messages(cls.DESCRIPTOR, max_depth=3), min_size=1, max_size=4))
+    if "Wkt" in which[1]:
+        for v in values:
+            _fill_special(data, v)
+    values = [truncated(v) for v in values]  # Beam instants hold microseconds
+    tc = wa.Transcoder(schema, enums=enums)
+    expected = [v.SerializeToString(deterministic=True) for v in values]
+    _same(rows_round_trip(tc, [v.SerializeToString() for v in values]), expected)
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_rows_round_trip_random_schemas(data) -> None:
+    spec = data.draw(schema_specs(), label="schema")
+    note(spec.render())
+    compiled = compile_source(spec.render())
+    root = compiled.message_class(spec.root)
+    values = data.draw(st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4))
+    values = [truncated(v) for v in values]
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
+    expected = [v.SerializeToString(deterministic=True) for v in values]
+    _same(rows_round_trip(wa.Transcoder(schema), [v.SerializeToString() for v in values]), expected)
+
+
+def test_message_row_type_of_a_message_class(bid_class) -> None:
+    row_type = wab.message_row_type(bid_class)
+    assert row_type.__name__ == "BidRequestEvent"
+    assert isinstance(beam.coders.registry.get_coder(row_type), beam.coders.RowCoder)
+    hints = row_type.__annotations__
+    assert list(hints) == [f.name for f in bid_class.DESCRIPTOR.fields]
+    imp = hints["imp"].__args__[0]  # Optional[Sequence[Optional[Imp row]]]
+    assert "Sequence" in str(imp) and "banner" in imp.__args__[0].__args__[0]._fields
+    assert "Mapping[str, typing.Optional[str]]" in str(hints["ext"])
+    assert "Timestamp" in str(hints["timestamp"])
+    named = wab.message_row_type(bid_class, enums="name")
+    assert "str" in str(named.__annotations__["auction_type"])
+    assert "int32" in str(row_type.__annotations__["auction_type"])
+    with pytest.raises(ValueError, match="whole-message"):
+        wab.message_row_type(wa.Transcoder(wa.Schema.from_message(bid_class), ["id"]))
+
+
+def test_rows_to_arrow_names_and_missing_fields() -> None:
+    schema = pa.schema([("u64", pa.uint64()), ("from", pa.int32()), ("p", pa.struct([("x", pa.int32())]))])
+    back = wab.RowsToArrow(schema)
+    row = beam.Row(u64=-1, from_=7, p=beam.Row(x=3))  # "from" is a keyword: from_
+    batch = back([row, beam.Row(u64=5)])
+    assert batch.to_pylist() == [
+        {"u64": 2**64 - 1, "from": 7, "p": {"x": 3}},
+        {"u64": 5, "from": None, "p": None},
+    ]
+
+
+# ----------------------------------------------------------------------------- pipelines
+
+
+def test_to_rows_of_a_schema_and_from_rows_give_the_runtimes_bytes(
+    bid_schema, bid_class, bid_corpus
+) -> None:
+    records = bid_corpus[:200]
+    expected = sorted(bid_class.FromString(r).SerializeToString(deterministic=True) for r in records)
+    to_rows = wab.ToRows(bid_schema, batch_size=64)
+    assert to_rows.row_type._fields == wab.message_row_type(bid_schema)._fields
+    with in_process() as p:
+        rows = (p | beam.Create(records) | to_rows).rows | beam.Reshuffle()
+        result = rows | wab.FromRows(bid_schema, batch_size=50)
+        assert_that(result.records, lambda got: _same(sorted(got), expected))
+        assert_that(result.dead_letters, lambda got: _same(list(got), []), label="no dead")
+
+
+def test_schema_rows_work_with_select_group_by_and_dataframes(bid_schema, bid_corpus) -> None:
+    """Beam SQL (SqlTransform) needs a Java expansion service; these are the Python
+    schema-aware transforms over the same schema."""
+    from apache_beam.dataframe.convert import to_dataframe, to_pcollection
+
+    records = bid_corpus[:80]
+    tc = wa.Transcoder(bid_schema)
+    table = tc.transcode(records).to_pylist()
+    by_tmax: dict = {}
+    for r in table:
+        by_tmax[r["tmax"]] = by_tmax.get(r["tmax"], 0) + len(r["imp"] or [])
+    with in_process() as p:
+        rows = (p | beam.Create(records) | wab.ToRows(bid_schema)).rows
+        picked = rows | beam.Select("id", imps=lambda r: len(r.imp or []))
+        assert_that(
+            picked | beam.Map(lambda r: (r.id, r.imps)),
+            lambda got: _same(sorted(got), sorted((r["id"], len(r["imp"] or [])) for r in table)),
+            label="select",
+        )
+        grouped = (
+            rows
+            | beam.GroupBy("tmax").aggregate_field(lambda r: len(r.imp or []), sum, "imps")
+            | beam.Map(lambda r: (r.tmax, r.imps))
+        )
+        assert_that(grouped, lambda got: _same(sorted(got), sorted(by_tmax.items())), label="gb")
+        frame = to_dataframe(rows | beam.Select("id", "tmax"))
+        big = to_pcollection(frame[frame.tmax > 100][["id"]], include_indexes=False)
+        assert_that(
+            big | beam.Map(lambda r: r.id),
+            lambda got: _same(sorted(got), sorted(r["id"] for r in table if r["tmax"] > 100)),
+            label="dataframe",
+        )
+
+
+def _ipc_rows(data: bytes) -> list:
+    return pa.ipc.open_stream(io.BytesIO(data)).read_all().to_pylist()
+
+
+def test_from_arrow_dead_letters_name_row_and_column(bid_schema, bid_class, bid_corpus) -> None:
+    tc = wa.Transcoder(bid_schema)
+    batch = tc.transcode(bid_corpus[:30])
+    rows = batch.to_pylist()
+    rows[4]["imp"] = [None]  # a null element of a repeated message: not a message
+    rows[9]["imp"] = [*rows[9]["imp"][:1], None]
+    bad = pa.RecordBatch.from_pylist(rows, schema=batch.schema)
+    good = [i for i in range(30) if i not in (4, 9)]
+    expected = sorted(
+        bid_class.FromString(bid_corpus[i]).SerializeToString(deterministic=True) for i in good
+    )
+    with in_process() as p:
+        result = p | beam.Create([bad, pa.Table.from_batches([batch])]) | wab.FromArrow(bid_schema)
+        want = sorted(expected + [bid_class.FromString(r).SerializeToString(deterministic=True) for r in bid_corpus[:30]])
+        assert_that(result.records, lambda got: _same(sorted(got), want))
+
+        def check(letters) -> None:
+            letters = sorted(letters)
+            _same([(d.index, d.path) for d in letters], [(4, "imp[0]"), (9, "imp[1]")])
+            assert all(d.reason for d in letters)
+            _same(_ipc_rows(letters[0].row)[0]["id"], rows[4]["id"])
+
+        assert_that(result.dead_letters, check, label="dead")
+
+
+def test_from_arrow_raise_and_skip(bid_schema, bid_corpus) -> None:
+    tc = wa.Transcoder(bid_schema)
+    rows = tc.transcode(bid_corpus[:5]).to_pylist()
+    rows[2]["imp"] = [None]
+    bad = pa.RecordBatch.from_pylist(rows, schema=tc.arrow_schema)
+    with pytest.raises(Exception, match=r"row 2, column imp\[0\]"), in_process() as p:
+        _ = p | beam.Create([bad]) | wab.FromArrow(bid_schema, on_error="raise")
+    with in_process() as p:
+        result = p | beam.Create([bad]) | wab.FromArrow(bid_schema, on_error="skip")
+        assert_that(result.records | beam.combiners.Count.Globally(), lambda n: _same(n, [4]))
+        assert_that(result.dead_letters, lambda got: _same(list(got), []), label="none")
+
+
+def test_from_rows_wrong_value_is_a_dead_letter(bid_schema, bid_class, bid_corpus) -> None:
+    # Plain objects with the fields (a row type's coder would refuse the bad row before
+    # FromRows sees it).
+    tc = wa.Transcoder(bid_schema)
+    rows = wab.rows._row_converter(tc.arrow_schema, "BidRequestEvent")[1](tc.transcode(bid_corpus[:6]))
+    rows = [types.SimpleNamespace(**r._asdict()) for r in rows]
+    rows[3].tmax = "not a number"
+    expected = sorted(
+        bid_class.FromString(bid_corpus[i]).SerializeToString(deterministic=True)
+        for i in range(6)
+        if i != 3
+    )
+    with in_process() as p:
+        result = p | beam.Create(rows) | wab.FromRows(bid_schema, batch_size=10)
+        assert_that(result.records, lambda got: _same(sorted(got), expected))
+        assert_that(
+            result.dead_letters | beam.Map(lambda d: (d.row, "not a number" in d.reason)),
+            lambda got: _same(list(got), [(None, True)]),
+            label="dead",
+        )
+
+
+def test_from_arrow_keys_for_kafka(bid_schema, bid_class, bid_corpus) -> None:
+    tc = wa.Transcoder(bid_schema)
+    batch = tc.transcode(bid_corpus[:10])
+    keyed = batch.append_column("k", pa.array([f"key{i}".encode() for i in range(10)]))
+    expected = sorted(
+        (f"key{i}".encode(), bid_class.FromString(r).SerializeToString(deterministic=True))
+        for i, r in enumerate(bid_corpus[:10])
+    )
+    with in_process() as p:
+        result = p | beam.Create([keyed]) | wab.FromArrow(bid_schema, key_column="k")
+        assert_that(result.records, lambda got: _same(sorted(got), expected))
+
+
+def test_encode_arguments_are_checked_where_the_pipeline_is_built(bid_schema) -> None:
+    with pytest.raises(ValueError, match="on_error"):
+        wab.FromArrow(bid_schema, on_error="ignore")
+    with pytest.raises(ValueError, match="whole-message"):
+        wab.FromArrow(wa.Transcoder(bid_schema, ["id"]))
+    with pytest.raises(ValueError, match="framing"):
+        wab.FromArrow(bid_schema, framing="varint")
+    with pytest.raises(ValueError, match="batch_size"):
+        wab.FromRows(bid_schema, batch_size=0)
