@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 PROG = "wirearrow"
-FRAMING_CHOICES = ("varint", "u32le", "u32be")
+FRAMING_CHOICES = ("varint", "u32le", "u32be", "tfrecord")
 POLICIES = ("raise", "skip", "dead_letter")
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 DEFAULT_FRAMING = "varint"
@@ -266,7 +266,8 @@ class TranscodeJob:
             record_base = 0
             for frames in reader:
                 view = memoryview(frames.data)
-                base, ends = frames.offset, frames.ends
+                # (frame ends: TFRecord's data CRC follows each record)
+                base, ends = frames.offset, frames.frame_ends
                 n = len(frames)
                 for i0 in range(0, n, self.batch_size):
                     i1 = min(n, i0 + self.batch_size)

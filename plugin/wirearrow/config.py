@@ -67,7 +67,7 @@ __all__ = [
 
 RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
-FRAMINGS = ("varint", "u32le", "u32be")
+FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
 AUX_KEYS = ("sep", "literal", "literal2", "param")
 # The reference's YAML function names (bufarrow-behaviour §3.3): a name here that FUNCTIONS
 # lacks is reported as "not available yet" rather than unknown.

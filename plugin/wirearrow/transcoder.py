@@ -14,7 +14,7 @@ from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, deco
 from wirearrow._core.framing import pack_records
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
-from wirearrow.delimited import split_framed_prefix
+from wirearrow.delimited import TRAILERS, corrupt_reason, split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan
@@ -208,7 +208,9 @@ class Transcoder:
 
         messages: a BinaryArray / LargeBinaryArray (fastest), a ChunkedArray of those, a
         list of bytes-like objects, or one framed buffer with ``framing=`` ("varint",
-        "u32le", "u32be"). A null record is a bad record ("null record").
+        "u32le", "u32be", "tfrecord"). A null record is a bad record ("null record"); a
+        TFRecord whose data CRC does not match is a bad record saying so (one whose length
+        CRC does not match ends the stream: the rest is one bad record).
 
         Any Arrow producer works too: an object with ``__arrow_c_array__`` or
         ``__arrow_c_stream__`` (a Polars Series, a nanoarrow or arro3 array), a
@@ -576,9 +578,19 @@ def _records(messages: object, framing: str | None):
     """
     if framing is not None:
         view = memoryview(messages).cast("B")  # type: ignore[arg-type]
-        starts, ends, consumed, problem = split_framed_prefix(view, framing)
+        starts, ends, consumed, problem, corrupt = split_framed_prefix(view, framing)
         index = np.arange(len(starts), dtype=np.int64)
         extra: list[tuple[DecodeError, bytes | None]] = []
+        if len(corrupt):
+            # Framed soundly but failing its checksum (TFRecord): a bad record of its own.
+            frame_at = np.concatenate(([0], ends[:-1] + TRAILERS[framing]))
+            for pos in corrupt:
+                reason = corrupt_reason(framing, int(frame_at[pos]))
+                err = DecodeError(reason, index=int(pos), offset=0, path="")
+                extra.append((err, bytes(view[starts[pos] : ends[pos]])))
+            keep = np.ones(len(starts), dtype=bool)
+            keep[corrupt] = False
+            starts, ends, index = starts[keep], ends[keep], index[keep]
         if consumed != len(view):
             # Nothing after a truncated record or a bad prefix can be framed: the rest of
             # the buffer is one bad record, after the good ones before it.
@@ -593,7 +605,9 @@ def _records(messages: object, framing: str | None):
     if isinstance(messages, pa.ChunkedArray):
         messages = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
     if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer):
-        raise TypeError("one buffer of records needs framing= ('varint', 'u32le' or 'u32be')")
+        raise TypeError(
+            "one buffer of records needs framing= ('varint', 'u32le', 'u32be' or 'tfrecord')"
+        )
     if not isinstance(messages, pa.Array):
         return _from_python(messages)
     t = messages.type

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
@@ -17,7 +18,7 @@ from wirearrow.beam.transcode import (
     RecordArray,
     same_binary_type,
 )
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, plan_pieces
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, corrupt_reason, plan_pieces
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
@@ -123,12 +124,28 @@ class _ReadChunkFn(beam.DoFn):
                 name=path,
             )
             for frames in reader:
-                self._bytes.inc(int(frames.ends[-1]))  # whole records, prefixes included
+                # whole records, prefixes (and TFRecord's CRCs) included
+                self._bytes.inc(int(frames.frame_ends[-1]))
+                if len(frames.corrupt):
+                    frames = self._without_corrupt(path, frames)
                 yield from self._batches(frames)
         if self._pending_count:
             yield self._emit(self._pending)
         if reader.tail is not None:
             _truncated(path, reader.tail, self._truncated)
+
+    def _without_corrupt(self, path: str, frames: Frames) -> Frames:
+        """A TFRecord whose data CRC fails: raised, or (truncated="skip") logged, counted
+        and left out, like a truncated tail."""
+        at = frames.frame_starts[frames.corrupt]
+        if self._truncated == "raise":
+            raise ValueError(f"{path}: {corrupt_reason(self._framing, int(at[0]))}")
+        Metrics.counter(METRICS_NAMESPACE, "corrupt_records").inc(len(frames.corrupt))
+        for offset in at.tolist():
+            _LOG.warning("%s: %s; skipped", path, corrupt_reason(self._framing, offset))
+        keep = np.ones(len(frames), dtype=bool)
+        keep[frames.corrupt] = False
+        return Frames(frames.data, frames.offset, frames.starts[keep], frames.ends[keep])
 
     def _batches(self, frames: Frames) -> Iterator[RecordArray]:
         """Batches of exactly batch_size records; the rest waits in self._pending."""
@@ -153,18 +170,20 @@ class _ReadChunkFn(beam.DoFn):
 class ReadDelimited(beam.PTransform):
     """Length-delimited records from files on any Beam filesystem: PCollection[bytes].
 
-    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be". Every record
+    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or "tfrecord"
+    (TensorFlow's TFRecord, as Beam's ``WriteToTFRecord`` writes it; CRCs checked). Every record
     of every file matching ``file_pattern`` comes out exactly once.
 
     Files are split into record-aligned chunks of about ``chunk_bytes``, read in parallel:
     files larger than a chunk get one extra sequential pass over their length prefixes to
     find the cut points. Compressed files (by extension with ``compression="auto"``) are
     read whole by one worker. A file that ends inside a record raises ValueError (with
-    ``truncated="skip"``: the whole records are read and the tail is logged and counted).
+    ``truncated="skip"``: the whole records are read and the tail is logged and counted;
+    so is a TFRecord whose data CRC fails, left out).
 
     Args:
         file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".
-        framing: "varint", "u32le" or "u32be".
+        framing: "varint", "u32le", "u32be" or "tfrecord".
         compression: "auto" (from the extension) or a Beam CompressionTypes value.
         chunk_bytes: target size of the byte ranges read in parallel.
         batch_size: records per batch handed to batch-aware consumers (ToArrow).

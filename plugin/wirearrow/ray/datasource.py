@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from wirearrow.config import PlanConfig
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, plan_pieces
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, corrupt_reason, plan_pieces
 from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:
@@ -126,12 +126,16 @@ def _read_pieces(
                 name=piece.path,
             )
             for frames in reader:
-                yield _block(frames, piece.path, include_location)
+                yield _block(frames, piece.path, include_location, framing)
             if reader.tail is not None:
                 raise ValueError(f"{piece.path}: {reader.tail.reason}")
 
 
-def _block(frames: Frames, path: str, include_location: bool) -> pa.Table:
+def _block(frames: Frames, path: str, include_location: bool, framing: str) -> pa.Table:
+    if len(frames.corrupt):
+        # A TFRecord whose data CRC fails: as strict as a truncated file (_read_pieces).
+        at = int(frames.frame_starts[frames.corrupt[0]])
+        raise ValueError(f"{path}: {corrupt_reason(framing, at)}")
     array = frames.records()  # one copy, prefixes dropped
     if not include_location:
         return pa.table({"value": array})
@@ -153,7 +157,8 @@ def _datasource_class() -> type:
     class DelimitedDatasource(Datasource):
         """Files of length-delimited protobuf records -> blocks with a ``value`` column.
 
-        ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be".
+        ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or
+        "tfrecord" (TensorFlow's TFRecord, CRCs checked).
         ``include_location`` adds ``file`` (its path) and ``offset`` (byte offset of the
         record's length prefix) columns, which dead letters then carry in ``source``.
         Files larger than a read task's share are split at record boundaries found by
@@ -312,12 +317,13 @@ def read_delimited(
     ``paths``: files, directories (recursive) or globs, local or any URI pyarrow supports
     (``s3://``, ``gs://``, ``hdfs://``, ``file://``); ``filesystem``: a pyarrow or fsspec
     filesystem for paths without a scheme. ``framing``: "varint" (protobuf's
-    writeDelimitedTo), "u32le" or "u32be". ``include_location`` adds ``file`` and
+    writeDelimitedTo), "u32le", "u32be" or "tfrecord". ``include_location`` adds ``file`` and
     ``offset`` columns. Large files are split across read tasks at record boundaries
     (``bytes_per_task``, see :class:`DelimitedDatasource`). Other keyword arguments go to
     ``ray.data.read_datasource`` (``override_num_blocks``, ``num_cpus``, ...).
 
-    A file that ends inside a record raises ValueError naming the file and byte offset.
+    A file that ends inside a record, or a TFRecord whose CRC does not match, raises
+    ValueError naming the file and byte offset.
     """
     ray = ray_module()
     if not ray.is_initialized():
