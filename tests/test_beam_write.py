@@ -249,3 +249,82 @@ def test_encode_arguments_are_checked_where_the_pipeline_is_built(bid_schema) ->
         wab.FromArrow(bid_schema, framing="varint")
     with pytest.raises(ValueError, match="batch_size"):
         wab.FromRows(bid_schema, batch_size=0)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _encoded(bid_class, records: list[bytes]) -> list[bytes]:
+    return [bid_class.FromString(r).SerializeToString(deterministic=True) for r in records]
+
+
+def test_tfrecord_files_are_read_by_beams_read_from_tfrecord(
+    tmp_path, bid_schema, bid_class, bid_corpus
+) -> None:
+    tc = wa.Transcoder(bid_schema)
+    batches = [tc.transcode(bid_corpus[i : i + 40]) for i in range(0, 120, 40)]
+    prefix = str(tmp_path / "out" / "part")
+    with in_process() as p:
+        records = (p | beam.Create(batches) | wab.FromArrow(bid_schema)).records
+        _ = records | wab.WriteToDelimited(
+            prefix, framing="tfrecord", file_name_suffix=".tfrecord", num_shards=2
+        )
+    files = sorted((tmp_path / "out").iterdir())
+    assert [f.name for f in files] == [
+        "part-00000-of-00002.tfrecord",
+        "part-00001-of-00002.tfrecord",
+    ]
+    expected = sorted(_encoded(bid_class, bid_corpus[:120]))
+    with in_process() as p:
+        back = p | beam.io.ReadFromTFRecord(prefix + "*")
+        assert_that(back, lambda got: _same(sorted(got), expected))
+    # and our own reader, file by file
+    ours = [r for f in files for r in wa.read_delimited(f.read_bytes(), "tfrecord").to_pylist()]
+    _same(sorted(ours), expected)
+
+
+def test_beams_tfrecord_files_are_read_by_read_from_delimited(
+    tmp_path, bid_schema, bid_corpus
+) -> None:
+    records = bid_corpus[:90]
+    prefix = str(tmp_path / "beam")
+    with in_process() as p:
+        _ = p | beam.Create(records) | beam.io.WriteToTFRecord(prefix, num_shards=2)
+    want_rows = wa.Transcoder(bid_schema).transcode(records).to_pylist()
+    with in_process() as p:
+        read = p | wab.ReadDelimited(prefix + "*", framing="tfrecord")
+        batches = (read | wab.ToArrow(wa.Transcoder(bid_schema))).batches
+        assert_that(
+            batches | beam.FlatMap(lambda b: [r["id"] for r in b.to_pylist()]),
+            lambda got: _same(sorted(got), sorted(r["id"] for r in want_rows)),
+        )
+
+
+@pytest.mark.parametrize("framing", ["varint", "u32le", "u32be"])
+def test_delimited_files_round_trip(tmp_path, framing, bid_corpus) -> None:
+    records = [*bid_corpus[:50], b""]
+    prefix = str(tmp_path / "d")
+    with in_process() as p:
+        _ = p | beam.Create(records) | wab.WriteToDelimited(prefix, framing=framing, num_shards=1)
+    (only,) = tmp_path.iterdir()
+    assert only.name == "d-00000-of-00001"
+    _same(sorted(wa.read_delimited(only.read_bytes(), framing).to_pylist()), sorted(records))
+    with pytest.raises(ValueError, match="framing"):
+        wab.WriteToDelimited(prefix, framing="confluent")
+
+
+def test_from_arrow_confluent_framing(bid_schema, bid_class, bid_corpus) -> None:
+    tc = wa.Transcoder(bid_schema)
+    batch = tc.transcode(bid_corpus[:20])
+    # Confluent's wire format: magic 0, the schema id (4 bytes, big-endian), then the
+    # message index ([0], the file's first message, as the single byte 0).
+    head = b"\x00" + (42).to_bytes(4, "big") + b"\x00"
+    expected = sorted(head + r for r in _encoded(bid_class, bid_corpus[:20]))
+    with in_process() as p:
+        encode = wab.FromArrow(bid_schema, framing="confluent", schema_id=42)
+        result = p | beam.Create([batch]) | encode
+        assert_that(result.records, lambda got: _same(sorted(got), expected))
+    back = tc.transcode(expected, framing="confluent", schemas={42: bid_schema})
+    assert back.num_rows == 20
+    with pytest.raises(ValueError, match="schema_id"):
+        wab.FromArrow(bid_schema, framing="confluent")

@@ -23,6 +23,7 @@ from wirearrow.beam.read import ReadDelimited
 from wirearrow.beam.rows import RowsResult, ToRows, row_type
 from wirearrow.beam.schemas import RowsToArrow, message_row_type
 from wirearrow.beam.transcode import ArrowResult, DeadLetter, RecordArray, ToArrow
+from wirearrow.beam.write import WriteToDelimited
 
 __all__ = [
     "ArrowResult",
@@ -39,6 +40,7 @@ __all__ = [
     "ToJson",
     "ToRows",
     "WriteDeadLetters",
+    "WriteToDelimited",
     "WriteToParquet",
     "message_row_type",
     "row_type",
