@@ -5,10 +5,10 @@ Rows and records are compared with the protobuf runtime's
 tests/test_beam.py's).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Beam reads the batched DoFns' annotations.
 import io
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from apache_beam.testing.util import assert_that  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
 from schemagen import compile_source, messages, schema_specs  # noqa: E402
-from test_beam import in_process  # noqa: E402
+from test_beam import ID_PLAN, PLAN, in_process  # noqa: E402
 from test_encode import _fill_special, _schema, truncated  # noqa: E402
 
 pytestmark = [
@@ -328,3 +328,59 @@ def test_from_arrow_confluent_framing(bid_schema, bid_class, bid_corpus) -> None
     assert back.num_rows == 20
     with pytest.raises(ValueError, match="schema_id"):
         wab.FromArrow(bid_schema, framing="confluent")
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+class _RowsPerBatch(beam.DoFn):
+    """A batched DoFn as users write them: pyarrow tables in, one number per batch out."""
+
+    @beam.DoFn.yields_elements
+    def process_batch(self, batch: pa.Table) -> Iterator[tuple[str, int]]:
+        assert isinstance(batch, pa.Table)
+        yield type(batch).__name__, batch.num_rows
+
+
+class _ProjectIds(beam.DoFn):
+    """A batched DoFn from RecordBatches to RecordBatches."""
+
+    @beam.DoFn.yields_batches
+    def process_batch(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        assert isinstance(batch, pa.RecordBatch)
+        yield batch.select(["id"])
+
+    def infer_output_type(self, input_type):
+        return pa.RecordBatch
+
+
+@pytest.mark.parametrize("batch_type", [pa.RecordBatch, pa.Table])
+def test_to_arrow_output_goes_to_batched_dofns(batch_type, bid_corpus) -> None:
+    records = bid_corpus[:100]
+    want = sorted(wa.load_plan(ID_PLAN).transcoder().transcode(records).column("id").to_pylist())
+    with in_process() as p:
+        result = p | beam.Create(records) | wab.ToArrow(ID_PLAN, batch_size=30, batch_type=batch_type)
+        counts = result.batches | beam.ParDo(_RowsPerBatch())
+        assert_that(
+            counts,
+            lambda got: _same((sum(n for _, n in got), {k for k, _ in got}), (100, {"Table"})),
+            label="tables",
+        )
+        ids = result.batches | beam.ParDo(_ProjectIds()) | beam.FlatMap(lambda b: b.column(0).to_pylist())
+        assert_that(ids, lambda got: _same(sorted(got), want), label="ids")
+
+
+def test_to_arrow_tables_go_to_beams_write_to_parquet_batched(tmp_path, bid_corpus) -> None:
+    import pyarrow.parquet as pq
+
+    records = bid_corpus[:100]
+    transform = wab.ToArrow(PLAN, batch_size=40, batch_type=pa.Table)
+    with in_process() as p:
+        result = p | beam.Create(records) | transform
+        _ = result.batches | beam.io.WriteToParquetBatched(
+            str(tmp_path / "rows"), schema=transform.schema, file_name_suffix=".parquet"
+        )
+    got = pa.concat_tables([pq.read_table(f) for f in sorted(tmp_path.glob("rows*.parquet"))])
+    want = wa.load_plan(PLAN).with_options(on_error="dead_letter").transcoder().transcode(records)
+    assert got.schema == transform.schema
+    _same(sorted(map(repr, got.to_pylist())), sorted(map(repr, want.to_pylist())))

@@ -16,6 +16,7 @@ only wire the graph; the work happens in private DoFns whose heavy state (the co
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
+import wirearrow.beam.batches  # noqa: F401 (registers the Arrow batch converter)
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows
 from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet
 from wirearrow.beam.protojson import ToJson
