@@ -7,6 +7,7 @@ tests/test_beam.py's).
 
 # No `from __future__ import annotations`: Beam reads the batched DoFns' annotations.
 import io
+import pathlib
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from apache_beam.testing.util import assert_that  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
 from schemagen import compile_source, messages, schema_specs  # noqa: E402
-from test_beam import ID_PLAN, PLAN, in_process  # noqa: E402
+from test_beam import ID_PLAN, PLAN, ROOT, in_process  # noqa: E402
 from test_encode import _fill_special, _schema, truncated  # noqa: E402
 
 pytestmark = [
@@ -292,7 +293,7 @@ def test_beams_tfrecord_files_are_read_by_read_from_delimited(
         _ = p | beam.Create(records) | beam.io.WriteToTFRecord(prefix, num_shards=2)
     want_rows = wa.Transcoder(bid_schema).transcode(records).to_pylist()
     with in_process() as p:
-        read = p | wab.ReadDelimited(prefix + "*", framing="tfrecord")
+        read = p | wab.ReadFromDelimited(prefix + "*", framing="tfrecord")
         batches = (read | wab.ToArrow(wa.Transcoder(bid_schema))).batches
         assert_that(
             batches | beam.FlatMap(lambda b: [r["id"] for r in b.to_pylist()]),
@@ -384,3 +385,65 @@ def test_to_arrow_tables_go_to_beams_write_to_parquet_batched(tmp_path, bid_corp
     want = wa.load_plan(PLAN).with_options(on_error="dead_letter").transcoder().transcode(records)
     assert got.schema == transform.schema
     _same(sorted(map(repr, got.to_pylist())), sorted(map(repr, want.to_pylist())))
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def _beam_yaml_builtin_names() -> set[str]:
+    """Every transform name Beam YAML's standard providers define (read as YAML: no jinja2)."""
+    import yaml
+
+    names: set[str] = set()
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "transforms" and isinstance(value, dict):
+                    names.update(value)
+                collect(value)
+        elif isinstance(node, list):
+            for item in node:
+                collect(item)
+
+    root = pathlib.Path(beam.__file__).parent / "yaml"
+    for file in ("standard_io.yaml", "standard_providers.yaml"):
+        collect(yaml.safe_load((root / file).read_text()))
+    return names
+
+
+def test_yaml_provider_names_do_not_shadow_beams_transforms() -> None:
+    import yaml
+
+    builtin = _beam_yaml_builtin_names()
+    assert {"WriteToParquet", "ReadFromParquet", "WriteToTFRecord"} <= builtin  # it reads them
+    for path in (ROOT / "pipelines" / "beam_yaml_pipeline.yaml", ROOT / "docs" / "beam.md"):
+        text = path.read_text()
+        if path.suffix == ".md":  # the provider block of the guide's YAML example
+            text = text.split("```yaml", 1)[1].split("```", 1)[0]
+        (provider,) = yaml.safe_load(text)["providers"]
+        ours = set(provider["transforms"])
+        assert not ours & builtin, f"{path.name}: {sorted(ours & builtin)} shadow Beam's own"
+        for name, qualified in provider["transforms"].items():
+            assert qualified == f"wirearrow.beam.{name}" and hasattr(wab, name)
+    # every public PTransform of wirearrow.beam but the deprecated names is clash-free
+    public = {n for n in wab.__all__ if isinstance(getattr(wab, n), type)
+              and issubclass(getattr(wab, n), beam.PTransform)}
+    assert public & builtin == {"WriteToParquet"}  # the deprecated alias, below
+
+
+def test_old_names_warn_and_still_work(tmp_path, bid_corpus) -> None:
+    path = tmp_path / "a.varint"
+    path.write_bytes(wa.frame_records(pa.array(bid_corpus[:10], pa.binary()), "varint").to_pybytes())
+    with pytest.warns(DeprecationWarning, match="ReadFromDelimited"):
+        read = wab.ReadDelimited(str(path))
+    with pytest.warns(DeprecationWarning, match="WriteToParquetFiles"):
+        write = wab.WriteToParquet(str(tmp_path / "out"))
+    assert isinstance(read, wab.ReadFromDelimited) and isinstance(write, wab.WriteToParquetFiles)
+    with in_process() as p:
+        result = p | read | wab.ToArrow(PLAN)
+        _ = result.batches | write
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.read_table(f).num_rows for f in (tmp_path / "out").glob("*.parquet"))
+    assert rows == wa.load_plan(PLAN).transcoder().transcode(bid_corpus[:10]).num_rows

@@ -89,7 +89,7 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
 
 
 class RecordArray:
-    """A batch of records as one Arrow ``BinaryArray``: ReadDelimited's batch type.
+    """A batch of records as one Arrow ``BinaryArray``: ReadFromDelimited's batch type.
 
     Beam's batched DoFns pass batches between fused DoFns that both take them, so records
     go from the file buffer to the transcoder with no Python object per record. A DoFn
@@ -220,7 +220,7 @@ class _TranscodeFn(beam.DoFn):
         self._rows_out = Metrics.counter(METRICS_NAMESPACE, "rows_out")
         self._records_failed = Metrics.counter(METRICS_NAMESPACE, "records_failed")
         self._batches_out = Metrics.counter(METRICS_NAMESPACE, "batches_out")
-        # Record batches received whole from a batch-producing source (ReadDelimited).
+        # Record batches received whole from a batch-producing source (ReadFromDelimited).
         self._arrays_in = Metrics.counter(METRICS_NAMESPACE, "record_arrays_in")
 
     def setup(self) -> None:
@@ -315,7 +315,7 @@ class _TranscodeFn(beam.DoFn):
 class _TranscodeBytesFn(_TranscodeFn):
     """_TranscodeFn that also takes whole batches of bytes (Beam's batched DoFns).
 
-    When the producer emits batches (ReadDelimited does) and is fused with this DoFn, Beam
+    When the producer emits batches (ReadFromDelimited does) and is fused with this DoFn, Beam
     hands over its RecordArrays as they are: no per-record call at all. Otherwise Beam calls
     process() per record, as for any DoFn.
     """
