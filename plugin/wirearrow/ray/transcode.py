@@ -275,15 +275,22 @@ class Transcode:
 
     def _write_dead(self, dead: pa.Table, key: str) -> str:
         assert self._fs is not None and self._dead_dir is not None
-        # Named by the batch's input, not by who decoded it: a retry or a second execution
-        # rewrites the same file with the same rows instead of adding a copy. Written to a
-        # temporary name first and moved, so a worker killed mid-write leaves no half file
-        # under the final name.
-        path = posixpath.join(self._dead_dir, f"dead-{key}.parquet")
-        tmp = posixpath.join(self._dead_dir, f".{key}-{uuid.uuid4().hex[:8]}.tmp")
-        pq.write_table(dead, tmp, filesystem=self._fs)
-        self._fs.move(tmp, path)
-        return path
+        return write_dead_letters(self._fs, self._dead_dir, dead, key)
+
+
+def write_dead_letters(fs: pafs.FileSystem, directory: str, dead: pa.Table, key: str) -> str:
+    """Write a batch's dead letters to ``directory/dead-<key>.parquet``; returns the path.
+
+    Named by the batch's input, not by who processed it: a retry or a second execution
+    rewrites the same file with the same rows instead of adding a copy. Written to a
+    temporary name first and moved, so a worker killed mid-write leaves no half file under
+    the final name.
+    """
+    path = posixpath.join(directory, f"dead-{key}.parquet")
+    tmp = posixpath.join(directory, f".{key}-{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(dead, tmp, filesystem=fs)
+    fs.move(tmp, path)
+    return path
 
 
 def batch_key(batch: pa.Table, column: str, values: pa.Array) -> str:
