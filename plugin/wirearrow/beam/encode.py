@@ -62,41 +62,30 @@ def _ipc_row(batch: pa.RecordBatch, row: int) -> bytes:
 
 def encode_rows(
     tc: Transcoder, batch: pa.RecordBatch
-) -> tuple[pa.Array, np.ndarray, list[tuple[int, EncodeError]]]:
-    """(records of the rows that encode, their row positions, (row, error) of the others).
-
-    ``encode`` refuses a batch for one bad row (any of them, not always the first): that
-    row is set aside and the rows on either side of it are encoded again, so each bad row
-    costs one more pass over the rows of its range, never the batch. A batch whose schema
-    does not fit (an error with no row) makes every row a dead letter with that reason.
-    """
-    n = batch.num_rows
-    done: list[tuple[int, pa.Array]] = []  # (first row, its records), sorted at the end
-    dead: list[tuple[int, EncodeError]] = []
-    ranges = [(0, n)]
-    while ranges:
-        lo, hi = ranges.pop()
-        if lo >= hi:
-            continue
-        try:
-            done.append((lo, tc.encode(batch.slice(lo, hi - lo))))
-        except EncodeError as err:
-            if err.row is None:
-                dead.extend((i, err) for i in range(lo, hi))
-                continue
-            bad = lo + err.row
-            dead.append((bad, err))
-            ranges += [(bad + 1, hi), (lo, bad)]
-    done.sort(key=lambda part: part[0])
-    dead.sort(key=lambda letter: letter[0])
-    pieces = [values for _, values in done]
-    kept = [np.arange(lo, lo + len(values), dtype=np.int64) for lo, values in done]
-    if not pieces:
-        return pa.array([], pa.binary()), np.zeros(0, np.int64), dead
-    if len({p.type for p in pieces}) > 1:
-        pieces = [p.cast(pa.large_binary()) for p in pieces]
-    values = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
-    return values, np.concatenate(kept), dead
+) -> tuple[pa.Array, np.ndarray, list[tuple[int, str, str]]]:
+    """(records of the rows that encode, their row positions, (row, path, reason) of the
+    others): ``encode(on_error="dead_letter")``, whose bad rows cost a pass or two more over
+    the rows around them. A batch whose schema does not fit (an error with no row) makes
+    every row a dead letter with that reason."""
+    try:
+        records, failures = tc.encode(batch, on_error="dead_letter")
+    except EncodeError as err:
+        if err.row is not None:
+            raise
+        failed = [(i, err.path, err.reason) for i in range(batch.num_rows)]
+        return pa.array([], pa.binary()), np.zeros(0, np.int64), failed
+    if not failures.num_rows:
+        return records, np.arange(len(records), dtype=np.int64), []
+    kept = np.flatnonzero(np.asarray(records.is_valid()))
+    failed = list(
+        zip(
+            failures.column("row").to_pylist(),
+            failures.column("path").to_pylist(),
+            failures.column("reason").to_pylist(),
+            strict=True,
+        )
+    )
+    return records.filter(records.is_valid()), kept, failed
 
 
 class _EncodeFn(beam.DoFn):
@@ -145,11 +134,14 @@ class _EncodeFn(beam.DoFn):
         ``positions`` the input position of each row of ``batch`` (None: the same)."""
         self._rows_in.inc(batch.num_rows + len(dead))
         values, kept, failed = encode_rows(self._tc, batch)
-        for row, err in failed:
+        for row, path, reason in failed:
             at = row if positions is None else positions[row]
             if self._on_error == "raise":
-                raise EncodeError(err.reason, row=at, path=err.path)
-            dead.append(EncodeDeadLetter(at, err.path, err.reason, _ipc_row(batch, row)))
+                raise EncodeError(reason, row=at, path=path)
+            if self._on_error == "dead_letter":  # (skip: counted, not kept)
+                dead.append(EncodeDeadLetter(at, path, reason, _ipc_row(batch, row)))
+            else:
+                dead.append(None)
         if dead and self._on_error == "raise":
             raise EncodeError(dead[0].reason, row=dead[0].index, path="")
         self._rows_failed.inc(len(dead))
@@ -161,8 +153,8 @@ class _EncodeFn(beam.DoFn):
             yield from records
         else:
             yield from zip([keys[i] for i in kept.tolist()], records, strict=True)
-        if self._on_error == "dead_letter":
-            for letter in dead:
+        for letter in dead:
+            if letter is not None and self._on_error == "dead_letter":
                 yield pvalue.TaggedOutput("dead_letters", letter)
 
 
