@@ -24,16 +24,8 @@ from apache_beam.testing.util import assert_that  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
 from schemagen import compile_source, messages, schema_specs  # noqa: E402
-from test_beam import ID_PLAN, PLAN, ROOT, in_process  # noqa: E402
+from test_beam import ID_PLAN, PLAN, ROOT, in_process, pytestmark  # noqa: E402, F401 (its marks)
 from test_encode import _fill_special, _schema, truncated  # noqa: E402
-
-pytestmark = [
-    pytest.mark.beam,
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning:apache_beam.*"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-]
 
 SCHEMAS = [
     ("rich.proto", "wirearrow.tests.rich.Root"),
