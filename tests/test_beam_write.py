@@ -24,7 +24,7 @@ from apache_beam.testing.util import assert_that  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
 from schemagen import compile_source, messages, schema_specs  # noqa: E402
-from test_beam import ID_PLAN, PLAN, ROOT, in_process, pytestmark  # noqa: E402, F401 (its marks)
+from test_beam import ID_PLAN, PLAN, ROOT, in_process, pytestmark, two_workers  # noqa: E402, F401 (its marks)
 from test_encode import _fill_special, _schema, truncated  # noqa: E402
 
 SCHEMAS = [
@@ -439,3 +439,18 @@ def test_old_names_warn_and_still_work(tmp_path, bid_corpus) -> None:
 
     rows = sum(pq.read_table(f).num_rows for f in (tmp_path / "out").glob("*.parquet"))
     assert rows == wa.load_plan(PLAN).transcoder().transcode(bid_corpus[:10]).num_rows
+
+
+def test_round_trip_on_two_worker_processes(tmp_path, bid_schema, bid_class, bid_corpus) -> None:
+    """Rows and plans cross process boundaries (the row types are rebuilt, not imported);
+    nothing from this module is in the graph, so the workers need not import it."""
+    records = bid_corpus[:150]
+    prefix = str(tmp_path / "rt")
+    with two_workers() as p:
+        rows = (p | beam.Create(records) | wab.ToRows(bid_schema, batch_size=40)).rows
+        result = rows | beam.Reshuffle() | wab.FromRows(bid_schema, batch_size=25)
+        _ = result.records | wab.WriteToDelimited(prefix, framing="varint", num_shards=2)
+    files = sorted(tmp_path.glob("rt-*"))
+    assert len(files) == 2
+    got = sorted(r for f in files for r in wa.read_delimited(f.read_bytes(), "varint").to_pylist())
+    _same(got, sorted(_encoded(bid_class, records)))
