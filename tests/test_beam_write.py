@@ -454,3 +454,43 @@ def test_round_trip_on_two_worker_processes(tmp_path, bid_schema, bid_class, bid
     assert len(files) == 2
     got = sorted(r for f in files for r in wa.read_delimited(f.read_bytes(), "varint").to_pylist())
     _same(got, sorted(_encoded(bid_class, records)))
+
+
+def test_beam_yaml_write_to_parquet_is_beams_own(tmp_path, bid_corpus, monkeypatch) -> None:
+    """With our provider in the pipeline, `type: WriteToParquet` is Beam's transform (its
+    prefix-and-shard naming), not ours (a directory of part-*.parquet files)."""
+    pytest.importorskip("jinja2", reason="Beam YAML needs jinja2, not installed here")
+    pytest.importorskip("docstring_parser", reason="Beam YAML's python provider needs it")
+    import pyarrow.parquet as pq
+    from apache_beam.yaml import yaml_transform
+
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("in.varint").write_bytes(
+        wa.frame_records(pa.array(bid_corpus[:50], pa.binary()), "varint").to_pybytes()
+    )
+    spec = f"""
+pipeline:
+  transforms:
+    - {{type: ReadFromDelimited, name: Read, config: {{file_pattern: in.varint}}}}
+    - type: ToRows
+      name: Rows
+      input: Read
+      config:
+        plan:
+          proto: {{file: bidrequest.proto, message: BidRequestEvent, import_paths: [{ROOT / "examples" / "schema"}]}}
+          denormalizer: {{columns: [{{name: id, path: id}}]}}
+    - {{type: WriteToParquet, input: Rows.rows, config: {{path: beam-parquet/out}}}}
+providers:
+  - type: python
+    config: {{}}
+    transforms:
+      ReadFromDelimited: wirearrow.beam.ReadFromDelimited
+      ToRows: wirearrow.beam.ToRows
+      WriteToParquetFiles: wirearrow.beam.WriteToParquetFiles
+"""
+    with in_process() as p:
+        yaml_transform.expand_pipeline(p, spec)
+    (only,) = pathlib.Path("beam-parquet").iterdir()
+    assert only.name == "out-00000-of-00001"  # Beam's naming
+    want = wa.load_plan(ID_PLAN).transcoder().transcode(bid_corpus[:50]).column("id")
+    _same(sorted(pq.read_table(only).column("id").to_pylist()), sorted(want.to_pylist()))
