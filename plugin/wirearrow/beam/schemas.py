@@ -154,7 +154,8 @@ def _struct(t: pa.StructType, where: str) -> FromPython:
 def _children(fields: list[pa.Field], where: str) -> list[Callable[[Sequence[Any]], pa.Array]]:
     """Per field: rows (or None) -> the field's array. Fields ToRows leaves out are null."""
     row_class, kept, _ = _row_fields(fields, where)
-    names = dict(zip(kept, row_class._fields, strict=True))
+    row_fields: tuple[str, ...] = row_class._fields  # type: ignore[attr-defined]  # a NamedTuple
+    names = dict(zip(kept, row_fields, strict=True))
     out = []
     for i, f in enumerate(fields):
         path = f"{where}.{f.name}" if where else f.name
