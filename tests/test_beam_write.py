@@ -214,8 +214,8 @@ def test_from_rows_wrong_value_is_a_dead_letter(bid_schema, bid_class, bid_corpu
         result = p | beam.Create(rows) | wab.FromRows(bid_schema, batch_size=10)
         assert_that(result.records, lambda got: _same(sorted(got), expected))
         assert_that(
-            result.dead_letters | beam.Map(lambda d: (d.row, "not a number" in d.reason)),
-            lambda got: _same(list(got), [(None, True)]),
+            result.dead_letters | beam.Map(lambda d: (d.row, "not a number" in d.reason, d.path)),
+            lambda got: _same(list(got), [(None, True, "tmax")]),
             label="dead",
         )
 

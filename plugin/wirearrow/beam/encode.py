@@ -20,7 +20,7 @@ import pyarrow as pa
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from wirearrow.beam.schemas import RowsToArrow, message_transcoder
+from wirearrow.beam.schemas import VALUE_ERRORS, RowsToArrow, RowValueError, message_transcoder
 from wirearrow.beam.transcode import (
     DEFAULT_BATCH_SIZE,
     METRICS_NAMESPACE,
@@ -134,17 +134,17 @@ class _EncodeFn(beam.DoFn):
         ``positions`` the input position of each row of ``batch`` (None: the same)."""
         self._rows_in.inc(batch.num_rows + len(dead))
         values, kept, failed = encode_rows(self._tc, batch)
-        for row, path, reason in failed:
-            at = row if positions is None else positions[row]
-            if self._on_error == "raise":
-                raise EncodeError(reason, row=at, path=path)
-            if self._on_error == "dead_letter":  # (skip: counted, not kept)
-                dead.append(EncodeDeadLetter(at, path, reason, _ipc_row(batch, row)))
-            else:
-                dead.append(None)
-        if dead and self._on_error == "raise":
-            raise EncodeError(dead[0].reason, row=dead[0].index, path="")
-        self._rows_failed.inc(len(dead))
+
+        def position(row: int) -> int:
+            return row if positions is None else positions[row]
+
+        if self._on_error == "raise" and (dead or failed):
+            first = min(
+                [(d.index, d.path, d.reason) for d in dead]
+                + [(position(row), path, reason) for row, path, reason in failed]
+            )
+            raise EncodeError(first[2], row=first[0], path=first[1])
+        self._rows_failed.inc(len(dead) + len(failed))
         if self._frame is not None:
             values = self._frame(values)
         self._records_out.inc(len(values))
@@ -153,9 +153,13 @@ class _EncodeFn(beam.DoFn):
             yield from records
         else:
             yield from zip([keys[i] for i in kept.tolist()], records, strict=True)
+        if self._on_error != "dead_letter":  # skip: counted, not kept
+            return
         for letter in dead:
-            if letter is not None and self._on_error == "dead_letter":
-                yield pvalue.TaggedOutput("dead_letters", letter)
+            yield pvalue.TaggedOutput("dead_letters", letter)
+        for row, path, reason in failed:
+            letter = EncodeDeadLetter(position(row), path, reason, _ipc_row(batch, row))
+            yield pvalue.TaggedOutput("dead_letters", letter)
 
 
 class _EncodeRowsFn(_EncodeFn):
@@ -176,7 +180,7 @@ class _EncodeRowsFn(_EncodeFn):
     def _rows_batch(self, rows: list) -> tuple[pa.RecordBatch, list, list[int]]:
         try:
             return self._to_arrow(rows), [], list(range(len(rows)))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
+        except VALUE_ERRORS:
             pass
         # Some row holds a value of the wrong type: find it (them) one row at a time.
         good: list[int] = []
@@ -186,11 +190,16 @@ class _EncodeRowsFn(_EncodeFn):
             try:
                 parts.append(self._to_arrow([row]))
                 good.append(i)
-            except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError) as err:
-                dead.append(EncodeDeadLetter(i, "", f"{err} in {row!r:.300}", None))
+            except RowValueError as err:
+                reason = f"{err.reason} (the row: {row!r:.300})"
+                dead.append(EncodeDeadLetter(i, err.path, reason, None))
+            except VALUE_ERRORS as err:  # not a field's value: the row itself
+                dead.append(EncodeDeadLetter(i, "", f"{err} (the row: {row!r:.300})", None))
         schema = self._to_arrow.schema
-        batch = pa.Table.from_batches(parts, schema=schema).combine_chunks().to_batches()
-        return (batch[0] if batch else schema.empty_table().to_batches()[0]), dead, good
+        if not parts:
+            return pa.RecordBatch.from_pylist([], schema=schema), dead, good
+        batch = pa.Table.from_batches(parts, schema=schema).combine_chunks().to_batches()[0]
+        return batch, dead, good
 
 
 class EncodeResult(dict):

@@ -162,7 +162,7 @@ def _children(fields: list[pa.Field], where: str) -> list[Callable[[Sequence[Any
         if i not in names:
             out.append(_nulls(f.type))
             continue
-        out.append(_field_of(names[i], _from_python(f.type, path)))
+        out.append(_field_of(names[i], path, _from_python(f.type, path)))
     return out
 
 
@@ -173,10 +173,31 @@ def _nulls(t: pa.DataType) -> Callable[[Sequence[Any]], pa.Array]:
     return convert
 
 
-def _field_of(name: str, values_of: FromPython) -> Callable[[Sequence[Any]], pa.Array]:
+class RowValueError(ValueError):
+    """A row holds a value its field's type cannot take; ``path`` names the field."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# What Arrow and Python raise for a value of the wrong type or range.
+VALUE_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError)
+
+
+def _field_of(
+    name: str, path: str, values_of: FromPython
+) -> Callable[[Sequence[Any]], pa.Array]:
     def convert(rows: Sequence[Any]) -> pa.Array:
         # Rows are read by field name: a NamedTuple, a beam.Row or any object with them.
-        return values_of([None if r is None else getattr(r, name, None) for r in rows])
+        values = [None if r is None else getattr(r, name, None) for r in rows]
+        try:
+            return values_of(values)
+        except RowValueError:
+            raise
+        except VALUE_ERRORS as err:  # the innermost field that failed names it
+            raise RowValueError(path, str(err)) from err
 
     return convert
 
@@ -207,8 +228,8 @@ class RowsToArrow:
 
     Fields are read by name (the names :func:`~wirearrow.beam.row_type` gives), so rows of
     the row type, ``beam.Row`` objects and other NamedTuples with those fields all work; a
-    missing field is null. Values of the wrong type raise ``pa.ArrowInvalid`` /
-    ``TypeError`` / ``OverflowError`` (FromRows turns those into dead letters).
+    missing field is null. A value of the wrong type raises :class:`RowValueError` naming
+    the field (FromRows turns those into dead letters).
     """
 
     def __init__(self, schema: pa.Schema) -> None:
