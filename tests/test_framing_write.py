@@ -21,20 +21,22 @@ STREAM_FRAMINGS = ["varint", "u32le", "u32be", "tfrecord"]
 records_st = st.lists(st.binary(max_size=300), max_size=40)
 
 
-def test_crc32c_known_vectors() -> None:
+@pytest.mark.parametrize("table", [False, True], ids=["dispatch", "table"])
+def test_crc32c_known_vectors(table) -> None:
     # RFC 3720 B.4 (iSCSI) and the classic check value of CRC-32C.
-    assert crc32c(b"123456789") == 0xE3069283
-    assert crc32c(bytes(32)) == 0x8A9136AA
-    assert crc32c(b"\xff" * 32) == 0x62A8AB43
-    assert crc32c(bytes(range(32))) == 0x46DD794E
-    assert crc32c(b"") == 0
+    assert crc32c(b"123456789", table=table) == 0xE3069283
+    assert crc32c(bytes(32), table=table) == 0x8A9136AA
+    assert crc32c(b"\xff" * 32, table=table) == 0x62A8AB43
+    assert crc32c(bytes(range(32)), table=table) == 0x46DD794E
+    assert crc32c(b"", table=table) == 0
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=100))
 def test_crc32c_equals_google_crc32c(data) -> None:
     google_crc32c = pytest.importorskip("google_crc32c")
-    assert crc32c(data) == google_crc32c.value(data)
+    assert crc32c(data) == crc32c(data, table=True) == google_crc32c.value(data)
+    assert crc32c(data, masked=True) == crc32c(data, masked=True, table=True)
 
 
 @settings(max_examples=100, deadline=None)
@@ -170,6 +172,16 @@ def test_tfrecord_length_crc_mismatch_makes_the_rest_the_tail() -> None:
     assert sum(len(f) for f in reader) == 2
     assert reader.tail is not None and reader.tail.offset == third
     assert "CRC32C" in reader.tail.reason
+
+
+def test_a_framing_mistake_names_the_framing_the_data_has() -> None:
+    records = pa.array([b"x" * n for n in range(1, 40)])
+    data = wa.frame_records(records, "tfrecord")
+    for wrong in ("varint", "u32le"):
+        with pytest.raises(ValueError, match="looks like tfrecord framing"):
+            wa.read_delimited(data, wrong)
+    with pytest.raises(ValueError, match=r"byte 0: TFRecord length.*looks like varint framing"):
+        wa.read_delimited(wa.frame_records(records, "varint"), "tfrecord")
 
 
 def test_tfrecord_frames_know_the_trailer() -> None:

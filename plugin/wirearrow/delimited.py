@@ -91,7 +91,7 @@ _NONE_CORRUPT = np.zeros(0, dtype=np.int64)
 
 def _split(view: memoryview, framing: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """(starts, ends, consumed, positions of the records whose checksum fails)."""
-    starts, ends, consumed, flags = split(view, _framing_code(framing))  # type: ignore[arg-type]
+    starts, ends, consumed, flags = split(view, _framing_code(framing))
     as_int64 = np.frombuffer
     corrupt = _NONE_CORRUPT
     if flags is not None and len(flags):
@@ -448,7 +448,13 @@ def read_delimited(
     else:
         buffer = source
     view = memoryview(buffer).cast("B")
-    starts, ends, consumed = split_framed(view, framing)
+    try:
+        starts, ends, consumed = split_framed(view, framing)
+    except ValueError as err:  # a prefix that cannot be a length: say what the data looks like
+        hint = looks_like(bytes(view[:SAMPLE_BYTES]), framing, len(view) <= SAMPLE_BYTES)
+        if not hint:
+            raise
+        raise ValueError(f"{err}{hint}") from None
     if consumed != len(view):
         raise ValueError(
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "

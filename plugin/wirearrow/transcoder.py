@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 import pyarrow as pa
@@ -449,12 +449,15 @@ class Transcoder:
 
     @overload
     def encode(
-        self, batch: pa.RecordBatch | pa.Table | pa.StructArray, *, on_error: str = "raise"
+        self,
+        batch: pa.RecordBatch | pa.Table | pa.StructArray,
+        *,
+        on_error: Literal["raise"] = "raise",
     ) -> pa.Array: ...
 
     @overload
     def encode(
-        self, batch: pa.RecordBatch | pa.Table | pa.StructArray, *, on_error: str
+        self, batch: pa.RecordBatch | pa.Table | pa.StructArray, *, on_error: Literal["dead_letter"]
     ) -> Encoded: ...
 
     def encode(

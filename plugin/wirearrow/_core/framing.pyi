@@ -12,7 +12,9 @@ _Bytes: TypeAlias = Buffer | np.ndarray
 FRAMINGS: dict[str, int]
 TRAILERS: dict[str, int]
 
-def crc32c(data: _Bytes, masked: bool = False) -> int: ...
+HARDWARE_CRC32C: bool
+
+def crc32c(data: _Bytes, masked: bool = False, table: bool = False) -> int: ...
 def split(
     data: _Bytes, framing: int, base: int = 0
 ) -> tuple[OwnedBuffer, OwnedBuffer, int, OwnedBuffer | None]: ...

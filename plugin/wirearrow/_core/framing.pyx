@@ -23,10 +23,45 @@ cdef enum:
     F_TFRECORD = 3
 
 
-# CRC32C (Castagnoli, reflected polynomial 0x82F63B78), slicing-by-8: eight 256-entry
-# tables let the loop fold 8 bytes per step (~4x a byte-wise table; no dependency, and
-# the same on every CPU -- an SSE4.2 instruction would be faster only on x86).
+# CRC32C (Castagnoli, reflected polynomial 0x82F63B78). On x86-64 with SSE4.2 (checked at
+# import) the CPU's crc32 instruction, 8 bytes a step: TFRecord's two CRCs per record
+# would otherwise cost about what decoding the record costs. Elsewhere slicing-by-8: eight
+# 256-entry tables fold 8 bytes per step (~4x a byte-wise table). No dependency either way.
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __attribute__((target("sse4.2")))
+    static uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) {
+        uint64_t c = crc, w;
+        while (n >= 8) {
+            memcpy(&w, p, 8);
+            c = __builtin_ia32_crc32di(c, w);
+            p += 8;
+            n -= 8;
+        }
+        uint32_t c32 = (uint32_t)c;
+        while (n > 0) {
+            c32 = __builtin_ia32_crc32qi(c32, *p);
+            p++;
+            n--;
+        }
+        return c32;
+    }
+    static int wa_crc32c_hw_ok(void) { return __builtin_cpu_supports("sse4.2"); }
+    #else
+    static uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) {
+        (void)p; (void)n; return crc;
+    }
+    static int wa_crc32c_hw_ok(void) { return 0; }
+    #endif
+    """
+    uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) nogil
+    int wa_crc32c_hw_ok() nogil
+
 cdef uint32_t CRC_TABLE[8][256]
+cdef bint CRC_HW = wa_crc32c_hw_ok()
 
 
 cdef void _crc_tables() noexcept:
@@ -46,6 +81,12 @@ _crc_tables()
 
 
 cdef inline uint32_t crc32c_of(const uint8_t* p, int64_t n) noexcept nogil:
+    if CRC_HW:
+        return wa_crc32c_hw(0xFFFFFFFFU, p, n) ^ 0xFFFFFFFFU
+    return crc32c_table(p, n)
+
+
+cdef uint32_t crc32c_table(const uint8_t* p, int64_t n) noexcept nogil:
     cdef uint32_t crc = 0xFFFFFFFFU
     cdef uint32_t lo, hi
     while n >= 8:
@@ -86,13 +127,22 @@ cdef inline void store_u32le(uint8_t* p, uint32_t v) noexcept nogil:
     p[3] = v >> 24
 
 
-def crc32c(const uint8_t[::1] data, bint masked=False):
-    """CRC32C of data (TFRecord's masked form with masked=True)."""
+HARDWARE_CRC32C = bool(CRC_HW)
+
+
+def crc32c(const uint8_t[::1] data, bint masked=False, bint table=False):
+    """CRC32C of data (TFRecord's masked form with masked=True; table=True: the portable
+    slicing-by-8 code even where the CPU instruction is used, to test both)."""
     cdef int64_t n = data.shape[0]
     cdef const uint8_t* p = &data[0] if n > 0 else <const uint8_t*>""
     cdef uint32_t c
     with nogil:
-        c = masked_crc(p, n) if masked else crc32c_of(p, n)
+        if table:
+            c = crc32c_table(p, n)
+            if masked:
+                c = ((c >> 15) | (c << 17)) + <uint32_t>0xA282EAD8
+        else:
+            c = masked_crc(p, n) if masked else crc32c_of(p, n)
     return c
 
 

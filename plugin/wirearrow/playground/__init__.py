@@ -23,7 +23,7 @@ DESCRIPTION = (
     "(read from the start of the file, at most --sample records and --max-bytes bytes). "
     "The URL is printed; stop with Ctrl-C."
 )
-FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
+FRAMINGS = ("varint", "u32le", "u32be")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["FRAMINGS", "RecordsError", "Sample", "parse_pasted", "sample_file"]
 
-FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
+FRAMINGS = ("varint", "u32le", "u32be")
 # A varint length prefix is at most 10 bytes; more continuation bytes cannot be a length.
 _MAX_VARINT = 10
 _HEX = re.compile(r"[0-9a-fA-F]+")

@@ -344,8 +344,11 @@ class WriteStats:
     def combine(cls, parts: Iterable[WriteStats]) -> WriteStats:
         parts = list(parts)
         return cls(
-            *(sum(getattr(p, f) for p in parts) for f in
-              ("rows_in", "records_out", "rows_failed", "dead_letters", "bytes_out")),
+            rows_in=sum(p.rows_in for p in parts),
+            records_out=sum(p.records_out for p in parts),
+            rows_failed=sum(p.rows_failed for p in parts),
+            dead_letters=sum(p.dead_letters for p in parts),
+            bytes_out=sum(p.bytes_out for p in parts),
             files=tuple(sorted(f for p in parts for f in p.files)),
             dead_letter_files=tuple(sorted(f for p in parts for f in p.dead_letter_files)),
         )
@@ -405,7 +408,9 @@ def _datasink_class() -> type:
             self._writing = path  # the file write_block_to_file writes
             return super().open_output_stream(path)
 
-        def write(self, blocks: Iterable[Any], ctx: Any) -> list[WriteStats]:
+        # Returns what the task wrote (Ray hands the returns to on_write_complete), where
+        # Ray's file datasinks return None.
+        def write(self, blocks: Iterable[Any], ctx: Any) -> list[WriteStats]:  # type: ignore[override]
             self._parts = []
             super().write(blocks, ctx)
             return self._parts
