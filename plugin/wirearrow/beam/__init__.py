@@ -15,13 +15,15 @@ row_type), ``schemas`` (message_row_type: Beam schemas of protobuf messages, Row
 ``encode`` (FromArrow, FromRows: back to protobuf records), ``batches`` (Arrow batches for
 batched DoFns), ``read`` (ReadFromDelimited), ``write`` (WriteToDelimited: framed files,
 TFRecord included), ``parquet`` (WriteToParquetFiles, WriteDeadLetters), ``protojson``
-(ToJson: rows back to protojson text). ``ReadDelimited`` and ``WriteToParquet`` are the
+(ToJson: rows back to protojson text), ``late`` (SplitLate: records later than
+the allowed lateness as counted dead letters). ``ReadDelimited`` and ``WriteToParquet`` are the
 deprecated old names (the latter is also Beam's own transform's). The public PTransforms
 only wire the graph; the work happens in private DoFns whose heavy state (the compiled
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide."""
 
 import wirearrow.beam.batches  # noqa: F401 (registers the Arrow batch converter)
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows
+from wirearrow.beam.late import SplitLate
 from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet, WriteToParquetFiles
 from wirearrow.beam.protojson import ToJson
 from wirearrow.beam.read import ReadDelimited, ReadFromDelimited
@@ -42,6 +44,7 @@ __all__ = [
     "RecordArray",
     "RowsResult",
     "RowsToArrow",
+    "SplitLate",
     "ToArrow",
     "ToJson",
     "ToRows",
