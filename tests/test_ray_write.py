@@ -194,6 +194,18 @@ def test_ray_datasource_reads_tfrecord_and_refuses_a_bad_crc(ray_running, tmp_pa
     (tmp_path / "b.tfrecord").write_bytes(bad)
     with pytest.raises(Exception, match=f"CRC32C does not match at byte {frame_at[9]}"):
         arrow(war.read_delimited(str(tmp_path / "b.tfrecord"), "tfrecord"))
+    # truncated="dead_letter": the bad record is one accounted failure, with its reason
+    ds = war.read_delimited(str(tmp_path / "b.tfrecord"), "tfrecord", truncated="dead_letter",
+                            include_location=True)
+    schema = wa.Schema.from_proto(corpus.PROTO_FILE, corpus.MESSAGE_NAME,
+                                  import_paths=[corpus.SCHEMA_DIR])
+    job = war.transcode(ds, wa.Transcoder(schema, ["id"]), on_error="dead_letter")
+    assert arrow(job).num_rows == 49
+    stats = job.job_stats()
+    assert (stats.records_in, stats.records_failed) == (50, 1)
+    dead = arrow(job.dead_letters).to_pylist()
+    assert len(dead) == 1 and f"CRC32C does not match at byte {frame_at[9]}" in dead[0]["reason"]
+    assert dead[0]["source"]["offset"] == frame_at[9]
 
 
 # ---- end to end on the real broker ---------------------------------------------------------

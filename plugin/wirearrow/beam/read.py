@@ -188,8 +188,9 @@ class ReadFromDelimited(beam.PTransform):
     stream (bounded memory). A file that ends inside a record, or a compressed stream
     that is cut short or corrupt, raises ValueError naming the file and the offset (with
     ``truncated="skip"``: the whole records before it are read and the tail is logged
-    and counted in the ``truncated_files`` metric; so is a TFRecord whose data CRC fails,
-    left out).
+    and counted in the ``truncated_files`` metric); so does a TFRecord whose data CRC
+    fails (with ``truncated="skip"`` it is left out, logged and counted in
+    ``corrupt_records``).
 
     Args:
         file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".

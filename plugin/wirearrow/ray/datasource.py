@@ -155,22 +155,22 @@ def _read_pieces(
                     open_decompressed(f, piece.compression, name="the file"), framing,
                     block_bytes=BLOCK_BYTES, name=piece.path,
                 )
-                yield from _blocks(reader, piece.path, include_location, truncated)
+                yield from _blocks(reader, piece.path, include_location, truncated, framing)
             continue
         with fs.open_input_file(piece.path) as f:
             reader = FrameReader(
                 f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
                 name=piece.path,
             )
-            yield from _blocks(reader, piece.path, include_location, truncated)
+            yield from _blocks(reader, piece.path, include_location, truncated, framing)
 
 
 def _blocks(
-    reader: FrameReader, path: str, include_location: bool, truncated: str
+    reader: FrameReader, path: str, include_location: bool, truncated: str, framing: str
 ) -> Iterator[pa.Table]:
     errors = truncated == "dead_letter"
     for frames in reader:
-        yield _block(frames, path, include_location, errors, reader.framing)
+        yield _block(frames, path, include_location, errors, framing)
     tail = reader.tail
     if tail is None:
         return
@@ -187,17 +187,23 @@ def _blocks(
 def _block(
     frames: Frames, path: str, include_location: bool, errors: bool, framing: str
 ) -> pa.Table:
-    if len(frames.corrupt):
-        # A TFRecord whose data CRC fails: as strict as a truncated file (_read_pieces).
-        at = int(frames.frame_starts[frames.corrupt[0]])
-        raise ValueError(f"{path}: {corrupt_reason(framing, at)}")
+    corrupt_at = frames.frame_starts[frames.corrupt] if len(frames.corrupt) else None
+    if corrupt_at is not None and not errors:
+        # A TFRecord whose data CRC fails: as strict as a truncated file (_blocks).
+        raise ValueError(f"{path}: {corrupt_reason(framing, int(corrupt_at[0]))}")
     array = frames.records()  # one copy, prefixes dropped
     columns = {"value": array}
     if include_location:
         columns["file"] = pa.array(np.full(len(frames), path, dtype=object), pa.string())
         columns["offset"] = pa.array(frames.frame_starts)
     if errors:
-        columns[READ_ERROR] = pa.nulls(len(frames), pa.string())
+        reasons = pa.nulls(len(frames), pa.string())
+        if corrupt_at is not None:
+            # Each such record is a row of its bytes whose read_error says why, like a tail.
+            texts = np.full(len(frames), None, dtype=object)
+            texts[frames.corrupt] = [f"{path}: {corrupt_reason(framing, int(at))}" for at in corrupt_at]
+            reasons = pa.array(texts, pa.string())
+        columns[READ_ERROR] = reasons
     return pa.table(columns)
 
 
@@ -393,12 +399,12 @@ def read_delimited(
     task each, streamed). Other keyword arguments go to ``ray.data.read_datasource``
     (``override_num_blocks``, ``num_cpus``, ...).
 
-    A file that ends inside a record, a compressed file cut short or corrupt, or a
-    TFRecord whose CRC does not match, raises
-    ValueError naming the file and byte offset; with ``truncated="dead_letter"`` its whole
-    records are read and the rest is one more row with a ``read_error`` column (the
-    reason; null on every record), which :func:`~wirearrow.ray.transcode` counts as one
-    failure and dead-letters with that reason.
+    A file that ends inside a record, a compressed file cut short or corrupt, or a TFRecord
+    whose CRC does not match, raises ValueError naming the file and byte offset; with
+    ``truncated="dead_letter"`` its whole records are read and the rest is one more row
+    with a ``read_error`` column (the reason; null on every record), which
+    :func:`~wirearrow.ray.transcode` counts as one failure and dead-letters with that
+    reason -- and so is each TFRecord whose data CRC does not match (its own row).
     """
     ray = ray_module()
     if not ray.is_initialized():

@@ -40,6 +40,7 @@ from wirearrow.ray.transcode import (
     _load,
     _policy,
     _result,
+    job_step,
     put_plan,
     write_dead_letters,
 )
@@ -260,19 +261,11 @@ def _dead_letters(batch: pa.Table, failures: pa.Table) -> pa.Table:
 # ---- the one-call path -------------------------------------------------------------------
 
 _TASK_ENCODERS: OrderedDict[str, Encode] = OrderedDict()
-_TASK_ENCODERS_KEPT = 8
 
 
 def _encode_task(batch: pa.Table, *, job: str, **encode_args: Any) -> pa.Table:
     """``map_batches`` function of :func:`encode`: one Encode per worker process and job."""
-    fn = _TASK_ENCODERS.get(job)
-    if fn is None:
-        fn = _TASK_ENCODERS[job] = Encode(**encode_args)
-        while len(_TASK_ENCODERS) > _TASK_ENCODERS_KEPT:
-            _TASK_ENCODERS.popitem(last=False)
-    else:
-        _TASK_ENCODERS.move_to_end(job)
-    return fn(batch)
+    return job_step(_TASK_ENCODERS, job, functools.partial(Encode, **encode_args))(batch)
 
 
 def encode(

@@ -485,14 +485,20 @@ _TASK_TRANSCODERS_KEPT = 8
 
 def _transcode_task(batch: pa.Table, *, job: str, **transcode_args: Any) -> pa.Table:
     """``map_batches`` function of ``transcode(compute="tasks")``."""
-    fn = _TASK_TRANSCODERS.get(job)
+    return job_step(_TASK_TRANSCODERS, job, functools.partial(Transcode, **transcode_args))(batch)
+
+
+def job_step(steps: OrderedDict[str, Any], job: str, build: Any) -> Any:
+    """This worker process's step of ``job`` in ``steps`` (built by ``build()`` on the job's
+    first batch here), keeping the _TASK_TRANSCODERS_KEPT most recent jobs."""
+    fn = steps.get(job)
     if fn is None:
-        fn = _TASK_TRANSCODERS[job] = Transcode(**transcode_args)
-        while len(_TASK_TRANSCODERS) > _TASK_TRANSCODERS_KEPT:
-            _TASK_TRANSCODERS.popitem(last=False)
+        fn = steps[job] = build()
+        while len(steps) > _TASK_TRANSCODERS_KEPT:
+            steps.popitem(last=False)
     else:
-        _TASK_TRANSCODERS.move_to_end(job)
-    return fn(batch)
+        steps.move_to_end(job)
+    return fn
 
 
 # ---- the one-call path -------------------------------------------------------------------
