@@ -361,9 +361,9 @@ ERRORS = {
         [r"1: proto.file: required key is missing", r"1: proto.message: required key is missing"],
     ),
     "wrong types": (
-        "proto: {file: 3, message: [Order], import_paths: protos}\n",
+        "proto: {file: {a: 3}, message: [Order], import_paths: protos}\n",
         [
-            r"1: proto.file: expected a string, got an integer",
+            r"1: proto.file: expected a string, got a mapping",
             r"1: proto.message: expected a string, got a list",
             r"1: proto.import_paths: expected a list of directories, got a string",
         ],
@@ -508,9 +508,9 @@ ERRORS = {
     "aux keys": (
         HEAD
         + "denormalizer:\n  columns:\n    - name: a\n      expr:\n        func: concat\n"
-        + "        sep: 1\n        literal: x\n        args: [{path: id}]\n",
+        + "        sep: [1]\n        literal: x\n        args: [{path: id}]\n",
         [
-            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got an integer \(quote it\)",
+            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got a list \(quote it\)",
             r"8: denormalizer.columns\[0\].expr.literal: concat does not take 'literal' \(it takes: sep\)",
         ],
     ),

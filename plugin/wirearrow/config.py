@@ -245,18 +245,36 @@ class PlanConfig:
 
 
 class _Map(dict):
-    """A YAML mapping that remembers where it and each of its keys started (1-based)."""
+    """A YAML mapping that remembers where it and each of its keys started (1-based), and
+    the text of each plain scalar value that YAML 1.1 turned into something else."""
 
     line: int | None = None
     key_lines: dict
     duplicates: list
+    texts: dict
 
 
 class _Seq(list):
-    """A YAML sequence that remembers where it and each of its items started (1-based)."""
+    """A YAML sequence that remembers where it and each of its items started (1-based), and
+    the text of each plain scalar item that YAML 1.1 turned into something else."""
 
     line: int | None = None
     item_lines: list
+    texts: dict
+
+
+def _plain_text(node: yaml.Node, value: object) -> str | None:
+    """The source text of a plain (unquoted) scalar, unless it loaded as null.
+
+    PyYAML follows YAML 1.1, where ``yes``/``on``/``off`` are booleans, ``1:20`` is 80 and
+    ``2024-01-01`` a date; the reference reads its plans with Go's yaml.v3, which puts the
+    text of any scalar into a string field as written. Keys that take a string use this
+    text so that such plans load unchanged (``name: yes`` is the column "yes"). Null stays
+    null: yaml.v3 reads ``name: null`` as an empty (missing) name too.
+    """
+    if isinstance(node, yaml.ScalarNode) and node.style is None and value is not None:
+        return node.value
+    return None
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -268,6 +286,7 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
     data.line = node.start_mark.line + 1
     data.key_lines = {}
     data.duplicates = []
+    data.texts = {}
     yield data
     loader.flatten_mapping(node)  # merge keys (<<)
     for key_node, value_node in node.value:
@@ -286,14 +305,24 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
             data.duplicates.append((key, line))
         data.key_lines[key] = line
         data[key] = loader.construct_object(value_node, deep=False)
+        text = _plain_text(value_node, data[key])
+        if text is not None:
+            data.texts[key] = text
+        else:
+            data.texts.pop(key, None)
 
 
 def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
     data = _Seq()
     data.line = node.start_mark.line + 1
     data.item_lines = [child.start_mark.line + 1 for child in node.value]
+    data.texts = {}
     yield data
-    data.extend(loader.construct_object(child, deep=False) for child in node.value)
+    for i, child in enumerate(node.value):
+        data.append(loader.construct_object(child, deep=False))
+        text = _plain_text(child, data[-1])
+        if text is not None:
+            data.texts[i] = text
 
 
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
@@ -468,6 +497,30 @@ def _choices(values: Sequence[str]) -> str:
     return ", ".join(values)
 
 
+# YAML 1.2 (yaml.v3) booleans; any other YAML 1.1 boolean (yes, On, n, ...) is a string there.
+_YAML12_BOOLS = frozenset(("true", "True", "TRUE", "false", "False", "FALSE"))
+# Numbers YAML 1.2 reads that YAML 1.1 leaves as text: 1e3 (no dot), 0o17.
+_YAML12_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+_YAML12_OCTAL = re.compile(r"0o[0-7]+")
+
+
+def _reference_literal(value: object, text: str | None) -> object:
+    """A literal as the reference's yaml.v3 types it (YAML 1.2 core schema) rather than as
+    PyYAML's YAML 1.1 does: ``yes``/``off`` and ``1:20`` are strings, so are dates (yaml.v3
+    keeps timestamp-looking scalars as text in an untyped field), ``1e3`` is a float."""
+    if text is None:  # quoted, or not from YAML text
+        return value
+    if isinstance(value, bool) and text not in _YAML12_BOOLS:
+        return text
+    if isinstance(value, int | float) and not isinstance(value, bool) and ":" in text:
+        return text
+    if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value):
+        return float(value)
+    if isinstance(value, str) and _YAML12_OCTAL.fullmatch(value):
+        return int(value[2:], 8)
+    return value
+
+
 class _Checker:
     """Walks the loaded YAML, builds the typed plan and gathers every problem."""
 
@@ -498,6 +551,15 @@ class _Checker:
         if lines and key in lines:
             return lines[key]
         return getattr(mapping, "line", None)
+
+    @staticmethod
+    def text(container: Mapping | Sequence, key: object) -> object:
+        """``container[key]`` for a key that takes a string: a plain scalar YAML 1.1 read as
+        a boolean, number or date comes back as written (see :func:`_plain_text`)."""
+        texts = getattr(container, "texts", None)
+        if texts and key in texts:
+            return texts[key]
+        return container[key]
 
     @staticmethod
     def item_line(seq: Sequence, i: int, default: int | None) -> int | None:
@@ -699,8 +761,8 @@ class _Checker:
         file_line = self.key_line(m, "file")
         message_line = self.key_line(m, "message")
         sites = (self.site(file_line), self.site(message_line))
-        file = m.get("file")
-        message = m.get("message")
+        file = self.text(m, "file") if m.get("file") is not None else None
+        message = self.text(m, "message") if m.get("message") is not None else None
         if file is not None:
             file = self.string(file, _join(keypath, "file"), file_line)
         if message is not None:
@@ -719,6 +781,7 @@ class _Checker:
             else:
                 for i, raw in enumerate(raw_roots):
                     item_line = self.item_line(raw_roots, i, roots_line)
+                    raw = self.text(raw_roots, i)
                     root = self.local_path(raw, _join(roots_path, i), item_line)
                     if root is None:
                         continue
@@ -817,7 +880,7 @@ class _Checker:
             return None
         line = getattr(m, "line", None) or line
         ok = True
-        name = m.get("name")
+        name = self.text(m, "name") if m.get("name") is not None else None
         if name is not None:
             name = self.string(name, _join(keypath, "name"), self.key_line(m, "name"))
             ok = ok and name is not None
@@ -836,7 +899,7 @@ class _Checker:
             self.problem(line, keypath, "either path or expr must be set")
             return None
         if has_path:
-            text = self.path(m["path"], _join(keypath, "path"), self.key_line(m, "path"))
+            text = self.path(self.text(m, "path"), _join(keypath, "path"), self.key_line(m, "path"))
             if text is None or not ok:
                 return None
             return Column(text, name=name, strict=strict)
@@ -873,7 +936,7 @@ class _Checker:
         line = getattr(m, "line", None) or line
         ok = True
         function = None
-        func = m.get("func")
+        func = self.text(m, "func") if m.get("func") is not None else None
         func_path, func_line = _join(keypath, "func"), self.key_line(m, "func")
         if func is not None:
             func = self.string(func, func_path, func_line)
@@ -923,13 +986,14 @@ class _Checker:
                 ok = False
                 continue
             if key == "sep":
-                if not isinstance(m[key], str):
+                sep = self.text(m, key)
+                if not isinstance(sep, str):
                     self.problem(
                         key_line, key_path, f"expected a string, got {_kind(m[key])} (quote it)"
                     )
                     ok = False
                     continue
-                aux[key] = m[key]
+                aux[key] = sep
             elif key == "param":
                 param = self.integer(m[key], key_path, key_line)
                 if param is None:
@@ -937,7 +1001,11 @@ class _Checker:
                     continue
                 aux[key] = param
             else:
-                literal = self.literal(m[key], key_path, key_line)
+                literal = self.literal(
+                    _reference_literal(m[key], m.texts.get(key) if isinstance(m, _Map) else None),
+                    key_path,
+                    key_line,
+                )
                 if literal is None:
                     ok = False
                     continue
@@ -968,10 +1036,11 @@ class _Checker:
         key = given[0]
         key_path, key_line = _join(keypath, key), self.key_line(m, key)
         if key == "path":
-            text = self.path(m[key], key_path, key_line)
+            text = self.path(self.text(m, key), key_path, key_line)
             return None if text is None else PathRef(text)
         if key == "literal":
-            return self.literal(m[key], key_path, key_line)
+            text = m.texts.get(key) if isinstance(m, _Map) else None
+            return self.literal(_reference_literal(m[key], text), key_path, key_line)
         return self.expr(m[key], key_path, key_line)
 
     def literal(self, value: object, keypath: str, line: int | None) -> Lit | None:
