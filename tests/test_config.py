@@ -341,7 +341,7 @@ ERRORS = {
     ),
     "unknown proto key": (
         "proto:\n  file: protos/order.proto\n  message: Order\n  include: [x]\n",
-        [r"4: proto.include: unknown key; expected one of: file, message, import_paths"],
+        [r"4: proto.include: unknown key; expected one of: file, descriptor_set, module, message, import_paths"],
     ),
     "unknown expr and arg keys": (
         HEAD

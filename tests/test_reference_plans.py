@@ -243,7 +243,9 @@ def test_null_is_no_value_and_dates_are_not_literals(project: Path) -> None:
     (project / "protos" / "flags.proto").write_text(YAML11)
     head = "proto: {file: flags.proto, message: Flags, import_paths: [protos]}\n"
     # name: null is no name (yaml.v3 reads it as empty too): the path names the column.
-    plan = load_plan(head + "denormalizer: {columns: [{name: null, path: yes}]}\n", base_dir=project)
+    plan = load_plan(
+        head + "denormalizer: {columns: [{name: null, path: yes}]}\n", base_dir=project
+    )
     assert plan.transcoder().arrow_schema.names == ["yes"]
     # An unquoted date as a literal: rejected, as by the reference (§3.3).
     with pytest.raises(PlanError, match=r"literal: unsupported literal type: a date"):

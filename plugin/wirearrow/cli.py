@@ -629,7 +629,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     import wirearrow as wa
 
     try:
-        schema = wa.Schema.from_proto(args.proto, args.message, import_paths=args.import_paths)
+        schema = wa.Schema.load(args.proto, args.message, import_paths=args.import_paths)
         tc = wa.Transcoder(schema)
     except (wa.WirearrowError, OSError) as err:
         raise CliError(str(err)) from err
@@ -824,7 +824,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the nested Arrow schema of a message",
         description="Print the whole-message (nested) Arrow schema of MESSAGE in PROTO.",
     )
-    sc.add_argument("proto", metavar="PROTO", help="a .proto file")
+    sc.add_argument(
+        "proto",
+        metavar="PROTO",
+        help="a .proto file, a FileDescriptorSet file (protoc --descriptor_set_out, buf build) "
+        "or the dotted name of a generated _pb2 module (imported: runs its code)",
+    )
     sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
     sc.add_argument(
         "-I",

@@ -97,7 +97,9 @@ _TOP_KEYS = (
     "output",
     "input",
 )
-_PROTO_KEYS = ("file", "message", "import_paths")
+_PROTO_KEYS = ("file", "descriptor_set", "module", "message", "import_paths")
+# Where a schema can come from: exactly one of these keys of `proto` (and custom_message).
+_SCHEMA_KEYS = ("file", "descriptor_set", "module")
 _COLUMN_KEYS = ("name", "path", "expr", "strict")
 _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
@@ -107,6 +109,7 @@ _INPUT_KEYS = ("framing", "format", "ignore_unknown_fields")
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 # ---- the typed result ------------------------------------------------------------------
@@ -114,17 +117,26 @@ _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
 
 @dataclass(frozen=True)
 class ProtoSource:
-    """Where the schema comes from: ``Schema.from_proto(file, message, import_paths=...)``.
+    """Where the schema comes from: ``Schema.from_proto(file, message, import_paths=...)``,
+    or, when set, ``Schema.from_descriptor_set(descriptor_set, message)`` or
+    ``Schema.from_module(module, message)`` (``file`` is then empty).
 
     ``file`` is either relative to one of ``import_paths`` (protoc ``-I``) or an absolute
-    path; ``import_paths`` are absolute (resolved against the plan file's directory).
+    path; ``import_paths`` and ``descriptor_set`` are absolute (resolved against the plan
+    file's directory); ``module`` is a dotted module name.
     """
 
     file: str
     message: str
     import_paths: tuple[str, ...] = ()
+    descriptor_set: str | None = None
+    module: str | None = None
 
     def schema(self) -> Schema:
+        if self.descriptor_set is not None:
+            return Schema.from_descriptor_set(self.descriptor_set, self.message)
+        if self.module is not None:
+            return Schema.from_module(self.module, self.message)
         return Schema.from_proto(self.file, self.message, import_paths=self.import_paths)
 
 
@@ -204,7 +216,12 @@ class PlanConfig:
                 schema = self.proto.schema()
             except SchemaError as err:
                 text = str(err)
-                key = "proto.message" if text.startswith("message ") else "proto.file"
+                source = (
+                    "descriptor_set"
+                    if self.proto.descriptor_set is not None
+                    else ("module" if self.proto.module is not None else "file")
+                )
+                key = "proto.message" if text.startswith("message ") else f"proto.{source}"
                 site = self._proto_sites[key == "proto.message"] or self.source
                 raise SchemaError(f"{site}: {key}: {text}") from err
             self._cache[self.proto] = schema
@@ -755,12 +772,34 @@ class _Checker:
         self, value: object, line: int | None, keypath: str, resolve: bool = True
     ) -> tuple[ProtoSource | None, tuple[str, str]]:
         sites = (self.site(line), self.site(line))
-        m = self.mapping(value, keypath, line, _PROTO_KEYS, required=("file", "message"))
-        if m is None:
+        if not isinstance(value, Mapping):
+            self.mapping(value, keypath, line, _PROTO_KEYS)  # reports the type
             return None, sites
-        file_line = self.key_line(m, "file")
+        given = [key for key in _SCHEMA_KEYS if value.get(key) is not None]
+        source_key = given[0] if given else "file"
+        holder_line = line if line is not None else getattr(value, "line", None)
+        if not given:
+            self.problem(
+                holder_line,
+                _join(keypath, "file"),
+                "required key is missing (or give descriptor_set: a serialized "
+                "FileDescriptorSet, or module: a generated _pb2 module)",
+            )
+        elif len(given) > 1:
+            self.problem(
+                holder_line,
+                keypath,
+                "needs exactly one of file (.proto source), descriptor_set (a serialized "
+                f"FileDescriptorSet) or module (a generated _pb2 module); got {', '.join(given)}",
+            )
+        m = self.mapping(value, keypath, line, _PROTO_KEYS, required=("message",))
+        if m is None:  # not reached: value is a mapping
+            return None, sites
+        file_line = self.key_line(m, source_key)
         message_line = self.key_line(m, "message")
         sites = (self.site(file_line), self.site(message_line))
+        if source_key != "file" and len(given) == 1:
+            return self.other_source(m, keypath, source_key, resolve), sites
         file = self.text(m, "file") if m.get("file") is not None else None
         message = self.text(m, "message") if m.get("message") is not None else None
         if file is not None:
@@ -797,6 +836,38 @@ class _Checker:
         if located is None:
             return None, sites
         return ProtoSource(located, message.strip(), tuple(roots)), sites
+
+    def other_source(self, m: Mapping, keypath: str, key: str, resolve: bool) -> ProtoSource | None:
+        """``proto: {descriptor_set: ...}`` or ``proto: {module: ...}`` (no import paths)."""
+        key_path, key_line = _join(keypath, key), self.key_line(m, key)
+        message = (
+            self.string(
+                self.text(m, "message"), _join(keypath, "message"), self.key_line(m, "message")
+            )
+            if m.get("message") is not None
+            else None
+        )
+        if m.get("import_paths") is not None:
+            self.problem(
+                self.key_line(m, "import_paths"),
+                _join(keypath, "import_paths"),
+                f"is for file (.proto source); a {key.replace('_', ' ')} needs none",
+            )
+        if key == "descriptor_set":
+            path = self.local_path(self.text(m, key), key_path, key_line)
+            if path is not None and resolve and not os.path.isfile(path):
+                self.problem(key_line, key_path, f"{m[key]!r} not found ({path})")
+                path = None
+            if path is None or message is None or not resolve:
+                return None
+            return ProtoSource("", message.strip(), descriptor_set=path)
+        module = self.string(self.text(m, key), key_path, key_line)
+        if module is not None and not _MODULE_NAME.fullmatch(module.strip()):
+            self.problem(key_line, key_path, f"{module!r} is not a Python module name (a.b.c_pb2)")
+            module = None
+        if module is None or message is None or not resolve:
+            return None
+        return ProtoSource("", message.strip(), module=module.strip())
 
     def locate_proto(
         self, file: str, roots: Sequence[str], keypath: str, line: int | None

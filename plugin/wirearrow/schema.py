@@ -6,13 +6,19 @@ message's full name. Descriptors are rebuilt from them on first use, in a privat
 ``DescriptorPool`` per set: never the process-wide default pool, so the user's generated
 classes and our descriptors can never clash over a file name.
 
-Three ways in:
+Four ways in:
 
 * :meth:`Schema.from_proto` compiles ``.proto`` source with the ``protoc`` bundled in
   ``grpcio-tools`` (no protoc binary needed; ``google/protobuf/*.proto`` are built in);
 * :meth:`Schema.from_descriptor_set` takes a serialized set (``protoc --descriptor_set_out``,
   ``buf build -o``);
-* :meth:`Schema.from_message` takes a generated message class or instance.
+* :meth:`Schema.from_message` takes a generated message class or instance;
+* :meth:`Schema.from_module` takes a generated ``_pb2`` module (or its dotted name).
+
+:meth:`Schema.load` picks one of them for a name given on a command line.
+
+The same message reached any of these ways has the same :attr:`Schema.fingerprint`: it
+hashes a canonical form of the files the message's file needs (see :func:`_canonical`).
 
 Messages are named by full name (``pkg.Outer.Inner``) or by any dot-separated suffix of it
 that is unique in the set (``Inner``, ``Outer.Inner``).
@@ -25,6 +31,7 @@ import hashlib
 import importlib
 import importlib.resources
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -147,6 +154,24 @@ class _FileSet:
         if close:
             return f"did you mean {_listing(close)}?"
         return f"messages defined: {_listing(names)}"
+
+
+def _file_closure(file: FileDescriptor) -> list[descriptor_pb2.FileDescriptorProto]:
+    """``file`` and everything it imports, transitively, each after its imports."""
+    files: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+    stack: list[tuple[FileDescriptor, bool]] = [(file, False)]
+    while stack:  # iterative: import chains can be long
+        current, imports_done = stack.pop()
+        if imports_done:
+            files.append(descriptor_pb2.FileDescriptorProto.FromString(current.serialized_pb))
+            continue
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        stack.append((current, True))
+        stack.extend((dep, False) for dep in reversed(current.dependencies) if dep.name not in seen)
+    return files
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -277,6 +302,71 @@ def _protoc(name: str, include_dirs: Sequence[str]) -> bytes:
             return stream.read()
 
 
+def _default_json_name(name: str) -> str:
+    """protoc's default ``json_name`` (``ToJsonName``): underscores dropped, the letter
+    after each one upper-cased."""
+    out: list[str] = []
+    upper = False
+    for char in name:
+        if char == "_":
+            upper = True
+        elif upper:
+            out.append(char.upper())
+            upper = False
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _canonical(file: descriptor_pb2.FileDescriptorProto) -> bytes:
+    """``file`` serialized without what differs between equal schemas built different ways.
+
+    ``protoc --descriptor_set_out`` writes every field's ``json_name``, generated modules
+    (``serialized_pb``) only the ones set by hand, and either may carry source info; none of
+    that changes what the wire bytes mean or how they are read, so it is dropped (a
+    hand-set ``json_name`` is kept: protojson reads it).
+    """
+    copy = descriptor_pb2.FileDescriptorProto()
+    copy.CopyFrom(file)
+    copy.ClearField("source_code_info")
+    messages = list(copy.message_type)
+    fields = list(copy.extension)
+    while messages:
+        message = messages.pop()
+        messages.extend(message.nested_type)
+        fields.extend(message.field)
+        fields.extend(message.extension)
+    for field in fields:
+        if field.HasField("json_name") and field.json_name == _default_json_name(field.name):
+            field.ClearField("json_name")
+    return copy.SerializeToString(deterministic=True)
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# How a FileDescriptorSet starts: field 1 (file), length-delimited.
+_SET_TAG = 0x0A
+
+
+def _descriptor_set_bytes(path: str) -> bool:
+    """Whether the file at ``path`` holds a serialized FileDescriptorSet, not .proto text.
+
+    A set starts with the tag of its ``file`` field (a newline, as .proto text may) and
+    parses, every file named ``*.proto``: text that happens to parse so is not a real risk.
+    """
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except OSError:
+        return False
+    if not data or data[0] != _SET_TAG:
+        return False
+    try:
+        proto = descriptor_pb2.FileDescriptorSet.FromString(data)
+    except DecodeError:
+        return False
+    return bool(proto.file) and all(file.name.endswith(".proto") for file in proto.file)
+
+
 def _restore(file_descriptor_set: bytes, message_name: str) -> Schema:
     """Unpickle: as cheap as possible, descriptors are rebuilt on first use."""
     return Schema._make(_FileSet(file_descriptor_set), message_name)
@@ -343,6 +433,16 @@ class Schema:
         """
         roots = [os.path.abspath(os.fspath(root)) for root in import_paths]
         name, include_dirs = _locate(path, roots)
+        found = next(
+            (os.path.join(d, name) for d in include_dirs if os.path.isfile(os.path.join(d, name))),
+            None,
+        )
+        if found is not None and _descriptor_set_bytes(found):
+            raise SchemaError(
+                f"{os.fspath(path)!r} is a serialized FileDescriptorSet, not .proto source: "
+                "read it with Schema.from_descriptor_set() (in a YAML plan: "
+                "proto: {descriptor_set: ..., message: ...})"
+            )
         data = _protoc(name, include_dirs)
         files = descriptor_pb2.FileDescriptorSet.FromString(data).file
         return cls._build(files, message, f"{name} and its imports", prefer_file=name)
@@ -387,19 +487,60 @@ class Schema:
             raise TypeError(
                 f"expected a protobuf message class, instance or Descriptor, got {message!r}"
             )
-        files: list[descriptor_pb2.FileDescriptorProto] = []
-        seen: set[str] = set()
+        return cls._build(
+            _file_closure(descriptor.file),
+            descriptor.full_name,
+            f"{descriptor.file.name} and its imports",
+        )
 
-        def collect(file: FileDescriptor) -> None:
-            if file.name in seen:
-                return
-            seen.add(file.name)
-            for dependency in file.dependencies:
-                collect(dependency)
-            files.append(descriptor_pb2.FileDescriptorProto.FromString(file.serialized_pb))
+    @classmethod
+    def from_module(cls, module: Any, message: str) -> Schema:
+        """Take ``message`` from a generated ``_pb2`` module or the files it imports.
 
-        collect(descriptor.file)
-        return cls._build(files, descriptor.full_name, f"{descriptor.file.name} and its imports")
+        ``module`` is the module or its dotted name (``opentelemetry.proto.trace.v1.trace_pb2``),
+        imported if need be -- which runs the module's code, as any import does: name only
+        modules you would import yourself (a YAML plan naming one is trusted code, like a
+        pickle). ``message`` is named as in :meth:`from_proto` (``Span``,
+        ``opentelemetry.proto.trace.v1.Span``); the module's own file wins a short name.
+        """
+        if isinstance(module, str):
+            name = module.strip()
+            if not _MODULE_NAME.fullmatch(name):
+                raise SchemaError(f"{module!r} is not a Python module name (a.b.c_pb2)")
+            try:
+                module = importlib.import_module(name)
+            except Exception as exc:  # an import runs the module's code: anything can fail
+                raise SchemaError(f"cannot import module {name!r}: {exc}") from exc
+        file = getattr(module, "DESCRIPTOR", None)
+        if not isinstance(file, FileDescriptor):
+            raise SchemaError(
+                f"module {getattr(module, '__name__', module)!r} is not a generated protobuf "
+                "module (it has no file DESCRIPTOR)"
+            )
+        return cls._build(
+            _file_closure(file), message, f"{file.name} and its imports", prefer_file=file.name
+        )
+
+    @classmethod
+    def load(
+        cls,
+        source: str | os.PathLike[str],
+        message: str,
+        *,
+        import_paths: Sequence[str | os.PathLike[str]] = (),
+    ) -> Schema:
+        """The schema named on a command line: ``source`` is a ``.proto`` file, a file
+        holding a serialized FileDescriptorSet (recognised by its bytes), or, when no such
+        file exists, the dotted name of a generated module (:meth:`from_module`)."""
+        raw = os.fspath(source)
+        on_disk = os.path.isfile(raw) or any(
+            os.path.isfile(os.path.join(os.fspath(root), raw)) for root in import_paths
+        )
+        if not on_disk and _MODULE_NAME.fullmatch(raw) and not raw.endswith(".proto"):
+            return cls.from_module(raw, message)
+        if os.path.isfile(raw) and _descriptor_set_bytes(raw):
+            return cls.from_descriptor_set(raw, message)
+        return cls.from_proto(raw, message, import_paths=import_paths)
 
     def message(self, name: str) -> Schema:
         """Another message of the same descriptor set, sharing this schema's descriptors.
@@ -435,15 +576,35 @@ class Schema:
 
     @property
     def fingerprint(self) -> str:
-        """Hex SHA-256 of the descriptor set and the root message name; stable across processes."""
+        """Hex SHA-256 of the root message name and the files its file needs; stable across
+        processes, and the same however the schema was built (``.proto`` source, descriptor
+        set, generated class or module): files the message does not reach, source info and
+        default ``json_name`` values do not count."""
         if self._fingerprint is None:
             digest = hashlib.sha256()
-            data = self._files.data
-            digest.update(len(data).to_bytes(8, "little"))
-            digest.update(data)
-            digest.update(self._message_name.encode("utf-8"))
+            name = self._message_name.encode("utf-8")
+            digest.update(len(name).to_bytes(8, "little"))
+            digest.update(name)
+            for data in sorted(_canonical(file) for file in self._closure()):
+                digest.update(len(data).to_bytes(8, "little"))
+                digest.update(data)
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
+
+    def _closure(self) -> list[descriptor_pb2.FileDescriptorProto]:
+        """The root message's file and every file it imports, transitively."""
+        by_name = {file.name: file for file in self._files.proto.file}
+        root = self._files.messages[self._message_name][0]
+        pending, seen = [root], {root}
+        closure: list[descriptor_pb2.FileDescriptorProto] = []
+        while pending:
+            file = by_name[pending.pop()]
+            closure.append(file)
+            for dependency in file.dependency:
+                if dependency not in seen:
+                    seen.add(dependency)
+                    pending.append(dependency)
+        return closure
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, str]]:
         return _restore, (self._files.data, self._message_name)
