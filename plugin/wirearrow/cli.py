@@ -233,8 +233,12 @@ class TranscodeJob:
         dead_sink: ParquetSink | None,
         input_format: str = "binary",
         ignore_unknown_fields: bool = False,
+        source_column: str | None = None,
+        offset_column: str | None = None,
     ) -> None:
         self.tc = tc
+        self.source_column = source_column
+        self.offset_column = offset_column
         self.framing = framing
         self.input_format = input_format
         self.ignore_unknown_fields = ignore_unknown_fields
@@ -244,6 +248,29 @@ class TranscodeJob:
         self.progress = progress
         self.dead_sink = dead_sink
         self.dead_schema = _dead_letter_schema() if dead_sink is not None else None
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The rows' schema: the plan's, then the --source-column and --offset-column."""
+        import pyarrow as pa
+
+        schema = self.tc.arrow_schema
+        if self.source_column is not None:
+            schema = schema.append(pa.field(self.source_column, pa.utf8()))
+        if self.offset_column is not None:
+            schema = schema.append(pa.field(self.offset_column, pa.int64()))
+        return schema
+
+    def _carry(self, path: str, at: np.ndarray) -> dict | None:
+        """The carry= of a batch whose records start at bytes ``at`` of the file ``path``."""
+        import pyarrow as pa
+
+        carry = {}
+        if self.source_column is not None:
+            carry[self.source_column] = pa.repeat(pa.scalar(path, pa.utf8()), len(at))
+        if self.offset_column is not None:
+            carry[self.offset_column] = pa.array(at, pa.int64())
+        return carry or None
 
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
@@ -273,8 +300,12 @@ class TranscodeJob:
                     lo = int(ends[i0 - 1]) if i0 else 0
                     hi = int(ends[i1 - 1])
                     before = self.tc.stats
+                    # Where each record's frame (length prefix) starts in the file.
+                    frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                     try:
-                        batch = self.tc.transcode(view[lo:hi], framing=self.framing)
+                        batch = self.tc.transcode(
+                            view[lo:hi], framing=self.framing, carry=self._carry(path, frame_at)
+                        )
                     except DecodeError as err:
                         index = record_base + i0 + err.index
                         j = i0 + err.index
@@ -287,8 +318,6 @@ class TranscodeJob:
                         ) from err
                     self._took(result, before, batch, sink)
                     if self.dead_sink is not None:
-                        # Where each record's frame (length prefix) starts in the file.
-                        frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                         self._dead_letters(path, record_base + i0, frame_at)
                     result.bytes_in = base + hi
                     self.progress.update(label, result.records_in, result.bytes_in, size, t0)
@@ -329,7 +358,10 @@ class TranscodeJob:
             before = self.tc.stats
             try:
                 batch = self.tc.transcode(
-                    records, format="json", ignore_unknown_fields=self.ignore_unknown_fields
+                    records,
+                    format="json",
+                    ignore_unknown_fields=self.ignore_unknown_fields,
+                    carry=self._carry(path, starts[i0:i1]),
                 )
             except DecodeError as err:
                 at = int(starts[i0 + err.index])
@@ -499,6 +531,10 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
+    extra = [name for name in (args.source_column, args.offset_column) if name is not None]
+    for name in extra:
+        if name in tc.arrow_schema.names or extra.count(name) > 1:
+            raise CliError(f"column {name!r} is already in the output: give another name", 2)
     output = args.output or plan.output.path
     if not output:
         raise CliError(
@@ -544,15 +580,17 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 input_format=args.format or plan.input.format or "binary",
                 ignore_unknown_fields=args.ignore_unknown_fields
                 or plan.input.ignore_unknown_fields,
+                source_column=args.source_column,
+                offset_column=args.offset_column,
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
-            shared = outputs.open(output, tc.arrow_schema, **options) if single else None
+            shared = outputs.open(output, job.row_schema, **options) if single else None
             for source, target in zip(args.files, targets, strict=True):
                 sink = (
                     shared
                     if shared is not None
-                    else outputs.open(target, tc.arrow_schema, **options)
+                    else outputs.open(target, job.row_schema, **options)
                 )
                 total.add(job.run_file(source, sink))
                 if shared is None:
@@ -783,6 +821,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="dead-letter Parquet file; implies --on-error dead_letter; default: the "
         "plan's errors.dead_letter_path, else next to the output (OUT.dead_letters.parquet)",
+    )
+    tr.add_argument(
+        "--source-column",
+        metavar="NAME",
+        help="add a column NAME: each row's input FILE, as given",
+    )
+    tr.add_argument(
+        "--offset-column",
+        metavar="NAME",
+        help="add a column NAME: the byte in its FILE where each row's record starts (its "
+        "length prefix; NDJSON: its line)",
     )
     tr.add_argument(
         "--batch-size",

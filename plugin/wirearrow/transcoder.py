@@ -135,6 +135,8 @@ class Transcoder:
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
+        # Carried values of dead letters: (position of the first in _dead, their rows).
+        self._dead_carry: list[tuple[int, pa.Table]] = []
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
         self._json_readers: dict[bool, JsonReader] = {}  # by ignore_unknown_fields
         # The schemas= of recent confluent batches, by identity (held, so ids stay unique).
@@ -183,14 +185,22 @@ class Transcoder:
             return replace(s)
 
     def dead_letters(self) -> pa.Table:
-        """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
+        """The dead letters gathered so far (on_error="dead_letter"), and forget them.
+
+        When some came from a ``transcode(..., carry=)`` call, a struct column ``carry``
+        holds each one's carried values (null for those transcoded without).
+        """
         with self._lock:
             rows, self._dead = self._dead, []
+            carried, self._dead_carry = self._dead_carry, []
         columns: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[]] * 5
-        return pa.table(
+        table = pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
             schema=DEAD_LETTER_SCHEMA,
         )
+        if carried:
+            table = table.append_column(_CARRY, _carried_struct(carried, len(rows)))
+        return table
 
     def transcode(
         self,
@@ -203,6 +213,7 @@ class Transcoder:
         schemas: SchemaLookup | SchemaIds | None = None,
         schema_id: bool | str = False,
         column: str | None = None,
+        carry: object = None,
     ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
@@ -234,6 +245,15 @@ class Transcoder:
         the record's position in ``messages`` (a record fans out into any number of rows,
         a bad one into none; the same numbering as the dead letters' ``index``).
 
+        ``carry``: values that belong to each record (a Kafka offset, an ingestion time, a
+        source file), repeated on every row the record fans out into, as columns after the
+        plan's (and after ``record_index`` / ``schema_id``): a ``pa.Table``, ``RecordBatch``
+        or mapping of name -> array (anything ``pa.table`` takes) with one row per input
+        record, or, when ``messages`` is a table, a list of the names of its other columns.
+        Bad records have no rows; their dead letters keep the values in a struct column
+        ``carry`` (see :meth:`dead_letters`). Done with one Arrow ``take`` per batch on the
+        rows' record positions.
+
         ``format="json"``: each record is protojson text (a string/binary array or a list of
         str/bytes; see docs/json.md), accepted exactly when ``json_format.Parse`` accepts it
         (``ignore_unknown_fields`` as there) and read as the binary form of that message.
@@ -251,6 +271,16 @@ class Transcoder:
             )
         if id_name is not False and not prefixed:
             raise ValueError("schema_id= is for framing='confluent'")
+        carried = None if carry is None else _carry_table(carry, messages)
+        if carried is not None:
+            taken = {*self._plan.schema.names, index_name, id_name}
+            clash = sorted(name for name in carried.column_names if name in taken)
+            if clash or len(set(carried.column_names)) != carried.num_columns:
+                raise ValueError(
+                    f"carry= columns must have names of their own, not in the output: {clash}"
+                    if clash
+                    else f"carry= has duplicate column names: {carried.column_names}"
+                )
         messages = _arrow_input(messages, column)
         if check_format(format) == "json":
             if prefixed:
@@ -275,6 +305,11 @@ class Transcoder:
                 starts, ends, index = starts[keep], ends[keep], index[keep]
                 raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         n_in = len(index) + len(failures)
+        if carried is not None and carried.num_rows != n_in:
+            raise ValueError(
+                f"carry= has {carried.num_rows} rows, the batch has {n_in} records: give one "
+                "row per record"
+            )
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._spec.on_error == "raise"
         entry = self._entry
@@ -300,7 +335,9 @@ class Transcoder:
             assembler = Assembler(self._plan, result, data)
             try:
                 columns, n_rows, positions = assembler.columns(
-                    row_records=index_name is not False or id_name is not False
+                    row_records=index_name is not False
+                    or id_name is not False
+                    or carried is not None
                 )
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
@@ -332,7 +369,7 @@ class Transcoder:
             if raw_starts is not None and record_ids is not None:
                 raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
+        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost, carried)
         rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
         if positions is not None and index_name is not False:
             rows = rows.append_column(
@@ -342,6 +379,10 @@ class Transcoder:
             rows = rows.append_column(
                 pa.field(id_name, pa.int64(), nullable=False), pa.array(record_ids[positions])
             )
+        if positions is not None and carried is not None:
+            values = carried.take(pa.array(index[positions]))
+            for field, values_of in zip(carried.schema, values.columns, strict=True):
+                rows = rows.append_column(field, values_of.combine_chunks())
         return rows
 
     def _extra_column(self, option: str, value: bool | str, default: str) -> str | bool:
@@ -505,13 +546,17 @@ class Transcoder:
         n_rows: int,
         n_bytes: int,
         precision_lost: int,
+        carried: pa.Table | None = None,
     ) -> None:
         dead = []
+        dead_carried = None
         if self._spec.on_error == "dead_letter":
             dead = sorted(
                 ((e.index, e.offset, e.path, e.reason, raw) for e, raw in failures),
                 key=lambda row: row[0],
             )
+            if carried is not None and dead:
+                dead_carried = carried.take(pa.array([row[0] for row in dead], pa.int64()))
         with self._lock:
             s = self._stats
             s.records_in += n_in
@@ -520,6 +565,8 @@ class Transcoder:
             s.rows_out += n_rows
             s.bytes_in += n_bytes
             s.precision_lost += precision_lost
+            if dead_carried is not None:
+                self._dead_carry.append((len(self._dead), dead_carried))
             self._dead.extend(dead)
 
 
@@ -529,7 +576,73 @@ def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _RECORD_INDEX = "_record_index"
+_CARRY = "carry"  # the dead letters' column of carried values
 _SCHEMA_ID = "_schema_id"
+
+
+def _carry_table(carry: object, messages: object) -> pa.Table:
+    """``transcode(carry=)`` as a Table: given as one, a RecordBatch, a mapping of name ->
+    array, or the names of columns of ``messages`` (a table)."""
+    if isinstance(carry, pa.Table):
+        return carry
+    if isinstance(carry, pa.RecordBatch):
+        return pa.Table.from_batches([carry])
+    if isinstance(carry, list | tuple) and all(isinstance(name, str) for name in carry):
+        if not isinstance(messages, pa.Table | pa.RecordBatch):
+            raise TypeError(
+                "carry= as column names takes them from a table of records; with other "
+                "records give the values (a pa.Table or a mapping of name -> array)"
+            )
+        missing = [name for name in carry if name not in messages.schema.names]
+        if missing:
+            raise KeyError(f"carry= names columns the records do not have: {missing}")
+        table = messages.select(list(carry))
+        return table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
+    if isinstance(carry, dict) or hasattr(carry, "keys"):
+        try:
+            return pa.table(carry)  # type: ignore[arg-type]
+        except (TypeError, ValueError, pa.ArrowException) as err:
+            raise TypeError(f"carry= values are not Arrow columns of one length: {err}") from None
+    if hasattr(carry, "__arrow_c_stream__") or hasattr(carry, "__arrow_c_array__"):
+        return pa.table(carry)  # a Polars / DuckDB / nanoarrow table
+    raise TypeError(
+        "carry= takes a pa.Table, a RecordBatch, a mapping of name -> array or a list of "
+        f"column names, not {type(carry).__name__}"
+    )
+
+
+def _carried_struct(segments: list[tuple[int, pa.Table]], n: int) -> pa.StructArray:
+    """The dead letters' ``carry`` column: ``n`` rows, where each segment (first position,
+    rows) says what the dead letters from one carry= call carried; null elsewhere. Calls
+    that carried different columns or types are unified (missing columns null)."""
+    schema = pa.unify_schemas([rows.schema for _, rows in segments], promote_options="permissive")
+    parts: list[pa.Table] = []
+    valid = np.zeros(n, dtype=bool)
+    done = 0
+    for start, rows in segments:
+        if start > done:
+            parts.append(schema.empty_table().take(pa.nulls(start - done, pa.int64())))
+        parts.append(
+            pa.table(
+                [
+                    rows.column(f.name).cast(f.type)
+                    if f.name in rows.column_names
+                    else pa.nulls(rows.num_rows, f.type)
+                    for f in schema
+                ],
+                schema=schema,
+            )
+        )
+        valid[start : start + rows.num_rows] = True
+        done = start + rows.num_rows
+    if n > done:
+        parts.append(schema.empty_table().take(pa.nulls(n - done, pa.int64())))
+    table = pa.concat_tables(parts).combine_chunks()
+    return pa.StructArray.from_arrays(
+        [c.combine_chunks() for c in table.columns],
+        fields=list(schema),
+        mask=pa.array(~valid),
+    )
 
 
 def _arrow_input(messages: object, column: str | None) -> object:
