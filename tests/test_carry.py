@@ -195,3 +195,46 @@ def test_cli_source_and_offset_columns(schema: wa.Schema, tmp_path) -> None:
         "at": [starts[0], starts[0], starts[2], starts[3]],
     }
     assert main([*argv, "--framing", "u32le", "--source-column", "id"]) == 2
+
+
+def test_beam_rows_carry_their_fields(schema: wa.Schema) -> None:
+    beam = pytest.importorskip("apache_beam")
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that
+
+    import wirearrow.beam as wab
+
+    records = orders(schema, [2, 0, 1])
+    elements = [
+        beam.Row(value=r, topic="t", partition=i % 2, offset=100 + i)
+        for i, r in enumerate([*records, b"\xff"])
+    ]
+    tc = wa.Transcoder(schema, ["id", "items[*].sku"], on_error="dead_letter")
+    typed = wab.ToArrow(tc, carry={"offset": pa.int64(), "partition": pa.int64()})
+    assert typed.schema.names == ["id", "items[*].sku", "offset", "partition"]
+
+    def rows(batches) -> list[tuple]:
+        return sorted(t for b in batches for t in zip(*b.to_pydict().values(), strict=True))
+
+    def check(want):
+        def check(batches) -> None:
+            assert rows(batches) == want
+
+        return check
+
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        got = p | beam.Create(elements) | "typed" >> typed
+        assert_that(
+            got.batches,
+            check([("o0", "s0.0", 100, 0), ("o0", "s0.1", 100, 0), ("o1", None, 101, 1),
+                   ("o2", "s2.0", 102, 0)]),
+            label="typed",
+        )  # fmt: skip
+        inferred = p | "again" >> beam.Create(elements) | "named" >> wab.ToArrow(tc, carry=["topic"])
+        assert_that(
+            inferred.batches,
+            check([("o0", "s0.0", "t"), ("o0", "s0.1", "t"), ("o1", None, "t"), ("o2", "s2.0", "t")]),
+            label="inferred",
+        )
+    with pytest.raises(ValueError, match=r"clash with the plan's output: \['id'\]"):
+        wab.ToArrow(tc, carry=["id"])

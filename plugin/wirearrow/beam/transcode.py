@@ -177,11 +177,12 @@ class ArrowResult(dict):
 class _Buffer:
     """The records of one window waiting for a batch, and their latest timestamp."""
 
-    __slots__ = ("keys", "records", "timestamp")
+    __slots__ = ("carried", "keys", "records", "timestamp")
 
     def __init__(self, timestamp: Timestamp) -> None:
         self.records: list = []
         self.keys: list = []
+        self.carried: list = []  # per record: the tuple of its carry= fields
         self.timestamp = timestamp
 
 
@@ -199,8 +200,11 @@ class _TranscodeFn(beam.DoFn):
         batch_size: int,
         field: str,
         dead_tag: str,
+        carry: tuple = (),
     ) -> None:
         super().__init__()
+        # (name, Arrow type or None: inferred) of each row field carried onto the rows.
+        self._carry = carry
         # The Transcoder travels pickled (its spec, and its cache by identity). Each DoFn
         # instance unpickles its own in setup(), with its own counts and dead letters; the
         # plan is compiled once per worker process, by the process's parser cache.
@@ -236,15 +240,19 @@ class _TranscodeFn(beam.DoFn):
         elif timestamp > buf.timestamp:
             buf.timestamp = timestamp
         if type(element) is bytes or type(element) is str:  # (str: protojson text)
+            if self._carry:
+                raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
             buf.records.append(element)
             buf.keys.append(None)
         else:
             key, record = self._unpack(element)
             buf.records.append(record)
             buf.keys.append(key)
+            if self._carry:
+                buf.carried.append(self._carried(element, key))
         if len(buf.records) >= self._batch_size:
             del self._buffers[window]
-            yield from self._emit(buf.records, buf.keys, buf.timestamp, window)
+            yield from self._emit(buf.records, buf.keys, buf.timestamp, window, buf.carried)
 
     def _unpack(self, element: Any) -> tuple[Any, Any]:
         """(key, record) of a (key, bytes) pair or a Row; a bytes-like record as is."""
@@ -263,26 +271,51 @@ class _TranscodeFn(beam.DoFn):
                 "(pass field= to name the bytes field of a row)"
             ) from None
 
+    def _carried(self, element: Any, key: Any) -> tuple:
+        """The carry= fields of a row element (``key``: a pair's key, or the row's)."""
+        values = []
+        for name, _ in self._carry:
+            if name == "key":
+                values.append(key)
+            elif hasattr(element, name):
+                values.append(getattr(element, name))
+            else:
+                raise TypeError(
+                    f"ToArrow(carry=): {type(element).__name__} element has no field {name!r}"
+                )
+        return tuple(values)
+
     def finish_bundle(self) -> Iterator[Any]:
         buffers, self._buffers = self._buffers, {}
         for window, buf in buffers.items():
-            yield from self._emit(buf.records, buf.keys, buf.timestamp, window)
+            yield from self._emit(buf.records, buf.keys, buf.timestamp, window, buf.carried)
 
-    def _emit(self, records: list, keys: list, timestamp: Any, window: Any) -> Iterator[Any]:
+    def _emit(
+        self, records: list, keys: list, timestamp: Any, window: Any, carried: list
+    ) -> Iterator[Any]:
         # Outputs are WindowedValues: in finish_bundle there is no input element whose
         # window Beam could use, and in process the buffered records may be older than
         # the current one.
         windows = (window,)
-        batch, dead = self._transcode(records, keys)
+        batch, dead = self._transcode(records, keys, carried)
         if batch.num_rows:
             yield WindowedValue(batch, timestamp, windows)
         for letter in dead:
             yield pvalue.TaggedOutput(self._dead_tag, WindowedValue(letter, timestamp, windows))
 
-    def _transcode(self, records: Any, keys: list | None) -> tuple[pa.RecordBatch, list]:
+    def _transcode(
+        self, records: Any, keys: list | None, carried: list | None = None
+    ) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
-        batch = tc.transcode(records, **self._input)
+        carry = None
+        if self._carry:
+            columns = list(zip(*carried, strict=True)) if carried else [()] * len(self._carry)
+            carry = pa.table(
+                [pa.array(v, type=t) for v, (_, t) in zip(columns, self._carry, strict=True)],
+                names=[name for name, _ in self._carry],
+            )
+        batch = tc.transcode(records, carry=carry, **self._input)
         after = tc.stats
         dead = []
         table = tc.dead_letters()
@@ -365,6 +398,11 @@ class ToArrow(beam.PTransform):
             (what Confluent's serializers write to Kafka), with ``schemas`` (a
             ``{schema_id: Schema}`` mapping or a look-up function) and ``schema_id`` (True
             or a column name: each row's schema id), as in ``Transcoder.transcode``.
+        carry: fields of the row elements to repeat on every row of their record, after the
+            plan's columns, e.g. ``["topic", "partition", "offset"]`` of
+            ``ReadFromKafka(with_metadata=True)`` rows (``"key"`` is also a pair's key): a
+            list of names (Arrow types inferred per batch) or a mapping name -> Arrow type
+            (fixed types, in ``.schema`` too). See ``Transcoder.transcode(carry=)``.
     """
 
     def __init__(
@@ -380,6 +418,7 @@ class ToArrow(beam.PTransform):
         framing: Optional[str] = None,  # noqa: UP045
         schemas: Optional[Any] = None,  # noqa: UP045
         schema_id: Any = False,
+        carry: Any = (),
     ) -> None:
         super().__init__()
         if format not in ("binary", "json"):
@@ -398,6 +437,13 @@ class ToArrow(beam.PTransform):
             self.schema = transcoder.transcode([], **input_args).schema
         else:
             self.schema = transcoder.arrow_schema
+        self._carry = _carry_fields(carry)
+        taken = set(self.schema.names) & {name for name, _ in self._carry}
+        if taken:
+            raise ValueError(f"carry= fields clash with the plan's output: {sorted(taken)}")
+        if all(t is not None for _, t in self._carry):
+            for name, t in self._carry:
+                self.schema = self.schema.append(pa.field(name, t))
         self._spec = pickle.dumps((transcoder, input_args), protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)
         self._field = field
@@ -405,11 +451,25 @@ class ToArrow(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection):  # -> ArrowResult (Beam reads annotations)
         fn_class = _TranscodeBytesFn if _is_bytes_type(pcoll.element_type) else _TranscodeFn
-        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters")
+        if self._carry and fn_class is _TranscodeBytesFn:
+            raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
+        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters", self._carry)
         outputs = pcoll | "Transcode" >> beam.ParDo(fn).with_output_types(
             pa.RecordBatch, dead_letters=DeadLetter
         ).with_outputs("dead_letters", main="batches")
         return ArrowResult(outputs.batches, outputs.dead_letters, self.schema, self._dead_key)
+
+
+def _carry_fields(carry: Any) -> tuple:
+    """carry= as ((name, Arrow type or None), ...)."""
+    if isinstance(carry, str):
+        raise TypeError("carry= is a list of field names (or a mapping name -> Arrow type)")
+    if isinstance(carry, Mapping):
+        for name, t in carry.items():
+            if not isinstance(t, pa.DataType):
+                raise TypeError(f"carry= {name!r}: expected a pyarrow type, not {t!r}")
+        return tuple((str(name), t) for name, t in carry.items())
+    return tuple((str(name), None) for name in carry)
 
 
 def dead_letter_tag(error_handling: Mapping[str, str] | None) -> str:
