@@ -367,9 +367,106 @@ def _descriptor_set_bytes(path: str) -> bool:
     return bool(proto.file) and all(file.name.endswith(".proto") for file in proto.file)
 
 
-def _restore(file_descriptor_set: bytes, message_name: str) -> Schema:
+def _restore(
+    file_descriptor_set: bytes, message_name: str, custom: tuple[tuple[int, int], ...] = ()
+) -> Schema:
     """Unpickle: as cheap as possible, descriptors are rebuilt on first use."""
-    return Schema._make(_FileSet(file_descriptor_set), message_name)
+    schema = Schema._make(_FileSet(file_descriptor_set), message_name)
+    schema._custom = custom or None
+    return schema
+
+
+def _rescope(message: descriptor_pb2.DescriptorProto, old: str, new: str) -> None:
+    """Point every type reference inside ``message`` (its nested types' too) that names a
+    type nested in ``old`` (``.pkg.Msg.X``) at the copy nested in ``new`` (``.New.X``):
+    map entries and nested types must be declared in the scope of the message using them."""
+    prefix, target = f".{old}.", f".{new}."
+    pending = [message]
+    while pending:
+        current = pending.pop()
+        pending.extend(current.nested_type)
+        for field in current.field:
+            if field.type_name.startswith(prefix):
+                field.type_name = target + field.type_name[len(prefix) :]
+
+
+def _is_synthetic(message: descriptor_pb2.DescriptorProto, index: int) -> bool:
+    """Whether oneof ``index`` is the synthetic one of a proto3 ``optional`` field."""
+    members = [f for f in message.field if f.HasField("oneof_index") and f.oneof_index == index]
+    return len(members) == 1 and members[0].proto3_optional
+
+
+def _merge_messages(
+    base: Descriptor, custom: Descriptor
+) -> tuple[descriptor_pb2.FileDescriptorProto, tuple[tuple[int, int], ...]]:
+    """The file of ``<Base>Custom``: base's fields, then custom's renumbered from base's
+    highest number + 1 in declaration order (bufarrow-behaviour §6), nested types and
+    enums of both re-scoped into it. Returns it and (custom number, merged number) pairs."""
+    base_file = descriptor_pb2.FileDescriptorProto.FromString(base.file.serialized_pb)
+    custom_file = descriptor_pb2.FileDescriptorProto.FromString(custom.file.serialized_pb)
+    if (base_file.syntax, base_file.edition) != (custom_file.syntax, custom_file.edition) or (
+        base_file.options.features != custom_file.options.features
+    ):
+        raise SchemaError(
+            f"the custom message {custom.full_name} ({custom_file.syntax or 'proto2'}) and "
+            f"the base message {base.full_name} ({base_file.syntax or 'proto2'}) must have "
+            "the same syntax (and edition features) to be merged"
+        )
+    merged = descriptor_pb2.DescriptorProto()
+    base.CopyToProto(merged)
+    extra = descriptor_pb2.DescriptorProto()
+    custom.CopyToProto(extra)
+    name = f"{base.name}Custom"
+    merged.name = name
+    _rescope(merged, base.full_name, name)
+    _rescope(extra, custom.full_name, name)
+    taken = {f.name for f in merged.field}
+    for field in extra.field:
+        if field.name in taken:
+            raise SchemaError(f"field name conflict: {field.name} (in both {base.full_name} and {custom.full_name})")
+    types = {t.name for t in merged.nested_type} | {e.name for e in merged.enum_type}
+    for kind, names in (("nested type", extra.nested_type), ("enum", extra.enum_type)):
+        for item in names:
+            if item.name in types:
+                raise SchemaError(f"{kind} name conflict: {item.name} (in both {base.full_name} and {custom.full_name})")
+    merged.nested_type.extend(extra.nested_type)
+    merged.enum_type.extend(extra.enum_type)
+    # Oneofs: real ones first, then the synthetic ones of proto3 optional fields, as
+    # descriptors require; each field's oneof_index follows its oneof.
+    sources = [(merged, i, o) for i, o in enumerate(merged.oneof_decl)]
+    sources += [(extra, i, o) for i, o in enumerate(extra.oneof_decl)]
+    ordered = sorted(sources, key=lambda s: _is_synthetic(s[0], s[1]))
+    where = {(id(m), i): k for k, (m, i, _) in enumerate(ordered)}
+    oneofs = [descriptor_pb2.OneofDescriptorProto() for _ in ordered]
+    for k, (_, _, decl) in enumerate(ordered):
+        oneofs[k].CopyFrom(decl)
+    for field in merged.field:
+        if field.HasField("oneof_index"):
+            field.oneof_index = where[(id(merged), field.oneof_index)]
+    start = max((f.number for f in merged.field), default=0) + 1
+    numbers = []
+    for k, field in enumerate(extra.field):
+        numbers.append((field.number, start + k))
+        field.number = start + k
+        if field.HasField("oneof_index"):
+            field.oneof_index = where[(id(extra), field.oneof_index)]
+    merged.field.extend(extra.field)
+    del merged.oneof_decl[:]
+    merged.oneof_decl.extend(oneofs)
+    dependencies = dict.fromkeys(
+        [*base_file.dependency, base_file.name, *custom_file.dependency, custom_file.name]
+    )
+    out = descriptor_pb2.FileDescriptorProto(
+        name=f"{name}.proto",
+        syntax=base_file.syntax,
+        dependency=list(dependencies),
+        message_type=[merged],
+    )
+    if base_file.HasField("edition"):
+        out.edition = base_file.edition
+    if base_file.options.HasField("features"):
+        out.options.features.CopyFrom(base_file.options.features)
+    return out, tuple(numbers)
 
 
 class Schema:
@@ -379,12 +476,13 @@ class Schema:
     Equal schemas have equal :attr:`fingerprint` (same files, same root message).
     """
 
-    __slots__ = ("__weakref__", "_descriptor", "_files", "_fingerprint", "_message_name")
+    __slots__ = ("__weakref__", "_custom", "_descriptor", "_files", "_fingerprint", "_message_name")
 
     _files: _FileSet
     _message_name: str
     _descriptor: Descriptor | None
     _fingerprint: str | None
+    _custom: tuple[tuple[int, int], ...] | None
 
     def __init__(self) -> None:
         raise TypeError(
@@ -398,6 +496,7 @@ class Schema:
         self._message_name = message_name
         self._descriptor = None
         self._fingerprint = None
+        self._custom = None
         return self
 
     @classmethod
@@ -542,6 +641,39 @@ class Schema:
             return cls.from_descriptor_set(raw, message)
         return cls.from_proto(raw, message, import_paths=import_paths)
 
+    def with_custom_message(self, custom: Schema) -> Schema:
+        """This message merged with a custom message, as the reference's schema merging
+        (bufarrow-behaviour §6): a message ``<Name>Custom`` (no package) holding this
+        message's fields unchanged, then ``custom``'s renumbered consecutively from this
+        message's highest field number + 1, in declaration order; the nested types and
+        enums of both are nested in it. Unlike the reference, map fields work.
+
+        Records of the merged schema are (base, custom) pairs of serialized messages:
+        ``Transcoder.transcode(base_records, custom=custom_records)``. A custom record with
+        a field number ``custom`` does not declare is a bad record, never merged into a
+        base field. :attr:`custom_numbers` says how the numbers moved. Both messages must
+        have the same syntax; a field, nested type or enum name in both is an error.
+        """
+        if not isinstance(custom, Schema):
+            raise TypeError(f"custom must be a Schema, not {type(custom).__name__}")
+        if self._custom is not None:
+            raise SchemaError(f"{self.message_name} is already merged with a custom message")
+        merged_file, numbers = _merge_messages(self.descriptor, custom.descriptor)
+        files = [
+            *descriptor_pb2.FileDescriptorSet.FromString(self.file_descriptor_set).file,
+            *descriptor_pb2.FileDescriptorSet.FromString(custom.file_descriptor_set).file,
+            merged_file,
+        ]
+        schema = Schema._build(files, merged_file.message_type[0].name, "the merged schema")
+        schema._custom = numbers
+        return schema
+
+    @property
+    def custom_numbers(self) -> tuple[tuple[int, int], ...] | None:
+        """For a schema from :meth:`with_custom_message`: (custom field number, merged field
+        number) of each custom field; None for any other schema."""
+        return self._custom
+
     def message(self, name: str) -> Schema:
         """Another message of the same descriptor set, sharing this schema's descriptors.
 
@@ -588,6 +720,8 @@ class Schema:
             for data in sorted(_canonical(file) for file in self._closure()):
                 digest.update(len(data).to_bytes(8, "little"))
                 digest.update(data)
+            if self._custom is not None:  # how custom records are renumbered
+                digest.update(repr(self._custom).encode("ascii"))
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
 
@@ -606,8 +740,8 @@ class Schema:
                     pending.append(dependency)
         return closure
 
-    def __reduce__(self) -> tuple[Any, tuple[bytes, str]]:
-        return _restore, (self._files.data, self._message_name)
+    def __reduce__(self) -> tuple[Any, tuple[bytes, str, tuple[tuple[int, int], ...]]]:
+        return _restore, (self._files.data, self._message_name, self._custom or ())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schema):

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
-from wirearrow._core.framing import pack_records
+from wirearrow._core.framing import MERGE_OK, MERGE_UNDECLARED, merge_custom, pack_records
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import split_framed_prefix
@@ -214,6 +214,7 @@ class Transcoder:
         schema_id: bool | str = False,
         column: str | None = None,
         carry: object = None,
+        custom: object = None,
     ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
@@ -254,6 +255,13 @@ class Transcoder:
         ``carry`` (see :meth:`dead_letters`). Done with one Arrow ``take`` per batch on the
         rows' record positions.
 
+        ``custom``: for a schema merged with a custom message
+        (:meth:`Schema.with_custom_message`), each record's custom message bytes, aligned
+        with ``messages`` (the base messages; same input forms, no framing): each pair is
+        read as one merged message. A custom record holding a field number its message
+        does not declare, or that is malformed, is a bad record; ``None`` is no custom
+        fields. A dead letter's ``raw`` is the base bytes followed by the custom bytes.
+
         ``format="json"``: each record is protojson text (a string/binary array or a list of
         str/bytes; see docs/json.md), accepted exactly when ``json_format.Parse`` accepts it
         (``ignore_unknown_fields`` as there) and read as the binary form of that message.
@@ -282,7 +290,22 @@ class Transcoder:
                     else f"carry= has duplicate column names: {carried.column_names}"
                 )
         messages = _arrow_input(messages, column)
-        if check_format(format) == "json":
+        custom_numbers = self._spec.schema.custom_numbers
+        if (custom is None) != (custom_numbers is None):
+            raise ValueError(
+                "custom= takes the custom records of a schema merged with "
+                "Schema.with_custom_message()"
+                if custom is not None
+                else f"{self._spec.schema.message_name} is merged with a custom message: "
+                "give its records as transcode(base_records, custom=custom_records)"
+            )
+        if custom is not None and (framing is not None or format != "binary"):
+            raise ValueError("custom= takes binary records, without framing= or format=")
+        if custom is not None:
+            data, starts, ends, index, failures = _merged_records(
+                messages, _arrow_input(custom, None), custom_numbers
+            )
+        elif check_format(format) == "json":
             if prefixed:
                 raise ValueError("framing='confluent' is for binary records, not format='json'")
             data, starts, ends, index, failures = self._json_records(
@@ -578,6 +601,49 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _RECORD_INDEX = "_record_index"
 _CARRY = "carry"  # the dead letters' column of carried values
 _SCHEMA_ID = "_schema_id"
+
+
+def _merged_records(base: object, custom: object, numbers: tuple[tuple[int, int], ...]):
+    """(base, custom) record pairs as the merged message's records, like _records: the
+    custom bytes renumbered after the base bytes, pairs that cannot be merged failures."""
+    b_data, b_starts, b_ends, b_index, failures = _records(base, None)
+    c_data, c_starts, c_ends, c_index, c_nulls = _records(custom, None)  # None: no fields
+    n, n_custom = len(b_index) + len(failures), len(c_index) + len(c_nulls)
+    if n_custom != n:
+        raise ValueError(f"custom= has {n_custom} records, messages has {n}: give one per record")
+    c_s, c_e = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    c_s[c_index], c_e[c_index] = c_starts, c_ends
+    c_starts, c_ends = c_s[b_index], c_e[b_index]
+    table = np.zeros(max(old for old, _ in numbers) + 1 if numbers else 1, np.int32)
+    for old, new in numbers:
+        table[old] = new
+    data, starts, ends, status, where, fields = merge_custom(
+        b_data, b_starts, b_ends, c_data, c_starts, c_ends, table
+    )
+    starts = np.frombuffer(memoryview(starts), dtype=np.int64)
+    ends = np.frombuffer(memoryview(ends), dtype=np.int64)
+    status = np.frombuffer(memoryview(status), dtype=np.int32)
+    bad = np.flatnonzero(status != MERGE_OK)
+    if len(bad):
+        where = np.frombuffer(memoryview(where), dtype=np.int64)
+        fields = np.frombuffer(memoryview(fields), dtype=np.int64)
+        for pos in bad:
+            reason = (
+                f"custom field number {int(fields[pos])} is not declared by the custom message"
+                if status[pos] == MERGE_UNDECLARED
+                else "malformed custom message bytes"
+            )
+            base_len = int(b_ends[pos] - b_starts[pos])
+            err = DecodeError(
+                reason, index=int(b_index[pos]), offset=base_len + int(where[pos]), path=""
+            )
+            raw = bytes(b_data[b_starts[pos] : b_ends[pos]]) + bytes(
+                c_data[c_starts[pos] : c_ends[pos]]
+            )
+            failures.append((err, raw))
+        keep = status == MERGE_OK
+        starts, ends, b_index = starts[keep], ends[keep], b_index[keep]
+    return memoryview(data), np.ascontiguousarray(starts), np.ascontiguousarray(ends), b_index, failures
 
 
 def _carry_table(carry: object, messages: object) -> pa.Table:
