@@ -183,6 +183,9 @@ class PlanConfig:
     # of proto.file / proto.message.
     _column_sites: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _proto_sites: tuple[str, str] = field(default=("", ""), repr=False, compare=False)
+    # custom_message: the message merged into proto's (bufarrow-behaviour §6), and its sites
+    custom: ProtoSource | None = None
+    _custom_sites: tuple[str, str] = field(default=("", ""), repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -209,22 +212,25 @@ class PlanConfig:
         return replace(self, settings=tuple(settings.items()), _cache={})
 
     def schema(self) -> Schema:
-        """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line."""
-        schema = self._cache.get(self.proto)
+        """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line.
+
+        With ``custom_message``: the base message merged with it
+        (:meth:`Schema.with_custom_message`), whose records are (base, custom) pairs.
+        """
+        key = (self.proto, self.custom)
+        schema = self._cache.get(key)
         if schema is None:
-            try:
-                schema = self.proto.schema()
-            except SchemaError as err:
-                text = str(err)
-                source = (
-                    "descriptor_set"
-                    if self.proto.descriptor_set is not None
-                    else ("module" if self.proto.module is not None else "file")
+            schema = _located_schema(self.proto, "proto", self._proto_sites, self.source)
+            if self.custom is not None:
+                custom = _located_schema(
+                    self.custom, "custom_message", self._custom_sites, self.source
                 )
-                key = "proto.message" if text.startswith("message ") else f"proto.{source}"
-                site = self._proto_sites[key == "proto.message"] or self.source
-                raise SchemaError(f"{site}: {key}: {text}") from err
-            self._cache[self.proto] = schema
+                try:
+                    schema = schema.with_custom_message(custom)
+                except SchemaError as err:
+                    site = self._custom_sites[0] or self.source
+                    raise SchemaError(f"{site}: custom_message: {err}") from err
+            self._cache[key] = schema
         return schema
 
     def transcoder(self, cache: ParserCache | None = None) -> Transcoder:
@@ -256,6 +262,24 @@ class PlanConfig:
                 site = self._column_sites[i] if i < len(self._column_sites) else self.source
                 return f"{site}: denormalizer.columns[{i}]: {problem[len(prefix) :]}"
         return f"{self.source}: {problem}"
+
+
+def _located_schema(
+    source: ProtoSource, keypath: str, sites: tuple[str, str], where: str
+) -> Schema:
+    """``source.schema()``, its errors located at the plan key they are about."""
+    try:
+        return source.schema()
+    except SchemaError as err:
+        text = str(err)
+        kind = (
+            "descriptor_set"
+            if source.descriptor_set is not None
+            else ("module" if source.module is not None else "file")
+        )
+        key = f"{keypath}.message" if text.startswith("message ") else f"{keypath}.{kind}"
+        site = sites[key.endswith(".message")] or where
+        raise SchemaError(f"{site}: {key}: {text}") from err
 
 
 # ---- YAML with line numbers --------------------------------------------------------------
@@ -711,15 +735,9 @@ class _Checker:
         proto, proto_sites = None, ("", "")
         if root.get("proto") is not None:  # else: reported as a missing required key
             proto, proto_sites = self.proto(*at("proto"), "proto")
-        custom, custom_line = at("custom_message")
-        if custom is not None:
-            self.proto(custom, custom_line, "custom_message", resolve=False)
-            self.problem(
-                custom_line,
-                "custom_message",
-                "schema merging with a custom message is not supported yet; remove the key "
-                "(or merge the fields into the message's .proto file)",
-            )
+        custom, custom_sites = None, ("", "")
+        if root.get("custom_message") is not None:
+            custom, custom_sites = self.proto(*at("custom_message"), "custom_message")
         columns, column_sites = self.denormalizer(root, *at("denormalizer"))
         on_error, dead_letter_path = self.errors(*at("errors"))
         settings: dict[str, Any] = {}
@@ -766,6 +784,8 @@ class _Checker:
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
+            custom=custom,
+            _custom_sites=custom_sites,
         )
 
     def proto(

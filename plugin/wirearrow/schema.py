@@ -457,11 +457,10 @@ def _merge_messages(
         [*base_file.dependency, base_file.name, *custom_file.dependency, custom_file.name]
     )
     out = descriptor_pb2.FileDescriptorProto(
-        name=f"{name}.proto",
-        syntax=base_file.syntax,
-        dependency=list(dependencies),
-        message_type=[merged],
+        name=f"{name}.proto", dependency=list(dependencies), message_type=[merged]
     )
+    if base_file.HasField("syntax"):
+        out.syntax = base_file.syntax
     if base_file.HasField("edition"):
         out.edition = base_file.edition
     if base_file.options.HasField("features"):
