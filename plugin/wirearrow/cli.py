@@ -521,6 +521,12 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
 
     plan = _load_plan(args.plan)
+    if plan.custom is not None:
+        raise CliError(
+            f"{args.plan}: custom_message plans read (base, custom) record pairs, which files "
+            "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
+            2,
+        )
     framing = args.framing or plan.input.framing or DEFAULT_FRAMING
     policy = args.on_error
     if args.dead_letters is not None:
