@@ -594,7 +594,7 @@ class _Checker:
         return getattr(mapping, "line", None)
 
     @staticmethod
-    def text(container: Mapping | Sequence, key: object) -> object:
+    def text(container: Any, key: object) -> object:
         """``container[key]`` for a key that takes a string: a plain scalar YAML 1.1 read as
         a boolean, number or date comes back as written (see :func:`_plain_text`)."""
         texts = getattr(container, "texts", None)

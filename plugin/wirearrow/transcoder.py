@@ -301,7 +301,7 @@ class Transcoder:
             )
         if custom is not None and (framing is not None or format != "binary"):
             raise ValueError("custom= takes binary records, without framing= or format=")
-        if custom is not None:
+        if custom is not None and custom_numbers is not None:  # (checked together above)
             data, starts, ends, index, failures = _merged_records(
                 messages, _arrow_input(custom, None), custom_numbers
             )
@@ -617,16 +617,16 @@ def _merged_records(base: object, custom: object, numbers: tuple[tuple[int, int]
     table = np.zeros(max(old for old, _ in numbers) + 1 if numbers else 1, np.int32)
     for old, new in numbers:
         table[old] = new
-    data, starts, ends, status, where, fields = merge_custom(
+    data, starts_buf, ends_buf, status_buf, where_buf, fields_buf = merge_custom(
         b_data, b_starts, b_ends, c_data, c_starts, c_ends, table
     )
-    starts = np.frombuffer(memoryview(starts), dtype=np.int64)
-    ends = np.frombuffer(memoryview(ends), dtype=np.int64)
-    status = np.frombuffer(memoryview(status), dtype=np.int32)
+    starts = np.frombuffer(memoryview(starts_buf), dtype=np.int64)
+    ends = np.frombuffer(memoryview(ends_buf), dtype=np.int64)
+    status = np.frombuffer(memoryview(status_buf), dtype=np.int32)
     bad = np.flatnonzero(status != MERGE_OK)
     if len(bad):
-        where = np.frombuffer(memoryview(where), dtype=np.int64)
-        fields = np.frombuffer(memoryview(fields), dtype=np.int64)
+        where = np.frombuffer(memoryview(where_buf), dtype=np.int64)
+        fields = np.frombuffer(memoryview(fields_buf), dtype=np.int64)
         for pos in bad:
             reason = (
                 f"custom field number {int(fields[pos])} is not declared by the custom message"
@@ -666,7 +666,7 @@ def _carry_table(carry: object, messages: object) -> pa.Table:
         return table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
     if isinstance(carry, dict) or hasattr(carry, "keys"):
         try:
-            return pa.table(carry)  # type: ignore[arg-type]
+            return pa.table(carry)
         except (TypeError, ValueError, pa.ArrowException) as err:
             raise TypeError(f"carry= values are not Arrow columns of one length: {err}") from None
     if hasattr(carry, "__arrow_c_stream__") or hasattr(carry, "__arrow_c_array__"):
