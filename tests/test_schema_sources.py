@@ -226,3 +226,25 @@ def test_cli_schema_from_each_source(shop: Path, capsys: pytest.CaptureFixture) 
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] == outputs[2]
     assert "items" in outputs[0] and "tags" in outputs[0]
+
+
+def test_an_installed_schema_package_by_module_name() -> None:
+    """opentelemetry-proto ships generated modules only (no .proto files)."""
+    pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    name = "opentelemetry.proto.collector.trace.v1.trace_service_pb2"
+    schema = wa.Schema.from_module(name, "ExportTraceServiceRequest")
+    assert schema == wa.Schema.from_message(trace_service_pb2.ExportTraceServiceRequest)
+    assert schema.message("Span") == wa.Schema.from_message(trace_pb2.Span)
+    plan = load_plan(
+        f"proto: {{module: {name}, message: ExportTraceServiceRequest}}\n"
+        "denormalizer: {columns: [{name: span, path: 'resource_spans[*].scope_spans[*].spans[*].name'}]}\n"
+    )
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    spans.add(name="a")
+    spans.add(name="b")
+    rows = plan.transcoder().transcode([request.SerializeToString()])
+    assert rows.column("span").to_pylist() == ["a", "b"]
