@@ -341,7 +341,7 @@ ERRORS = {
     ),
     "unknown proto key": (
         "proto:\n  file: protos/order.proto\n  message: Order\n  include: [x]\n",
-        [r"4: proto.include: unknown key; expected one of: file, message, import_paths"],
+        [r"4: proto.include: unknown key; expected one of: file, descriptor_set, module, message, import_paths"],
     ),
     "unknown expr and arg keys": (
         HEAD
@@ -361,9 +361,9 @@ ERRORS = {
         [r"1: proto.file: required key is missing", r"1: proto.message: required key is missing"],
     ),
     "wrong types": (
-        "proto: {file: 3, message: [Order], import_paths: protos}\n",
+        "proto: {file: {a: 3}, message: [Order], import_paths: protos}\n",
         [
-            r"1: proto.file: expected a string, got an integer",
+            r"1: proto.file: expected a string, got a mapping",
             r"1: proto.message: expected a string, got a list",
             r"1: proto.import_paths: expected a list of directories, got a string",
         ],
@@ -378,15 +378,10 @@ ERRORS = {
         "proto:\n  file: protos/order.proto\n  message: Order\n  import_paths:\n    - nowhere\n",
         [r"5: proto.import_paths\[0\]: 'nowhere' is not a directory"],
     ),
-    "custom_message not supported": (
-        HEAD + "custom_message:\n  file: protos/order.proto\n  message: Item\n",
-        [r"2: custom_message: schema merging with a custom message is not supported yet"],
-    ),
-    "custom_message keys are still checked": (
+    "custom_message keys are checked": (
         HEAD + "custom_message:\n  file: protos/order.proto\n  mesage: Item\n",
         [
             r"2: custom_message.message: required key is missing",
-            r"2: custom_message: schema merging",
             r"4: custom_message.mesage: unknown key \(did you mean 'message'\?\)",
         ],
     ),
@@ -508,9 +503,9 @@ ERRORS = {
     "aux keys": (
         HEAD
         + "denormalizer:\n  columns:\n    - name: a\n      expr:\n        func: concat\n"
-        + "        sep: 1\n        literal: x\n        args: [{path: id}]\n",
+        + "        sep: [1]\n        literal: x\n        args: [{path: id}]\n",
         [
-            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got an integer \(quote it\)",
+            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got a list \(quote it\)",
             r"8: denormalizer.columns\[0\].expr.literal: concat does not take 'literal' \(it takes: sep\)",
         ],
     ),

@@ -242,8 +242,12 @@ class TranscodeJob:
         ignore_unknown_fields: bool = False,
         compression: str = "auto",
         confluent: Confluent | None = None,
+        source_column: str | None = None,
+        offset_column: str | None = None,
     ) -> None:
         self.tc = tc
+        self.source_column = source_column
+        self.offset_column = offset_column
         # The file's framing; Confluent records are delimited by confluent.delimited_by.
         self.framing = framing if confluent is None else confluent.delimited_by
         self.confluent = confluent
@@ -256,6 +260,31 @@ class TranscodeJob:
         self.progress = progress
         self.dead_sink = dead_sink
         self.dead_schema = _dead_letter_schema() if dead_sink is not None else None
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The rows' schema: the plan's, then the --source-column and --offset-column."""
+        import pyarrow as pa
+
+        schema = self.tc.arrow_schema
+        if self.confluent is not None:
+            schema = self.confluent.row_schema(schema)
+        if self.source_column is not None:
+            schema = schema.append(pa.field(self.source_column, pa.utf8()))
+        if self.offset_column is not None:
+            schema = schema.append(pa.field(self.offset_column, pa.int64()))
+        return schema
+
+    def _carry(self, path: str, at: np.ndarray) -> dict | None:
+        """The carry= of a batch whose records start at bytes ``at`` of the file ``path``."""
+        import pyarrow as pa
+
+        carry = {}
+        if self.source_column is not None:
+            carry[self.source_column] = pa.repeat(pa.scalar(path, pa.utf8()), len(at))
+        if self.offset_column is not None:
+            carry[self.offset_column] = pa.array(at, pa.int64())
+        return carry or None
 
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
@@ -294,8 +323,12 @@ class TranscodeJob:
                     lo = int(ends[i0 - 1]) if i0 else 0
                     hi = int(ends[i1 - 1])
                     before = self.tc.stats
+                    # Where each record's frame (length prefix) starts in the file.
+                    frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                     try:
-                        batch = self._transcode(frames, view, i0, i1, lo, hi)
+                        batch = self._transcode(
+                            frames, view, i0, i1, lo, hi, self._carry(path, frame_at)
+                        )
                     except DecodeError as err:
                         index = record_base + i0 + err.index
                         j = i0 + err.index
@@ -308,8 +341,6 @@ class TranscodeJob:
                         ) from err
                     self._took(result, before, batch, sink)
                     if self.dead_sink is not None:
-                        # Where each record's frame (length prefix) starts in the file.
-                        frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                         self._dead_letters(path, record_base + i0, frame_at)
                     result.bytes_in = base + hi
                     self.progress.update(label, result.records_in, result.bytes_in, size, t0)
@@ -329,17 +360,25 @@ class TranscodeJob:
         return result
 
     def _transcode(
-        self, frames: Frames, view: memoryview, i0: int, i1: int, lo: int, hi: int
+        self,
+        frames: Frames,
+        view: memoryview,
+        i0: int,
+        i1: int,
+        lo: int,
+        hi: int,
+        carry: dict | None = None,
     ) -> pa.RecordBatch:
         """Records i0:i1 of ``frames`` (bytes lo:hi of its data, framed) as rows."""
         if self.confluent is None:
-            return self.tc.transcode(view[lo:hi], framing=self.framing)
+            return self.tc.transcode(view[lo:hi], framing=self.framing, carry=carry)
         # The file's framing is stripped first (one copy); each record keeps its prefix.
         return self.tc.transcode(
             frames.records(i0, i1),
             framing="confluent",
             schemas=self.confluent.schemas,
             schema_id=self.confluent.schema_id,
+            carry=carry,
         )
 
     def run_ndjson_file(self, path: str, sink: ParquetSink) -> FileResult:
@@ -364,7 +403,10 @@ class TranscodeJob:
             before = self.tc.stats
             try:
                 batch = self.tc.transcode(
-                    records, format="json", ignore_unknown_fields=self.ignore_unknown_fields
+                    records,
+                    format="json",
+                    ignore_unknown_fields=self.ignore_unknown_fields,
+                    carry=self._carry(path, starts[i0:i1]),
                 )
             except DecodeError as err:
                 at = int(starts[i0 + err.index])
@@ -615,6 +657,12 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
 
     plan = _load_plan(args.plan)
+    if plan.custom is not None:
+        raise CliError(
+            f"{args.plan}: custom_message plans read (base, custom) record pairs, which files "
+            "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
+            2,
+        )
     framing = args.framing or plan.input.framing or DEFAULT_FRAMING
     confluent = _confluent(args, plan, framing)
     policy = args.on_error
@@ -626,7 +674,11 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
+    extra = [name for name in (args.source_column, args.offset_column) if name is not None]
     row_schema = tc.arrow_schema if confluent is None else confluent.row_schema(tc.arrow_schema)
+    for name in extra:
+        if name in row_schema.names or extra.count(name) > 1:
+            raise CliError(f"column {name!r} is already in the output: give another name", 2)
     output = args.output or plan.output.path
     if not output:
         raise CliError(
@@ -674,15 +726,17 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 or plan.input.ignore_unknown_fields,
                 compression=args.input_compression or plan.input.compression or "auto",
                 confluent=confluent,
+                source_column=args.source_column,
+                offset_column=args.offset_column,
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
-            shared = outputs.open(output, row_schema, **options) if single else None
+            shared = outputs.open(output, job.row_schema, **options) if single else None
             for source, target in zip(args.files, targets, strict=True):
                 sink = (
                     shared
                     if shared is not None
-                    else outputs.open(target, row_schema, **options)
+                    else outputs.open(target, job.row_schema, **options)
                 )
                 total.add(job.run_file(source, sink))
                 if shared is None:
@@ -766,7 +820,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     import wirearrow as wa
 
     try:
-        schema = wa.Schema.from_proto(args.proto, args.message, import_paths=args.import_paths)
+        schema = wa.Schema.load(args.proto, args.message, import_paths=args.import_paths)
         tc = wa.Transcoder(schema)
     except (wa.WirearrowError, OSError) as err:
         raise CliError(str(err)) from err
@@ -946,6 +1000,17 @@ def build_parser() -> argparse.ArgumentParser:
         "plan's errors.dead_letter_path, else next to the output (OUT.dead_letters.parquet)",
     )
     tr.add_argument(
+        "--source-column",
+        metavar="NAME",
+        help="add a column NAME: each row's input FILE, as given",
+    )
+    tr.add_argument(
+        "--offset-column",
+        metavar="NAME",
+        help="add a column NAME: the byte in its FILE where each row's record starts (its "
+        "length prefix; NDJSON: its line)",
+    )
+    tr.add_argument(
         "--batch-size",
         type=_positive,
         metavar="N",
@@ -992,7 +1057,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the nested Arrow schema of a message",
         description="Print the whole-message (nested) Arrow schema of MESSAGE in PROTO.",
     )
-    sc.add_argument("proto", metavar="PROTO", help="a .proto file")
+    sc.add_argument(
+        "proto",
+        metavar="PROTO",
+        help="a .proto file, a FileDescriptorSet file (protoc --descriptor_set_out, buf build) "
+        "or the dotted name of a generated _pb2 module (imported: runs its code)",
+    )
     sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
     sc.add_argument(
         "-I",
