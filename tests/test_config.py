@@ -729,7 +729,8 @@ def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     found = info.value.problems
     assert len(found) == 3, found
     assert found[0].startswith(
-        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item\n"
+        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item "
+        "(did you mean 'id'?)\n"
     )
     assert found[1].startswith(f"{path}:8: denormalizer.columns[2]: field 'nme' not in message")
     assert found[2].startswith(f"{path}:9: denormalizer.columns[3]: ")

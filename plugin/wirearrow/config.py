@@ -27,7 +27,6 @@ whose errors carry the same ``file:line:`` locations.
 from __future__ import annotations
 
 import datetime
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -37,7 +36,7 @@ from typing import Any
 import yaml
 
 from wirearrow.cache import ParserCache
-from wirearrow.errors import PathError, PlanError, SchemaError
+from wirearrow.errors import PathError, PlanError, SchemaError, did_you_mean
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
@@ -448,11 +447,7 @@ def _kind(value: object) -> str:
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if not close:
-        lowered = [c for c in choices if c == word.lower()]
-        close = lowered
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(word, choices)
 
 
 def _is_default(key: str, value: object) -> bool:
