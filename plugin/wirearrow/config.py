@@ -471,6 +471,8 @@ class _Checker:
         self.base_dir = base_dir
         self.has_lines = has_lines
         self._problems: list[tuple[int, str]] = []
+        # The well-formed columns: (column, index in the list, line), for path checks.
+        self._columns: list[tuple[Column, int, int | None]] = []
 
     @property
     def problems(self) -> list[str]:
@@ -670,6 +672,8 @@ class _Checker:
                 self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
         input_config = self.input(*at("input"))
+        if self.problems and proto is not None:
+            self.path_problems(proto)
         if self.problems or proto is None:
             return None
         return PlanConfig(
@@ -683,6 +687,26 @@ class _Checker:
             _column_sites=column_sites,
             _proto_sites=proto_sites,
         )
+
+    def path_problems(self, proto: ProtoSource) -> None:
+        """A plan with other problems: also the path errors of its well-formed columns
+        (found by compiling them, as transcoder() would), so that all come in one report.
+        A plan without other problems leaves this to transcoder(): loading it never needs
+        the schema."""
+        if not self._columns:
+            return
+        try:
+            Transcoder(proto.schema(), columns=[c for c, _, _ in self._columns])
+        except SchemaError:
+            return  # the schema's own errors come from schema() / transcoder(), located
+        except PlanError as err:
+            for problem in err.problems:
+                for column, i, line in self._columns:
+                    prefix = f"column {column.output_name!r}: "
+                    if problem.startswith(prefix):
+                        keypath = f"denormalizer.columns[{i}]"
+                        self.problem(line, keypath, problem[len(prefix) :])
+                        break
 
     def proto(
         self, value: object, line: int | None, keypath: str, resolve: bool = True
@@ -804,6 +828,7 @@ class _Checker:
             seen[name] = (i, name_line)
             columns.append(column)
             sites.append(self.site(item_line))
+            self._columns.append((column, i, item_line))
         return tuple(columns), tuple(sites)
 
     def column(self, value: object, keypath: str, line: int | None) -> Column | None:

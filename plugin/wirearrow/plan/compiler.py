@@ -74,6 +74,7 @@ __all__ = [
     "PlanOptions",
     "check_expression_depth",
     "compile_plan",
+    "deepest_whole_read",
 ]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
@@ -971,6 +972,35 @@ _TYPE_NAMES = {
         "sint64",
     ]
 }
+
+
+def deepest_whole_read(message: Descriptor, well_known_types: bool = True) -> int:
+    """The largest max_depth (1..MAX_DEPTH) at which a whole-message plan of `message` stays
+    within MAX_PLAN_FIELDS; 0 when none does. Counted as _check_size counts, without
+    building the plan (which, near the bound, takes seconds)."""
+
+    def well_known(t: Descriptor) -> str | None:
+        return WELL_KNOWN.get(t.full_name) if well_known_types else None
+
+    def fields(depth: int) -> int:
+        memo: dict[tuple, int] = {}
+        total = 0
+        for f in message.fields:  # each top-level field is a column; its struct is counted
+            value = f.message_type.fields_by_number[2] if is_map(f) else f
+            t = value.message_type
+            if t is not None and well_known(t) is None:
+                stack = (message.full_name, t.full_name)
+                total += _struct_size(t, stack, depth, memo, well_known)
+        return total
+
+    low, high = 0, MAX_DEPTH  # the size grows with depth: find the last that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fields(mid) <= MAX_PLAN_FIELDS:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _struct_size(
