@@ -791,6 +791,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def _import_paths(command: argparse.ArgumentParser, help: str) -> None:
+    command.add_argument(
+        "-I",
+        "--import-path",
+        dest="import_paths",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=help,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -811,15 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("plan", metavar="PLAN.yaml|SCHEMA.proto", help=plan_help)
-    check.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="protoc include directory for a .proto (repeatable)",
-    )
+    _import_paths(check, "protoc include directory for a .proto (repeatable)")
     check.set_defaults(func=cmd_check)
 
     tr = commands.add_parser(
@@ -908,15 +912,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("proto", metavar="PROTO", help="a .proto file")
     sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
-    sc.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="protoc include directory (repeatable)",
-    )
+    _import_paths(sc, "protoc include directory (repeatable)")
     sc.add_argument(
         "--max-depth",
         type=_positive,
