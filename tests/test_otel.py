@@ -3,8 +3,7 @@
 The schema comes from the generated modules of ``opentelemetry-proto`` (no .proto files).
 Attribute lists carry duplicated and missing keys; the expected rows are worked out (in
 otel_data.py) from the parsed messages, independently of wirearrow: one row per span, the
-first (or last)
-match of a key, null when there is none.
+first (or last) match of a key, null when there is none.
 """
 
 from __future__ import annotations
