@@ -520,7 +520,7 @@ class _Resolver:
                 pick = steps[i + 2] if isinstance(nxt, FilterStep) and i + 2 < len(steps) else None
                 if isinstance(pick, IndexStep):
                     # [?(pred)][N]: the N-th match under each parent, one value, no fan-out
-                    assert isinstance(child, NodeSpec)
+                    assert isinstance(child, NodeSpec) and isinstance(nxt, FilterStep)
                     sel = self._match_selection(sel, group, child, nxt, pick, text, prefix)
                     i += 1
                 elif pick is not None and not isinstance(pick, FieldStep):
