@@ -6,6 +6,7 @@ Errors are checked by their full location: ``file:line: key.path: message``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import pickle
 import re
@@ -700,6 +701,35 @@ def test_text_source_errors_have_lines() -> None:
 # ---- errors found when the plan is compiled -----------------------------------------------
 
 
+def test_first_match_and_epoch_times_in_a_yaml_plan(project: Path) -> None:
+    """items[?(.name == 'x')][0]: one value per order (no fan-out); to_timestamp's unit as
+    param (ticks per second)."""
+    from google.protobuf import message_factory
+
+    path = write(
+        project,
+        """\
+        proto: {file: protos/order.proto, message: Order}
+        denormalizer:
+          columns:
+            - {name: id, path: id}
+            - {name: first_x, path: "items[?(.name == 'x')][0].id"}
+            - {name: last_x, path: "items[?(.name == 'x')][-1].id"}
+            - name: at
+              expr: {func: to_timestamp, param: 1, args: [{path: "items[?(.name == 'x')][0].qty"}]}
+        """,
+    )
+    UTC = datetime.timezone.utc
+    tc = load_plan(path).transcoder()
+    cls = message_factory.GetMessageClass(tc.schema.descriptor)
+    items = [{"id": "a", "name": "x", "qty": 60}, {"id": "b"}, {"id": "c", "name": "x"}]
+    records = [order_message(cls, id="o1", items=items), order_message(cls, id="o2")]
+    assert tc.transcode(records).to_pylist() == [
+        {"id": "o1", "first_x": "a", "last_x": "c", "at": datetime.datetime(1970, 1, 1, 0, 1, tzinfo=UTC)},
+        {"id": "o2", "first_x": None, "last_x": None, "at": None},
+    ]
+
+
 def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     path = write(
         project,
@@ -724,7 +754,8 @@ def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     found = info.value.problems
     assert len(found) == 3, found
     assert found[0].startswith(
-        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item\n"
+        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item "
+        "(did you mean 'id'?)\n"
     )
     assert found[1].startswith(f"{path}:8: denormalizer.columns[2]: field 'nme' not in message")
     assert found[2].startswith(f"{path}:9: denormalizer.columns[3]: ")

@@ -1,9 +1,9 @@
 """The ``wirearrow`` command line: check a plan, transcode files to Parquet, print schemas,
 measure a plan on real data.
 
-    wirearrow check PLAN.yaml
+    wirearrow check PLAN.yaml | SCHEMA.proto [-I DIR ...]
     wirearrow transcode PLAN.yaml FILES... -o OUT_DIR | -o out.parquet
-    wirearrow schema PROTO MESSAGE [-I DIR ...]
+    wirearrow schema PROTO MESSAGE [-I DIR ...] [--max-depth N]
     wirearrow bench PLAN.yaml FILE
 
 Exit codes: 0 success; 1 a bad plan, schema or input (one line on stderr says why); 2 a
@@ -791,6 +791,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wirearrow.errors import WirearrowError
     from wirearrow.parquet import writable_schema
 
+    if args.plan.endswith(".proto"):
+        return _check_proto(args.plan, args.import_paths)
+    if args.import_paths:
+        raise CliError("-I applies to a .proto file; a plan names its import_paths itself")
     plan = _load_plan(args.plan)
     tc = _build_transcoder(plan, None)
     schema = tc.arrow_schema
@@ -816,12 +820,77 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recursive_types(message: object) -> list[str]:
+    """Full names of the message types reachable from ``message`` that reach themselves:
+    the types a whole-message read can only cut with max_depth. Well-known types are
+    leaves (Struct and Value are JSON, not nested structs)."""
+    from google.protobuf.descriptor import Descriptor
+
+    def children(d: Descriptor) -> list[Descriptor]:
+        out = []
+        for f in d.fields:
+            t = f.message_type
+            if t is not None and t.GetOptions().map_entry:
+                t = t.fields_by_number[2].message_type  # a map's value
+            if t is not None and not t.file.name.startswith("google/protobuf/"):
+                out.append(t)
+        return out
+
+    def reachable(start: Descriptor) -> dict[str, Descriptor]:
+        seen: dict[str, Descriptor] = {}
+        stack = children(start)
+        while stack:
+            d = stack.pop()
+            if d.full_name not in seen:
+                seen[d.full_name] = d
+                stack.extend(children(d))
+        return seen
+
+    assert isinstance(message, Descriptor)
+    found = {message.full_name: message, **reachable(message)}
+    return sorted(name for name, d in found.items() if name in reachable(d))
+
+
+def _check_proto(path: str, import_paths: Sequence[str]) -> int:
+    """Compile a .proto, list its messages, and say which need max_depth to be read whole."""
+    import wirearrow as wa
+    from wirearrow.transcoder import max_depth_limit
+
+    try:
+        schemas = wa.Schema.declared_in(path, import_paths=import_paths)
+    except (wa.WirearrowError, OSError) as err:
+        raise CliError(str(err)) from err
+    print(f"{path}: OK ({len(schemas)} message{'' if len(schemas) == 1 else 's'})")
+    for schema in schemas:
+        name = schema.message_name
+        cycles = _recursive_types(schema.descriptor)
+        if not cycles:
+            print(name)
+            continue
+        what = "recursive" if name in cycles else "holds recursive types"
+        limit = max_depth_limit(schema)
+        need = (
+            f"read whole with max_depth 1..{limit}"
+            if limit
+            else "too large to read whole at any max_depth: select its fields by path"
+        )
+        print(f"{name}: {what} {', '.join(cycles)}; {need}")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     import wirearrow as wa
 
     try:
         schema = wa.Schema.load(args.proto, args.message, import_paths=args.import_paths)
-        tc = wa.Transcoder(schema)
+        cycles = _recursive_types(schema.descriptor)
+        if cycles and args.max_depth is None:
+            raise CliError(
+                f"{schema.message_name} holds recursive types ({', '.join(cycles)}): pass "
+                f"--max-depth N to nest N levels, deeper ones as serialized bytes "
+                f"(`{PROG} check {args.proto}` gives the range)"
+            )
+        tc = wa.Transcoder(schema, max_depth=args.max_depth)
     except (wa.WirearrowError, OSError) as err:
         raise CliError(str(err)) from err
     print(format_schema(tc.arrow_schema))
@@ -915,6 +984,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def _import_paths(command: argparse.ArgumentParser, help: str) -> None:
+    command.add_argument(
+        "-I",
+        "--import-path",
+        dest="import_paths",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=help,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -927,10 +1008,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check",
-        help="validate a plan and print its Arrow schema",
-        description="Load a plan, compile its schema and columns, print the Arrow schema.",
+        help="validate a plan and print its Arrow schema, or check a .proto schema",
+        description=(
+            "Load a plan, compile its schema and columns, print the Arrow schema. Given a "
+            ".proto file instead: compile it, list its messages, and name the recursive "
+            "types and the max_depth range that reads each message whole."
+        ),
     )
-    check.add_argument("plan", metavar="PLAN.yaml", help=plan_help)
+    check.add_argument("plan", metavar="PLAN.yaml|SCHEMA.proto", help=plan_help)
+    _import_paths(check, "protoc include directory for a .proto (repeatable)")
     check.set_defaults(func=cmd_check)
 
     tr = commands.add_parser(
@@ -1064,14 +1150,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or the dotted name of a generated _pb2 module (imported: runs its code)",
     )
     sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
+    _import_paths(sc, "protoc include directory (repeatable)")
     sc.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="protoc include directory (repeatable)",
+        "--max-depth",
+        type=_positive,
+        metavar="N",
+        help="read recursive types N levels deep, deeper levels as their serialized bytes",
     )
     sc.set_defaults(func=cmd_schema)
 

@@ -27,7 +27,6 @@ whose errors carry the same ``file:line:`` locations.
 from __future__ import annotations
 
 import datetime
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ import yaml
 
 from wirearrow.cache import ParserCache
 from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
-from wirearrow.errors import PathError, PlanError, SchemaError
+from wirearrow.errors import PathError, PlanError, SchemaError, did_you_mean
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
@@ -558,11 +557,7 @@ def _kind(value: object) -> str:
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if not close:
-        lowered = [c for c in choices if c == word.lower()]
-        close = lowered
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(word, choices)
 
 
 def _is_default(key: str, value: object) -> bool:
@@ -610,6 +605,8 @@ class _Checker:
         self.base_dir = base_dir
         self.has_lines = has_lines
         self._problems: list[tuple[int, str]] = []
+        # The well-formed columns: (column, index in the list, line), for path checks.
+        self._columns: list[tuple[Column, int, int | None]] = []
 
     @property
     def problems(self) -> list[str]:
@@ -812,6 +809,8 @@ class _Checker:
                 self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
         input_config = self.input(*at("input"))
+        if self.problems and proto is not None:
+            self.path_problems(proto)
         if self.problems or proto is None:
             return None
         return PlanConfig(
@@ -827,6 +826,26 @@ class _Checker:
             custom=custom,
             _custom_sites=custom_sites,
         )
+
+    def path_problems(self, proto: ProtoSource) -> None:
+        """A plan with other problems: also the path errors of its well-formed columns
+        (found by compiling them, as transcoder() would), so that all come in one report.
+        A plan without other problems leaves this to transcoder(): loading it never needs
+        the schema."""
+        if not self._columns:
+            return
+        try:
+            Transcoder(proto.schema(), columns=[c for c, _, _ in self._columns])
+        except SchemaError:
+            return  # the schema's own errors come from schema() / transcoder(), located
+        except PlanError as err:
+            for problem in err.problems:
+                for column, i, line in self._columns:
+                    prefix = f"column {column.output_name!r}: "
+                    if problem.startswith(prefix):
+                        keypath = f"denormalizer.columns[{i}]"
+                        self.problem(line, keypath, problem[len(prefix) :])
+                        break
 
     def proto(
         self, value: object, line: int | None, keypath: str, resolve: bool = True
@@ -1003,6 +1022,7 @@ class _Checker:
             seen[name] = (i, name_line)
             columns.append(column)
             sites.append(self.site(item_line))
+            self._columns.append((column, i, item_line))
         return tuple(columns), tuple(sites)
 
     def column(self, value: object, keypath: str, line: int | None) -> Column | None:

@@ -683,6 +683,28 @@ class Schema:
         full_name = self._files.resolve(name, "the descriptor set", prefer_file=own_file)
         return self._make(self._files, full_name)
 
+    @classmethod
+    def declared_in(
+        cls, path: str | os.PathLike[str], *, import_paths: Sequence[str | os.PathLike[str]] = ()
+    ) -> list[Schema]:
+        """Every message a ``.proto`` file declares (nested ones too, map entries not), sorted
+        by full name: one compilation, as :meth:`from_proto` does it, shared by all."""
+        roots = [os.path.abspath(os.fspath(root)) for root in import_paths]
+        name, include_dirs = _locate(path, roots)
+        files = descriptor_pb2.FileDescriptorSet.FromString(_protoc(name, include_dirs)).file
+        ordered = _in_dependency_order(files, f"{name} and its imports")
+        proto = descriptor_pb2.FileDescriptorSet(file=ordered)
+        file_set = _FileSet(proto.SerializeToString(deterministic=True), proto)
+        declared = sorted(
+            full_name
+            for full_name, (file, map_entry) in file_set.messages.items()
+            if file == name and not map_entry
+        )
+        schemas = [cls._make(file_set, full_name) for full_name in declared]
+        if schemas:
+            _ = schemas[0].descriptor  # a broken set fails here, as in from_proto
+        return schemas
+
     @property
     def message_name(self) -> str:
         """The root message's full name, e.g. ``pkg.BidRequest`` (no package: ``BidRequest``)."""

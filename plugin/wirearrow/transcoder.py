@@ -17,7 +17,7 @@ from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import TRAILERS, corrupt_reason, split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
-from wirearrow.plan.compiler import Column, CompiledPlan
+from wirearrow.plan.compiler import Column, CompiledPlan, deepest_whole_read
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.protojson import JsonReader, check_format, to_json
 from wirearrow.schema import Schema
@@ -31,7 +31,15 @@ __all__ = [
     "Stats",
     "TranscodeSpec",
     "Transcoder",
+    "max_depth_limit",
 ]
+
+
+def max_depth_limit(schema: Schema, well_known_types: bool = True) -> int:
+    """The largest ``max_depth`` at which ``Transcoder(schema, max_depth=...)`` (whole
+    messages) fits the plan-size bound; 0 when even 1 does not (select fields by path)."""
+    return deepest_whole_read(schema.descriptor, well_known_types)
+
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
