@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,14 @@ class LocalPortableBeam:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start(self) -> None:
+        """Start both services and wait until they listen (stopped again if one fails)."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         port_file = self.dir / "job_service.port"
         self._spawn(
             "job_service",
@@ -117,13 +126,10 @@ class LocalPortableBeam:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> LocalPortableBeam:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -101,6 +101,15 @@ class LocalRayCluster:
     # ---- start -------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> None:
+        """Start the nodes and wait until all are alive (whatever started is stopped again
+        if one fails: ClusterUnavailable)."""
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> None:
         first = _free_block(HEAD_PORTS + self.nodes * (NODE_PORTS + WORKER_PORTS))
         ports = iter(range(first, first + HEAD_PORTS + self.nodes * (NODE_PORTS + WORKER_PORTS)))
         gcs, client, dashboard = next(ports), next(ports), next(ports)
@@ -220,11 +229,7 @@ class LocalRayCluster:
         return stopped
 
     def __enter__(self) -> LocalRayCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

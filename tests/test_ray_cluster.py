@@ -37,11 +37,15 @@ JOB_TIMEOUT = 300  # generous: two cores shared with other jobs
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRayCluster]:
     # The nodes import this checkout's wirearrow, as a cluster's image would have it.
-    nodes = LocalRayCluster(nodes=2, cpus=1, env={"PYTHONPATH": str(PLUGIN)})
-    try:
-        nodes.__enter__()
-    except ClusterUnavailable as err:
-        pytest.skip(f"no local Ray cluster: {err}")
+    # A second attempt on other ports: one may have been taken between the check and Ray.
+    for attempt in (1, 2):
+        nodes = LocalRayCluster(nodes=2, cpus=1, env={"PYTHONPATH": str(PLUGIN)})
+        try:
+            nodes.start()
+            break
+        except ClusterUnavailable as err:
+            if attempt == 2:
+                pytest.skip(f"no local Ray cluster: {err}")
     try:
         yield nodes
     finally:
