@@ -105,7 +105,9 @@ def test_readme_job_on_two_nodes_writes_the_rows_of_a_local_run(cluster, tmp_pat
 
 def test_a_driver_without_the_clusters_token_is_refused(cluster) -> None:
     script = "import ray, sys; ray.init(address=sys.argv[1])"
-    env = {**cluster.env, "RAY_AUTH_TOKEN": "0" * 64}
+    # One attempt to reach the GCS instead of Ray's 20 (one a second): the refusal is
+    # the same, 20 s earlier.
+    env = {**cluster.env, "RAY_AUTH_TOKEN": "0" * 64, "RAY_gcs_server_port_wait_time_s": "1"}
     done = subprocess.run(
         [sys.executable, "-c", script, cluster.address],
         env=env,
