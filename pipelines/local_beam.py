@@ -3,6 +3,7 @@ worker processes, the closest offline stand-in for a runner with separate worker
 (Dataflow, Flink, Spark).
 
     python pipelines/local_beam.py        # starts both, prints the pipeline flags, waits
+    python pipelines/local_beam.py --install   # workers install --extra_package wheels
 
     with LocalPortableBeam() as beam_services:
         subprocess.run([sys.executable, "pipelines/beam_batch.py", "--out", "out/beam",
@@ -13,6 +14,12 @@ worker processes, the closest offline stand-in for a runner with separate worker
   FnApiRunner, which asks the worker pool for SDK workers);
 * the worker pool: ``python -m apache_beam.runners.worker.worker_pool_main``, which starts
   one SDK harness process per worker the runner asks for (``--environment_type=EXTERNAL``).
+
+With ``install=True`` (``--install`` on the command line) the pool starts each worker
+through :func:`boot`, which does what the SDK container's boot program does on Dataflow:
+it fetches the job's staged artifacts and installs the ``--extra_package`` wheels
+(offline) before the harness starts. Without it the workers import what the pool's
+environment has, and staged wheels are ignored (as ``worker_pool_main`` alone does).
 
 Both pick a free port themselves (port 0; the job service writes it to ``--port_file``,
 the pool logs it) and run in a session of their own: stopping one signals its process
@@ -42,8 +49,11 @@ class LocalPortableBeam:
     pipeline to them. ``env``: the services' environment (the SDK workers inherit it: they
     import the pipeline's code, wirearrow included, from it)."""
 
-    def __init__(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, timeout: float = 60.0, install: bool = False
+    ) -> None:
         self.env = {**os.environ, **(env or {})}
+        self.install = install
         self.timeout = timeout
         self.dir = Path(tempfile.mkdtemp(prefix="wa-beam-"))
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -80,7 +90,15 @@ class LocalPortableBeam:
             f"--port_file={port_file}",
             f"--staging_dir={self.dir / 'staging'}",
         )
-        self._spawn("worker_pool", "apache_beam.runners.worker.worker_pool_main", "--service_port=0")
+        pool = ["--service_port=0"]
+        if self.install:
+            # The pool runs this executable per worker, as it would the SDK image's boot.
+            boot = self.dir / "boot"
+            me = Path(__file__).resolve()
+            boot.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{me}" boot --root="{self.dir}" "$@"\n')
+            boot.chmod(0o755)
+            pool.append(f"--container_executable={boot}")
+        self._spawn("worker_pool", "apache_beam.runners.worker.worker_pool_main", *pool)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline and not (self.job_port and self.worker_port):
             for proc in self._procs:
@@ -136,8 +154,73 @@ class LocalPortableBeam:
         self.stop()
 
 
-if __name__ == "__main__":
-    with LocalPortableBeam() as services:
+def boot(argv: list[str]) -> None:
+    """An SDK worker's boot, as the SDK container's does it: fetch the job's staged
+    artifacts (``--extra_package`` wheels among them) from the runner, install the wheels
+    offline (``pip --no-index --no-deps``: their dependencies are the environment's), then
+    run the SDK harness with them first on ``sys.path``."""
+    import argparse
+
+    import grpc
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import (
+        beam_artifact_api_pb2_grpc,
+        beam_provision_api_pb2,
+        beam_provision_api_pb2_grpc,
+        beam_runner_api_pb2,
+    )
+    from apache_beam.runners.portability import artifact_service
+
+    parser = argparse.ArgumentParser()
+    for name in ("root", "id", "logging_endpoint", "artifact_endpoint", "provision_endpoint",
+                 "control_endpoint"):
+        parser.add_argument(f"--{name}", required=True)
+    args, _ = parser.parse_known_args(argv)
+    provision = beam_provision_api_pb2_grpc.ProvisionServiceStub(
+        grpc.insecure_channel(args.provision_endpoint)
+    )
+    info = provision.GetProvisionInfo(
+        beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", args.id)]
+    ).info
+    work = Path(tempfile.mkdtemp(prefix=f"{args.id}-", dir=args.root))
+    retrieval = beam_artifact_api_pb2_grpc.ArtifactRetrievalServiceStub(
+        grpc.insecure_channel(args.artifact_endpoint)
+    )
+    wheels = []
+    for artifact in artifact_service.resolve_artifacts(info.dependencies, retrieval, work):
+        if artifact.role_urn != common_urns.artifact_roles.STAGING_TO.urn:
+            continue
+        name = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(
+            artifact.role_payload
+        ).staged_name
+        path = beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload).path
+        os.replace(path, work / name)
+        if name.endswith(".whl"):
+            wheels.append(str(work / name))
+    site = work / "site"
+    if wheels:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+             f"--target={site}", *wheels],
+            check=True,
+        )
+        # stderr: the pool keeps the worker's stdout in a pipe it never reads.
+        print(f"boot: installed {' '.join(Path(w).name for w in wheels)} into {site}",
+              file=sys.stderr, flush=True)
+    sys.path.insert(0, str(site))
+    if any(Path(w).name.startswith("wirearrow-") for w in wheels):
+        import wirearrow
+
+        print(f"boot: wirearrow from {wirearrow.__file__}", file=sys.stderr, flush=True)
+    from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+    SdkHarness(args.control_endpoint, worker_id=args.id).run()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["boot"]:
+    boot(sys.argv[2:])
+elif __name__ == "__main__":
+    with LocalPortableBeam(install="--install" in sys.argv[1:]) as services:
         print("Beam job service and worker pool running; pipeline flags:")
         print("  " + " ".join(services.pipeline_args))
         print(f"logs: {services.dir}/*.log  (Ctrl-C stops both)")
