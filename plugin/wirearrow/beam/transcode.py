@@ -16,8 +16,10 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.typehints.batch import BATCH_CONVERTER_REGISTRY, BatchConverter
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
+from google.protobuf.descriptor import Descriptor
 
 from wirearrow.cache import resolve_profile
+from wirearrow.schema import Schema
 from wirearrow.transcoder import Transcoder
 
 METRICS_NAMESPACE = "wirearrow"
@@ -102,6 +104,10 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
         if on_error is not None:
             raise ValueError("on_error= applies to a plan; a Transcoder keeps its own policy")
         return plan
+    if isinstance(plan, Schema | Descriptor) or hasattr(plan, "DESCRIPTOR"):
+        # A schema or message class: the whole message (docs/beam.md, Beam schemas).
+        schema = plan if isinstance(plan, Schema) else Schema.from_message(plan)
+        return Transcoder(schema, on_error=on_error or "dead_letter")
     from wirearrow.config import load_plan  # YAML machinery: only where plans are built
 
     config = load_plan(plan)  # type: ignore[arg-type]
@@ -113,7 +119,7 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
 
 
 class RecordArray:
-    """A batch of records as one Arrow ``BinaryArray``: ReadDelimited's batch type.
+    """A batch of records as one Arrow ``BinaryArray``: ReadFromDelimited's batch type.
 
     Beam's batched DoFns pass batches between fused DoFns that both take them, so records
     go from the file buffer to the transcoder with no Python object per record. A DoFn
@@ -195,7 +201,7 @@ class ArrowResult(dict):
 
     @property
     def batches(self) -> beam.PCollection:
-        """PCollection[pa.RecordBatch], each with :attr:`schema`."""
+        """PCollection[pa.RecordBatch] (or pa.Table: ``batch_type``), each of :attr:`schema`."""
         return self["batches"]
 
     @property
@@ -230,6 +236,7 @@ class _TranscodeFn(beam.DoFn):
         batch_size: int,
         field: str,
         dead_tag: str,
+        tables: bool = False,
     ) -> None:
         super().__init__()
         # The Transcoder travels pickled (its spec, and its cache by identity). Each DoFn
@@ -239,11 +246,12 @@ class _TranscodeFn(beam.DoFn):
         self._batch_size = batch_size
         self._field = field
         self._dead_tag = dead_tag
+        self._tables = tables  # emit pa.Table (what Beam's WriteToParquetBatched takes)
         self._records_in = Metrics.counter(METRICS_NAMESPACE, "records_in")
         self._rows_out = Metrics.counter(METRICS_NAMESPACE, "rows_out")
         self._records_failed = Metrics.counter(METRICS_NAMESPACE, "records_failed")
         self._batches_out = Metrics.counter(METRICS_NAMESPACE, "batches_out")
-        # Record batches received whole from a batch-producing source (ReadDelimited).
+        # Record batches received whole from a batch-producing source (ReadFromDelimited).
         self._arrays_in = Metrics.counter(METRICS_NAMESPACE, "record_arrays_in")
 
     def setup(self) -> None:
@@ -340,13 +348,15 @@ class _TranscodeFn(beam.DoFn):
         self._records_failed.inc(after.records_failed - before.records_failed)
         self._rows_out.inc(batch.num_rows)
         self._batches_out.inc(1)
+        if self._tables:
+            return pa.Table.from_batches([batch]), dead
         return batch, dead
 
 
 class _TranscodeBytesFn(_TranscodeFn):
     """_TranscodeFn that also takes whole batches of bytes (Beam's batched DoFns).
 
-    When the producer emits batches (ReadDelimited does) and is fused with this DoFn, Beam
+    When the producer emits batches (ReadFromDelimited does) and is fused with this DoFn, Beam
     hands over its RecordArrays as they are: no per-record call at all. Otherwise Beam calls
     process() per record, as for any DoFn.
     """
@@ -406,6 +416,10 @@ class ToArrow(beam.PTransform):
             (what Confluent's serializers write to Kafka), with ``schemas`` (a
             ``{schema_id: Schema}`` mapping or a look-up function) and ``schema_id`` (True
             or a column name: each row's schema id), as in ``Transcoder.transcode``.
+        batch_type: the type of ``.batches``' elements: ``pa.RecordBatch`` or ``pa.Table``
+            (what Beam's ``WriteToParquetBatched`` takes). Either way a downstream
+            ``process_batch(self, batch: pa.Table)`` gets them as Beam batches
+            (docs/beam.md).
     """
 
     def __init__(
@@ -421,8 +435,12 @@ class ToArrow(beam.PTransform):
         framing: Optional[str] = None,  # noqa: UP045
         schemas: Optional[Any] = None,  # noqa: UP045
         schema_id: Any = False,
+        batch_type: Any = pa.RecordBatch,
     ) -> None:
         super().__init__()
+        if batch_type not in (pa.RecordBatch, pa.Table):
+            raise ValueError(f"batch_type must be pa.RecordBatch or pa.Table, not {batch_type!r}")
+        self._batch_type = batch_type
         if format not in ("binary", "json"):
             raise ValueError(f'format must be "binary" or "json", not {format!r}')
         if batch_size < 1:
@@ -446,11 +464,28 @@ class ToArrow(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection):  # -> ArrowResult (Beam reads annotations)
         fn_class = _TranscodeBytesFn if _is_bytes_type(pcoll.element_type) else _TranscodeFn
-        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters")
+        tables = self._batch_type is pa.Table
+        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters", tables)
         outputs = pcoll | "Transcode" >> beam.ParDo(fn).with_output_types(
-            pa.RecordBatch, dead_letters=DeadLetter
+            self._batch_type, dead_letters=DeadLetter
         ).with_outputs("dead_letters", main="batches")
-        return ArrowResult(outputs.batches, outputs.dead_letters, self.schema, self._dead_key)
+        batches = outputs.batches | "Handover" >> beam.ParDo(_HandoverFn()).with_output_types(
+            self._batch_type
+        )
+        return ArrowResult(batches, outputs.dead_letters, self.schema, self._dead_key)
+
+
+class _HandoverFn(beam.DoFn):
+    """Passes batches on, from process() only.
+
+    Beam 2.77 flushes a DoFn's buffers for batched consumers (``process_batch``) before
+    it calls finish_bundle(), so what _TranscodeFn emits there (a bundle's last batch)
+    would never reach a batched DoFn fused after it. Emitted from this DoFn's process(),
+    those batches are flushed when this one finishes, after _TranscodeFn.
+    """
+
+    def process(self, batch: Any) -> Iterator[Any]:
+        yield batch
 
 
 def dead_letter_tag(error_handling: Mapping[str, str] | None) -> str:
