@@ -119,3 +119,25 @@ def test_random_requests_match_the_runtime(traces: wa.Transcoder) -> None:
     assert any(r["service"] != r["service_last"] for r in want)
     assert any(r["service"] is None and r["span"] is not None for r in want)
     assert any(r["status"] is not None for r in want)
+
+
+def test_the_yaml_plan_of_the_docs_is_the_shipped_one_and_runs() -> None:
+    # docs/paths.md shows transforms/otel_traces.yaml (its console block runs it from the
+    # CLI): the two must not drift apart. Loaded, the plan gives the Python recipe's rows.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "paths.md").read_text()
+    shown = re.search(r"<!-- file: otel_traces.yaml -->\n```yaml\n(.*?)^```$", page, re.S | re.M)
+    shipped = (root / "transforms" / "otel_traces.yaml").read_text()
+    assert shown is not None and shown.group(1) == shipped
+    tc = wa.load_plan(root / "transforms" / "otel_traces.yaml").transcoder()
+    records = [random_request(random.Random(seed)).SerializeToString() for seed in range(30)]
+    got = tc.transcode(records).select(["service", "span", "http_method", "http_status"])
+    want = [
+        {k: row[k] for k in ("service", "span", "method", "status")}
+        for r in records
+        for row in expected_rows(Request.FromString(r))
+    ]
+    assert [list(r.values()) for r in got.to_pylist()] == [list(w.values()) for w in want]

@@ -88,9 +88,16 @@ def app_records(schema: wa.Schema, n: int = N, seed: int = 1) -> list[bytes]:
     return out
 
 
+def otel_records(schema: wa.Schema) -> list[bytes]:
+    from otel_data import requests
+
+    return requests(40, seed=3)
+
+
 RECORDS: dict[str, Callable[[wa.Schema], list[bytes]]] = {
     "BidRequestEvent": bid_records,
     "appevents.AppEvent": app_records,
+    "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest": otel_records,
 }
 
 
