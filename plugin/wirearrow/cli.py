@@ -984,7 +984,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
-def _import_paths(command: argparse.ArgumentParser, help: str) -> None:
+def add_import_paths(
+    command: argparse.ArgumentParser | argparse._ArgumentGroup, help: str
+) -> None:
+    """The repeatable -I/--import-path DIR option (protoc include directories)."""
     command.add_argument(
         "-I",
         "--import-path",
@@ -1016,7 +1019,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("plan", metavar="PLAN.yaml|SCHEMA.proto", help=plan_help)
-    _import_paths(check, "protoc include directory for a .proto (repeatable)")
+    add_import_paths(check, "protoc include directory for a .proto (repeatable)")
     check.set_defaults(func=cmd_check)
 
     tr = commands.add_parser(
@@ -1150,7 +1153,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or the dotted name of a generated _pb2 module (imported: runs its code)",
     )
     sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
-    _import_paths(sc, "protoc include directory (repeatable)")
+    add_import_paths(sc, "protoc include directory (repeatable)")
     sc.add_argument(
         "--max-depth",
         type=_positive,

@@ -28,6 +28,8 @@ FRAMINGS = ("varint", "u32le", "u32be")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's arguments, on the ``playground`` subparser of the ``wirearrow`` CLI."""
+    from wirearrow.cli import add_import_paths  # (the CLI imports this module when it runs)
+
     parser.add_argument(
         "inputs",
         nargs="*",
@@ -44,15 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     schema.add_argument("--descriptor-set", metavar="FILE", help="a serialized FileDescriptorSet")
     schema.add_argument("--module", metavar="NAME", help="a generated *_pb2 module to import")
     schema.add_argument("--message", metavar="NAME", help="the message (full name or suffix)")
-    schema.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="protoc include directory for --proto (repeatable)",
-    )
+    add_import_paths(schema, "protoc include directory for --proto (repeatable)")
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     parser.add_argument(
         "--sample", type=int, default=1000, metavar="N", help="records read (default 1000)"
