@@ -721,7 +721,10 @@ def test_streaming_dead_letters_are_parquet_files_per_window_firing(tmp_path, bi
     files = sorted(dead_dir.glob("*.parquet"))
     assert files and all(pattern.fullmatch(f.name) for f in files), [f.name for f in files]
     dead = pa.concat_tables(pq.read_table(f) for f in files)
-    assert dead.schema.names == ["index", "offset", "path", "reason", "raw", "key"]
+    assert dead.schema.names == [
+        "index", "offset", "path", "reason", "raw", "key", "topic", "partition", "kafka_offset",
+        "timestamp",
+    ]
     assert dead.schema.names[:5] == DEAD_LETTER_SCHEMA.names
     assert sorted(dead.column("raw").to_pylist()) == sorted(records[i] for i in (3, 25, 42))
     rows = pa.concat_tables(pq.read_table(f) for f in sorted(out.glob("*.parquet")))

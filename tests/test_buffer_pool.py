@@ -114,3 +114,29 @@ def test_threads_share_the_pool(bid_schema: wa.Schema, big_corpora: list[pa.Arra
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(8)))
+
+
+def test_threads_share_a_fanned_out_plan_and_its_stats(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array]
+) -> None:
+    # Fan-out (takes over the row tables), strings, a Timestamp and a deduplicated map read
+    # by several threads through one transcoder: the same rows as one thread gives, and
+    # stats that add up exactly (they are updated under the transcoder's lock).
+    from concurrent.futures import ThreadPoolExecutor
+
+    columns = ["id", "imp[*].id", "imp[*].pmp.deals[*].id", "imp[*].bidfloor",
+               "device.geo.country", "timestamp", "user.id"]
+    one = wa.Transcoder(bid_schema, columns=columns)
+    expected = [one.transcode(c) for c in big_corpora]
+    shared = wa.Transcoder(bid_schema, columns=columns)
+
+    def work(k: int) -> bool:
+        c = k % len(big_corpora)
+        return shared.transcode(big_corpora[c]).equals(expected[c])
+
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(work, range(12)))
+    rounds = 12 // len(big_corpora)
+    assert shared.stats.records_in == rounds * one.stats.records_in
+    assert shared.stats.rows_out == rounds * one.stats.rows_out
+    assert shared.stats.bytes_in == rounds * one.stats.bytes_in

@@ -146,10 +146,11 @@ class _Entry:
             # pages a group never fills are never touched (and cost no resident memory).
             return [n] * self.n_groups, None
         per_record, bytes_per_record = sizes
-        return (
-            [int(x * n * 1.05) + 16 for x in per_record],
-            [int(x * n * 1.05) + 64 if x > 0 else 0 for x in bytes_per_record],
-        )
+        # (vectorised: a whole message has a few hundred groups and columns, every batch)
+        scale = n * 1.05
+        groups = (per_record * scale).astype(np.int64) + 16
+        arena = np.where(bytes_per_record > 0, (bytes_per_record * scale).astype(np.int64) + 64, 0)
+        return groups.tolist(), arena.tolist()
 
     def learn_sizes(
         self, records: int, group_counts: Sequence[int], arena_bytes: Sequence[int]

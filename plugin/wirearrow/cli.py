@@ -26,19 +26,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
+from wirearrow.compression import strip_suffix
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
+    from wirearrow.delimited import Frames
     from wirearrow.parquet import ParquetSink
+    from wirearrow.schema import Schema
     from wirearrow.transcoder import Stats, Transcoder
 
 __all__ = ["main"]
 
 PROG = "wirearrow"
-FRAMING_CHOICES = ("varint", "u32le", "u32be")
+FILE_FRAMINGS = ("varint", "u32le", "u32be")
+# "confluent": each record, delimited by --delimited-by, in the Confluent wire format.
+FRAMING_CHOICES = (*FILE_FRAMINGS, "confluent")
 POLICIES = ("raise", "skip", "dead_letter")
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 DEFAULT_FRAMING = "varint"
@@ -233,9 +240,14 @@ class TranscodeJob:
         dead_sink: ParquetSink | None,
         input_format: str = "binary",
         ignore_unknown_fields: bool = False,
+        compression: str = "auto",
+        confluent: Confluent | None = None,
     ) -> None:
         self.tc = tc
-        self.framing = framing
+        # The file's framing; Confluent records are delimited by confluent.delimited_by.
+        self.framing = framing if confluent is None else confluent.delimited_by
+        self.confluent = confluent
+        self.compression = compression
         self.input_format = input_format
         self.ignore_unknown_fields = ignore_unknown_fields
         self.raising = raising
@@ -248,19 +260,27 @@ class TranscodeJob:
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
 
+        from wirearrow.compression import compression_of
         from wirearrow.delimited import FrameReader
         from wirearrow.errors import DecodeError
 
+        codec = compression_of(path, self.compression)
         if self.input_format == "json":
+            if codec != "none":
+                raise CliError(
+                    f"{path}: compressed ({codec}) NDJSON input is not supported: "
+                    "decompress it first"
+                )
             return self.run_ndjson_file(path, sink)
         result = FileResult()
         label = os.path.basename(path)
         with _open_input(path) as f:
             st = os.fstat(f.fileno())
-            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+            # A compressed file's size is not its records' size (progress shows no total).
+            size = st.st_size if stat.S_ISREG(st.st_mode) and codec == "none" else None
             reader = FrameReader(
-                _Reading(f, path), self.framing, block_bytes=self.chunk_size, size=size,
-                name="the file",
+                _decompressed(_Reading(f, path), codec, path), self.framing,
+                block_bytes=self.chunk_size, size=size, name="the file",
             )
             t0 = time.perf_counter()
             record_base = 0
@@ -274,7 +294,7 @@ class TranscodeJob:
                     hi = int(ends[i1 - 1])
                     before = self.tc.stats
                     try:
-                        batch = self.tc.transcode(view[lo:hi], framing=self.framing)
+                        batch = self._transcode(frames, view, i0, i1, lo, hi)
                     except DecodeError as err:
                         index = record_base + i0 + err.index
                         j = i0 + err.index
@@ -306,6 +326,20 @@ class TranscodeJob:
                     )
             result.bytes_in = reader.position + (tail.size if tail is not None else 0)
         return result
+
+    def _transcode(
+        self, frames: Frames, view: memoryview, i0: int, i1: int, lo: int, hi: int
+    ) -> pa.RecordBatch:
+        """Records i0:i1 of ``frames`` (bytes lo:hi of its data, framed) as rows."""
+        if self.confluent is None:
+            return self.tc.transcode(view[lo:hi], framing=self.framing)
+        # The file's framing is stripped first (one copy); each record keeps its prefix.
+        return self.tc.transcode(
+            frames.records(i0, i1),
+            framing="confluent",
+            schemas=self.confluent.schemas,
+            schema_id=self.confluent.schema_id,
+        )
 
     def run_ndjson_file(self, path: str, sink: ParquetSink) -> FileResult:
         """NDJSON of protojson records: one per non-blank line, in batches of batch_size."""
@@ -386,6 +420,85 @@ class TranscodeJob:
         self.dead_sink.write(batch)
 
 
+@dataclass(frozen=True, slots=True)
+class Confluent:
+    """Confluent-framed records: the schema of each accepted schema id, the file framing
+    that delimits the records, and the schema-id column (False: none)."""
+
+    schemas: dict
+    delimited_by: str = DEFAULT_FRAMING
+    schema_id: bool | str = False
+
+    def row_schema(self, base: pa.Schema) -> pa.Schema:
+        """The rows' schema: the plan's, and the schema-id column when asked for."""
+        import pyarrow as pa
+
+        if self.schema_id is False:
+            return base
+        name = "_schema_id" if self.schema_id is True else str(self.schema_id)
+        if name in base.names:
+            raise CliError(f"the schema-id column {name!r} is already a column of the plan", 2)
+        return base.append(pa.field(name, pa.int64(), nullable=False))
+
+
+def _confluent(args: argparse.Namespace, plan: PlanConfig, framing: str) -> Confluent | None:
+    """--framing confluent's settings: the command line's, else the plan's input:."""
+    from wirearrow.errors import WirearrowError
+
+    if framing != "confluent":
+        for flag, value in (
+            ("--schema-id", args.schema_id),
+            ("--delimited-by", args.delimited_by),
+            ("--schema-id-column", args.schema_id_column),
+        ):
+            if value:
+                raise CliError(f"{flag} is for --framing confluent", 2)
+        return None
+    try:
+        if args.schema_id:
+            schemas: dict[int, Schema] = {}
+            for item in args.schema_id:
+                sid, schema = _schema_id_arg(item, plan)
+                schemas[sid] = schema
+        else:
+            schemas = plan.confluent_schemas()
+    except (WirearrowError, ValueError, OSError) as err:
+        raise CliError(str(err)) from err
+    if not schemas:
+        raise CliError(
+            "--framing confluent needs the schema ids it accepts: --schema-id ID (the plan's "
+            "message) or --schema-id ID=FILE.proto:MESSAGE, or input.schemas in the plan",
+            2,
+        )
+    column = args.schema_id_column
+    if column is None:
+        column = plan.input.schema_id
+    return Confluent(
+        schemas, args.delimited_by or plan.input.delimited_by or DEFAULT_FRAMING, column
+    )
+
+
+def _schema_id_arg(text: str, plan: PlanConfig) -> tuple[int, Schema]:
+    """``ID`` (the plan's schema) or ``ID=FILE.proto:MESSAGE`` (found as protoc -I would,
+    in the plan's import paths and the file's directory)."""
+    import wirearrow as wa
+
+    head, sep, source = text.partition("=")
+    try:
+        sid = int(head)
+        if not 0 <= sid < 1 << 31:
+            raise ValueError
+    except ValueError:
+        raise CliError(f"--schema-id {text!r}: the id is an integer from 0 to 2**31-1", 2) from None
+    if not sep:
+        return sid, plan.schema()
+    file, colon, message = source.rpartition(":")
+    if not colon or not file or not message:
+        raise CliError(f"--schema-id {text!r}: expected ID=FILE.proto:MESSAGE", 2)
+    roots = [*plan.proto.import_paths, os.path.dirname(os.path.abspath(file))]
+    return sid, wa.Schema.from_proto(file, message, import_paths=roots)
+
+
 class _Reading:
     """A file's ``read``, its OSError turned into a CliError naming the file."""
 
@@ -397,6 +510,18 @@ class _Reading:
             return self.file.read(n) or b""
         except OSError as err:
             raise CliError(f"cannot read {self.path}: {err.strerror or err}") from err
+
+
+def _decompressed(stream: _Reading, codec: str, path: str) -> object:
+    """``stream`` itself, or its decompressed bytes (a break becomes the reader's tail)."""
+    if codec == "none":
+        return stream
+    from wirearrow.compression import open_decompressed
+
+    try:
+        return open_decompressed(stream, codec, name="the file")
+    except ImportError as err:
+        raise CliError(f"{path}: {err}") from err
 
 
 def _open_input(path: str) -> BinaryIO:
@@ -419,7 +544,7 @@ def _outputs(inputs: Sequence[str], output: str) -> tuple[bool, list[str]]:
     paths = []
     seen: dict[str, str] = {}
     for source in inputs:
-        stem = os.path.basename(source.rstrip("/" + os.sep))
+        stem = strip_suffix(os.path.basename(source.rstrip("/" + os.sep)))
         stem = os.path.splitext(stem)[0] or stem
         target = os.path.join(output, stem + ".parquet")
         if target in seen:
@@ -490,6 +615,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
 
     plan = _load_plan(args.plan)
     framing = args.framing or plan.input.framing or DEFAULT_FRAMING
+    confluent = _confluent(args, plan, framing)
     policy = args.on_error
     if args.dead_letters is not None:
         if policy not in (None, "dead_letter"):
@@ -499,6 +625,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
+    row_schema = tc.arrow_schema if confluent is None else confluent.row_schema(tc.arrow_schema)
     output = args.output or plan.output.path
     if not output:
         raise CliError(
@@ -544,15 +671,17 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 input_format=args.format or plan.input.format or "binary",
                 ignore_unknown_fields=args.ignore_unknown_fields
                 or plan.input.ignore_unknown_fields,
+                compression=args.input_compression or plan.input.compression or "auto",
+                confluent=confluent,
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
-            shared = outputs.open(output, tc.arrow_schema, **options) if single else None
+            shared = outputs.open(output, row_schema, **options) if single else None
             for source, target in zip(args.files, targets, strict=True):
                 sink = (
                     shared
                     if shared is not None
-                    else outputs.open(target, tc.arrow_schema, **options)
+                    else outputs.open(target, row_schema, **options)
                 )
                 total.add(job.run_file(source, sink))
                 if shared is None:
@@ -604,6 +733,7 @@ def _profile_cache(path: str | None) -> ParserCache | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from wirearrow.errors import WirearrowError
     from wirearrow.parquet import writable_schema
 
     plan = _load_plan(args.plan)
@@ -613,6 +743,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={tc.spec.on_error}"]
     if framing:
         parts.append(f"framing={framing}")
+    if plan.input.schemas:
+        try:
+            plan.confluent_schemas()  # every schema version compiles
+        except (WirearrowError, ValueError) as err:
+            raise CliError(str(err)) from err
+        parts.append("schema ids " + ",".join(str(sid) for sid, _ in plan.input.schemas))
     print(f"{args.plan}: OK ({', '.join(parts)})")
     print(format_schema(schema))
     _, dropped = writable_schema(schema)
@@ -655,6 +791,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     plan = _load_plan(args.plan)
     tc = _build_transcoder(plan, None)
     framing = args.framing or plan.input.framing or DEFAULT_FRAMING
+    if framing == "confluent":
+        raise CliError("bench does not read Confluent-framed records; give --framing", 2)
     try:
         records = wa.read_delimited(args.file, framing=framing)
     except OSError as err:
@@ -763,6 +901,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="length prefix of each record; default: the plan's input.framing, else varint",
     )
     tr.add_argument(
+        "--delimited-by",
+        choices=FILE_FRAMINGS,
+        help="--framing confluent: the length prefix of each record in the file; default: "
+        "the plan's input.delimited_by, else varint",
+    )
+    tr.add_argument(
+        "--schema-id",
+        action="append",
+        metavar="ID[=FILE.proto:MESSAGE]",
+        help="--framing confluent: a schema id to accept (repeat for several): ID alone "
+        "names the plan's message, ID=FILE.proto:MESSAGE another schema version; default: "
+        "the plan's input.schemas",
+    )
+    tr.add_argument(
+        "--schema-id-column",
+        nargs="?",
+        const=True,
+        metavar="NAME",
+        help="--framing confluent: add each row's schema id as a column (default name "
+        "_schema_id); default: the plan's input.schema_id",
+    )
+    tr.add_argument(
         "--format",
         choices=("binary", "json"),
         help="binary: framed protobuf records; json: NDJSON of protojson records (one per "
@@ -800,6 +960,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--compression",
         choices=COMPRESSIONS,
         help="Parquet compression; default: the plan's output.compression",
+    )
+    tr.add_argument(
+        "--input-compression",
+        choices=INPUT_COMPRESSIONS,
+        help="the input files' codec; default: the plan's input.compression, else auto "
+        "(by suffix: .gz, .bz2, .zst, .xz; zstd needs the zstandard package). A compressed "
+        "file is read as a stream, whole",
     )
     tr.add_argument(
         "--chunk-size",
@@ -847,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("plan", metavar="PLAN.yaml", help=plan_help)
     bench.add_argument("file", metavar="FILE", help="framed protobuf records")
-    bench.add_argument("--framing", choices=FRAMING_CHOICES, help="as for transcode")
+    bench.add_argument("--framing", choices=FILE_FRAMINGS, help="as for transcode")
     bench.add_argument(
         "--repeat",
         type=_positive,

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from wirearrow.cache import ParserCache
+from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
 from wirearrow.errors import PathError, PlanError, SchemaError
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
@@ -68,6 +69,9 @@ __all__ = [
 RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 FRAMINGS = ("varint", "u32le", "u32be")
+# input.framing: a file framing, or "confluent" (each record, delimited by input.delimited_by,
+# in the Confluent Schema Registry wire format).
+INPUT_FRAMINGS = (*FRAMINGS, "confluent")
 AUX_KEYS = ("sep", "literal", "literal2", "param")
 # The reference's YAML function names (bufarrow-behaviour §3.3): a name here that FUNCTIONS
 # lacks is reported as "not available yet" rather than unknown.
@@ -103,7 +107,15 @@ _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
 _OUTPUT_KEYS = ("path", "compression", "row_group_size")
-_INPUT_KEYS = ("framing", "format", "ignore_unknown_fields")
+_INPUT_KEYS = (
+    "framing",
+    "format",
+    "ignore_unknown_fields",
+    "compression",
+    "delimited_by",
+    "schemas",
+    "schema_id",
+)
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
@@ -143,11 +155,22 @@ class InputConfig:
 
     ``format``: "binary" (protobuf wire records) or "json" (protojson, NDJSON files);
     ``ignore_unknown_fields``: JSON input only, as ``json_format.Parse``'s.
+    ``compression``: the input files' codec (:mod:`wirearrow.compression`; "auto": by
+    each file's suffix).
+
+    ``framing="confluent"``: each record, delimited in the file by ``delimited_by``
+    (default varint), is in the Confluent Schema Registry wire format; ``schemas``: the
+    accepted schema ids, each with its ``.proto`` source (None: the plan's ``proto``);
+    ``schema_id``: True or a column name adds each row's schema id.
     """
 
     framing: str | None = None
     format: str | None = None
     ignore_unknown_fields: bool = False
+    compression: str | None = None
+    delimited_by: str | None = None
+    schemas: tuple[tuple[int, ProtoSource | None], ...] = ()
+    schema_id: bool | str = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +232,23 @@ class PlanConfig:
                 raise SchemaError(f"{site}: {key}: {text}") from err
             self._cache[self.proto] = schema
         return schema
+
+    def confluent_schemas(self) -> dict[int, Schema]:
+        """``{schema_id: Schema}`` of ``input.schemas`` (compiled once each; an id without
+        a source names the plan's own schema)."""
+        out = {}
+        for schema_id, source in self.input.schemas:
+            if source is None:
+                out[schema_id] = self.schema()
+                continue
+            schema = self._cache.get(source)
+            if schema is None:
+                try:
+                    schema = self._cache[source] = source.schema()
+                except SchemaError as err:
+                    raise SchemaError(f"{self.source}: input.schemas.{schema_id}: {err}") from err
+            out[schema_id] = schema
+        return out
 
     def transcoder(self, cache: ParserCache | None = None) -> Transcoder:
         """The :class:`~wirearrow.Transcoder` of this plan (on ``cache``, if given).
@@ -1048,7 +1088,7 @@ class _Checker:
         framing = fmt = None
         if m.get("framing") is not None:
             framing = self.choice(
-                m["framing"], "input.framing", self.key_line(m, "framing"), FRAMINGS
+                m["framing"], "input.framing", self.key_line(m, "framing"), INPUT_FRAMINGS
             )
         if m.get("format") is not None:
             fmt = self.choice(m["format"], "input.format", self.key_line(m, "format"), FORMATS)
@@ -1056,7 +1096,81 @@ class _Checker:
         if m.get("ignore_unknown_fields") is not None:
             key = "ignore_unknown_fields"
             ignore = bool(self.boolean(m[key], f"input.{key}", self.key_line(m, key)))
-        return InputConfig(framing, fmt, ignore)
+        compression = None
+        if m.get("compression") is not None:
+            compression = self.choice(
+                m["compression"],
+                "input.compression",
+                self.key_line(m, "compression"),
+                INPUT_COMPRESSIONS,
+                fold_case=True,
+            )
+        delimited_by = None
+        if m.get("delimited_by") is not None:
+            delimited_by = self.choice(
+                m["delimited_by"],
+                "input.delimited_by",
+                self.key_line(m, "delimited_by"),
+                FRAMINGS,
+            )
+        schemas = self.schema_ids(m.get("schemas"), self.key_line(m, "schemas"))
+        schema_id: bool | str = False
+        raw_id = m.get("schema_id")
+        if raw_id is not None:
+            id_line = self.key_line(m, "schema_id")
+            if isinstance(raw_id, bool):
+                schema_id = raw_id
+            elif isinstance(raw_id, str) and raw_id.strip():
+                schema_id = raw_id.strip()
+            else:
+                self.problem(
+                    id_line,
+                    "input.schema_id",
+                    f"expected true, false or a column name, got {_kind(raw_id)}",
+                )
+        confluent = framing == "confluent"
+        given = {
+            "schemas": m.get("schemas") is not None,
+            "delimited_by": delimited_by is not None,
+            "schema_id": raw_id is not None,
+        }
+        for key, is_given in given.items():
+            if is_given and not confluent:
+                self.problem(self.key_line(m, key), f"input.{key}", "is for framing: confluent")
+        if confluent and not schemas and m.get("schemas") is None:
+            self.problem(
+                self.key_line(m, "framing"),
+                "input.framing",
+                "confluent needs input.schemas: the schema of each Confluent schema id "
+                "({7: null} for the plan's proto, or {7: {file: ..., message: ...}})",
+            )
+        return InputConfig(framing, fmt, ignore, compression, delimited_by, schemas, schema_id)
+
+    def schema_ids(
+        self, value: object, line: int | None
+    ) -> tuple[tuple[int, ProtoSource | None], ...]:
+        """input.schemas: {schema_id: null | "proto" | {file, message, import_paths}}."""
+        if value is None:
+            return ()
+        if not isinstance(value, Mapping) or not value:
+            self.problem(
+                line, "input.schemas", f"expected a mapping of schema ids, got {_kind(value)}"
+            )
+            return ()
+        out: list[tuple[int, ProtoSource | None]] = []
+        for key, source in value.items():
+            keypath = f"input.schemas.{key}"
+            key_line = self.key_line(value, key) or line
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 31:
+                self.problem(key_line, keypath, "a schema id is an integer from 0 to 2**31-1")
+                continue
+            if source is None or source == "proto":
+                out.append((key, None))
+                continue
+            located, _ = self.proto(source, key_line, keypath)
+            if located is not None:
+                out.append((key, located))
+        return tuple(out)
 
 
 # ---- entry point -------------------------------------------------------------------------

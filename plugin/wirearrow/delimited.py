@@ -59,7 +59,10 @@ def looks_like(sample: bytes, framing: str, whole: bool) -> str:
     tried (varint frames almost any bytes for a while: a part proves nothing)."""
     for magic, kind in _COMPRESSED.items():
         if sample.startswith(magic):
-            return f"; the data looks compressed with {kind}: decompress it first"
+            return (
+                f"; the data looks compressed with {kind}: name the file with its suffix "
+                "or give the compression (compression=, --input-compression)"
+            )
     clean = []
     for other in sorted(FRAMINGS) if whole else ():
         if other == framing:
@@ -176,7 +179,8 @@ class FrameReader:
     """Whole records of a framed stream, a block at a time, never the whole stream at once.
 
     ``stream``: anything with ``read(n)`` (a binary file, a pyarrow ``NativeFile``, a Beam
-    filesystem stream); with ``start`` it must also ``seek``. ``end``: stop there (a record
+    filesystem stream, a :class:`~wirearrow.compression.DecompressedStream`, whose break
+    becomes the tail); with ``start`` it must also ``seek``. ``end``: stop there (a record
     boundary found by :func:`plan_pieces`); a stream that ends before it raises ValueError
     (the file changed). ``size``: the stream's size when known (only to size the tail).
 
@@ -255,6 +259,15 @@ class FrameReader:
             self.position = base
             # A record larger than what is held: read enough at once to finish it.
             want = max(self.block_bytes, len(carry)) if not len(starts) else self.block_bytes
+        broken = getattr(self.stream, "broken", None)
+        if broken is not None:
+            # A decompressing stream that broke off (compression.DecompressedStream): the
+            # records before the break were yielded; the break, with the cut record's
+            # bytes if any, is the tail.
+            if carry:
+                broken += f"; {len(carry):,} bytes of a cut record from byte {base:,}"
+            self.tail = Tail(offset=base, size=len(carry), raw=bytes(carry[:MAX_TAIL_RAW]), reason=broken)
+            return
         if carry:
             self.tail = self._tail(
                 base,

@@ -16,3 +16,11 @@ def gather_strings(
     arena: _Bytes, offsets: _Bytes, valid: _Bytes, n: int, indices: np.ndarray | None = None
 ) -> tuple[OwnedBuffer | None, int, OwnedBuffer | None, OwnedBuffer | None]: ...
 def buffer_pool(limit: int | None = None) -> dict[str, int]: ...
+def epoch_values(
+    seconds: _Bytes,
+    nanos: _Bytes,
+    seconds_valid: _Bytes | None,
+    nanos_valid: _Bytes | None,
+    n: int,
+    per: int,
+) -> tuple[OwnedBuffer, OwnedBuffer | None, int, int]: ...

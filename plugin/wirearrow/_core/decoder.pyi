@@ -74,7 +74,7 @@ def decode(
     ends: _Bytes,
     policy: int,
     index_base: int = 0,
-    capacity: Sequence[int] | None = None,
-    arena_capacity: Sequence[int] | None = None,
+    capacity: Sequence[int] | np.ndarray | None = None,
+    arena_capacity: Sequence[int] | np.ndarray | None = None,
     pooled: bool = True,
 ) -> Result: ...

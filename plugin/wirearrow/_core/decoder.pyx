@@ -21,6 +21,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free
+import numpy as np
+
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
     A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
@@ -445,9 +447,16 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         raise ValueError("starts and ends differ in length")
     cdef int64_t size = data.shape[0]
     cdef int64_t i
-    for i in range(n):
-        if not 0 <= starts[i] <= ends[i] <= size:
-            raise ValueError(f"record {i}: bounds outside the data")
+    cdef int64_t bad = -1
+    # Everything that is per record or per byte runs without the GIL (threads decoding
+    # other batches meanwhile: docs/memory.md, benchmarks/bench_threads.py), checks included.
+    with nogil:
+        for i in range(n):
+            if not 0 <= starts[i] <= ends[i] <= size:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"record {bad}: bounds outside the data")
     cdef Ctx* c = <Ctx*>PyMem_RawCalloc(1, sizeof(Ctx))
     if c == NULL:
         raise MemoryError()
@@ -477,25 +486,49 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         c.cols[i].group = program.col_group[i]
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
+    if capacity is not None and len(capacity) != program.n_groups:
+        free_ctx(c, program)
+        PyMem_RawFree(checkpoint)
+        raise ValueError("capacity needs one entry per group")
+    if arena_capacity is not None and len(arena_capacity) != program.n_cols:
+        free_ctx(c, program)
+        PyMem_RawFree(checkpoint)
+        raise ValueError("arena_capacity needs one entry per column")
+    # The sizes as C arrays, so that the (zeroed) allocations behind them run without the GIL.
+    cdef int64_t* caps = NULL
+    cdef int64_t* arena_caps = NULL
+    cdef int presized = OK
+    cdef const int64_t[::1] given
     if capacity is not None:
-        if len(capacity) != program.n_groups:
-            free_ctx(c, program)
-            PyMem_RawFree(checkpoint)
-            raise ValueError("capacity needs one entry per group")
-        if presize(c, [max(0, min(int(x), 1 << 40)) for x in capacity]) != OK:
-            free_ctx(c, program)
-            PyMem_RawFree(checkpoint)
-            raise MemoryError()
+        given = np.ascontiguousarray(capacity, dtype=np.int64)
+        caps = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
+        if caps != NULL:
+            for i in range(program.n_groups):
+                caps[i] = max(0, min(given[i], <int64_t>1 << 40))
     if arena_capacity is not None:
-        if len(arena_capacity) != program.n_cols:
-            free_ctx(c, program)
-            PyMem_RawFree(checkpoint)
-            raise ValueError("arena_capacity needs one entry per column")
-        for i in range(program.n_cols):
-            if c.cols[i].bytes and arena_capacity[i] > 0:
-                c.cols[i].arena = take_block(c, min(int(arena_capacity[i]), ARENA_MAX), False,
-                                             &c.cols[i].arena_alloc)
-                c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
+        given = np.ascontiguousarray(arena_capacity, dtype=np.int64)
+        arena_caps = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+        if arena_caps != NULL:
+            for i in range(program.n_cols):
+                arena_caps[i] = min(max(0, given[i]), ARENA_MAX)
+    if (capacity is not None and caps == NULL) or (arena_capacity is not None and arena_caps == NULL):
+        presized = E_NO_MEMORY
+    else:
+        with nogil:
+            if caps != NULL:
+                presized = presize(c, caps)
+            if arena_caps != NULL:
+                for i in range(program.n_cols):
+                    if c.cols[i].bytes and arena_caps[i] > 0:
+                        c.cols[i].arena = take_block(c, arena_caps[i], False,
+                                                     &c.cols[i].arena_alloc)
+                        c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
+    if presized != OK:
+        PyMem_RawFree(caps)
+        PyMem_RawFree(arena_caps)
+        free_ctx(c, program)
+        PyMem_RawFree(checkpoint)
+        raise MemoryError()
 
     # Prefetching the writes: with sizes known (from the previous batch or a profile), the
     # elements and string bytes each block of records adds to every column are known ahead.
@@ -515,9 +548,11 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             ls.at = NULL
         else:
             for i in range(program.n_groups):
-                block_elems[i] = (max(0, min(int(capacity[i]), 1 << 40)) * BLOCK + n - 1) // n
+                block_elems[i] = (caps[i] * BLOCK + n - 1) // n
             for i in range(program.n_cols):
-                block_bytes[i] = max(0, min(int(arena_capacity[i]), 1 << 40)) * BLOCK // n
+                block_bytes[i] = arena_caps[i] * BLOCK // n
+    PyMem_RawFree(caps)
+    PyMem_RawFree(arena_caps)
 
     errors = []
     cdef int status = OK
@@ -595,7 +630,7 @@ cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
             add_lines(ls, <const uint8_t*>c.groups[g].parent, a * 8, b * 8)
 
 
-cdef int presize(Ctx* c, list capacity) except? -1:
+cdef int presize(Ctx* c, const int64_t* capacity) noexcept nogil:
     cdef int32_t i
     cdef int64_t cap
     cdef ColumnStore* cs
@@ -626,7 +661,7 @@ cdef int presize(Ctx* c, list capacity) except? -1:
     return OK
 
 
-cdef uint8_t* take_block(Ctx* c, int64_t size, bint zero, int64_t* allocated) noexcept:
+cdef uint8_t* take_block(Ctx* c, int64_t size, bint zero, int64_t* allocated) noexcept nogil:
     """A buffer of at least size bytes; *allocated = the size behind it (at least size)."""
     if c.pooled:
         return pool_alloc(size, zero, allocated)

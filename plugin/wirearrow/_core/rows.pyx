@@ -146,12 +146,17 @@ def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] s
     """
     cdef int64_t n = rows.shape[0], r, k, e, count, total = 0, pos = 0
     cdef int64_t n_off = sel_off.shape[0]
-    for r in range(n):
-        e = rows[r]
-        if e >= n_off - 1:
-            raise ValueError("row element outside the selection's parents")
-        count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
-        total += count if count > 0 else 1
+    cdef bint outside = False
+    with nogil:
+        for r in range(n):
+            e = rows[r]
+            if e >= n_off - 1:
+                outside = True
+                break
+            count = sel_off[e + 1] - sel_off[e] if e >= 0 else 0
+            total += count if count > 0 else 1
+    if outside:
+        raise ValueError("row element outside the selection's parents")
     narrow = total < 0x7FFFFFFF and sel.shape[0] < 0x7FFFFFFF
     owner = np.empty(total, dtype=np.int32 if narrow else np.int64)
     element = np.empty(total, dtype=np.int32 if narrow else np.int64)
@@ -244,3 +249,31 @@ def keys_unique(const offset_t[::1] offsets, const uint8_t[::1] values, int64_t 
             if not unique:
                 break
     return unique
+
+
+def take_indices(const index_t[::1] idx, int64_t n_elements):
+    """How a column over n_elements elements is read at rows idx (-1: no element).
+
+    None when idx is 0, 1, ..., n_elements - 1 (the leaf array as it is, no take); else
+    (bitmap, nulls): the validity bitmap of idx >= 0 (None when every row has an element)
+    and its null count, so that the take's indices are built over idx without a copy.
+    """
+    cdef int64_t n = idx.shape[0], i, nulls = 0
+    cdef bint identity = n == n_elements
+    with nogil:
+        for i in range(n):
+            if idx[i] < 0:
+                nulls += 1
+            if identity and idx[i] != i:
+                identity = False
+    if identity:
+        return None
+    if nulls == 0:
+        return None, 0
+    bitmap = np.zeros((n + 7) // 8, dtype=np.uint8)
+    cdef uint8_t[::1] bits = bitmap
+    with nogil:
+        for i in range(n):
+            if idx[i] >= 0:
+                bits[i >> 3] |= <uint8_t>(1 << (i & 7))
+    return bitmap, nulls

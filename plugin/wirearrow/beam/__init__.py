@@ -11,11 +11,13 @@
 
 Modules: ``transcode`` (ToArrow, RecordArray batches, dead letters), ``rows`` (ToRows,
 row_type), ``read`` (ReadDelimited), ``parquet`` (WriteToParquet, WriteDeadLetters),
-``protojson`` (ToJson: rows back to protojson text). The public PTransforms
+``protojson`` (ToJson: rows back to protojson text), ``late`` (SplitLate: records later
+than the allowed lateness as counted dead letters). The public PTransforms
 only wire the graph; the work happens in private DoFns whose heavy state (the compiled
 plan) is built in ``setup()`` on the worker. docs/beam.md is the guide.
 """
 
+from wirearrow.beam.late import SplitLate
 from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet
 from wirearrow.beam.protojson import ToJson
 from wirearrow.beam.read import ReadDelimited
@@ -28,6 +30,7 @@ __all__ = [
     "ReadDelimited",
     "RecordArray",
     "RowsResult",
+    "SplitLate",
     "ToArrow",
     "ToJson",
     "ToRows",

@@ -311,8 +311,17 @@ def _first(element: tuple[str, Any]) -> str:
 # =========================================================================== dead letters
 
 # The columns of a Beam dead-letter file: the core's DEAD_LETTER_SCHEMA (what Ray and the
-# command line write) plus the element's key, as in DeadLetter.
-DEAD_LETTER_FILE_SCHEMA = DEAD_LETTER_SCHEMA.append(pa.field("key", pa.utf8()))
+# command line write) plus the element's key and Kafka position, as in DeadLetter.
+DEAD_LETTER_FILE_SCHEMA = pa.schema(
+    [
+        *DEAD_LETTER_SCHEMA,
+        pa.field("key", pa.utf8()),
+        pa.field("topic", pa.utf8()),
+        pa.field("partition", pa.int32()),
+        pa.field("kafka_offset", pa.int64()),
+        pa.field("timestamp", pa.int64()),
+    ]
+)
 
 
 def _dead_letter_batch(letter: Any) -> pa.RecordBatch:
@@ -323,7 +332,8 @@ def _dead_letter_batch(letter: Any) -> pa.RecordBatch:
 
 class WriteDeadLetters(beam.PTransform):
     """:class:`~wirearrow.beam.DeadLetter` rows to Parquet files under ``path``, with the
-    columns of batch dead letters (``index, offset, path, reason, raw``, plus ``key``).
+    columns of batch dead letters (``index, offset, path, reason, raw``, plus ``key`` and
+    the Kafka position ``topic, partition, kafka_offset, timestamp``, null when unknown).
 
     Written like :class:`WriteToParquet` (same naming, same atomic rename): batch jobs one
     file per bundle, streaming one file per window firing, e.g.

@@ -17,6 +17,7 @@ from wirearrow.beam.transcode import (
     RecordArray,
     same_binary_type,
 )
+from wirearrow.compression import compression_name, compression_of, open_decompressed
 from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, plan_pieces
 
 _LOG = logging.getLogger(__name__)
@@ -63,10 +64,8 @@ class _PlanChunksFn(beam.DoFn):
 
     def process(self, metadata: Any) -> Iterator[_Chunk]:
         path, size = metadata.path, metadata.size_in_bytes
-        compression = self._compression
-        if compression == CompressionTypes.AUTO:
-            compression = CompressionTypes.detect_compression_type(path)
-        if compression != CompressionTypes.UNCOMPRESSED:
+        compression = compression_of(path, self._compression)
+        if compression != "none":
             yield _Chunk(path, 0, -1, compression)
             return
         if size <= self._chunk_bytes:
@@ -113,7 +112,14 @@ class _ReadChunkFn(beam.DoFn):
         path, start, end, compression = chunk
         self._pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
         self._pending_count = 0
-        with FileSystems.open(path, "application/octet-stream", compression) as stream:
+        with FileSystems.open(
+            path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
+        ) as raw:
+            # Our decompression, not Beam's: a cut or corrupt stream is then the reader's
+            # tail (records before it kept, the break counted) instead of an exception.
+            stream: Any = raw
+            if compression != "none":
+                stream = open_decompressed(raw, compression, name="the file")
             reader = FrameReader(
                 stream,
                 self._framing,
@@ -158,14 +164,18 @@ class ReadDelimited(beam.PTransform):
 
     Files are split into record-aligned chunks of about ``chunk_bytes``, read in parallel:
     files larger than a chunk get one extra sequential pass over their length prefixes to
-    find the cut points. Compressed files (by extension with ``compression="auto"``) are
-    read whole by one worker. A file that ends inside a record raises ValueError (with
-    ``truncated="skip"``: the whole records are read and the tail is logged and counted).
+    find the cut points. Compressed files (by extension with ``compression="auto"``: .gz,
+    .bz2, .zst, .xz, .deflate) cannot be split: each is read whole by one worker, as a
+    stream (bounded memory). A file that ends inside a record, or a compressed stream
+    that is cut short or corrupt, raises ValueError naming the file and the offset (with
+    ``truncated="skip"``: the whole records before it are read and the tail is logged
+    and counted in the ``truncated_files`` metric).
 
     Args:
         file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".
         framing: "varint", "u32le" or "u32be".
-        compression: "auto" (from the extension) or a Beam CompressionTypes value.
+        compression: "auto" (from the extension), "none", "gzip", "bz2", "zstd", "xz",
+            "deflate", or a Beam CompressionTypes value. zstd needs ``zstandard``.
         chunk_bytes: target size of the byte ranges read in parallel.
         batch_size: records per batch handed to batch-aware consumers (ToArrow).
         truncated: "raise" or "skip".
@@ -187,6 +197,7 @@ class ReadDelimited(beam.PTransform):
             raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
         if truncated not in ("raise", "skip"):
             raise ValueError(f"truncated must be 'raise' or 'skip', not {truncated!r}")
+        compression = compression_name(compression)
         if chunk_bytes < 1 or batch_size < 1:
             raise ValueError("chunk_bytes and batch_size must be positive")
         self._pattern = file_pattern

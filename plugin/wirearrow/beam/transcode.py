@@ -34,7 +34,10 @@ class DeadLetter(NamedTuple):
     the byte inside the record where decoding failed (docs/errors.md); ``path`` the field
     path, ``reason`` the error text, ``raw`` the record's bytes (None for a null record).
     ``key`` is the element's key for ``(key, bytes)`` input or a row's ``key`` field (as
-    text), else None.
+    text), else None. ``topic``, ``partition``, ``kafka_offset`` and ``timestamp`` (ms) are
+    a row element's fields of those names (``offset`` for ``kafka_offset``), as in
+    ``ReadFromKafka(with_metadata=True)``'s rows: where to find the record again in Kafka;
+    None for other elements.
     """
 
     # A field named index shadows tuple.index (mypy says so); it is the dead-letter
@@ -45,9 +48,36 @@ class DeadLetter(NamedTuple):
     reason: str
     raw: Optional[bytes]  # noqa: UP045 (Beam's typehint conversion needs typing.Optional)
     key: Optional[str]  # noqa: UP045
+    topic: Optional[str] = None  # noqa: UP045
+    partition: Optional[int] = None  # noqa: UP045
+    kafka_offset: Optional[int] = None  # noqa: UP045
+    timestamp: Optional[int] = None  # noqa: UP045
 
 
 beam.coders.registry.register_coder(DeadLetter, beam.coders.RowCoder)
+
+
+# Where a row element came from (ReadFromKafka(with_metadata=True)'s fields), kept per
+# buffered record only for rows; a DeadLetter's fields after ``key``.
+_ORIGIN_FIELDS = ("topic", "partition", "offset", "timestamp")
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _origin(element: Any) -> tuple | None:
+    """(topic, partition, offset, timestamp) of a row element, None when it has none."""
+    values = tuple(getattr(element, name, None) for name in _ORIGIN_FIELDS)
+    if all(v is None for v in values):
+        return None
+    topic, partition, offset, timestamp = values
+    return (
+        None if topic is None else str(topic),
+        _int_or_none(partition),
+        _int_or_none(offset),
+        _int_or_none(timestamp),
+    )
 
 
 def _key_text(key: object) -> str | None:
@@ -177,11 +207,12 @@ class ArrowResult(dict):
 class _Buffer:
     """The records of one window waiting for a batch, and their latest timestamp."""
 
-    __slots__ = ("keys", "records", "timestamp")
+    __slots__ = ("keys", "origins", "records", "timestamp")
 
     def __init__(self, timestamp: Timestamp) -> None:
         self.records: list = []
         self.keys: list = []
+        self.origins: list = []  # per record: _origin() of a row element, else None
         self.timestamp = timestamp
 
 
@@ -238,48 +269,55 @@ class _TranscodeFn(beam.DoFn):
         if type(element) is bytes or type(element) is str:  # (str: protojson text)
             buf.records.append(element)
             buf.keys.append(None)
+            buf.origins.append(None)
         else:
-            key, record = self._unpack(element)
+            key, record, origin = self._unpack(element)
             buf.records.append(record)
             buf.keys.append(key)
+            buf.origins.append(origin)
         if len(buf.records) >= self._batch_size:
             del self._buffers[window]
-            yield from self._emit(buf.records, buf.keys, buf.timestamp, window)
+            yield from self._emit(buf, window)
 
-    def _unpack(self, element: Any) -> tuple[Any, Any]:
-        """(key, record) of a (key, bytes) pair or a Row; a bytes-like record as is."""
+    def _unpack(self, element: Any) -> tuple[Any, Any, tuple | None]:
+        """(key, record, origin) of a (key, bytes) pair or a Row; a bytes-like record as
+        is. ``origin``: a row's Kafka position (_origin), for its dead letter."""
         if isinstance(element, bytes | bytearray | memoryview | str) or element is None:
-            return None, element
+            return None, element, None
         if isinstance(element, tuple) and not hasattr(element, "_fields"):
             if len(element) != 2:
                 raise TypeError(f"ToArrow takes bytes, (key, bytes) or rows, not {element!r:.80}")
-            return element
+            return element[0], element[1], None
         try:
-            # ReadFromKafka(with_metadata=True) rows carry their key: dead letters name it.
-            return getattr(element, "key", None), getattr(element, self._field)
+            # ReadFromKafka(with_metadata=True) rows carry their key, topic, partition,
+            # offset and timestamp: dead letters name them.
+            record = getattr(element, self._field)
         except AttributeError:
             raise TypeError(
                 f"ToArrow: {type(element).__name__} element has no field {self._field!r} "
                 "(pass field= to name the bytes field of a row)"
             ) from None
+        return getattr(element, "key", None), record, _origin(element)
 
     def finish_bundle(self) -> Iterator[Any]:
         buffers, self._buffers = self._buffers, {}
         for window, buf in buffers.items():
-            yield from self._emit(buf.records, buf.keys, buf.timestamp, window)
+            yield from self._emit(buf, window)
 
-    def _emit(self, records: list, keys: list, timestamp: Any, window: Any) -> Iterator[Any]:
+    def _emit(self, buf: _Buffer, window: Any) -> Iterator[Any]:
         # Outputs are WindowedValues: in finish_bundle there is no input element whose
         # window Beam could use, and in process the buffered records may be older than
         # the current one.
-        windows = (window,)
-        batch, dead = self._transcode(records, keys)
+        windows, timestamp = (window,), buf.timestamp
+        batch, dead = self._transcode(buf.records, buf.keys, buf.origins)
         if batch.num_rows:
             yield WindowedValue(batch, timestamp, windows)
         for letter in dead:
             yield pvalue.TaggedOutput(self._dead_tag, WindowedValue(letter, timestamp, windows))
 
-    def _transcode(self, records: Any, keys: list | None) -> tuple[pa.RecordBatch, list]:
+    def _transcode(
+        self, records: Any, keys: list | None, origins: list | None = None
+    ) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
         batch = tc.transcode(records, **self._input)
@@ -294,7 +332,10 @@ class _TranscodeFn(beam.DoFn):
             raw = table.column("raw").to_pylist()
             for i in range(table.num_rows):
                 key = _key_text(keys[index[i]]) if keys else None
-                dead.append(DeadLetter(index[i], offset[i], path[i], reason[i], raw[i], key))
+                origin = (origins[index[i]] if origins else None) or ()
+                dead.append(
+                    DeadLetter(index[i], offset[i], path[i], reason[i], raw[i], key, *origin)
+                )
         self._records_in.inc(after.records_in - before.records_in)
         self._records_failed.inc(after.records_failed - before.records_failed)
         self._rows_out.inc(batch.num_rows)

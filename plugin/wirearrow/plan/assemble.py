@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,9 +21,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wirearrow._core.buffers import gather_strings, pack_bits
+from wirearrow._core.buffers import OwnedBuffer, epoch_values, gather_strings, pack_bits
 from wirearrow._core.decoder import Result
-from wirearrow._core.rows import expand, group_offsets, keys_unique, list_offsets, select_slice
+from wirearrow._core.rows import (
+    expand,
+    group_offsets,
+    keys_unique,
+    list_offsets,
+    select_slice,
+    take_indices,
+)
 from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
 from wirearrow.plan.expressions import Grouped
 from wirearrow.plan.expressions import broadcast as _broadcast
@@ -119,6 +127,10 @@ class Assembler:
             packed = self._bitmaps[key] = (pa.py_buffer(bitmap) if nulls else None), nulls
         return packed
 
+    def _valid_bytes(self, column: int) -> OwnedBuffer | np.ndarray | None:
+        """A column's validity bytes as the decoder left them; None: valid in every slot."""
+        return None if self.plan.validity_from.get(column, column) < 0 else self.r.col_valid[column]
+
     def _build(self, leaf: Leaf) -> pa.Array:
         n = self.counts[leaf.group]
         if isinstance(leaf, EnumLeaf):
@@ -180,24 +192,25 @@ class Assembler:
         return pa.Array.from_buffers(t, rows, buffers, nulls)
 
     def _temporal(self, leaf: TemporalLeaf, n: int) -> pa.Array:
+        if leaf.kind in ("timestamp", "duration"):
+            # problems() has made every record whose rows read an out-of-range value a bad
+            # record; values no row reads (times[1] under times[0]) are nulled here.
+            seconds, nanos = leaf.columns
+            values, bitmap, nulls, lost = epoch_values(
+                self.r.col_values[seconds],
+                self.r.col_values[nanos],
+                self._valid_bytes(seconds),
+                self._valid_bytes(nanos),
+                n,
+                _PER_SECOND[leaf.type.unit],
+            )
+            self.precision_lost += lost
+            validity = pa.py_buffer(bitmap) if bitmap is not None else None
+            return pa.Array.from_buffers(leaf.type, n, [validity, pa.py_buffer(values)], nulls)
         parts = [
             self._scalar(c, t, n)
             for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)
         ]
-        if leaf.kind in ("timestamp", "duration"):
-            unit = leaf.type.unit
-            seconds, nanos = parts
-            per = _PER_SECOND[unit]
-            if per < 1_000_000_000:
-                self.precision_lost += _sub_unit_count(nanos, 1_000_000_000 // per)
-            # problems() has made every record whose rows read an out-of-range value a bad
-            # record; values no row reads (times[1] under times[0]) are nulled here.
-            limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
-            outside = pc.or_(pc.greater(seconds, limit), pc.less(seconds, -limit))
-            seconds = pc.if_else(outside, pa.scalar(None, pa.int64()), seconds)
-            whole = pc.multiply_checked(seconds, per)
-            frac = pc.divide(nanos.cast(pa.int64()), 1_000_000_000 // per)
-            return pc.add_checked(whole, frac).cast(leaf.type)
         if leaf.kind == "date":
             y, m, d = (p.to_numpy(zero_copy_only=False) for p in parts)
             mask = np.asarray(parts[0].is_null())
@@ -396,23 +409,22 @@ class Assembler:
         transcoder's error policy, like a wire error.
         """
         out: list[tuple[int, str, str]] = []
-        for column in self.plan.columns:
-            if column.strict:
-                out.extend(self._strict_problems(column, tables[column.tree][0]))
-        for column in self.plan.columns:
-            for leaf in _walk(column.leaf):
-                if isinstance(leaf, TemporalLeaf) and leaf.kind in ("timestamp", "duration"):
-                    # A column's own value: only the elements its rows read (times[0] must
-                    # not fail on times[1]); inside a struct or list, every element.
-                    table = tables[column.tree][0]
-                    rows = table[column.selection.index] if leaf is column.leaf else None
-                    out.extend(self._range_problems(leaf, column.name, rows))
-                elif isinstance(leaf, JsonLeaf):
-                    texts, bad = self._render_json(leaf, self.counts[leaf.group])
-                    self._json_texts[id(leaf)] = texts
-                    out.extend((r, reason, column.name) for r, reason in bad)
-                elif isinstance(leaf, CutLeaf) and leaf.validate:
-                    out.extend((r, reason, column.name) for r, reason in self._cut_problems(leaf))
+        facts = _facts(self.plan)
+        for column in facts.strict:
+            out.extend(self._strict_problems(column, tables[column.tree][0]))
+        for column, leaf in facts.checked:
+            if isinstance(leaf, TemporalLeaf):
+                # A column's own value: only the elements its rows read (times[0] must
+                # not fail on times[1]); inside a struct or list, every element.
+                table = tables[column.tree][0]
+                rows = table[column.selection.index] if leaf is column.leaf else None
+                out.extend(self._range_problems(leaf, column.name, rows))
+            elif isinstance(leaf, JsonLeaf):
+                texts, bad = self._render_json(leaf, self.counts[leaf.group])
+                self._json_texts[id(leaf)] = texts
+                out.extend((r, reason, column.name) for r, reason in bad)
+            elif isinstance(leaf, CutLeaf):
+                out.extend((r, reason, column.name) for r, reason in self._cut_problems(leaf))
         return out
 
     def _strict_problems(
@@ -513,17 +525,12 @@ class Assembler:
         positions = self.parents[0][table[0]] if row_records else None
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
-        storage_uses = Counter(c for col in self.plan.columns for c in _storage(col.leaf))
+        facts = _facts(self.plan)
+        storage_uses = dict(facts.storage_uses)
         self._drop_parents()
-        table_uses = Counter((col.tree, col.selection.index) for col in self.plan.columns)
+        table_uses = dict(facts.table_uses)
         out: list[pa.Array | None] = [None] * len(self.plan.columns)
-        # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
-        # value per record copied onto every row, the largest outputs) are materialised.
-        order = sorted(
-            range(len(self.plan.columns)),
-            key=lambda i: -len(self.plan.columns[i].selection.ancestors()),
-        )
-        for i in order:
+        for i in facts.order:
             column = self.plan.columns[i]
             rows, fanned = tables[column.tree]
             out[i] = self._column(column, rows, fanned)
@@ -550,13 +557,11 @@ class Assembler:
 
     def _drop_parents(self) -> None:
         """Element parents are only needed for offsets (and error messages) from here on."""
-        leaves = [col.leaf for col in self.plan.columns]
-        for leaf in leaves:
-            for x in _walk(leaf):
-                if isinstance(x, MapLeaf):
-                    self.map_keep(x.child_group, x.key)
-            for g in _child_groups(leaf):
-                self.list_offsets(g)
+        facts = _facts(self.plan)
+        for group, key in facts.map_keys:
+            self.map_keep(group, key)
+        for g in facts.child_groups:
+            self.list_offsets(g)
         self.parents = []
         for g in range(len(self.r.group_parents)):
             self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end
@@ -568,18 +573,76 @@ class Assembler:
         leaf = column.leaf
         if s.parent is None and not expanded:
             return self.leaf(leaf)
-        idx = table[s.index]
+        idx = np.ascontiguousarray(table[s.index])
         n = self.counts[leaf.group]
-        if len(idx) == n and (n == 0 or (idx[0] == 0 and np.all(np.diff(idx) == 1))):
+        how = take_indices(idx, n)
+        if how is None:
             return self.leaf(leaf)  # one row per element, in order: no take needed
         if isinstance(leaf, ScalarLeaf) and (
             pa.types.is_string(leaf.type) or pa.types.is_binary(leaf.type)
         ):
-            return self._strings(leaf.column, leaf.type, self.counts[leaf.group], idx)
-        arr = self.leaf(leaf)
-        missing = idx < 0
-        indices = pa.array(idx, mask=missing) if missing.any() else pa.array(idx)
-        return arr.take(indices)
+            return self._strings(leaf.column, leaf.type, n, idx)
+        bitmap, nulls = how
+        # The row table itself as the take's indices (rows without an element are null).
+        indices = pa.Array.from_buffers(
+            pa.int32() if idx.dtype == np.int32 else pa.int64(),
+            len(idx),
+            [pa.py_buffer(bitmap) if bitmap is not None else None, pa.py_buffer(idx)],
+            nulls,
+        )
+        return self.leaf(leaf).take(indices)
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What assembly needs to know of a plan's columns, found once per plan rather than
+    walked again for every batch (Python run per batch holds the GIL: other threads'
+    batches wait for it)."""
+
+    # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
+    # value per record copied onto every row, the largest outputs) are materialised.
+    order: tuple[int, ...]
+    storage_uses: dict[int, int]  # decoder column -> output columns reading it
+    table_uses: dict[tuple[int, int], int]  # (tree, selection) -> output columns reading it
+    map_keys: tuple[tuple[int, Leaf], ...]  # (entry group, key leaf) of every map read
+    child_groups: tuple[int, ...]  # groups under a list or map read
+    strict: tuple[OutputColumn, ...]
+    # (column, leaf) whose values can reject a record: timestamps / durations (range),
+    # Struct / Value JSON, validated max_depth cuts.
+    checked: tuple[tuple[OutputColumn, Leaf], ...]
+
+    @staticmethod
+    def of(plan: CompiledPlan) -> _Facts:
+        columns = plan.columns
+        leaves = [x for col in columns for x in _walk(col.leaf)]
+        return _Facts(
+            order=tuple(
+                sorted(range(len(columns)), key=lambda i: -len(columns[i].selection.ancestors()))
+            ),
+            storage_uses=dict(Counter(c for col in columns for c in _storage(col.leaf))),
+            table_uses=dict(Counter((col.tree, col.selection.index) for col in columns)),
+            map_keys=tuple((x.child_group, x.key) for x in leaves if isinstance(x, MapLeaf)),
+            child_groups=tuple(g for col in columns for g in _child_groups(col.leaf)),
+            strict=tuple(col for col in columns if col.strict),
+            checked=tuple(
+                (col, x)
+                for col in columns
+                for x in _walk(col.leaf)
+                if (isinstance(x, TemporalLeaf) and x.kind in ("timestamp", "duration"))
+                or isinstance(x, JsonLeaf)
+                or (isinstance(x, CutLeaf) and x.validate)
+            ),
+        )
+
+
+_FACTS: weakref.WeakKeyDictionary[CompiledPlan, _Facts] = weakref.WeakKeyDictionary()
+
+
+def _facts(plan: CompiledPlan) -> _Facts:
+    facts = _FACTS.get(plan)
+    if facts is None:
+        facts = _FACTS[plan] = _Facts.of(plan)  # two threads may both build it: same value
+    return facts
 
 
 def _share_validity(plan: CompiledPlan, result: Result) -> None:
@@ -588,15 +651,23 @@ def _share_validity(plan: CompiledPlan, result: Result) -> None:
     already holds the zero default), so it is valid wherever its message is."""
     valid = result.col_valid
     counts = result.col_counts
-    ones: dict[int, np.ndarray] = {}
     for column, source in plan.validity_from.items():
-        if source >= 0:
-            valid[column] = valid[source]
-        else:
-            n = counts[column]
-            valid[column] = ones.get(n)
-            if valid[column] is None:
-                valid[column] = ones[n] = np.ones(n, dtype=np.uint8)
+        valid[column] = valid[source] if source >= 0 else _all_valid(counts[column])
+
+
+_ALL_VALID = np.ones(0, dtype=np.uint8)
+
+
+def _all_valid(n: int) -> np.ndarray:
+    """n validity bytes of 1, read-only: views of one array, grown when a batch needs more
+    (filled once instead of per batch and column, which held the GIL in every batch)."""
+    global _ALL_VALID
+    ones = _ALL_VALID
+    if len(ones) < n:
+        ones = np.ones(max(n, 2 * len(ones)), dtype=np.uint8)
+        ones.flags.writeable = False
+        _ALL_VALID = ones  # a racing thread's array is as good: both hold only ones
+    return ones[:n]
 
 
 @dataclass(frozen=True)
@@ -757,16 +828,6 @@ def _truthy(arr: pa.Array) -> pa.Array:
     if pa.types.is_string(t) or pa.types.is_binary(t):
         return pc.greater(pc.binary_length(arr), 0)
     return pc.not_equal(arr, 0)
-
-
-def _sub_unit_count(nanos: pa.Array, step: int) -> int:
-    """How many valid values of an int32 array are not multiples of `step` (the decoder's
-    buffer read in place: slots under nulls hold anything and are masked)."""
-    values = np.frombuffer(nanos.buffers()[1], dtype=np.int32, count=len(nanos) + nanos.offset)
-    lost = values[nanos.offset :] % np.int32(step) != 0
-    if nanos.null_count:
-        lost &= np.asarray(nanos.is_valid())
-    return int(np.count_nonzero(lost))
 
 
 def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:

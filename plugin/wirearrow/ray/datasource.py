@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from wirearrow.compression import compression_name, compression_of, open_decompressed
 from wirearrow.config import PlanConfig
 from wirearrow.delimited import FRAMINGS, FrameReader, Frames, plan_pieces
 from wirearrow.transcoder import Transcoder
@@ -33,6 +34,10 @@ MAX_TASK_BYTES = 256 * 1024 * 1024
 BLOCK_BYTES = 16 * 1024 * 1024
 # The indexing pass reads files in chunks of this size (sequential, one open per file).
 INDEX_CHUNK_BYTES = 16 * 1024 * 1024
+# With truncated="dead_letter": the column that says why a row is not a record (null for
+# records). Transcode turns such a row into one failure and a dead letter with that reason.
+READ_ERROR = "read_error"
+TRUNCATED = ("raise", "dead_letter")
 
 
 def filesystem_of(path: str, filesystem: Any | None = None) -> tuple[pafs.FileSystem, str]:
@@ -97,51 +102,97 @@ def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], fi
 
 @dataclass(frozen=True)
 class _Piece:
-    """Whole records of one file: bytes [start, end), ``records`` of them (None: not counted)."""
+    """Whole records of one file: bytes [start, end), ``records`` of them (None: not counted).
+
+    A compressed file (``compression`` not "none") is one piece, the whole file: it cannot
+    be read from an offset.
+    """
 
     path: str
     start: int
     end: int
     records: int | None
+    compression: str = "none"
 
 
-def _index(fs: pafs.FileSystem, path: str, size: int, framing: str, task_bytes: int):
+def _index(
+    fs: pafs.FileSystem,
+    path: str,
+    size: int,
+    framing: str,
+    task_bytes: int,
+    truncated: str = "raise",
+):
     """Split a file into pieces of about ``task_bytes``, cut at record boundaries (one
     sequential pass: :func:`wirearrow.delimited.plan_pieces`)."""
-    with fs.open_input_stream(path) as f:
+    with fs.open_input_stream(path, compression=None) as f:
         pieces, tail = plan_pieces(f, framing, task_bytes, block_bytes=INDEX_CHUNK_BYTES, name=path)
+    planned = [_Piece(path, p.start, p.end, p.records) for p in pieces]
     if tail is not None:
-        raise ValueError(f"{path}: {tail.reason}")
-    return [_Piece(path, p.start, p.end, p.records) for p in pieces]
+        if truncated == "raise":
+            raise ValueError(f"{path}: {tail.reason}")
+        # The last piece runs to the end of the file: its reader finds the tail again and
+        # passes it on as a read_error row.
+        last = planned[-1]
+        planned[-1] = _Piece(path, last.start, size, None)
+    return planned
 
 
 def _read_pieces(
-    fs: pafs.FileSystem, pieces: Sequence[_Piece], framing: str, include_location: bool
+    fs: pafs.FileSystem,
+    pieces: Sequence[_Piece],
+    framing: str,
+    include_location: bool,
+    truncated: str = "raise",
 ) -> Iterator[pa.Table]:
     """A read task: the records of its pieces, as tables of at most ~BLOCK_BYTES."""
     for piece in pieces:
+        if piece.compression != "none":
+            # A stream, decompressed as it is read (bounded memory); offsets are in the
+            # decompressed bytes.
+            with fs.open_input_stream(piece.path, compression=None) as f:
+                reader = FrameReader(
+                    open_decompressed(f, piece.compression, name="the file"), framing,
+                    block_bytes=BLOCK_BYTES, name=piece.path,
+                )
+                yield from _blocks(reader, piece.path, include_location, truncated)
+            continue
         with fs.open_input_file(piece.path) as f:
             reader = FrameReader(
                 f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
                 name=piece.path,
             )
-            for frames in reader:
-                yield _block(frames, piece.path, include_location)
-            if reader.tail is not None:
-                raise ValueError(f"{piece.path}: {reader.tail.reason}")
+            yield from _blocks(reader, piece.path, include_location, truncated)
 
 
-def _block(frames: Frames, path: str, include_location: bool) -> pa.Table:
+def _blocks(
+    reader: FrameReader, path: str, include_location: bool, truncated: str
+) -> Iterator[pa.Table]:
+    errors = truncated == "dead_letter"
+    for frames in reader:
+        yield _block(frames, path, include_location, errors)
+    tail = reader.tail
+    if tail is None:
+        return
+    if not errors:
+        raise ValueError(f"{path}: {tail.reason}")
+    columns: dict[str, pa.Array] = {"value": pa.array([tail.raw], pa.binary())}
+    if include_location:
+        columns["file"] = pa.array([path], pa.string())
+        columns["offset"] = pa.array([tail.offset], pa.int64())
+    columns[READ_ERROR] = pa.array([f"{path}: {tail.reason}"], pa.string())
+    yield pa.table(columns)
+
+
+def _block(frames: Frames, path: str, include_location: bool, errors: bool) -> pa.Table:
     array = frames.records()  # one copy, prefixes dropped
-    if not include_location:
-        return pa.table({"value": array})
-    return pa.table(
-        {
-            "value": array,
-            "file": pa.array(np.full(len(frames), path, dtype=object), pa.string()),
-            "offset": pa.array(frames.frame_starts),
-        }
-    )
+    columns = {"value": array}
+    if include_location:
+        columns["file"] = pa.array(np.full(len(frames), path, dtype=object), pa.string())
+        columns["offset"] = pa.array(frames.frame_starts)
+    if errors:
+        columns[READ_ERROR] = pa.nulls(len(frames), pa.string())
+    return pa.table(columns)
 
 
 @functools.cache
@@ -158,6 +209,9 @@ def _datasource_class() -> type:
         record's length prefix) columns, which dead letters then carry in ``source``.
         Files larger than a read task's share are split at record boundaries found by
         one indexing pass (at planning time, files read in parallel threads).
+        ``compression``: "auto" (by suffix: .gz, .bz2, .zst, .xz, .deflate), "none" or a
+        codec of :mod:`wirearrow.compression`; a compressed file is one piece, read whole
+        as a stream by one task (its ``offset`` column counts decompressed bytes).
         ``bytes_per_task``: the share, default total / Ray's parallelism, clamped to
         [MIN_TASK_BYTES, MAX_TASK_BYTES]. Small files are grouped into one task.
         """
@@ -170,10 +224,16 @@ def _datasource_class() -> type:
             filesystem: Any | None = None,
             include_location: bool = False,
             bytes_per_task: int | None = None,
+            compression: str = "auto",
+            truncated: str = "raise",
         ) -> None:
             super().__init__()
             if framing not in FRAMINGS:
                 raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+            if truncated not in TRUNCATED:
+                raise ValueError(f"truncated must be one of {TRUNCATED}, not {truncated!r}")
+            self._compression = compression_name(compression)
+            self._truncated = truncated
             self._files = _expand(paths, filesystem)
             self._total = sum(size for _, _, size in self._files)
             self._framing = framing
@@ -191,6 +251,8 @@ def _datasource_class() -> type:
             fields = [pa.field("value", pa.binary())]
             if self._include_location:
                 fields += [pa.field("file", pa.string()), pa.field("offset", pa.int64())]
+            if self._truncated == "dead_letter":
+                fields.append(pa.field(READ_ERROR, pa.string()))
             return pa.schema(fields)
 
         def get_read_tasks(
@@ -248,9 +310,12 @@ def _datasource_class() -> type:
 
             def plan(item: tuple[pafs.FileSystem, str, int]) -> list[_Piece]:
                 fs, path, size = item
+                codec = compression_of(path, self._compression)
+                if codec != "none":
+                    return [_Piece(path, 0, size, None, codec)]
                 if size <= share:
                     return [_Piece(path, 0, size, None)]
-                return _index(fs, path, size, self._framing, share)
+                return _index(fs, path, size, self._framing, share, self._truncated)
 
             big = sum(size > share for _, _, size in self._files)
             with ThreadPoolExecutor(max_workers=max(1, min(8, big))) as pool:
@@ -275,7 +340,7 @@ def _datasource_class() -> type:
                 input_files=tuple(dict.fromkeys(p.path for p in pieces)),
             )
             read = functools.partial(
-                _read_pieces, fs, pieces, self._framing, self._include_location
+                _read_pieces, fs, pieces, self._framing, self._include_location, self._truncated
             )
             return ReadTask(
                 read, metadata, schema=self.schema(), per_task_row_limit=per_task_row_limit
@@ -305,6 +370,8 @@ def read_delimited(
     filesystem: Any | None = None,
     include_location: bool = False,
     bytes_per_task: int | None = None,
+    compression: str = "auto",
+    truncated: str = "raise",
     **read_args: Any,
 ) -> Dataset:
     """A Dataset of the records in files of length-delimited records: column ``value``.
@@ -314,10 +381,16 @@ def read_delimited(
     filesystem for paths without a scheme. ``framing``: "varint" (protobuf's
     writeDelimitedTo), "u32le" or "u32be". ``include_location`` adds ``file`` and
     ``offset`` columns. Large files are split across read tasks at record boundaries
-    (``bytes_per_task``, see :class:`DelimitedDatasource`). Other keyword arguments go to
-    ``ray.data.read_datasource`` (``override_num_blocks``, ``num_cpus``, ...).
+    (``bytes_per_task``, see :class:`DelimitedDatasource`). ``compression``: "auto" (by
+    suffix: .gz, .bz2, .zst, .xz), "none" or a codec; compressed files are not split (one
+    task each, streamed). Other keyword arguments go to ``ray.data.read_datasource``
+    (``override_num_blocks``, ``num_cpus``, ...).
 
-    A file that ends inside a record raises ValueError naming the file and byte offset.
+    A file that ends inside a record, or a compressed file cut short or corrupt, raises
+    ValueError naming the file and byte offset; with ``truncated="dead_letter"`` its whole
+    records are read and the rest is one more row with a ``read_error`` column (the
+    reason; null on every record), which :func:`~wirearrow.ray.transcode` counts as one
+    failure and dead-letters with that reason.
     """
     ray = ray_module()
     if not ray.is_initialized():
@@ -328,6 +401,8 @@ def read_delimited(
         filesystem=filesystem,
         include_location=include_location,
         bytes_per_task=bytes_per_task,
+        compression=compression,
+        truncated=truncated,
     )
     if "override_num_blocks" not in read_args and "parallelism" not in read_args:
         # Ray would otherwise aim at ~1 MiB blocks (200 per dataset) and slice each task's

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     PlanLike = Transcoder | PlanConfig | str | os.PathLike[str] | bytes | Mapping[str, Any]
-from wirearrow.ray.datasource import filesystem_of
+from wirearrow.ray.datasource import READ_ERROR, filesystem_of
 from wirearrow.ray.ledger import (
     BatchResult,
     JobLedger,
@@ -114,6 +114,9 @@ class Transcode:
     fails rather than losing them. Dead letters are ``DEAD_LETTER_SCHEMA`` (``index`` is
     the position in the batch) plus ``source``: a struct of the record's other input
     columns (file and offset, or topic, partition and offset), to find it again.
+
+    A ``read_error`` column (``read_delimited(truncated="dead_letter")``) marks rows that
+    are not records (a cut file's tail): each is one failure with that reason, not decoded.
 
     Use with ``batch_format="pyarrow"``; ``zero_copy_batch=True`` is safe (the input is
     only read). The batch's binary column is decoded as Arrow, in place.
@@ -210,6 +213,14 @@ class Transcode:
                 f"Transcode takes pyarrow Tables (map_batches(..., batch_format='pyarrow')), "
                 f"not {type(batch).__name__}"
             )
+        read_failed = None
+        key = None
+        if READ_ERROR in batch.column_names:
+            # read_delimited(truncated="dead_letter"): rows that are not records (a cut
+            # file's tail) are failures with their reason, never decoded. The key is the
+            # whole batch's, as for any batch.
+            key = batch_key(batch, self._column, _records_column(batch, self._column))
+            batch, read_failed = _split_read_errors(batch, self._column)
         values = _records_column(batch, self._column)
         before = self._tc.stats
         try:
@@ -225,9 +236,22 @@ class Transcode:
         dead = None
         if failed and self._policy == "dead_letter":
             dead = self._dead_letters(batch, values)
+        unread = 0
+        if read_failed is not None:
+            positions, letters = read_failed
+            unread = letters.num_rows
+            if self._policy == "raise":
+                first = letters.slice(0, 1).to_pylist()[0]
+                raise DecodeError(first["reason"], index=first["index"], offset=0, path="")
+            if dead is not None:  # indexes: the records' positions in the whole batch
+                index = positions[dead.column("index").to_numpy()]
+                dead = dead.set_column(0, dead.schema.field(0), pa.array(index, pa.int64()))
+            if self._policy == "dead_letter":
+                dead = letters if dead is None else pa.concat_tables([dead, letters])
+            failed += unread
         result = BatchResult(
-            key=batch_key(batch, self._column, values),
-            records_in=after.records_in - before.records_in,
+            key=key or batch_key(batch, self._column, values),
+            records_in=after.records_in - before.records_in + unread,
             records_ok=after.records_ok - before.records_ok,
             records_failed=failed,
             rows_out=after.rows_out - before.rows_out,
@@ -284,6 +308,38 @@ class Transcode:
         pq.write_table(dead, tmp, filesystem=self._fs)
         self._fs.move(tmp, path)
         return path
+
+
+def _split_read_errors(batch: pa.Table, column: str) -> tuple[pa.Table, tuple | None]:
+    """(the records of ``batch`` without its READ_ERROR column, None or (the position of
+    each record in ``batch``, the dead letters of the rows that are not records))."""
+    import numpy as np
+
+    errors = batch.column(READ_ERROR)
+    records = batch.drop_columns([READ_ERROR])
+    if not errors.null_count < len(errors):
+        return records, None
+    bad = pc.is_valid(errors).to_numpy(zero_copy_only=False)
+    failed = np.flatnonzero(bad)
+    rows = records.take(failed)
+    letters = {
+        "index": pa.array(failed, pa.int64()),
+        "offset": pa.array(np.zeros(len(failed), np.int64)),
+        "path": pa.array([""] * len(failed), pa.string()),
+        "reason": errors.take(failed).combine_chunks(),
+        "raw": _records_column(rows, column).cast(pa.binary()),
+    }
+    table = pa.table(letters, schema=DEAD_LETTER_SCHEMA)
+    others = [name for name in rows.column_names if name != column]
+    if others:
+        source = rows.select(others)
+        table = table.append_column(
+            "source",
+            pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in source.columns], fields=list(source.schema)
+            ),
+        )
+    return records.filter(pa.array(~bad)), (np.flatnonzero(~bad), table)
 
 
 def batch_key(batch: pa.Table, column: str, values: pa.Array) -> str:

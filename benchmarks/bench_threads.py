@@ -1,0 +1,140 @@
+"""Thread scaling: one process, the same corpus, 1 thread against 2 threads.
+
+The decoder releases the GIL for the whole batch, so two threads of one process should
+decode about twice as fast as one on two cores. Three ways are measured, each over the same
+total work (``--batches`` batches of ``--batch`` records each, sliced from one
+``pa.BinaryArray`` of the ``corpus.py`` OpenRTB-style records):
+
+* ``1 thread``: one ``Transcoder``, every batch in turn;
+* ``2 threads, shared``: one ``Transcoder`` used by two threads at once (what a thread pool
+  over one plan does), half the batches each;
+* ``2 threads, own``: a ``Transcoder`` per thread, half the batches each.
+
+The ``scaling`` column divides the one-thread time by the two-thread time (2.0 is perfect on
+two cores). The target line is ``>= 1.8x`` for batches of 8k records or more. Each figure is
+the best of ``--repeat`` runs; only ratios from the same run compare. Nothing here asserts
+on a time.
+
+    python benchmarks/bench_threads.py                    # flat-4, flat-15, nested; 8k and 32k
+    python benchmarks/bench_threads.py --plans nested --batch 16384 --repeat 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+import corpus
+from bench_flat import PLANS, import_wirearrow
+
+TARGET = 1.8
+NESTED = "nested"
+
+
+def make_transcoder(wa: Any, plan: str) -> Any:
+    schema = wa.Schema.from_proto(
+        str(corpus.PROTO_FILE), corpus.MESSAGE_NAME, import_paths=[str(corpus.SCHEMA_DIR)]
+    )
+    if plan == NESTED:
+        return wa.Transcoder(schema)
+    return wa.Transcoder(schema, columns=list(PLANS[plan]))
+
+
+def run_threads(workers: Sequence[Callable[[], None]]) -> float:
+    """Wall time of running every worker at once, from a common start."""
+    start = threading.Barrier(len(workers) + 1)
+    done: list[BaseException] = []
+
+    def body(work: Callable[[], None]) -> None:
+        start.wait()
+        try:
+            work()
+        except BaseException as exc:  # re-raised in the caller, after every join
+            done.append(exc)
+
+    threads = [threading.Thread(target=body, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if done:
+        raise done[0]
+    return elapsed
+
+
+def measure(wa: Any, plan: str, batches: list[pa.Array], repeat: int) -> dict[str, float]:
+    shared = make_transcoder(wa, plan)
+    own = [make_transcoder(wa, plan), make_transcoder(wa, plan)]
+    half = len(batches) // 2
+    first, second = batches[:half], batches[half:]
+
+    def work(tc: Any, todo: list[pa.Array]) -> Callable[[], None]:
+        def run() -> None:
+            for b in todo:
+                tc.transcode(b)
+
+        return run
+
+    for tc in (shared, *own):  # warm: plan caches, buffer pool, page faults
+        work(tc, batches[:2])()
+    ways = {
+        "1 thread": lambda: run_threads([work(shared, batches)]),
+        "2 threads, shared": lambda: run_threads([work(shared, first), work(shared, second)]),
+        "2 threads, own": lambda: run_threads([work(own[0], first), work(own[1], second)]),
+    }
+    best = {name: float("inf") for name in ways}
+    for _ in range(repeat):  # interleaved, so drift in the machine's load hits every way
+        for name, way in ways.items():
+            best[name] = min(best[name], way())
+    return best
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plans", nargs="+", default=["flat-4", "flat-15", NESTED])
+    parser.add_argument("--batch", type=int, nargs="+", default=[8192, 32768])
+    parser.add_argument("--batches", type=int, default=16, help="total batches per way (even)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write every measurement here")
+    args = parser.parse_args(argv)
+    wa = import_wirearrow()
+    n = max(args.batch) * 4
+    array = pa.array(corpus.generate(n, args.seed), pa.binary())
+    print(f"wirearrow {wa.__file__}; corpus {n:,} records; {os.cpu_count()} CPUs; "
+          f"{args.batches} batches per way, best of {args.repeat}")
+    print(f"{'plan':<9} {'batch':>7} {'way':<19} {'msg/s':>11} {'scaling':>8}")
+    rows = []
+    for plan in args.plans:
+        for size in args.batch:
+            batches = [array.slice((i * size) % (n - size + 1), size) for i in range(args.batches)]
+            best = measure(wa, plan, batches, args.repeat)
+            one = best["1 thread"]
+            for way, seconds in best.items():
+                rate = args.batches * size / seconds
+                scale = one / seconds
+                rows.append({"plan": plan, "batch": size, "way": way, "seconds": seconds,
+                             "msg_per_s": rate, "scaling": scale})
+                print(f"{plan:<9} {size:>7,} {way:<19} {rate:>11,.0f} {scale:>7.2f}x")
+    for row in rows:
+        if row["way"] != "1 thread" and row["batch"] >= 8192:
+            print(f"scaling, {row['plan']}, batch {row['batch']:,}, {row['way']}: "
+                  f"{row['scaling']:.2f}x (target >= {TARGET}x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
