@@ -18,6 +18,7 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
+import google.protobuf
 import pyarrow as pa
 import pytest
 from google.protobuf import unknown_fields
@@ -31,6 +32,7 @@ from schemagen import compile_file, delimited, messages, tag, varint
 from wirearrow.plan.types import is_repeated
 
 pytestmark = pytest.mark.malformed
+_PROTOBUF_MAJOR = int(google.protobuf.__version__.split(".")[0])
 
 PROTOS = pathlib.Path(__file__).parent / "protos"
 REQUEST = "wirearrow.tests.malformed.Request"
@@ -259,6 +261,15 @@ CASES = [
     Case("truncated-varint-in-packed", delimited(2, delimited(4, b"\x01\x80")), ("imp[*].sizes",), "imp[0].sizes"),
     Case("packed-fixed32-length-not-multiple-of-4", delimited(9, b"\x01\x02\x03"), ("marks",), "marks"),
     Case("tag-over-32-bits", delimited(1, b"x") + varint(1 << 35), ("id",), ("", "#4294967296")),
+    # upb: a tag takes at most 5 bytes, even one that pads a small number (80 88 80 80 80 00)
+    Case("tag-padded-to-6-bytes", delimited(1, b"x") + b"\x88\x80\x80\x80\x80\x00\x01", ("id",), ""),
+    Case("tag-padded-to-6-bytes-unread", b"\x88\x80\x80\x80\x80\x00\x01", ("id",), ""),
+    # validate="full": a packed field the plan does not read is parsed, as upb parses it
+    Case("unread-packed-varint-cut", delimited(2, delimited(4, b"\x80")), ("id",), "imp.sizes", "full"),
+    Case("unread-packed-fixed32-length", delimited(9, b"\x01"), ("id",), "marks", "full"),
+    # protobuf 7's upb: a length prefix takes at most 5 bytes (6's accepts 10: errors.md)
+    Case("length-padded-to-6-bytes", tag(1, 2) + b"\x81\x80\x80\x80\x80\x00x", ("id",), "id"),
+    Case("length-padded-unread", tag(8, 2) + b"\x81" + b"\x80" * 8 + b"\x00x", ("id",), "note"),
 ]  # fmt: skip
 
 
@@ -293,6 +304,90 @@ def test_wrong_wire_type_is_an_unknown_field(
     batch = whole.transcode([record])
     check_unknown(batch.to_pylist()[0], parsed)
     assert whole.encode(batch)[0].as_py() == parsed.SerializeToString(deterministic=True)
+
+
+# A repeated group sent length-delimited (docs/errors.md): protobuf 7's upb keeps it as an
+# unknown field, like any field under another wire type, and so does wirearrow; protobuf
+# 6's upb checks the length, then reads a group after it up to its end-group tag. Each row:
+# the record, then the runtime's deterministic bytes of it (None: rejected) on protobuf 7
+# and on protobuf 6; the installed runtime is checked against its column.
+_D, _G = "wirearrow.tests.delimited.D", "wirearrow.tests.groups.G"
+GROUP_AS_LENGTH = [
+    ("delimited.proto", _D, "120708010861806202", "120708010861806202", None),
+    ("delimited.proto", _D, "1200", "1200", None),
+    ("delimited.proto", _D, "1200080114", None, "13080114"),
+    ("delimited.proto", _D, "12050801140801", "12050801140801", "130801140801"),
+    ("delimited.proto", _D, "120014120014", None, "13141314"),
+    ("delimited.proto", _D, "12ff0108011400", None, None),
+    ("delimited.proto", _D, "0a020801", "0a020801", "0a020801"),
+    ("delimited.proto", _D, "12021a0113142005", "1314200512021a01", "131813142005"),
+    ("groups.proto", _G, "2a0230012c5a00", None, "2b30012c5a00"),
+    ("groups.proto", _G, "2a003b2a003c2c5a00", None, "2b3b2a003c2c5a00"),
+    ("groups.proto", _G, "12021a005a00", "5a0012021a00", "5a0012021a00"),
+    ("groups.proto", _G, "12002c5a00", None, None),
+    ("groups.proto", _G, "2a0230015a00", "5a002a023001", None),
+    # docs/fuzzing.md finding 8: on protobuf 6, the runtime cannot parse these bytes (a
+    # group again after the length), which are protobuf 7's serialization too
+    ("groups.proto", _G, "2a0252012b2c30015a00", "2b2c5a002a0252013001", "2b52012b2c5a003001"),
+]
+
+
+@pytest.mark.parametrize(("file", "name", "record", "pb7", "pb6"), GROUP_AS_LENGTH)
+@pytest.mark.parametrize("validate", ["plan", "full"])
+def test_a_group_sent_length_delimited_is_read_as_protobuf_7_reads_it(
+    file: str, name: str, record: str, pb7: str | None, pb6: str | None, validate: str
+) -> None:
+    path = PROTOS / file
+    schema = wa.Schema.from_proto(str(path), name)
+    cls = compile_file(str(path)).message_class(name)
+    data = bytes.fromhex(record)
+    try:
+        runtime = cls.FromString(data).SerializeToString(deterministic=True).hex()
+    except RuntimeDecodeError:
+        runtime = None
+    assert runtime == (pb7 if _PROTOBUF_MAJOR >= 7 else pb6)
+    tc = wa.Transcoder(schema, validate=validate, keep_unknown=True, on_error="dead_letter")
+    batch = tc.transcode([data])
+    if pb7 is not None:
+        assert batch.num_rows == 1, tc.dead_letters().to_pylist()
+        assert tc.encode(batch)[0].as_py().hex() == pb7
+    else:
+        (letter,) = tc.dead_letters().to_pylist()
+        assert letter["raw"] == data and letter["reason"]
+
+
+# (record, reason, the same record with the shortest tag and lengths)
+PADDED = {
+    "tag": (b"\x88\x80\x80\x80\x80\x00\x01", "tag varint longer than 5 bytes", b"\x08\x01"),
+    "length": (tag(1, 2) + b"\x81\x80\x80\x80\x80\x00x", "length prefix varint longer than 5 bytes", delimited(1, b"x")),
+    "packed length": (tag(9, 2) + b"\x84" + b"\x80" * 8 + b"\x00" + bytes(4), "length prefix varint longer than 5 bytes", delimited(9, bytes(4))),
+    "unknown length": (tag(99, 2) + b"\x81\x80\x80\x80\x80\x00x", "length prefix varint longer than 5 bytes", delimited(99, b"x")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PADDED)
+@pytest.mark.parametrize("validate", ["plan", "full"])
+def test_padded_tags_and_lengths_are_rejected_as_protobuf_7_rejects_them(
+    request_schema: tuple[wa.Schema, Any], name: str, validate: str
+) -> None:
+    """Tags over 5 bytes: every upb rejects them. Length prefixes over 5 bytes: protobuf
+    7's upb rejects them, 6's accepts them; wirearrow follows 7 (docs/errors.md)."""
+    schema, request = request_schema
+    record, reason, shortest = PADDED[name]
+    try:
+        request.FromString(record)
+        runtime_accepts = True
+    except RuntimeDecodeError:
+        runtime_accepts = False
+    assert runtime_accepts == (name != "tag" and _PROTOBUF_MAJOR < 7)
+    for columns in (None, ["s"]):
+        tc = wa.Transcoder(schema, columns=columns, validate=validate, on_error="dead_letter", max_depth=3)
+        assert tc.transcode([record, b""]).num_rows == 1
+        (letter,) = tc.dead_letters().to_pylist()
+        assert (letter["index"], letter["reason"]) == (0, reason)
+        # only the padding: the same fields at their shortest are accepted, by both
+        request.FromString(shortest)
+        assert tc.transcode([shortest]).num_rows == 1 and tc.stats.records_failed == 1
 
 
 def _check_path(case: Case, path: str) -> None:

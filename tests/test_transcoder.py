@@ -590,6 +590,58 @@ def test_precision_lost_counts_truncated_timestamps_and_durations(compile_proto)
     assert batch.column("ts")[0].as_py() == {"seconds": 1, "nanos": 123_456_789}
 
 
+# (field, value, the start of the reason): values the runtime parses that no Arrow value
+# gives back as they came (docs/types.md "Values outside the type")
+OUTSIDE_THE_TYPE = [
+    ("ts", {"seconds": 5, "nanos": -1}, "google.protobuf.Timestamp nanos"),
+    ("times", [{}, {"nanos": 1_000_000_000}], "google.protobuf.Timestamp nanos"),
+    ("durs", [{"seconds": 1, "nanos": -1}], "google.protobuf.Duration nanos"),
+    ("dur", {"nanos": -1_000_000_000}, "google.protobuf.Duration nanos"),
+    ("date", {"year": 2021, "month": 2, "day": 29}, "google.type.Date is not"),
+    ("date", {}, "google.type.Date is not"),
+    ("date", {"year": 2020, "month": 13, "day": 1}, "google.type.Date is not"),
+    ("tod", {"hours": 24}, "google.type.TimeOfDay outside"),
+    ("tod", {"seconds": 60}, "google.type.TimeOfDay outside"),
+    ("tod", {"minutes": -1}, "google.type.TimeOfDay outside"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), OUTSIDE_THE_TYPE)
+def test_well_known_values_outside_their_type_are_bad_records(
+    field: str, value: object, reason: str
+) -> None:
+    import pathlib
+
+    import google.type.date_pb2
+    from google.protobuf import message_factory
+
+    gapis = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
+    proto = pathlib.Path(__file__).parent / "protos" / "roundtrip.proto"
+    schema = wa.Schema.from_proto(proto, "wirearrow.tests.roundtrip.Wkt", import_paths=[gapis])
+    Msg = message_factory.GetMessageClass(schema.descriptor)
+    good = Msg(
+        ts={"seconds": -1, "nanos": 999_999_999},
+        durs=[{"seconds": -1, "nanos": -999_999_999}, {"nanos": 5}],
+        date={"year": 2024, "month": 2, "day": 29},
+        tod={"hours": 23, "minutes": 59, "seconds": 59, "nanos": 999_999_999},
+    )
+    bad = Msg(**{field: value}, w_list=[{"value": 1}])
+    records = [good.SerializeToString(), bad.SerializeToString()]
+    columns = ["ts", "dur", "times", "durs", "date", "tod"]
+    tc = wa.Transcoder(schema, columns=columns, on_error="dead_letter", timestamp_unit="ns")
+    batch = tc.transcode(records)
+    assert batch.num_rows == 1, tc.dead_letters().to_pylist()
+    (letter,) = tc.dead_letters().to_pylist()
+    assert letter["index"] == 1 and letter["reason"].startswith(reason), letter
+    assert letter["path"] == field
+    # a plan that does not read the value does not fail on it
+    assert wa.Transcoder(schema, columns=["w_list"]).transcode(records).num_rows == 2
+    # as plain messages the record is read, and written back, as it came
+    plain = wa.Transcoder(schema, well_known_types=False, keep_unknown=True, max_depth=3)
+    expected = [Msg.FromString(r).SerializeToString(deterministic=True) for r in records]
+    assert plain.encode(plain.transcode(records)).to_pylist() == expected
+
+
 # ---- the spec ------------------------------------------------------------------------------
 
 ALL_OPTIONS = {

@@ -9,7 +9,7 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 from wirearrow._core.buffers import buffer_pool
 from wirearrow.cache import ParserCache
 from wirearrow.config import PlanConfig, load_plan
-from wirearrow.delimited import read_delimited
+from wirearrow.delimited import frame_records, read_delimited
 from wirearrow.errors import (
     DecodeError,
     EncodeError,
@@ -124,6 +124,7 @@ __all__ = [
     "extract_second",
     "extract_year",
     "floor",
+    "frame_records",
     "ge",
     "gt",
     "has",

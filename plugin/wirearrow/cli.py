@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 PROG = "wirearrow"
-FILE_FRAMINGS = ("varint", "u32le", "u32be")
+FILE_FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
 # "confluent": each record, delimited by --delimited-by, in the Confluent wire format.
 FRAMING_CHOICES = (*FILE_FRAMINGS, "confluent")
 POLICIES = ("raise", "skip", "dead_letter")
@@ -286,7 +286,8 @@ class TranscodeJob:
             record_base = 0
             for frames in reader:
                 view = memoryview(frames.data)
-                base, ends = frames.offset, frames.ends
+                # (frame ends: TFRecord's data CRC follows each record)
+                base, ends = frames.offset, frames.frame_ends
                 n = len(frames)
                 for i0 in range(0, n, self.batch_size):
                     i1 = min(n, i0 + self.batch_size)

@@ -68,7 +68,7 @@ __all__ = [
 
 RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
-FRAMINGS = ("varint", "u32le", "u32be")
+FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
 # input.framing: a file framing, or "confluent" (each record, delimited by input.delimited_by,
 # in the Confluent Schema Registry wire format).
 INPUT_FRAMINGS = (*FRAMINGS, "confluent")

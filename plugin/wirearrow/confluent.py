@@ -29,7 +29,7 @@ from wirearrow._core.framing import (
 )
 from wirearrow.schema import Schema
 
-__all__ = ["SchemaIds", "SchemaLookup", "refused", "strip_prefixes"]
+__all__ = ["SchemaIds", "SchemaLookup", "confluent_prefix", "message_index", "refused", "strip_prefixes"]
 
 SchemaLookup = Mapping[int, Schema] | Callable[[int], Schema | None]
 
@@ -149,6 +149,37 @@ def strip_prefixes(
 def refused(status: np.ndarray) -> np.ndarray:
     """Positions of the records whose prefix was refused."""
     return np.flatnonzero(status != CONFLUENT_OK)
+
+
+def message_index(schema: Schema) -> tuple[int, ...]:
+    """The message-index path of ``schema``'s root message within its own file (what a
+    Confluent serializer writes before its records: ``(0,)`` for the file's first message,
+    nested types included)."""
+    path = _path_in_file(schema, schema.message_name)
+    assert path is not None  # a schema's root message is always in its own file
+    return path
+
+
+def confluent_prefix(schema_id: int, index: Iterable[int] = (0,)) -> bytes:
+    """The Confluent prefix of every record of schema id ``schema_id`` whose message is at
+    ``index`` in the schema's file: magic 0, the id (4 bytes big-endian), the index array
+    (zigzag varint count then indexes; ``[0]`` as the single byte 0, as Confluent's
+    serializers write it)."""
+    sid = _checked_id(schema_id)
+    path = [int(i) for i in index]
+    if not path or any(i < 0 for i in path):
+        raise ValueError(f"a message index is a non-empty path of indexes >= 0, not {path!r}")
+    out = bytearray(b"\0" + sid.to_bytes(4, "big"))
+    if path == [0]:
+        out.append(0)
+        return bytes(out)
+    for value in [len(path), *path]:
+        v = value << 1  # zigzag of a non-negative number
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    return bytes(out)
 
 
 def _checked_id(sid: object) -> int:

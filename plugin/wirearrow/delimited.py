@@ -21,21 +21,25 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from wirearrow._core.framing import FRAMINGS, compact, split
+from wirearrow._core.framing import FRAMINGS, TRAILERS, compact, frame, prefix, split
+from wirearrow.confluent import confluent_prefix
 
 __all__ = [
     "FRAMINGS",
+    "TRAILERS",
     "FrameReader",
     "Frames",
     "Piece",
     "Tail",
+    "corrupt_reason",
+    "frame_records",
     "plan_pieces",
     "read_delimited",
     "records_array",
@@ -85,36 +89,128 @@ def _framing_code(framing: str) -> int:
         raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}") from None
 
 
+_NONE_CORRUPT = np.zeros(0, dtype=np.int64)
+
+
+def _split(view: memoryview, framing: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """(starts, ends, consumed, positions of the records whose checksum fails)."""
+    starts, ends, consumed, flags = split(view, _framing_code(framing))
+    as_int64 = np.frombuffer
+    corrupt = _NONE_CORRUPT
+    if flags is not None and len(flags):
+        corrupt = np.flatnonzero(np.frombuffer(memoryview(flags), np.uint8))
+    return as_int64(memoryview(starts), np.int64), as_int64(memoryview(ends), np.int64), consumed, corrupt
+
+
 def split_framed(buffer: object, framing: str) -> tuple[np.ndarray, np.ndarray, int]:
     """(starts, ends, consumed) of the whole records in a framed buffer, without copying.
 
     `consumed` < len(buffer) means the buffer ends inside a record (a truncated stream).
-    A length prefix that cannot be a length raises ValueError("byte N: why").
+    A length prefix that cannot be a length raises ValueError("byte N: why"), and so does
+    a TFRecord whose data CRC does not match (readers that keep the other records use
+    :func:`split_framed_prefix`).
     """
-    starts, ends, consumed = split(memoryview(buffer).cast("B"), _framing_code(framing))  # type: ignore[arg-type]
-    as_int64 = np.frombuffer
-    return as_int64(memoryview(starts), np.int64), as_int64(memoryview(ends), np.int64), consumed
+    view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
+    starts, ends, consumed, corrupt = _split(view, framing)
+    if len(corrupt):
+        first = int(corrupt[0])
+        frame_at = int(ends[first - 1]) + TRAILERS[framing] if first else 0
+        raise ValueError(f"byte {frame_at}: {_corrupt_reason(framing)} (record {first})")
+    return starts, ends, consumed
+
+
+def _corrupt_reason(framing: str) -> str:
+    return f"{framing} record whose data CRC32C does not match"
 
 
 def split_framed_prefix(
     buffer: object, framing: str
-) -> tuple[np.ndarray, np.ndarray, int, tuple[int, str] | None]:
+) -> tuple[np.ndarray, np.ndarray, int, tuple[int, str] | None, np.ndarray]:
     """split_framed that keeps the whole records before a bad length prefix.
 
-    Returns (starts, ends, consumed, problem): ``problem`` is None when the records end
-    at ``consumed`` for want of bytes (a truncated tail, or none), else (the byte offset of
-    the prefix that cannot be a length, why): nothing from ``consumed`` on can be framed.
+    Returns (starts, ends, consumed, problem, corrupt): ``problem`` is None when the
+    records end at ``consumed`` for want of bytes (a truncated tail, or none), else (the
+    byte offset of the prefix that cannot be a length, why): nothing from ``consumed`` on
+    can be framed. ``corrupt``: positions (into starts) of the records framed soundly whose
+    data checksum fails (TFRecord), each a bad record of its own.
     """
     view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
     try:
-        return (*split_framed(view, framing), None)
+        return _with_problem(_split(view, framing), None)
     except ValueError as err:
         match = _BYTE_AT.match(str(err))
         if not match:
             raise
         bad = int(match.group(1))
-    starts, ends, consumed = split_framed(view[:bad], framing)
-    return starts, ends, consumed, (bad, match.group(2))
+    return _with_problem(_split(view[:bad], framing), (bad, match.group(2)))
+
+
+def _with_problem(
+    parts: tuple[np.ndarray, np.ndarray, int, np.ndarray], problem: tuple[int, str] | None
+) -> tuple[np.ndarray, np.ndarray, int, tuple[int, str] | None, np.ndarray]:
+    starts, ends, consumed, corrupt = parts
+    return starts, ends, consumed, problem, corrupt
+
+
+def corrupt_reason(framing: str, frame_at: int) -> str:
+    """Why a record framed soundly but failing its checksum is bad, naming its frame's
+    byte offset."""
+    return f"{_corrupt_reason(framing)} at byte {frame_at}"
+
+
+def frame_records(
+    records: pa.Array | pa.ChunkedArray,
+    framing: str,
+    *,
+    schema_id: int | None = None,
+    message_index: Sequence[int] = (0,),
+) -> pa.Buffer | pa.Array:
+    """Frame records (a BinaryArray, e.g. what ``Transcoder.encode`` returns) in C, without
+    a Python object per record: the inverse of :func:`split_framed` / :func:`read_delimited`.
+
+    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or "tfrecord"
+    (TensorFlow's TFRecord, with its masked CRC32Cs) returns one ``pa.Buffer`` holding the
+    framed stream (write it to a file as it is). "confluent" returns a BinaryArray of the
+    same records, each with the Confluent prefix of ``schema_id`` and ``message_index``
+    (the message's path in the schema's file; :func:`wirearrow.confluent.message_index`),
+    as Kafka values. A null record is not a record: ValueError naming it.
+    """
+    if isinstance(records, pa.ChunkedArray):
+        records = records.combine_chunks() if records.num_chunks != 1 else records.chunk(0)
+    if not isinstance(records, pa.Array):
+        records = pa.array(records, pa.binary())
+    t = records.type
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        width: type[np.signedinteger[Any]] = np.int32
+    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        width = np.int64
+    elif pa.types.is_binary_view(t) or pa.types.is_string_view(t):
+        records, width = records.cast(pa.large_binary()), np.int64
+    else:
+        raise TypeError(f"records must be binary, not {t}")
+    if records.null_count:
+        row = int(np.flatnonzero(~np.asarray(records.is_valid().to_numpy(zero_copy_only=False)))[0])
+        raise ValueError(f"record {row} is null: a null is not a record and cannot be framed")
+    n = len(records)
+    _, offsets_buf, data_buf = records.buffers()
+    if offsets_buf is None:  # an empty array built without buffers
+        offsets = np.zeros(n + 1, dtype=np.int64)
+    else:
+        offsets = np.frombuffer(offsets_buf, dtype=width)[records.offset : records.offset + n + 1]
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    data = memoryview(data_buf if data_buf is not None else b"").cast("B")
+    if framing == "confluent":
+        if schema_id is None:
+            raise ValueError("framing='confluent' needs schema_id= (the registry's id)")
+        head = confluent_prefix(schema_id, message_index)
+        out_offsets, values, large = prefix(data, offsets, head)
+        kind = pa.large_binary() if large else pa.binary()
+        return pa.Array.from_buffers(
+            kind, n, [None, pa.py_buffer(out_offsets), pa.py_buffer(values)]
+        )
+    if schema_id is not None:
+        raise ValueError("schema_id= is for framing='confluent'")
+    return pa.py_buffer(frame(data, offsets, _framing_code(framing)))
 
 
 def records_array(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -145,15 +241,25 @@ class Tail:
 class Frames:
     """Whole records of a stream: ``data`` starts at byte ``offset`` of the stream, on a
     record boundary; record i is ``data[starts[i]:ends[i]]`` (its frame starts right
-    after the previous record's end, or at 0)."""
+    after the previous frame's end -- the record's end plus ``trailer`` bytes of checksum
+    -- or at 0). ``corrupt``: positions of the records whose checksum fails (TFRecord):
+    framed soundly, but each a bad record the reader accounts for (:func:`corrupt_reason`).
+    """
 
     data: bytes
     offset: int
     starts: np.ndarray
     ends: np.ndarray
+    corrupt: np.ndarray = field(default_factory=lambda: _NONE_CORRUPT)
+    trailer: int = 0
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def frame_ends(self) -> np.ndarray:
+        """Offset in ``data`` just past each record's frame (where the next one starts)."""
+        return self.ends + self.trailer if self.trailer else self.ends
 
     @property
     def frame_starts(self) -> np.ndarray:
@@ -161,7 +267,7 @@ class Frames:
         out = np.empty(len(self.ends), dtype=np.int64)
         if len(out):
             out[0] = 0
-            out[1:] = self.ends[:-1]
+            out[1:] = self.frame_ends[:-1]
         return out + self.offset
 
     def records(self, lo: int = 0, hi: int | None = None) -> pa.Array:
@@ -171,8 +277,9 @@ class Frames:
     def framed(self, lo: int = 0, hi: int | None = None) -> memoryview:
         """Records ``lo:hi`` as they are in the stream, prefixes included (no copy)."""
         hi = len(self) if hi is None else hi
-        start = int(self.ends[lo - 1]) if lo else 0
-        return memoryview(self.data)[start : int(self.ends[hi - 1]) if hi else start]
+        ends = self.frame_ends
+        start = int(ends[lo - 1]) if lo else 0
+        return memoryview(self.data)[start : int(ends[hi - 1]) if hi else start]
 
 
 class FrameReader:
@@ -204,6 +311,7 @@ class FrameReader:
         _framing_code(framing)
         self.stream = stream
         self.framing = framing
+        self._trailer = TRAILERS[framing]
         self.block_bytes = max(int(block_bytes), 1)
         self.start = start
         self.end = end
@@ -242,18 +350,18 @@ class FrameReader:
             if self._sample is None and not self.start:
                 self._sample = block[:SAMPLE_BYTES]
             data = carry + block if carry else block
-            starts, ends, consumed, problem = split_framed_prefix(data, self.framing)
+            starts, ends, consumed, problem, corrupt = split_framed_prefix(data, self.framing)
             if problem is not None:
                 # A length prefix that cannot be a length: the records before it are good,
                 # nothing after it can be framed.
                 if len(starts):
-                    yield Frames(data, base, starts, ends)
+                    yield Frames(data, base, starts, ends, corrupt, self._trailer)
                 self.position = base + consumed
                 bad, why = problem
                 self.tail = self._tail(base + consumed, data[consumed:], f"{why} at byte {base + bad}")
                 return
             if len(starts):
-                yield Frames(data, base, starts, ends)
+                yield Frames(data, base, starts, ends, corrupt, self._trailer)
             carry = data[consumed:]
             base += consumed
             self.position = base
@@ -321,7 +429,7 @@ def plan_pieces(
     first_record = 0  # index of the first record of the current piece
     seen = 0  # records read so far
     for frames in reader:
-        frame_ends = frames.ends + frames.offset  # stream offset just past each record
+        frame_ends = frames.frame_ends + frames.offset  # stream offset just past each record
         while True:
             k = int(np.searchsorted(frame_ends, piece_start + piece_bytes, side="left"))
             if k >= len(frame_ends):
@@ -341,8 +449,10 @@ def read_delimited(
 ) -> pa.BinaryArray:
     """Read every record of a length-delimited stream into a BinaryArray (one copy).
 
-    framing: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be" (4-byte lengths).
-    A stream that ends inside a record raises ValueError naming the byte offset.
+    framing: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be" (4-byte lengths),
+    "tfrecord" (TensorFlow's TFRecord; both CRC32Cs of every record are checked).
+    A stream that ends inside a record, or a TFRecord whose CRC does not match, raises
+    ValueError naming the byte offset.
     Records over 2 GiB in total come back as a LargeBinaryArray.
     """
     if isinstance(source, str | os.PathLike):
@@ -351,7 +461,13 @@ def read_delimited(
     else:
         buffer = source
     view = memoryview(buffer).cast("B")
-    starts, ends, consumed = split_framed(view, framing)
+    try:
+        starts, ends, consumed = split_framed(view, framing)
+    except ValueError as err:  # a prefix that cannot be a length: say what the data looks like
+        hint = looks_like(bytes(view[:SAMPLE_BYTES]), framing, len(view) <= SAMPLE_BYTES)
+        if not hint:
+            raise
+        raise ValueError(f"{err}{hint}") from None
     if consumed != len(view):
         raise ValueError(
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "

@@ -32,15 +32,16 @@ from wirearrow._core.tables cimport (
     K_ZIGZAG64, Node,
 )
 from wirearrow._core.wire cimport (
-    E_LENGTH, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK, read_length, read_tag,
+    E_LENGTH, E_LENGTH_LONG, E_TAG_LONG, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK,
+    read_length, read_tag,
     read_varint, skip_fixed, skip_varint, zigzag32, zigzag64,
 )
 
 from wirearrow._core import layout
 
 # Status codes. 0 is success; the text of each lives in STATUS_TEXT below.
-# The wire readers' statuses (OK, E_TRUNCATED, E_VARINT_OVERFLOW, E_LENGTH, E_TAG_OVERFLOW)
-# are wire.pxd's, numbered to fit in.
+# The wire readers' statuses (OK, E_TRUNCATED, E_VARINT_OVERFLOW, E_LENGTH, E_TAG_OVERFLOW,
+# E_TAG_LONG, E_LENGTH_LONG) are wire.pxd's, numbered to fit in.
 cdef enum Status:
     E_FIELD_ZERO = 4
     E_WIRE_TYPE_RESERVED = 5
@@ -69,6 +70,8 @@ STATUS_TEXT = {
     E_UTF8: "invalid UTF-8 in a string field",
     E_DEPTH: "nesting deeper than the limit",
     E_TAG_OVERFLOW: "tag larger than 32 bits",
+    E_TAG_LONG: "tag varint longer than 5 bytes",
+    E_LENGTH_LONG: "length prefix varint longer than 5 bytes",
     E_NO_MEMORY: "out of memory",
     E_PACKED_LENGTH: "packed fixed-width field length is not a multiple of the value size",
     E_TOO_LARGE: "a string column holds over 4 GiB in one batch: use smaller batches",
@@ -1128,6 +1131,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 continue
             # As the runtime (upb) does: a known field under another wire type is an unknown
             # field, read or not (no value stored, no oneof sibling cleared, no presence).
+            # So is a repeated group sent length-delimited, as protobuf 7 reads it (6's upb
+            # reads a group after the length: docs/errors.md).
             f = NULL
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0

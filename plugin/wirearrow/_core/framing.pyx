@@ -2,25 +2,159 @@
 """Length-delimited record streams: each record is its length, then its bytes.
 
 Framings: "varint" (base-128, as protobuf's writeDelimitedTo), "u32le" and "u32be"
-(4-byte unsigned). Splitting never copies: it yields (starts, ends) into the buffer.
+(4-byte unsigned), "tfrecord" (TensorFlow's TFRecord: u64le length, masked CRC32C of the
+length, the record, masked CRC32C of the record). Splitting never copies: it yields
+(starts, ends) into the buffer. :func:`frame` is the inverse: records -> one framed buffer.
 """
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from wirearrow._core.buffers cimport OwnedBuffer
 from wirearrow._core.wire cimport E_VARINT_OVERFLOW, OK, read_varint
 
-FRAMINGS = {"varint": 0, "u32le": 1, "u32be": 2}
+FRAMINGS = {"varint": 0, "u32le": 1, "u32be": 2, "tfrecord": 3}
+# Bytes after each record's data (TFRecord's CRC of the data): the next frame starts there.
+TRAILERS = {"varint": 0, "u32le": 0, "u32be": 0, "tfrecord": 4}
+cdef enum:
+    F_VARINT = 0
+    F_U32LE = 1
+    F_U32BE = 2
+    F_TFRECORD = 3
+
+
+# CRC32C (Castagnoli, reflected polynomial 0x82F63B78). On x86-64 with SSE4.2 (checked at
+# import) the CPU's crc32 instruction, 8 bytes a step: TFRecord's two CRCs per record
+# would otherwise cost about what decoding the record costs. Elsewhere slicing-by-8: eight
+# 256-entry tables fold 8 bytes per step (~4x a byte-wise table). No dependency either way.
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __attribute__((target("sse4.2")))
+    static uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) {
+        uint64_t c = crc, w;
+        while (n >= 8) {
+            memcpy(&w, p, 8);
+            c = __builtin_ia32_crc32di(c, w);
+            p += 8;
+            n -= 8;
+        }
+        uint32_t c32 = (uint32_t)c;
+        while (n > 0) {
+            c32 = __builtin_ia32_crc32qi(c32, *p);
+            p++;
+            n--;
+        }
+        return c32;
+    }
+    static int wa_crc32c_hw_ok(void) { return __builtin_cpu_supports("sse4.2"); }
+    #else
+    static uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) {
+        (void)p; (void)n; return crc;
+    }
+    static int wa_crc32c_hw_ok(void) { return 0; }
+    #endif
+    """
+    uint32_t wa_crc32c_hw(uint32_t crc, const uint8_t* p, int64_t n) nogil
+    int wa_crc32c_hw_ok() nogil
+
+cdef uint32_t CRC_TABLE[8][256]
+cdef bint CRC_HW = wa_crc32c_hw_ok()
+
+
+cdef void _crc_tables() noexcept:
+    cdef uint32_t c
+    cdef int i, k
+    for i in range(256):
+        c = i
+        for k in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+        CRC_TABLE[0][i] = c
+    for i in range(256):
+        for k in range(1, 8):
+            CRC_TABLE[k][i] = (CRC_TABLE[k - 1][i] >> 8) ^ CRC_TABLE[0][CRC_TABLE[k - 1][i] & 0xFF]
+
+
+_crc_tables()
+
+
+cdef inline uint32_t crc32c_of(const uint8_t* p, int64_t n) noexcept nogil:
+    if CRC_HW:
+        return wa_crc32c_hw(0xFFFFFFFFU, p, n) ^ 0xFFFFFFFFU
+    return crc32c_table(p, n)
+
+
+cdef uint32_t crc32c_table(const uint8_t* p, int64_t n) noexcept nogil:
+    cdef uint32_t crc = 0xFFFFFFFFU
+    cdef uint32_t lo, hi
+    while n >= 8:
+        # Loaded byte by byte: the same result on any endianness (GCC makes it one load).
+        lo = crc ^ (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+                    | (<uint32_t>p[3] << 24))
+        hi = (<uint32_t>p[4] | (<uint32_t>p[5] << 8) | (<uint32_t>p[6] << 16)
+              | (<uint32_t>p[7] << 24))
+        crc = (CRC_TABLE[7][lo & 0xFF] ^ CRC_TABLE[6][(lo >> 8) & 0xFF]
+               ^ CRC_TABLE[5][(lo >> 16) & 0xFF] ^ CRC_TABLE[4][lo >> 24]
+               ^ CRC_TABLE[3][hi & 0xFF] ^ CRC_TABLE[2][(hi >> 8) & 0xFF]
+               ^ CRC_TABLE[1][(hi >> 16) & 0xFF] ^ CRC_TABLE[0][hi >> 24])
+        p += 8
+        n -= 8
+    while n > 0:
+        crc = CRC_TABLE[0][(crc ^ p[0]) & 0xFF] ^ (crc >> 8)
+        p += 1
+        n -= 1
+    return crc ^ 0xFFFFFFFFU
+
+
+cdef inline uint32_t masked_crc(const uint8_t* p, int64_t n) noexcept nogil:
+    # TFRecord stores CRCs rotated and offset, so that a CRC of data holding CRCs is not
+    # trivially zero (TensorFlow's crc32c::Mask).
+    cdef uint32_t c = crc32c_of(p, n)
+    return ((c >> 15) | (c << 17)) + <uint32_t>0xA282EAD8
+
+
+cdef inline uint32_t load_u32le(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+
+cdef inline void store_u32le(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = v & 0xFF
+    p[1] = (v >> 8) & 0xFF
+    p[2] = (v >> 16) & 0xFF
+    p[3] = v >> 24
+
+
+HARDWARE_CRC32C = bool(CRC_HW)
+
+
+def crc32c(const uint8_t[::1] data, bint masked=False, bint table=False):
+    """CRC32C of data (TFRecord's masked form with masked=True; table=True: the portable
+    slicing-by-8 code even where the CPU instruction is used, to test both)."""
+    cdef int64_t n = data.shape[0]
+    cdef const uint8_t* p = &data[0] if n > 0 else <const uint8_t*>""
+    cdef uint32_t c
+    with nogil:
+        if table:
+            c = crc32c_table(p, n)
+            if masked:
+                c = ((c >> 15) | (c << 17)) + <uint32_t>0xA282EAD8
+        else:
+            c = masked_crc(p, n) if masked else crc32c_of(p, n)
+    return c
 
 
 def split(const uint8_t[::1] data, int framing, int64_t base=0):
-    """Return (starts, ends, consumed) of the complete records in data.
+    """Return (starts, ends, consumed, corrupt) of the complete records in data.
 
     `consumed` is where the first incomplete record starts (== len(data) when the buffer
     holds whole records only), so a streaming reader can carry the tail over. A length
-    prefix that cannot be a length (a varint over 10 bytes or over 2**63) raises ValueError
-    naming the byte offset.
+    prefix that cannot be a length (a varint over 10 bytes or over 2**63, a TFRecord length
+    whose CRC does not match) raises ValueError naming the byte offset. `corrupt`: for
+    TFRecord, one byte per record, 1 where the record's data CRC does not match (the
+    record is still framed: its length was sound); None for the other framings.
     """
     cdef int64_t size = data.shape[0]
     cdef const uint8_t* d = &data[0] if size > 0 else <const uint8_t*>""
@@ -31,14 +165,32 @@ def split(const uint8_t[::1] data, int framing, int64_t base=0):
     cdef int64_t* starts = <int64_t*>PyMem_RawMalloc(cap * 8)
     cdef int64_t* ends = <int64_t*>PyMem_RawMalloc(cap * 8)
     cdef int64_t* grown
-    if starts == NULL or ends == NULL:
+    cdef uint8_t* corrupt = NULL
+    cdef uint8_t* grown_flags
+    cdef bint checked = framing == F_TFRECORD
+    if checked:
+        corrupt = <uint8_t*>PyMem_RawMalloc(cap)
+    if starts == NULL or ends == NULL or (checked and corrupt == NULL):
         PyMem_RawFree(starts)
         PyMem_RawFree(ends)
+        PyMem_RawFree(corrupt)
         raise MemoryError()
     with nogil:
         while pos < size:
             rec_start = pos
-            if framing == 0:
+            if framing == F_TFRECORD:
+                if size - pos < 12:
+                    break
+                if masked_crc(d + pos, 8) != load_u32le(d + pos + 8):
+                    bad = 3
+                    break
+                length = (<uint64_t>load_u32le(d + pos)
+                          | (<uint64_t>load_u32le(d + pos + 4) << 32))
+                pos += 12
+                if size - pos < 4 or length > <uint64_t>(size - pos - 4):
+                    pos = rec_start
+                    break
+            elif framing == F_VARINT:
                 p = d + pos
                 st = read_varint(&p, d + size, &length)
                 if st == E_VARINT_OVERFLOW:
@@ -50,7 +202,7 @@ def split(const uint8_t[::1] data, int framing, int64_t base=0):
             else:
                 if size - pos < 4:
                     break
-                if framing == 1:
+                if framing == F_U32LE:
                     length = (<uint64_t>d[pos] | (<uint64_t>d[pos + 1] << 8)
                               | (<uint64_t>d[pos + 2] << 16) | (<uint64_t>d[pos + 3] << 24))
                 else:
@@ -72,17 +224,30 @@ def split(const uint8_t[::1] data, int framing, int64_t base=0):
                     bad = 2
                     break
                 ends = grown
+                if checked:
+                    grown_flags = <uint8_t*>PyMem_RawRealloc(corrupt, cap)
+                    if grown_flags == NULL:
+                        bad = 2
+                        break
+                    corrupt = grown_flags
             starts[n] = pos + base
             ends[n] = pos + <int64_t>length + base
+            if checked:
+                corrupt[n] = masked_crc(d + pos, <int64_t>length) != load_u32le(d + pos + length)
+                pos += 4
             n += 1
             pos += <int64_t>length
     if bad:
         PyMem_RawFree(starts)
         PyMem_RawFree(ends)
+        PyMem_RawFree(corrupt)
         if bad == 2:
             raise MemoryError()
+        if bad == 3:
+            raise ValueError(f"byte {rec_start + base}: TFRecord length whose CRC32C does not match")
         raise ValueError(f"byte {rec_start + base}: varint length prefix longer than 10 bytes")
-    return OwnedBuffer.adopt(<uint8_t*>starts, n * 8), OwnedBuffer.adopt(<uint8_t*>ends, n * 8), pos
+    return (OwnedBuffer.adopt(<uint8_t*>starts, n * 8), OwnedBuffer.adopt(<uint8_t*>ends, n * 8),
+            pos, OwnedBuffer.adopt(corrupt, n) if checked else None)
 
 
 def compact(const uint8_t[::1] data, const int64_t[::1] starts, const int64_t[::1] ends):
@@ -296,3 +461,130 @@ def confluent_prefixes(const uint8_t[::1] data, const int64_t[::1] starts,
             out_starts[i] = p - d
     return (OwnedBuffer.adopt(<uint8_t*>out_starts, n * 8),
             OwnedBuffer.adopt(<uint8_t*>out_ids, n * 8), OwnedBuffer.adopt(out_status, n))
+
+
+cdef inline int varint_size(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+def frame(const uint8_t[::1] data, const int64_t[::1] offsets, int framing):
+    """Records ``data[offsets[i]:offsets[i + 1]]`` -> one buffer of framed records (the
+    framing's code, as in FRAMINGS), exactly sized: one pass for the size, one to write.
+
+    A record too long for a 4-byte length raises ValueError naming it.
+    """
+    cdef int64_t n = offsets.shape[0] - 1, i, total = 0, length
+    cdef int64_t size = data.shape[0]
+    cdef int64_t too_long = -1
+    if n < 0:
+        raise ValueError("frame: offsets need at least one entry")
+    if framing < F_VARINT or framing > F_TFRECORD:
+        raise ValueError(f"frame: unknown framing code {framing}")
+    if n > 0 and not (0 <= offsets[0] and offsets[n] <= size):
+        raise ValueError("frame: offsets outside the data")
+    cdef const uint8_t* d = &data[0] if size > 0 else <const uint8_t*>""
+    with nogil:
+        for i in range(n):
+            length = offsets[i + 1] - offsets[i]
+            if length < 0:
+                too_long = -2 - i
+                break
+            if framing == F_VARINT:
+                total += varint_size(<uint64_t>length) + length
+            elif framing == F_TFRECORD:
+                total += 16 + length
+            else:
+                if length > <int64_t>0xFFFFFFFFU:
+                    too_long = i
+                    break
+                total += 4 + length
+    if too_long <= -2:
+        raise ValueError(f"frame: offsets of record {-2 - too_long} go backwards")
+    if too_long >= 0:
+        raise ValueError(
+            f"record {too_long}: {offsets[too_long + 1] - offsets[too_long]} bytes do not fit "
+            f"a 4-byte length"
+        )
+    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
+    if out == NULL:
+        raise MemoryError()
+    cdef uint8_t* w = out
+    cdef uint64_t v
+    with nogil:
+        for i in range(n):
+            length = offsets[i + 1] - offsets[i]
+            if framing == F_VARINT:
+                v = <uint64_t>length
+                while v >= 0x80:
+                    w[0] = <uint8_t>(v | 0x80)
+                    w += 1
+                    v >>= 7
+                w[0] = <uint8_t>v
+                w += 1
+            elif framing == F_U32LE:
+                store_u32le(w, <uint32_t>length)
+                w += 4
+            elif framing == F_U32BE:
+                w[0] = (length >> 24) & 0xFF
+                w[1] = (length >> 16) & 0xFF
+                w[2] = (length >> 8) & 0xFF
+                w[3] = length & 0xFF
+                w += 4
+            else:
+                store_u32le(w, <uint32_t>(length & 0xFFFFFFFFU))
+                store_u32le(w + 4, <uint32_t>(<uint64_t>length >> 32))
+                store_u32le(w + 8, masked_crc(w, 8))
+                w += 12
+            if length:
+                memcpy(w, d + offsets[i], length)
+            w += length
+            if framing == F_TFRECORD:
+                store_u32le(w, masked_crc(d + offsets[i], length))
+                w += 4
+    return OwnedBuffer.adopt(out, total)
+
+
+def prefix(const uint8_t[::1] data, const int64_t[::1] offsets, const uint8_t[::1] head):
+    """Records ``data[offsets[i]:offsets[i + 1]]`` with ``head`` before each (a Confluent
+    prefix), as Arrow binary buffers: (offsets, values, large), int64 offsets (large=True)
+    when the values exceed 2 GiB."""
+    cdef int64_t n = offsets.shape[0] - 1, i, total = 0, pos = 0, length
+    cdef int64_t size = data.shape[0], h = head.shape[0]
+    if n < 0:
+        raise ValueError("prefix: offsets need at least one entry")
+    if n > 0 and not (0 <= offsets[0] and offsets[n] <= size):
+        raise ValueError("prefix: offsets outside the data")
+    for i in range(n):
+        if offsets[i + 1] < offsets[i]:
+            raise ValueError(f"prefix: offsets of record {i} go backwards")
+    if n > 0:
+        total = offsets[n] - offsets[0] + n * h
+    cdef bint large = total > 0x7FFFFFFF
+    cdef int64_t width = 8 if large else 4
+    cdef uint8_t* out_offsets = <uint8_t*>PyMem_RawMalloc((n + 1) * width)
+    cdef uint8_t* values = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
+    if out_offsets == NULL or values == NULL:
+        PyMem_RawFree(out_offsets)
+        PyMem_RawFree(values)
+        raise MemoryError()
+    cdef const uint8_t* d = &data[0] if size > 0 else <const uint8_t*>""
+    cdef const uint8_t* hp = &head[0] if h > 0 else <const uint8_t*>""
+    with nogil:
+        for i in range(n + 1):
+            if large:
+                (<int64_t*>out_offsets)[i] = pos
+            else:
+                (<int32_t*>out_offsets)[i] = <int32_t>pos
+            if i == n:
+                break
+            length = offsets[i + 1] - offsets[i]
+            memcpy(values + pos, hp, h)
+            pos += h
+            if length:
+                memcpy(values + pos, d + offsets[i], length)
+            pos += length
+    return OwnedBuffer.adopt(out_offsets, (n + 1) * width), OwnedBuffer.adopt(values, total), large

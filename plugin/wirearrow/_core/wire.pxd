@@ -20,6 +20,8 @@ cdef enum:  # statuses
     E_VARINT_OVERFLOW = 2   # a varint longer than 10 bytes
     E_LENGTH = 3            # a length prefix runs past the end of the region
     E_TAG_OVERFLOW = 12     # a tag larger than 32 bits
+    E_TAG_LONG = 17         # a tag varint longer than 5 bytes
+    E_LENGTH_LONG = 18      # a length prefix varint longer than 5 bytes
 
 
 cdef inline int read_varint_slow(const uint8_t** pp, const uint8_t* end,
@@ -70,11 +72,17 @@ cdef inline int skip_varint(const uint8_t** pp, const uint8_t* end) noexcept nog
 
 
 cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out) noexcept nogil:
-    """A length prefix, checked against the bytes left in the enclosing region."""
+    """A length prefix, checked against the bytes left in the enclosing region.
+
+    At most 5 bytes, as protobuf 7's upb reads it (6's accepts up to 10: docs/errors.md)."""
     cdef uint64_t v
+    cdef const uint8_t* start = pp[0]
     cdef int st = read_varint(pp, end, &v)
     if st != OK:
         return st
+    if pp[0] - start > 5:
+        pp[0] = start
+        return E_LENGTH_LONG
     if v > <uint64_t>(end - pp[0]):
         return E_LENGTH
     out[0] = <int64_t>v
@@ -83,7 +91,7 @@ cdef inline int read_length(const uint8_t** pp, const uint8_t* end, int64_t* out
 
 cdef inline int read_tag(const uint8_t** pp, const uint8_t* end, uint64_t* out) noexcept nogil:
     """A field tag (number << 3 | wire type): one or two bytes (field numbers below 2048)
-    without the loop; over 32 bits is an error. Number and wire type are not checked.
+    without the loop; over 5 bytes or over 32 bits is an error. Number and wire type are not checked.
     The caller has checked that a byte is left (a field starts here)."""
     cdef const uint8_t* p = pp[0]
     cdef int st
@@ -96,6 +104,9 @@ cdef inline int read_tag(const uint8_t** pp, const uint8_t* end, uint64_t* out) 
         pp[0] = p + 2
         return OK
     st = read_varint_slow(pp, end, out)
+    if st == OK and pp[0] - p > 5:  # upb's limit, even for a padded small number
+        pp[0] = p
+        return E_TAG_LONG
     if st == OK and out[0] >> 32:
         return E_TAG_OVERFLOW
     return st

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
@@ -18,7 +19,7 @@ from wirearrow.beam.transcode import (
     same_binary_type,
 )
 from wirearrow.compression import compression_name, compression_of, open_decompressed
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, plan_pieces
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, corrupt_reason, plan_pieces
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
@@ -129,12 +130,28 @@ class _ReadChunkFn(beam.DoFn):
                 name=path,
             )
             for frames in reader:
-                self._bytes.inc(int(frames.ends[-1]))  # whole records, prefixes included
+                # whole records, prefixes (and TFRecord's CRCs) included
+                self._bytes.inc(int(frames.frame_ends[-1]))
+                if len(frames.corrupt):
+                    frames = self._without_corrupt(path, frames)
                 yield from self._batches(frames)
         if self._pending_count:
             yield self._emit(self._pending)
         if reader.tail is not None:
             _truncated(path, reader.tail, self._truncated)
+
+    def _without_corrupt(self, path: str, frames: Frames) -> Frames:
+        """A TFRecord whose data CRC fails: raised, or (truncated="skip") logged, counted
+        and left out, like a truncated tail."""
+        at = frames.frame_starts[frames.corrupt]
+        if self._truncated == "raise":
+            raise ValueError(f"{path}: {corrupt_reason(self._framing, int(at[0]))}")
+        Metrics.counter(METRICS_NAMESPACE, "corrupt_records").inc(len(frames.corrupt))
+        for offset in at.tolist():
+            _LOG.warning("%s: %s; skipped", path, corrupt_reason(self._framing, offset))
+        keep = np.ones(len(frames), dtype=bool)
+        keep[frames.corrupt] = False
+        return Frames(frames.data, frames.offset, frames.starts[keep], frames.ends[keep])
 
     def _batches(self, frames: Frames) -> Iterator[RecordArray]:
         """Batches of exactly batch_size records; the rest waits in self._pending."""
@@ -159,7 +176,8 @@ class _ReadChunkFn(beam.DoFn):
 class ReadDelimited(beam.PTransform):
     """Length-delimited records from files on any Beam filesystem: PCollection[bytes].
 
-    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be". Every record
+    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or "tfrecord"
+    (TensorFlow's TFRecord, as Beam's ``WriteToTFRecord`` writes it; CRCs checked). Every record
     of every file matching ``file_pattern`` comes out exactly once.
 
     Files are split into record-aligned chunks of about ``chunk_bytes``, read in parallel:
@@ -169,11 +187,13 @@ class ReadDelimited(beam.PTransform):
     stream (bounded memory). A file that ends inside a record, or a compressed stream
     that is cut short or corrupt, raises ValueError naming the file and the offset (with
     ``truncated="skip"``: the whole records before it are read and the tail is logged
-    and counted in the ``truncated_files`` metric).
+    and counted in the ``truncated_files`` metric); so does a TFRecord whose data CRC
+    fails (with ``truncated="skip"`` it is left out, logged and counted in
+    ``corrupt_records``).
 
     Args:
         file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".
-        framing: "varint", "u32le" or "u32be".
+        framing: "varint", "u32le", "u32be" or "tfrecord".
         compression: "auto" (from the extension), "none", "gzip", "bz2", "zstd", "xz",
             "deflate", or a Beam CompressionTypes value. zstd needs ``zstandard``.
         chunk_bytes: target size of the byte ranges read in parallel.

@@ -458,18 +458,28 @@ class Assembler:
     def _range_problems(
         self, leaf: TemporalLeaf, name: str, rows: np.ndarray | None
     ) -> list[tuple[int, str, str]]:
-        per = _PER_SECOND[leaf.type.unit]
-        limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
         n = self.counts[leaf.group]
-        seconds = np.frombuffer(self.r.col_values[leaf.columns[0]], dtype=np.int64, count=n)
-        valid = np.frombuffer(self.r.col_valid[leaf.columns[0]], dtype=np.uint8, count=n)
-        bad = np.flatnonzero((valid != 0) & ((seconds > limit) | (seconds < -limit)))
-        if rows is not None and len(bad):
-            bad = np.intersect1d(bad, rows[rows >= 0])
-        if not len(bad):
-            return []
-        reason = f"{leaf.kind} out of range for unit {leaf.type.unit!r}"
-        return [(r, reason, name) for r in self.records_of(leaf.group, bad).tolist()]
+        parts = [
+            self._component(c, t, n) for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)
+        ]
+        present = (
+            np.frombuffer(self.r.col_valid[leaf.presence], dtype=np.uint8, count=n) != 0
+            if leaf.presence >= 0
+            else np.ones(n, dtype=bool)
+        )
+        out: list[tuple[int, str, str]] = []
+        for reason, outside in _outside_the_type(leaf, parts):
+            bad = np.flatnonzero(present & outside)
+            if rows is not None and len(bad):
+                bad = np.intersect1d(bad, rows[rows >= 0])
+            out.extend((r, reason, name) for r in self.records_of(leaf.group, bad).tolist())
+        return out
+
+    def _component(self, column: int, t: pa.DataType, n: int) -> np.ndarray:
+        """One component of a well-known type, its default (0) where it did not come."""
+        values = np.frombuffer(self.r.col_values[column], dtype=t.to_pandas_dtype(), count=n)
+        valid = np.frombuffer(self.r.col_valid[column], dtype=np.uint8, count=n)
+        return np.where(valid != 0, values, 0).astype(np.int64)
 
     # -- maps -------------------------------------------------------------------------
 
@@ -607,8 +617,8 @@ class _Facts:
     map_keys: tuple[tuple[int, Leaf], ...]  # (entry group, key leaf) of every map read
     child_groups: tuple[int, ...]  # groups under a list or map read
     strict: tuple[OutputColumn, ...]
-    # (column, leaf) whose values can reject a record: timestamps / durations (range),
-    # Struct / Value JSON, validated max_depth cuts.
+    # (column, leaf) whose values can reject a record: well-known temporal types (range,
+    # values outside the type), Struct / Value JSON, validated max_depth cuts.
     checked: tuple[tuple[OutputColumn, Leaf], ...]
 
     @staticmethod
@@ -628,8 +638,7 @@ class _Facts:
                 (col, x)
                 for col in columns
                 for x in _walk(col.leaf)
-                if (isinstance(x, TemporalLeaf) and x.kind in ("timestamp", "duration"))
-                or isinstance(x, JsonLeaf)
+                if isinstance(x, TemporalLeaf | JsonLeaf)
                 or (isinstance(x, CutLeaf) and x.validate)
             ),
         )
@@ -811,6 +820,46 @@ def _storage(leaf: Leaf) -> tuple[int, ...]:
     if isinstance(leaf, MapLeaf):
         return own + _storage(leaf.key) + _storage(leaf.value)
     return own
+
+
+def _outside_the_type(
+    leaf: TemporalLeaf, parts: list[np.ndarray]
+) -> list[tuple[str, np.ndarray]]:
+    """(reason, mask) for each way a value cannot be its Arrow type without changing it.
+
+    The protobuf runtime's JSON mapping refuses such Timestamps and Durations; a Date or a
+    TimeOfDay that is not a whole calendar date or a time of day has no date32 / time64
+    value that encode could write back as it came (docs/types.md). Each is a bad record.
+    """
+    kind = leaf.kind
+    if kind in ("timestamp", "duration"):
+        seconds, nanos = parts
+        per = _PER_SECOND[leaf.type.unit]
+        limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
+        out = [(f"{kind} out of range for unit {leaf.type.unit!r}", (seconds > limit) | (seconds < -limit))]
+        if kind == "timestamp":
+            nanos_bad = (nanos < 0) | (nanos > 999_999_999)
+            out.append(("google.protobuf.Timestamp nanos outside 0..999,999,999", nanos_bad))
+        else:
+            nanos_bad = (np.abs(nanos) > 999_999_999) | ((seconds > 0) & (nanos < 0)) | (
+                (seconds < 0) & (nanos > 0)
+            )
+            out.append(
+                ("google.protobuf.Duration nanos outside -999,999,999..999,999,999 or of "
+                 "another sign than seconds", nanos_bad)
+            )
+        return out
+    if kind == "date":
+        y, m, d = parts
+        month_ok = (m >= 1) & (m <= 12)
+        mm = np.where(month_ok, m, 1)
+        leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
+        days = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[mm - 1] + (leap & (mm == 2))
+        bad = (y < 1) | (y > 9999) | ~month_ok | (d < 1) | (d > days)
+        return [("google.type.Date is not a whole calendar date (year 1..9999, month, day)", bad)]
+    h, mi, s, ns = parts
+    bad = (h < 0) | (h > 23) | (mi < 0) | (mi > 59) | (s < 0) | (s > 59) | (ns < 0) | (ns > 999_999_999)
+    return [("google.type.TimeOfDay outside 00:00:00..23:59:59.999999999", bad)]
 
 
 def _component_types(kind: str) -> tuple[pa.DataType, ...]:

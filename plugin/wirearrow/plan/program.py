@@ -182,6 +182,10 @@ class ProgramBuilder:
                 entry.lenient = True
             elif needs_utf8_check(fd):
                 self._entry(node, fd).lenient = True
+            elif is_repeated(fd) and scalar_kind(fd).wire_type != 2:
+                # A packed payload is parsed by the runtime too (a cut varint in it is an
+                # error); skipped by its length, it would not be looked at.
+                self._entry(node, fd).lenient = True
 
     # -- tables -----------------------------------------------------------------------
 

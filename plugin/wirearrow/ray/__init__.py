@@ -16,6 +16,10 @@ The pieces, for users who compose their own pipeline:
 * :func:`read_delimited` / :class:`DelimitedDatasource` -- files of length-delimited records
   on any filesystem pyarrow supports, large files split across read tasks at record
   boundaries.
+* :class:`Encode` / :func:`encode` -- the write half: Arrow rows -> a column of protobuf
+  records (plain or Confluent-framed, e.g. for Kafka), bad rows as dead letters;
+  :func:`write_delimited` / :class:`DelimitedDatasink` -- rows -> files of framed records
+  (varint, u32le/be, TFRecord).
 * :func:`transcode` -- the one-call path: plan shipped once; Ray tasks (a Transcode per
   worker process) or an actor pool sized for the cluster; dead letters and counts gathered
   from every worker.
@@ -32,6 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wirearrow.ray.datasource import read_delimited
+from wirearrow.ray.encode import Encode, WriteStats, encode, write_delimited
 from wirearrow.ray.ledger import BatchResult, JobStats, Ledger, WorkerStats
 from wirearrow.ray.protojson import ToJson
 from wirearrow.ray.transcode import (
@@ -47,11 +52,14 @@ from wirearrow.ray.transcode import (
 
 if TYPE_CHECKING:
     from wirearrow.ray.datasource import DelimitedDatasource
+    from wirearrow.ray.encode import DelimitedDatasink
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "BatchResult",
+    "DelimitedDatasink",
     "DelimitedDatasource",
+    "Encode",
     "JobStats",
     "Ledger",
     "PoolSize",
@@ -59,11 +67,14 @@ __all__ = [
     "Transcode",
     "TranscodeResult",
     "WorkerStats",
+    "WriteStats",
     "batch_key",
+    "encode",
     "pool_size",
     "put_plan",
     "read_delimited",
     "transcode",
+    "write_delimited",
 ]
 
 
@@ -73,4 +84,8 @@ def __getattr__(name: str) -> Any:
         from wirearrow.ray import datasource
 
         return datasource.DelimitedDatasource
+    if name == "DelimitedDatasink":
+        from wirearrow.ray import encode as encode_module
+
+        return encode_module.DelimitedDatasink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 
 from wirearrow.compression import compression_name, compression_of, open_decompressed
 from wirearrow.config import PlanConfig
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, plan_pieces
+from wirearrow.delimited import FRAMINGS, FrameReader, Frames, corrupt_reason, plan_pieces
 from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:
@@ -155,22 +155,22 @@ def _read_pieces(
                     open_decompressed(f, piece.compression, name="the file"), framing,
                     block_bytes=BLOCK_BYTES, name=piece.path,
                 )
-                yield from _blocks(reader, piece.path, include_location, truncated)
+                yield from _blocks(reader, piece.path, include_location, truncated, framing)
             continue
         with fs.open_input_file(piece.path) as f:
             reader = FrameReader(
                 f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
                 name=piece.path,
             )
-            yield from _blocks(reader, piece.path, include_location, truncated)
+            yield from _blocks(reader, piece.path, include_location, truncated, framing)
 
 
 def _blocks(
-    reader: FrameReader, path: str, include_location: bool, truncated: str
+    reader: FrameReader, path: str, include_location: bool, truncated: str, framing: str
 ) -> Iterator[pa.Table]:
     errors = truncated == "dead_letter"
     for frames in reader:
-        yield _block(frames, path, include_location, errors)
+        yield _block(frames, path, include_location, errors, framing)
     tail = reader.tail
     if tail is None:
         return
@@ -184,14 +184,26 @@ def _blocks(
     yield pa.table(columns)
 
 
-def _block(frames: Frames, path: str, include_location: bool, errors: bool) -> pa.Table:
+def _block(
+    frames: Frames, path: str, include_location: bool, errors: bool, framing: str
+) -> pa.Table:
+    corrupt_at = frames.frame_starts[frames.corrupt] if len(frames.corrupt) else None
+    if corrupt_at is not None and not errors:
+        # A TFRecord whose data CRC fails: as strict as a truncated file (_blocks).
+        raise ValueError(f"{path}: {corrupt_reason(framing, int(corrupt_at[0]))}")
     array = frames.records()  # one copy, prefixes dropped
     columns = {"value": array}
     if include_location:
         columns["file"] = pa.array(np.full(len(frames), path, dtype=object), pa.string())
         columns["offset"] = pa.array(frames.frame_starts)
     if errors:
-        columns[READ_ERROR] = pa.nulls(len(frames), pa.string())
+        reasons = pa.nulls(len(frames), pa.string())
+        if corrupt_at is not None:
+            # Each such record is a row of its bytes whose read_error says why, like a tail.
+            texts = np.full(len(frames), None, dtype=object)
+            texts[frames.corrupt] = [f"{path}: {corrupt_reason(framing, int(at))}" for at in corrupt_at]
+            reasons = pa.array(texts, pa.string())
+        columns[READ_ERROR] = reasons
     return pa.table(columns)
 
 
@@ -204,7 +216,8 @@ def _datasource_class() -> type:
     class DelimitedDatasource(Datasource):
         """Files of length-delimited protobuf records -> blocks with a ``value`` column.
 
-        ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be".
+        ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or
+        "tfrecord" (TensorFlow's TFRecord, CRCs checked).
         ``include_location`` adds ``file`` (its path) and ``offset`` (byte offset of the
         record's length prefix) columns, which dead letters then carry in ``source``.
         Files larger than a read task's share are split at record boundaries found by
@@ -379,18 +392,19 @@ def read_delimited(
     ``paths``: files, directories (recursive) or globs, local or any URI pyarrow supports
     (``s3://``, ``gs://``, ``hdfs://``, ``file://``); ``filesystem``: a pyarrow or fsspec
     filesystem for paths without a scheme. ``framing``: "varint" (protobuf's
-    writeDelimitedTo), "u32le" or "u32be". ``include_location`` adds ``file`` and
+    writeDelimitedTo), "u32le", "u32be" or "tfrecord". ``include_location`` adds ``file`` and
     ``offset`` columns. Large files are split across read tasks at record boundaries
     (``bytes_per_task``, see :class:`DelimitedDatasource`). ``compression``: "auto" (by
     suffix: .gz, .bz2, .zst, .xz), "none" or a codec; compressed files are not split (one
     task each, streamed). Other keyword arguments go to ``ray.data.read_datasource``
     (``override_num_blocks``, ``num_cpus``, ...).
 
-    A file that ends inside a record, or a compressed file cut short or corrupt, raises
-    ValueError naming the file and byte offset; with ``truncated="dead_letter"`` its whole
-    records are read and the rest is one more row with a ``read_error`` column (the
-    reason; null on every record), which :func:`~wirearrow.ray.transcode` counts as one
-    failure and dead-letters with that reason.
+    A file that ends inside a record, a compressed file cut short or corrupt, or a TFRecord
+    whose CRC does not match, raises ValueError naming the file and byte offset; with
+    ``truncated="dead_letter"`` its whole records are read and the rest is one more row
+    with a ``read_error`` column (the reason; null on every record), which
+    :func:`~wirearrow.ray.transcode` counts as one failure and dead-letters with that
+    reason -- and so is each TFRecord whose data CRC does not match (its own row).
     """
     ray = ray_module()
     if not ray.is_initialized():

@@ -299,15 +299,22 @@ class Transcode:
 
     def _write_dead(self, dead: pa.Table, key: str) -> str:
         assert self._fs is not None and self._dead_dir is not None
-        # Named by the batch's input, not by who decoded it: a retry or a second execution
-        # rewrites the same file with the same rows instead of adding a copy. Written to a
-        # temporary name first and moved, so a worker killed mid-write leaves no half file
-        # under the final name.
-        path = posixpath.join(self._dead_dir, f"dead-{key}.parquet")
-        tmp = posixpath.join(self._dead_dir, f".{key}-{uuid.uuid4().hex[:8]}.tmp")
-        pq.write_table(dead, tmp, filesystem=self._fs)
-        self._fs.move(tmp, path)
-        return path
+        return write_dead_letters(self._fs, self._dead_dir, dead, key)
+
+
+def write_dead_letters(fs: pafs.FileSystem, directory: str, dead: pa.Table, key: str) -> str:
+    """Write a batch's dead letters to ``directory/dead-<key>.parquet``; returns the path.
+
+    Named by the batch's input, not by who processed it: a retry or a second execution
+    rewrites the same file with the same rows instead of adding a copy. Written to a
+    temporary name first and moved, so a worker killed mid-write leaves no half file under
+    the final name.
+    """
+    path = posixpath.join(directory, f"dead-{key}.parquet")
+    tmp = posixpath.join(directory, f".{key}-{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(dead, tmp, filesystem=fs)
+    fs.move(tmp, path)
+    return path
 
 
 def _split_read_errors(batch: pa.Table, column: str) -> tuple[pa.Table, tuple | None]:
@@ -478,14 +485,20 @@ _TASK_TRANSCODERS_KEPT = 8
 
 def _transcode_task(batch: pa.Table, *, job: str, **transcode_args: Any) -> pa.Table:
     """``map_batches`` function of ``transcode(compute="tasks")``."""
-    fn = _TASK_TRANSCODERS.get(job)
+    return job_step(_TASK_TRANSCODERS, job, functools.partial(Transcode, **transcode_args))(batch)
+
+
+def job_step(steps: OrderedDict[str, Any], job: str, build: Any) -> Any:
+    """This worker process's step of ``job`` in ``steps`` (built by ``build()`` on the job's
+    first batch here), keeping the _TASK_TRANSCODERS_KEPT most recent jobs."""
+    fn = steps.get(job)
     if fn is None:
-        fn = _TASK_TRANSCODERS[job] = Transcode(**transcode_args)
-        while len(_TASK_TRANSCODERS) > _TASK_TRANSCODERS_KEPT:
-            _TASK_TRANSCODERS.popitem(last=False)
+        fn = steps[job] = build()
+        while len(steps) > _TASK_TRANSCODERS_KEPT:
+            steps.popitem(last=False)
     else:
-        _TASK_TRANSCODERS.move_to_end(job)
-    return fn(batch)
+        steps.move_to_end(job)
+    return fn
 
 
 # ---- the one-call path -------------------------------------------------------------------
