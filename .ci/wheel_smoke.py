@@ -134,7 +134,7 @@ def check_beam(flat, raw, expected) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         with beam.Pipeline(runner=FnApiRunner()) as p:
             result = p | beam.Create(raw) | wab.ToArrow(flat)
-            _ = result.batches | wab.WriteToParquet(f"{tmp}/rows", schema=result.schema)
+            _ = result.batches | wab.WriteToParquetFiles(f"{tmp}/rows", schema=result.schema)
         table = pq.read_table(f"{tmp}/rows")
     got = sorted(r for r in zip(*(table.column(c).to_pylist()
                                   for c in ("name", "message", "number")), strict=True)

@@ -2,9 +2,9 @@
 
 Every row is a whole Beam pipeline on the local FnApiRunner, in-process and with 2 SDK worker
 processes, over the same files of length-delimited ``BidRequestEvent`` records (written by
-``corpus.py``, 200,000 by default), all read with ``wirearrow.beam.ReadDelimited``:
+``corpus.py``, 200,000 by default), all read with ``wirearrow.beam.ReadFromDelimited``:
 
-* ``wirearrow``: ``ToArrow(flat-15 plan)`` -> ``wirearrow.beam.WriteToParquet``;
+* ``wirearrow``: ``ToArrow(flat-15 plan)`` -> ``wirearrow.beam.WriteToParquetFiles``;
 * ``DIY protobuf``: a DoFn parsing each record with the protobuf runtime into one dict per
   output row (same rows and columns as the plan) -> ``beam.io.WriteToParquet``;
 * ``DIY pybufarrow``: a DoFn buffering records, ``append_denorm`` each and ``flush_denorm``
@@ -213,11 +213,11 @@ def builders(tc: wa.Transcoder, pb_schema: pa.Schema) -> dict[str, Builder]:
     arrow_schema = nullable(tc.arrow_schema)
 
     def read(p: beam.Pipeline, pattern: str) -> beam.PCollection:
-        return p | "Read" >> wab.ReadDelimited(pattern, FRAMING, batch_size=BATCH)
+        return p | "Read" >> wab.ReadFromDelimited(pattern, FRAMING, batch_size=BATCH)
 
     def wirearrow_(p: beam.Pipeline, pattern: str, out: str) -> None:
         result = read(p, pattern) | wab.ToArrow(tc, batch_size=BATCH)
-        _ = result.batches | wab.WriteToParquet(out, schema=result.schema)
+        _ = result.batches | wab.WriteToParquetFiles(out, schema=result.schema)
 
     def diy_protobuf(p: beam.Pipeline, pattern: str, out: str) -> None:
         rows = read(p, pattern) | beam.ParDo(ProtobufRowsFn(descriptor_set, corpus.MESSAGE_NAME))

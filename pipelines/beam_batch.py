@@ -60,9 +60,9 @@ def build(
     p: beam.Pipeline, pattern: str, plan: str, framing: str, out: str, batch_size: int
 ) -> None:
     """The pipeline: read, transcode, write batches and dead letters."""
-    records = p | "Read" >> wab.ReadDelimited(pattern, framing=framing)
+    records = p | "Read" >> wab.ReadFromDelimited(pattern, framing=framing)
     result = records | "Transcode" >> wab.ToArrow(plan, batch_size=batch_size)
-    _ = result.batches | "WriteParquet" >> wab.WriteToParquet(
+    _ = result.batches | "WriteParquet" >> wab.WriteToParquetFiles(
         f"{out}/parquet", schema=result.schema
     )
     _ = (

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             records = split["on_time"]
         result = records | "Transcode" >> wab.ToArrow(args.plan)
-        _ = result.batches | "WriteParquet" >> wab.WriteToParquet(
+        _ = result.batches | "WriteParquet" >> wab.WriteToParquetFiles(
             f"{args.out}/parquet", schema=result.schema, shards=args.shards
         )
         _ = result.dead_letters | "WriteDeadLetters" >> wab.WriteDeadLetters(

@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(stats.dead_letter_files)} file(s) under {dead_out}"
     )
     print(
-        f"work:   {stats.batches} batches on {stats.workers} worker(s) "
-        f"({stats.compiles} plan compile(s)), "
+        f"work:   {stats.batches} batches on {stats.workers} worker(s) on {stats.nodes} "
+        f"node(s) ({stats.compiles} plan compile(s)), "
         f"{stats.transcode_seconds:.2f} s transcoding"
     )
     print(

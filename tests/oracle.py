@@ -10,6 +10,8 @@ paths on it. It is written to be read, not to be fast.
    repeated fields are lists; maps are ``_Map`` with entries sorted by key: flat mode keeps
    wire order (a repeated key keeps the position of its last occurrence), and the tests
    write map entries in key order, any repeated key's earlier entry before all others.
+   A filter followed by an index (``list[?(pred)][N]``) is one ``_Match`` step: the N-th
+   element the filter keeps, a single value.
 2. ``_FanOut``: every fan-out step (``[*]``, a slice, a filter over a list, ``m[*]``) is a
    node, identified by the steps up to and including it (positions ignored). A node's parent
    is the nearest fan-out before it in the same path; children are ordered by first
@@ -113,10 +115,32 @@ def _element(value: Any, fd: FieldDescriptor) -> Any:
 # Steps and predicates on the tree
 
 
+@dataclasses.dataclass(frozen=True)
+class _Match:
+    """``[?(filter)][index]``: the index-th element the filter keeps (negative: from the end)."""
+
+    filter: FilterStep
+    index: IndexStep
+
+
+def _merge_matches(steps: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for step in steps:
+        if isinstance(step, IndexStep) and out and isinstance(out[-1], FilterStep):
+            out[-1] = _Match(out[-1], step)
+        else:
+            out.append(step)
+    return out
+
+
 def _select(value: Any, step: Any) -> Any:
     """A step that picks at most one value (field, index, key, filter on a singular message)."""
     if value is None:
         return None
+    if isinstance(step, _Match):
+        kept = [item for item in value if _holds(step.filter.predicate, item) is True]
+        k = step.index.index
+        return kept[k] if -len(kept) <= k < len(kept) else None
     if isinstance(step, FieldStep):
         return value.fields[step.name]
     if isinstance(step, (IndexStep, KeyStep)):
@@ -280,7 +304,7 @@ def _plan(descriptor: Descriptor, columns: Sequence[Any]) -> tuple[_FanOut, list
     planned = []
     for column in columns:
         text, name = (column, column) if isinstance(column, str) else column
-        steps = parse_path(text).steps
+        steps = tuple(_merge_matches(parse_path(text).steps))
         parent, start = root, 0
         for position in _fan_out_positions(descriptor, steps):
             key = _key(steps[: position + 1])

@@ -782,15 +782,20 @@ def _walk(
                 return text, stems
             text += "[*]" if choice == "wild" else f"[{_literal(draw(_key_literals(key_fd)))}]"
         elif is_repeated(fd):
-            choice = draw(st.sampled_from(["leaf", "filter", *_LIST_SELECTORS]))
+            choice = draw(st.sampled_from(["leaf", "filter", "match", *_LIST_SELECTORS]))
             if choice == "leaf":
                 return text, stems
             predicate = (
                 _predicate(draw, fd.message_type)
-                if choice == "filter" and _is_message(fd)
+                if choice in ("filter", "match") and _is_message(fd)
                 else None
             )
-            text += f"[?({predicate})]" if predicate else (choice if choice != "filter" else "[*]")
+            if predicate and choice == "match":  # the N-th kept element: no fan-out
+                text += f"[?({predicate})][{draw(st.sampled_from([0, -1, 1, -2]))}]"
+            elif predicate:
+                text += f"[?({predicate})]"
+            else:
+                text += choice if choice not in ("filter", "match") else "[*]"
         if not _is_message(element):
             return text, stems
         inner = element.message_type

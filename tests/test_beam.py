@@ -193,7 +193,7 @@ def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
             | wab.ToArrow(ID_PLAN, batch_size=2)
         )
         assert_that(result.batches | beam.Map(describe), check)
-        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
 
     # Bounded and windowed: one file per window (one firing, one shard), that window's rows.
     files = sorted(out.glob("*.parquet"))
@@ -318,7 +318,7 @@ def test_row_type_mapping_of_unusual_types() -> None:
         ]
     )  # fmt: skip
     row_cls, convert = wab.rows._row_converter(schema, "T")
-    assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m")  # e: empty struct
+    assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m", "e")
     batch = pa.record_batch(
         [
             pa.array([255, None], pa.uint8()), pa.array([2**64 - 1, 5], pa.uint64()),
@@ -334,9 +334,10 @@ def test_row_type_mapping_of_unusual_types() -> None:
     assert first.ns.micros == 1 and second.ns is None
     assert first.d == 3000 and first.imp_id == ["a", "b"] and second.imp_id is None
     assert first.m == {"k": 1} and second.m == {}
+    assert first.e == () and first.e._fields == () and second.e is None  # an empty message
 
 
-# ----------------------------------------------------------------------------- ReadDelimited
+# ----------------------------------------------------------------------------- ReadFromDelimited
 
 
 def _write_framed(path: Path, records: list[bytes], framing: str, opener=open) -> None:
@@ -366,18 +367,18 @@ def test_read_delimited_reads_every_record_once_across_splits(
     want = Counter(big + small + compressed)
 
     with in_process() as p:
-        records = p | wab.ReadDelimited(
+        records = p | wab.ReadFromDelimited(
             str(tmp_path / "*"), framing, chunk_bytes=20_000, batch_size=64
         )
         assert_that(records, lambda got: _same(Counter(got), want))
 
 
 def test_to_arrow_takes_read_delimited_batches_whole(tmp_path, bid_corpus) -> None:
-    """Fused after ReadDelimited, ToArrow gets its RecordArrays: no per-record call."""
+    """Fused after ReadFromDelimited, ToArrow gets its RecordArrays: no per-record call."""
     _write_framed(tmp_path / "a.bin", bid_corpus[:100], "u32le")
     want_rows, _ = expected_rows(ID_PLAN, bid_corpus[:100])
     with in_process() as p:
-        records = p | wab.ReadDelimited(str(tmp_path / "a.bin"), "u32le", batch_size=30)
+        records = p | wab.ReadFromDelimited(str(tmp_path / "a.bin"), "u32le", batch_size=30)
         result = records | wab.ToArrow(ID_PLAN, batch_size=20)
         assert_that(result.batches, equal_to_rows(want_rows))
     counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]}
@@ -394,10 +395,10 @@ def test_read_delimited_truncated_files(tmp_path, bid_corpus) -> None:
         pytest.raises(Exception, match=r"truncated u32le stream: the record at byte \d+"),
         in_process() as p,
     ):
-        _ = p | wab.ReadDelimited(str(path), "u32le")
+        _ = p | wab.ReadFromDelimited(str(path), "u32le")
     for chunk_bytes in (1_000, 10**9):  # planned (scan) and unplanned (one chunk) paths
         with in_process() as p:
-            records = p | wab.ReadDelimited(
+            records = p | wab.ReadFromDelimited(
                 str(path), "u32le", chunk_bytes=chunk_bytes, truncated="skip"
             )
             assert_that(records, lambda got: _same(sorted(got), sorted(bid_corpus[:19])))
@@ -418,11 +419,11 @@ def test_batch_pipeline_on_two_worker_processes(tmp_path, bid_corpus) -> None:
     with two_workers() as p:
         result = (
             p
-            | wab.ReadDelimited(str(tmp_path / "in" / "*.varint"), chunk_bytes=50_000)
+            | wab.ReadFromDelimited(str(tmp_path / "in" / "*.varint"), chunk_bytes=50_000)
             | wab.ToArrow(PLAN, batch_size=100)
         )
         # Nothing from this module in the graph: the worker processes cannot import it.
-        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
     names = sorted(f.name for f in out.glob("*.parquet"))
     assert all(re.fullmatch(r"part-\d{5}-of-\d{5}\.parquet", n) for n in names), names
     table = read_parquet_dir(out)
@@ -442,7 +443,7 @@ def test_write_to_parquet_refuses_accumulating_panes() -> None:
         )
     )
     with pytest.raises(ValueError, match="accumulat"):
-        _ = batches | wab.WriteToParquet("/nonexistent")
+        _ = batches | wab.WriteToParquetFiles("/nonexistent")
 
 
 def test_parquet_file_sink_footer_once(tmp_path) -> None:
@@ -499,7 +500,7 @@ def test_streaming_windows_late_data_one_file_per_window_firing_and_shard(
             | minute_windows_late_by_300s()
             | wab.ToArrow(ID_PLAN, batch_size=8)
         )
-        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema, shards=2)
+        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema, shards=2)
 
     files = sorted(out.glob("*.parquet"))
     by_window: dict[str, set] = {}
@@ -714,7 +715,7 @@ def test_streaming_dead_letters_are_parquet_files_per_window_firing(tmp_path, bi
             | minute_windows_late_by_300s()
             | wab.ToArrow(ID_PLAN, batch_size=8)
         )
-        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
         _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir))
 
     pattern = re.compile(r"dead-\d{8}T\d{6}\.\d{6}Z-\d{8}T\d{6}\.\d{6}Z-\d+-00000-of-00001\.parquet")
@@ -761,7 +762,7 @@ def _faulty_job(records, out: Path, marker: Path):
     p = two_workers()
     result = p | beam.Create(records, reshuffle=False) | wab.ToArrow(ID_PLAN, batch_size=16)
     batches = result.batches | beam.FlatMap(fail_once)
-    _ = batches | wab.WriteToParquet(str(out / "rows"), schema=result.schema)
+    _ = batches | wab.WriteToParquetFiles(str(out / "rows"), schema=result.schema)
     _ = result.dead_letters | wab.WriteDeadLetters(str(out / "dead"))
     run = p.run()
     run.wait_until_finish()

@@ -1,4 +1,4 @@
-"""Beam's ReadDelimited over compressed files (FnApiRunner, in process): every codec by
+"""Beam's ReadFromDelimited over compressed files (FnApiRunner, in process): every codec by
 suffix or by option, one chunk per compressed file, and a cut compressed stream raising
 (naming the file) or, with truncated="skip", keeping its records and counting the file."""
 
@@ -73,18 +73,18 @@ def test_every_codec_by_suffix_and_by_option(tmp_path: Path, bid_corpus) -> None
     want.update(plain)
     with in_process() as p:
         # chunk_bytes far below the files' sizes: compressed files still read whole.
-        records = p | wab.ReadDelimited(str(tmp_path / "*"), "u32le", chunk_bytes=500)
+        records = p | wab.ReadFromDelimited(str(tmp_path / "*"), "u32le", chunk_bytes=500)
         assert_that(records, same(want))
     # An explicit codec (here Beam's own CompressionTypes name) for a file without suffix.
     (tmp_path / "nosuffix").write_bytes(gzip.compress(framed(bid_corpus[:20])))
     for compression in (CompressionTypes.GZIP, "gzip"):
         with in_process() as p:
-            records = p | wab.ReadDelimited(
+            records = p | wab.ReadFromDelimited(
                 str(tmp_path / "nosuffix"), "u32le", compression=compression
             )
             assert_that(records, same(Counter(bid_corpus[:20])))
     with pytest.raises(ValueError, match="compression must be one of"):
-        wab.ReadDelimited(str(tmp_path / "nosuffix"), compression="rar")
+        wab.ReadFromDelimited(str(tmp_path / "nosuffix"), compression="rar")
 
 
 def test_a_cut_compressed_file(tmp_path: Path, bid_corpus) -> None:
@@ -95,13 +95,13 @@ def test_a_cut_compressed_file(tmp_path: Path, bid_corpus) -> None:
         pytest.raises(Exception, match=r"cut\.bin\.gz: truncated gzip stream: .* decompressed byte"),
         in_process() as p,
     ):
-        _ = p | wab.ReadDelimited(str(path), "u32le")
+        _ = p | wab.ReadFromDelimited(str(path), "u32le")
     # The records before the cut: what the cut gzip decompresses to, in whole frames.
     head = zlib.decompressobj(31).decompress(data[: len(data) // 2])
     whole = len(split_framed(head, "u32le")[0])
     assert 0 < whole < len(bid_corpus)
     with in_process() as p:
-        records = p | wab.ReadDelimited(str(path), "u32le", truncated="skip")
+        records = p | wab.ReadFromDelimited(str(path), "u32le", truncated="skip")
         assert_that(records, same(Counter(bid_corpus[:whole])))
     stats = counters(p)
     assert stats["truncated_files"] == 1
@@ -213,7 +213,7 @@ def test_too_late_records_are_counted_dead_letters(tmp_path, bid_corpus) -> None
         )
         split = windowed | wab.SplitLate()
         result = split["on_time"] | wab.ToArrow(ID_PLAN, batch_size=8)
-        _ = result.batches | wab.WriteToParquet(str(out), schema=result.schema)
+        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
         _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir))
         _ = split["late"] | "WriteLate" >> wab.WriteDeadLetters(str(late_dir), file_prefix="late")
     rows = pq.read_table(out).column("id").to_pylist()

@@ -19,6 +19,7 @@ import pytest
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
 from wirearrow.cli import build_parser, main
+from wirearrow.transcoder import max_depth_limit
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "schema"
 N = 300
@@ -350,6 +351,98 @@ def test_schema_prints_the_nested_schema(work) -> None:
     assert "NoSuchMessage" in proc.stderr and "not found" in proc.stderr
 
 
+RECURSIVE = """
+syntax = "proto3";
+package rec;
+message Leaf { int32 v = 1; }
+message Node { string name = 1; repeated Node children = 2; Leaf leaf = 3; }
+message Expr { oneof k { Bin bin = 1; int64 lit = 2; } }
+message Bin { Expr l = 1; Expr r = 2; Expr third = 3; }  // three ways down: exponential
+message Tree { Node root = 1; Expr e = 2; map<string, Node> named = 3; }
+"""
+
+
+def test_check_a_proto_names_recursive_types_and_their_max_depth(tmp_path, capsys) -> None:
+    (tmp_path / "rec.proto").write_text(RECURSIVE)
+    assert main(["check", str(tmp_path / "rec.proto")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'rec.proto'}: OK (5 messages)",
+        "rec.Bin: recursive rec.Bin, rec.Expr; read whole with max_depth 1..17",
+        "rec.Expr: recursive rec.Bin, rec.Expr; read whole with max_depth 1..18",
+        "rec.Leaf",
+        "rec.Node: recursive rec.Node; read whole with max_depth 1..100",
+        "rec.Tree: holds recursive types rec.Bin, rec.Expr, rec.Node; read whole with "
+        "max_depth 1..19",
+    ]
+    # one level more than the range is the Transcoder's plan-size error
+    schema = wa.Schema.from_proto(tmp_path / "rec.proto", "rec.Expr")
+    with pytest.raises(wa.PlanError, match="read whole with max_depth=19 has"):
+        wa.Transcoder(schema, max_depth=19)
+    assert main(["check", str(tmp_path / "missing.proto")]) == 1
+    assert "missing.proto" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_top_of_the_max_depth_range_compiles(tmp_path) -> None:
+    """The range check gives is counted without building the plan: at its top, the
+    Transcoder builds it (about 100,000 fields, seconds)."""
+    (tmp_path / "rec.proto").write_text(RECURSIVE)
+    schema = wa.Schema.from_proto(tmp_path / "rec.proto", "rec.Expr")
+    assert max_depth_limit(schema) == 18
+    tc = wa.Transcoder(schema, max_depth=18)
+    assert tc.arrow_schema.names == ["bin", "lit"]
+
+
+def test_schema_of_a_recursive_message_needs_max_depth(tmp_path, capsys) -> None:
+    proto = str(tmp_path / "rec.proto")
+    (tmp_path / "rec.proto").write_text(RECURSIVE)
+    assert main(["schema", proto, "rec.Node"]) == 1
+    err = capsys.readouterr().err
+    assert "rec.Node holds recursive types (rec.Node): pass --max-depth N" in err
+    assert "max_depth=N" not in err  # the option this command has, not the API's
+    assert main(["schema", proto, "rec.Node", "--max-depth", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "name: string",
+        "children: list<struct>",
+        "  name: string",
+        "  children: list<binary>",
+        "  leaf: struct",
+        "    v: int32",
+        "leaf: struct",
+        "  v: int32",
+    ]
+    assert main(["schema", proto, "rec.Expr", "--max-depth", "50"]) == 1
+    assert "lower max_depth" in capsys.readouterr().err
+
+
+def test_a_plan_reports_key_and_path_problems_at_once(tmp_path, capsys) -> None:
+    (tmp_path / "rec.proto").write_text(RECURSIVE)
+    (tmp_path / "bad.yaml").write_text(
+        "proto: {file: rec.proto, message: rec.Tree}\n"
+        "denormalizer:\n"
+        "  columns:\n"
+        "    - {name: a, path: root.nme}\n"
+        "    - {name: b, pth: root.name}\n"
+        "    - {name: c, path: 'root.children[?(.name == 1)][0].name'}\n"
+        "    - {name: d, expr: {func: uper, args: [{path: root.name}]}}\n"
+        "    - {name: e, path: root.leaf.v}\n"
+    )
+    assert main(["check", str(tmp_path / "bad.yaml")]) == 1
+    err = capsys.readouterr().err
+    found = [line for line in err.splitlines() if "bad.yaml:" in line]
+    where = str(tmp_path / "bad.yaml")
+    assert found == [
+        f"wirearrow: error: {where}:4: denormalizer.columns[0]: field 'nme' not in message "
+        "rec.Node (did you mean 'name'?)",
+        f"{where}:5: denormalizer.columns[1].pth: unknown key (did you mean 'path'?); "
+        "expected one of: name, path, expr, strict",
+        f"{where}:5: denormalizer.columns[1]: either path or expr must be set",
+        f"{where}:6: denormalizer.columns[2]: cannot compare string with number",
+        f"{where}:7: denormalizer.columns[3].expr.func: unknown function 'uper' "
+        "(did you mean 'upper'?)",
+    ]
+
+
 def test_bench_output_shape(work) -> None:
     proc = run(work, "bench", "plan.yaml", "a.u32le", "--repeat", "2")
     assert proc.returncode == 0, proc.stderr
@@ -376,8 +469,9 @@ def test_main_returns_exit_codes(capsys) -> None:
 def test_documented_commands_parse() -> None:
     """Every ``$ wirearrow ...`` line of docs/cli.md uses options that exist."""
     page = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-    commands = re.findall(r"^ *\$ (wirearrow .*)$", page.read_text(), re.M)
+    # a command may go on over lines ending in a backslash
+    commands = re.findall(r"^ *\$ (wirearrow (?:.*\\\n)*.*)$", page.read_text(), re.M)
     assert len(commands) >= 8
     parser = build_parser()
     for line in commands:
-        parser.parse_args(shlex.split(line)[1:])  # SystemExit (a failed test) if not
+        parser.parse_args(shlex.split(line.replace("\\\n", " "))[1:])  # SystemExit if not

@@ -6,6 +6,7 @@ Errors are checked by their full location: ``file:line: key.path: message``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import pickle
 import re
@@ -341,7 +342,7 @@ ERRORS = {
     ),
     "unknown proto key": (
         "proto:\n  file: protos/order.proto\n  message: Order\n  include: [x]\n",
-        [r"4: proto.include: unknown key; expected one of: file, message, import_paths"],
+        [r"4: proto.include: unknown key; expected one of: file, descriptor_set, module, message, import_paths"],
     ),
     "unknown expr and arg keys": (
         HEAD
@@ -361,9 +362,9 @@ ERRORS = {
         [r"1: proto.file: required key is missing", r"1: proto.message: required key is missing"],
     ),
     "wrong types": (
-        "proto: {file: 3, message: [Order], import_paths: protos}\n",
+        "proto: {file: {a: 3}, message: [Order], import_paths: protos}\n",
         [
-            r"1: proto.file: expected a string, got an integer",
+            r"1: proto.file: expected a string, got a mapping",
             r"1: proto.message: expected a string, got a list",
             r"1: proto.import_paths: expected a list of directories, got a string",
         ],
@@ -378,15 +379,10 @@ ERRORS = {
         "proto:\n  file: protos/order.proto\n  message: Order\n  import_paths:\n    - nowhere\n",
         [r"5: proto.import_paths\[0\]: 'nowhere' is not a directory"],
     ),
-    "custom_message not supported": (
-        HEAD + "custom_message:\n  file: protos/order.proto\n  message: Item\n",
-        [r"2: custom_message: schema merging with a custom message is not supported yet"],
-    ),
-    "custom_message keys are still checked": (
+    "custom_message keys are checked": (
         HEAD + "custom_message:\n  file: protos/order.proto\n  mesage: Item\n",
         [
             r"2: custom_message.message: required key is missing",
-            r"2: custom_message: schema merging",
             r"4: custom_message.mesage: unknown key \(did you mean 'message'\?\)",
         ],
     ),
@@ -508,9 +504,9 @@ ERRORS = {
     "aux keys": (
         HEAD
         + "denormalizer:\n  columns:\n    - name: a\n      expr:\n        func: concat\n"
-        + "        sep: 1\n        literal: x\n        args: [{path: id}]\n",
+        + "        sep: [1]\n        literal: x\n        args: [{path: id}]\n",
         [
-            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got an integer \(quote it\)",
+            r"7: denormalizer.columns\[0\].expr.sep: expected a string, got a list \(quote it\)",
             r"8: denormalizer.columns\[0\].expr.literal: concat does not take 'literal' \(it takes: sep\)",
         ],
     ),
@@ -705,6 +701,35 @@ def test_text_source_errors_have_lines() -> None:
 # ---- errors found when the plan is compiled -----------------------------------------------
 
 
+def test_first_match_and_epoch_times_in_a_yaml_plan(project: Path) -> None:
+    """items[?(.name == 'x')][0]: one value per order (no fan-out); to_timestamp's unit as
+    param (ticks per second)."""
+    from google.protobuf import message_factory
+
+    path = write(
+        project,
+        """\
+        proto: {file: protos/order.proto, message: Order}
+        denormalizer:
+          columns:
+            - {name: id, path: id}
+            - {name: first_x, path: "items[?(.name == 'x')][0].id"}
+            - {name: last_x, path: "items[?(.name == 'x')][-1].id"}
+            - name: at
+              expr: {func: to_timestamp, param: 1, args: [{path: "items[?(.name == 'x')][0].qty"}]}
+        """,
+    )
+    UTC = datetime.timezone.utc
+    tc = load_plan(path).transcoder()
+    cls = message_factory.GetMessageClass(tc.schema.descriptor)
+    items = [{"id": "a", "name": "x", "qty": 60}, {"id": "b"}, {"id": "c", "name": "x"}]
+    records = [order_message(cls, id="o1", items=items), order_message(cls, id="o2")]
+    assert tc.transcode(records).to_pylist() == [
+        {"id": "o1", "first_x": "a", "last_x": "c", "at": datetime.datetime(1970, 1, 1, 0, 1, tzinfo=UTC)},
+        {"id": "o2", "first_x": None, "last_x": None, "at": None},
+    ]
+
+
 def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     path = write(
         project,
@@ -729,7 +754,8 @@ def test_path_errors_at_compile_time_are_located(project: Path) -> None:
     found = info.value.problems
     assert len(found) == 3, found
     assert found[0].startswith(
-        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item\n"
+        f"{path}:6: denormalizer.columns[1]: field 'idd' not in message bp.Item "
+        "(did you mean 'id'?)\n"
     )
     assert found[1].startswith(f"{path}:8: denormalizer.columns[2]: field 'nme' not in message")
     assert found[2].startswith(f"{path}:9: denormalizer.columns[3]: ")

@@ -153,6 +153,15 @@ FIXED_PLANS = {
         'imp[?(.banner.w >= 2 || .id == "a")].banner',
         "device.geo[?(.lat > 0.5)].country",
     ],
+    "first-and-last-match": [
+        "imp[*].id",
+        "imp[?(.w > 1)][0].id",
+        "imp[?(.w > 1)][-1].id",
+        "imp[?(.w > 1)][1].banner",
+        'imp[*].deals[?(.id != "")][0].price',
+        'imp[*].deals[?(.id != "")][-1].seats[*].code',
+        "imp[?(.color == 1)][0]",
+    ],
     "maps": [
         "counts",
         'counts["a"]',

@@ -286,13 +286,13 @@ def test_beam_read_delimited_reads_tfrecord(tmp_path) -> None:
 
     path, records, _ = _tfrecord_file(tmp_path)
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        got = p | wab.ReadDelimited(str(path), "tfrecord", chunk_bytes=100)
+        got = p | wab.ReadFromDelimited(str(path), "tfrecord", chunk_bytes=100)
         assert_that(got, equal_to(records))
     path, records, _ = _tfrecord_file(tmp_path, corrupt_record=3)
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        got = p | wab.ReadDelimited(str(path), "tfrecord", truncated="skip")
+        got = p | wab.ReadFromDelimited(str(path), "tfrecord", truncated="skip")
         assert_that(got, equal_to(records[:3] + records[4:]))
     with pytest.raises(Exception, match="CRC32C does not match"), beam.Pipeline(
         runner=FnApiRunner()
     ) as p:
-        _ = p | wab.ReadDelimited(str(path), "tfrecord")
+        _ = p | wab.ReadFromDelimited(str(path), "tfrecord")

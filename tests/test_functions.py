@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import wirearrow as wa
@@ -1026,3 +1028,104 @@ def test_every_reference_function_is_registered() -> None:
         "distinct",
         "list_concat",
     }
+
+
+# ---- integers as times: to_timestamp, to_duration ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("unit", "value", "when"),
+    [
+        ("s", 1_700_000_000, ts(2023, 11, 14, 22, 13, 20)),
+        ("ms", 1_700_000_000_123, ts(2023, 11, 14, 22, 13, 20, 123_000)),
+        ("us", 1_700_000_000_123_456, ts(2023, 11, 14, 22, 13, 20, 123_456)),
+        ("ns", -1_000, ts(1969, 12, 31, 23, 59, 59, 999_999)),
+    ],
+)
+def test_to_timestamp_reads_an_integer_epoch_in_its_unit(fx, unit, value, when) -> None:
+    schema, Msg = fx
+    columns = [
+        wa.Column(name="t", expr=wa.to_timestamp("ms", unit=unit)),
+        wa.Column(name="u", expr=wa.to_timestamp("u", unit=unit)),
+        wa.Column(name="d", expr=wa.to_duration("ms", unit=unit)),
+    ]
+    records = [Msg(ms=value, u=abs(value)).SerializeToString(), Msg().SerializeToString()]
+    batch = wa.Transcoder(schema, columns=columns).transcode(records)
+    assert batch.schema.field("t").type == pa.timestamp(unit, tz="UTC")
+    assert batch.schema.field("d").type == pa.duration(unit)
+    # the ticks are the integer itself; the instant is the hand-computed one
+    assert batch.column("t").cast(pa.int64()).to_pylist() == [value, None]
+    assert batch.column("u").cast(pa.int64()).to_pylist() == [abs(value), None]
+    assert batch.column("d").cast(pa.int64()).to_pylist() == [value, None]
+    if unit != "ns":
+        assert batch.column("t").to_pylist() == [when, None]
+        assert batch.column("d").to_pylist() == [when - ts(1970, 1, 1), None]
+    else:
+        got = pc.cast(batch.column("t"), pa.timestamp("us", tz="UTC"), safe=False)
+        assert got.to_pylist() == [when, None]
+
+
+def test_durations_from_differences_of_integer_epochs(fx) -> None:
+    m = dict(ms=1_700_000_005_250, secs=1_700_000_000)
+    values, types = run(
+        fx,
+        {
+            "span": wa.sub(wa.to_timestamp("ms", unit="ms"), wa.to_timestamp("secs", unit="s")),
+            "end": wa.add(wa.to_timestamp("secs", unit="s"), wa.to_duration(90, unit="s")),
+            "longer": wa.gt(wa.to_duration("secs", unit="ms"), wa.to_duration(1, unit="s")),
+        },
+        messages=[m],
+    )
+    assert values["span"] == [dt.timedelta(seconds=5, milliseconds=250)]
+    assert types["span"] == pa.duration("ms")  # the finer unit of the two
+    assert values["end"] == [ts(2023, 11, 14, 22, 14, 50)]
+    assert values["longer"] == [True]  # 1_700_000_000 ms is longer than 1 s
+
+
+def test_to_timestamp_of_uint64_beyond_int64_is_null(fx) -> None:
+    t, v = one(fx, wa.to_timestamp("u", unit="ns"), dict(u=2**63 + 5))
+    assert t == pa.timestamp("ns", tz="UTC") and v is None
+
+
+def test_to_timestamp_and_to_duration_in_yaml(fx, tmp_path) -> None:
+    _, Msg = fx
+    plan = wa.load_plan(
+        """
+proto: {file: t0.proto, message: fx.Msg}
+denormalizer:
+  columns:
+    - name: start
+      expr: {func: to_timestamp, param: 1000, args: [{path: ms}]}
+    - name: took
+      expr: {func: to_duration, param: 1, args: [{path: secs}]}
+""",
+        base_dir=tmp_path,
+    )
+    assert [c.expr for c in plan.columns] == [
+        wa.to_timestamp(wa.path("ms"), unit="ms"),
+        wa.to_duration(wa.path("secs"), unit="s"),
+    ]
+    batch = plan.transcoder().transcode([Msg(ms=1500, secs=7).SerializeToString()])
+    assert batch.to_pylist() == [
+        {"start": ts(1970, 1, 1, 0, 0, 1, 500_000), "took": dt.timedelta(seconds=7)}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "fragment"),
+    [
+        (wa.to_timestamp("ms"), "to_timestamp: ms is an integer (int64): give the epoch unit"),
+        (wa.to_duration("secs"), "to_duration: secs is an integer (int64): give the epoch unit"),
+        (wa.to_timestamp("id", unit="s"), "to_timestamp: id is string; it needs a timestamp"),
+        (wa.to_duration("ts", unit="s"), "to_duration: ts is timestamp[us, tz=UTC]; it needs"),
+    ],
+)
+def test_to_timestamp_and_to_duration_type_errors(fx, expr, fragment) -> None:
+    schema, _ = fx
+    with pytest.raises(wa.PlanError, match=re.escape(fragment)):
+        wa.Transcoder(schema, columns=[wa.Column(name="x", expr=expr)])
+
+
+def test_to_timestamp_unit_must_be_known() -> None:
+    with pytest.raises(ValueError, match="unit must be one of s, ms, us, ns"):
+        wa.to_timestamp("ms", unit="min")

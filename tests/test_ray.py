@@ -211,6 +211,8 @@ def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Pat
     stats = out.job_stats()
     assert (stats.records_in, stats.records_failed) == (len(records), 0)
     assert stats.rows_out == expected.num_rows
+    # One local node; each actor compiled the plan once (tests/test_ray_cluster.py: 2 nodes).
+    assert stats.nodes == 1 and stats.compiles == stats.workers >= 1
 
 
 def test_nested_equals_in_process(ray_session, records: list[bytes]) -> None:

@@ -411,6 +411,17 @@ def test_message_shares_descriptors(order: Schema) -> None:
     assert item != order
 
 
+def test_declared_in_lists_the_file_s_own_messages(protos: Path, order: Schema) -> None:
+    schemas = Schema.declared_in("shop/order.proto", import_paths=[protos])
+    # nested messages too; map entries and imported messages not
+    assert [s.message_name for s in schemas] == ["shop.Order", "shop.Order.Item", "shop.Refund"]
+    assert schemas[0] == order  # the same set as from_proto's: same fingerprint
+    first, item = schemas[0], schemas[1]
+    assert first.descriptor.fields_by_name["items"].message_type is item.descriptor
+    with pytest.raises(SchemaError):
+        Schema.declared_in("shop/missing.proto", import_paths=[protos])
+
+
 def test_short_name_ties_prefer_the_compiled_file(protos: Path) -> None:
     # "Item" is shop.common.Item (imported) and shop.Order.Item (in the file itself).
     schema = Schema.from_proto("shop/order.proto", "Item", import_paths=[protos])

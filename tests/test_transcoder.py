@@ -147,6 +147,60 @@ def test_indices_slices_maps_and_filters(root) -> None:
     assert sorted(entries) == [1, 2]
 
 
+def test_first_and_last_match_pick_one_element_without_fan_out(root) -> None:
+    schema, Root = root
+    records = [
+        _msg(Root, imps=[{"id": f"i{k}", "w": k % 3, "deals": [{"id": f"d{k}"}]} for k in range(6)]),
+        _msg(Root, imps=[{"id": "only", "w": 0}]),  # no element matches .w == 1
+        _msg(Root),
+    ]
+    tc = wa.Transcoder(
+        schema,
+        columns=[
+            wa.Column("imps[?(.w == 1)][0].id", name="first"),
+            wa.Column("imps[?(.w == 1)][-1].id", name="last"),
+            wa.Column("imps[?(.w == 1)][1].deals[*].id", name="second_deals"),
+            wa.Column("imps[?(.w == 1)][-3].id", name="third_last"),
+            wa.Column("imps[?(.w == 1)][0].w", name="first_w"),  # same pick, other field
+        ],
+    )
+    assert tc.transcode(records).to_pylist() == [
+        {"first": "i1", "last": "i4", "second_deals": "d4", "third_last": None, "first_w": 1},
+        {"first": None, "last": None, "second_deals": None, "third_last": None, "first_w": None},
+        {"first": None, "last": None, "second_deals": None, "third_last": None, "first_w": None},
+    ]
+    # next to a fan-out: broadcast on every element's row, never a cross join
+    both = wa.Transcoder(schema, columns=["imps[*].id", "imps[?(.w == 2)][0].id"])
+    assert both.transcode(records[:1]).to_pylist() == [
+        {"imps[*].id": f"i{k}", "imps[?(.w == 2)][0].id": "i2"} for k in range(6)
+    ]
+    # strict mode does not apply: fewer matches than the index is a null, not a bad record
+    strict = wa.Transcoder(schema, columns=[wa.Column("imps[?(.w == 1)][5].id", strict=True)])
+    assert strict.transcode(records).column(0).to_pylist() == [None, None, None]
+
+
+@pytest.mark.parametrize(
+    ("path", "pos", "fragment"),
+    [
+        ("imps[?(.w == 1)][*].id", 16, "[*] cannot follow a filter: only [N] (the N-th match"),
+        ("imps[?(.w == 1)][0:2].id", 16, "a slice cannot follow a filter"),
+        ("imps[?(.w == 1)][?(.w)].id", 16, "a filter cannot follow a filter"),
+        ("imps[?(.w == 1)][0][0].id", 19, "an index must follow a field"),
+        ("imps[?(.w == 1)][9223372036854775808]", 16, "out of range for a list"),
+        ("device.geo[?(.zip > 1)][0].country", 23, "'geo' is not repeated: its filter keeps"),
+        ("imps[?(.ww == 1)][0].id", 7, "field 'ww' not in message t.Imp (did you mean 'w'?)"),
+    ],
+)
+def test_match_errors_point_at_the_step(root, path, pos, fragment) -> None:
+    schema, _ = root
+    with pytest.raises(wa.PlanError) as info:
+        wa.Transcoder(schema, columns=[path])
+    (problem,) = info.value.problems
+    assert fragment in problem
+    caret = problem.splitlines()[-1]
+    assert caret.index("^") - 2 == pos, problem
+
+
 def test_list_map_struct_and_wkt_leaves(root) -> None:
     schema, Root = root
     data = _msg(

@@ -1,9 +1,9 @@
 """The ``wirearrow`` command line: check a plan, transcode files to Parquet, print schemas,
 measure a plan on real data.
 
-    wirearrow check PLAN.yaml
+    wirearrow check PLAN.yaml | SCHEMA.proto [-I DIR ...]
     wirearrow transcode PLAN.yaml FILES... -o OUT_DIR | -o out.parquet
-    wirearrow schema PROTO MESSAGE [-I DIR ...]
+    wirearrow schema PROTO MESSAGE [-I DIR ...] [--max-depth N]
     wirearrow bench PLAN.yaml FILE
 
 Exit codes: 0 success; 1 a bad plan, schema or input (one line on stderr says why); 2 a
@@ -242,8 +242,12 @@ class TranscodeJob:
         ignore_unknown_fields: bool = False,
         compression: str = "auto",
         confluent: Confluent | None = None,
+        source_column: str | None = None,
+        offset_column: str | None = None,
     ) -> None:
         self.tc = tc
+        self.source_column = source_column
+        self.offset_column = offset_column
         # The file's framing; Confluent records are delimited by confluent.delimited_by.
         self.framing = framing if confluent is None else confluent.delimited_by
         self.confluent = confluent
@@ -256,6 +260,31 @@ class TranscodeJob:
         self.progress = progress
         self.dead_sink = dead_sink
         self.dead_schema = _dead_letter_schema() if dead_sink is not None else None
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The rows' schema: the plan's, then the --source-column and --offset-column."""
+        import pyarrow as pa
+
+        schema = self.tc.arrow_schema
+        if self.confluent is not None:
+            schema = self.confluent.row_schema(schema)
+        if self.source_column is not None:
+            schema = schema.append(pa.field(self.source_column, pa.utf8()))
+        if self.offset_column is not None:
+            schema = schema.append(pa.field(self.offset_column, pa.int64()))
+        return schema
+
+    def _carry(self, path: str, at: np.ndarray) -> dict | None:
+        """The carry= of a batch whose records start at bytes ``at`` of the file ``path``."""
+        import pyarrow as pa
+
+        carry = {}
+        if self.source_column is not None:
+            carry[self.source_column] = pa.repeat(pa.scalar(path, pa.utf8()), len(at))
+        if self.offset_column is not None:
+            carry[self.offset_column] = pa.array(at, pa.int64())
+        return carry or None
 
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
@@ -294,8 +323,12 @@ class TranscodeJob:
                     lo = int(ends[i0 - 1]) if i0 else 0
                     hi = int(ends[i1 - 1])
                     before = self.tc.stats
+                    # Where each record's frame (length prefix) starts in the file.
+                    frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                     try:
-                        batch = self._transcode(frames, view, i0, i1, lo, hi)
+                        batch = self._transcode(
+                            frames, view, i0, i1, lo, hi, self._carry(path, frame_at)
+                        )
                     except DecodeError as err:
                         index = record_base + i0 + err.index
                         j = i0 + err.index
@@ -308,8 +341,6 @@ class TranscodeJob:
                         ) from err
                     self._took(result, before, batch, sink)
                     if self.dead_sink is not None:
-                        # Where each record's frame (length prefix) starts in the file.
-                        frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                         self._dead_letters(path, record_base + i0, frame_at)
                     result.bytes_in = base + hi
                     self.progress.update(label, result.records_in, result.bytes_in, size, t0)
@@ -329,17 +360,25 @@ class TranscodeJob:
         return result
 
     def _transcode(
-        self, frames: Frames, view: memoryview, i0: int, i1: int, lo: int, hi: int
+        self,
+        frames: Frames,
+        view: memoryview,
+        i0: int,
+        i1: int,
+        lo: int,
+        hi: int,
+        carry: dict | None = None,
     ) -> pa.RecordBatch:
         """Records i0:i1 of ``frames`` (bytes lo:hi of its data, framed) as rows."""
         if self.confluent is None:
-            return self.tc.transcode(view[lo:hi], framing=self.framing)
+            return self.tc.transcode(view[lo:hi], framing=self.framing, carry=carry)
         # The file's framing is stripped first (one copy); each record keeps its prefix.
         return self.tc.transcode(
             frames.records(i0, i1),
             framing="confluent",
             schemas=self.confluent.schemas,
             schema_id=self.confluent.schema_id,
+            carry=carry,
         )
 
     def run_ndjson_file(self, path: str, sink: ParquetSink) -> FileResult:
@@ -364,7 +403,10 @@ class TranscodeJob:
             before = self.tc.stats
             try:
                 batch = self.tc.transcode(
-                    records, format="json", ignore_unknown_fields=self.ignore_unknown_fields
+                    records,
+                    format="json",
+                    ignore_unknown_fields=self.ignore_unknown_fields,
+                    carry=self._carry(path, starts[i0:i1]),
                 )
             except DecodeError as err:
                 at = int(starts[i0 + err.index])
@@ -615,6 +657,12 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
 
     plan = _load_plan(args.plan)
+    if plan.custom is not None:
+        raise CliError(
+            f"{args.plan}: custom_message plans read (base, custom) record pairs, which files "
+            "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
+            2,
+        )
     framing = args.framing or plan.input.framing or DEFAULT_FRAMING
     confluent = _confluent(args, plan, framing)
     policy = args.on_error
@@ -626,7 +674,11 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     cache = _profile_cache(args.profile)
     tc = _build_transcoder(plan, policy, cache)
 
+    extra = [name for name in (args.source_column, args.offset_column) if name is not None]
     row_schema = tc.arrow_schema if confluent is None else confluent.row_schema(tc.arrow_schema)
+    for name in extra:
+        if name in row_schema.names or extra.count(name) > 1:
+            raise CliError(f"column {name!r} is already in the output: give another name", 2)
     output = args.output or plan.output.path
     if not output:
         raise CliError(
@@ -674,15 +726,17 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 or plan.input.ignore_unknown_fields,
                 compression=args.input_compression or plan.input.compression or "auto",
                 confluent=confluent,
+                source_column=args.source_column,
+                offset_column=args.offset_column,
             )
             if not single:
                 os.makedirs(output, exist_ok=True)
-            shared = outputs.open(output, row_schema, **options) if single else None
+            shared = outputs.open(output, job.row_schema, **options) if single else None
             for source, target in zip(args.files, targets, strict=True):
                 sink = (
                     shared
                     if shared is not None
-                    else outputs.open(target, row_schema, **options)
+                    else outputs.open(target, job.row_schema, **options)
                 )
                 total.add(job.run_file(source, sink))
                 if shared is None:
@@ -737,6 +791,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wirearrow.errors import WirearrowError
     from wirearrow.parquet import writable_schema
 
+    if args.plan.endswith(".proto"):
+        return _check_proto(args.plan, args.import_paths)
+    if args.import_paths:
+        raise CliError("-I applies to a .proto file; a plan names its import_paths itself")
     plan = _load_plan(args.plan)
     tc = _build_transcoder(plan, None)
     schema = tc.arrow_schema
@@ -762,12 +820,77 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recursive_types(message: object) -> list[str]:
+    """Full names of the message types reachable from ``message`` that reach themselves:
+    the types a whole-message read can only cut with max_depth. Well-known types are
+    leaves (Struct and Value are JSON, not nested structs)."""
+    from google.protobuf.descriptor import Descriptor
+
+    def children(d: Descriptor) -> list[Descriptor]:
+        out = []
+        for f in d.fields:
+            t = f.message_type
+            if t is not None and t.GetOptions().map_entry:
+                t = t.fields_by_number[2].message_type  # a map's value
+            if t is not None and not t.file.name.startswith("google/protobuf/"):
+                out.append(t)
+        return out
+
+    def reachable(start: Descriptor) -> dict[str, Descriptor]:
+        seen: dict[str, Descriptor] = {}
+        stack = children(start)
+        while stack:
+            d = stack.pop()
+            if d.full_name not in seen:
+                seen[d.full_name] = d
+                stack.extend(children(d))
+        return seen
+
+    assert isinstance(message, Descriptor)
+    found = {message.full_name: message, **reachable(message)}
+    return sorted(name for name, d in found.items() if name in reachable(d))
+
+
+def _check_proto(path: str, import_paths: Sequence[str]) -> int:
+    """Compile a .proto, list its messages, and say which need max_depth to be read whole."""
+    import wirearrow as wa
+    from wirearrow.transcoder import max_depth_limit
+
+    try:
+        schemas = wa.Schema.declared_in(path, import_paths=import_paths)
+    except (wa.WirearrowError, OSError) as err:
+        raise CliError(str(err)) from err
+    print(f"{path}: OK ({len(schemas)} message{'' if len(schemas) == 1 else 's'})")
+    for schema in schemas:
+        name = schema.message_name
+        cycles = _recursive_types(schema.descriptor)
+        if not cycles:
+            print(name)
+            continue
+        what = "recursive" if name in cycles else "holds recursive types"
+        limit = max_depth_limit(schema)
+        need = (
+            f"read whole with max_depth 1..{limit}"
+            if limit
+            else "too large to read whole at any max_depth: select its fields by path"
+        )
+        print(f"{name}: {what} {', '.join(cycles)}; {need}")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     import wirearrow as wa
 
     try:
-        schema = wa.Schema.from_proto(args.proto, args.message, import_paths=args.import_paths)
-        tc = wa.Transcoder(schema)
+        schema = wa.Schema.load(args.proto, args.message, import_paths=args.import_paths)
+        cycles = _recursive_types(schema.descriptor)
+        if cycles and args.max_depth is None:
+            raise CliError(
+                f"{schema.message_name} holds recursive types ({', '.join(cycles)}): pass "
+                f"--max-depth N to nest N levels, deeper ones as serialized bytes "
+                f"(`{PROG} check {args.proto}` gives the range)"
+            )
+        tc = wa.Transcoder(schema, max_depth=args.max_depth)
     except (wa.WirearrowError, OSError) as err:
         raise CliError(str(err)) from err
     print(format_schema(tc.arrow_schema))
@@ -861,6 +984,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def _import_paths(command: argparse.ArgumentParser, help: str) -> None:
+    command.add_argument(
+        "-I",
+        "--import-path",
+        dest="import_paths",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=help,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -873,10 +1008,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check",
-        help="validate a plan and print its Arrow schema",
-        description="Load a plan, compile its schema and columns, print the Arrow schema.",
+        help="validate a plan and print its Arrow schema, or check a .proto schema",
+        description=(
+            "Load a plan, compile its schema and columns, print the Arrow schema. Given a "
+            ".proto file instead: compile it, list its messages, and name the recursive "
+            "types and the max_depth range that reads each message whole."
+        ),
     )
-    check.add_argument("plan", metavar="PLAN.yaml", help=plan_help)
+    check.add_argument("plan", metavar="PLAN.yaml|SCHEMA.proto", help=plan_help)
+    _import_paths(check, "protoc include directory for a .proto (repeatable)")
     check.set_defaults(func=cmd_check)
 
     tr = commands.add_parser(
@@ -946,6 +1086,17 @@ def build_parser() -> argparse.ArgumentParser:
         "plan's errors.dead_letter_path, else next to the output (OUT.dead_letters.parquet)",
     )
     tr.add_argument(
+        "--source-column",
+        metavar="NAME",
+        help="add a column NAME: each row's input FILE, as given",
+    )
+    tr.add_argument(
+        "--offset-column",
+        metavar="NAME",
+        help="add a column NAME: the byte in its FILE where each row's record starts (its "
+        "length prefix; NDJSON: its line)",
+    )
+    tr.add_argument(
         "--batch-size",
         type=_positive,
         metavar="N",
@@ -992,16 +1143,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the nested Arrow schema of a message",
         description="Print the whole-message (nested) Arrow schema of MESSAGE in PROTO.",
     )
-    sc.add_argument("proto", metavar="PROTO", help="a .proto file")
-    sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
     sc.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="protoc include directory (repeatable)",
+        "proto",
+        metavar="PROTO",
+        help="a .proto file, a FileDescriptorSet file (protoc --descriptor_set_out, buf build) "
+        "or the dotted name of a generated _pb2 module (imported: runs its code)",
+    )
+    sc.add_argument("message", metavar="MESSAGE", help="full name or unique suffix")
+    _import_paths(sc, "protoc include directory (repeatable)")
+    sc.add_argument(
+        "--max-depth",
+        type=_positive,
+        metavar="N",
+        help="read recursive types N levels deep, deeper levels as their serialized bytes",
     )
     sc.set_defaults(func=cmd_schema)
 

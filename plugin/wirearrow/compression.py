@@ -2,7 +2,7 @@
 decompressed bytes for :class:`~wirearrow.delimited.FrameReader`.
 
 Every reader of framed files (the command line, the Ray datasource, Beam's
-``ReadDelimited``) opens compressed files through :func:`open_decompressed`, so they all
+``ReadFromDelimited``) opens compressed files through :func:`open_decompressed`, so they all
 agree on names, suffixes and what a broken stream is. A compressed file cannot be read
 from a byte offset: it is always read whole, by one reader.
 

@@ -27,7 +27,6 @@ whose errors carry the same ``file:line:`` locations.
 from __future__ import annotations
 
 import datetime
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ import yaml
 
 from wirearrow.cache import ParserCache
 from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
-from wirearrow.errors import PathError, PlanError, SchemaError
+from wirearrow.errors import PathError, PlanError, SchemaError, did_you_mean
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
@@ -101,7 +100,9 @@ _TOP_KEYS = (
     "output",
     "input",
 )
-_PROTO_KEYS = ("file", "message", "import_paths")
+_PROTO_KEYS = ("file", "descriptor_set", "module", "message", "import_paths")
+# Where a schema can come from: exactly one of these keys of `proto` (and custom_message).
+_SCHEMA_KEYS = ("file", "descriptor_set", "module")
 _COLUMN_KEYS = ("name", "path", "expr", "strict")
 _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
@@ -119,6 +120,7 @@ _INPUT_KEYS = (
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 # ---- the typed result ------------------------------------------------------------------
@@ -126,17 +128,26 @@ _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
 
 @dataclass(frozen=True)
 class ProtoSource:
-    """Where the schema comes from: ``Schema.from_proto(file, message, import_paths=...)``.
+    """Where the schema comes from: ``Schema.from_proto(file, message, import_paths=...)``,
+    or, when set, ``Schema.from_descriptor_set(descriptor_set, message)`` or
+    ``Schema.from_module(module, message)`` (``file`` is then empty).
 
     ``file`` is either relative to one of ``import_paths`` (protoc ``-I``) or an absolute
-    path; ``import_paths`` are absolute (resolved against the plan file's directory).
+    path; ``import_paths`` and ``descriptor_set`` are absolute (resolved against the plan
+    file's directory); ``module`` is a dotted module name.
     """
 
     file: str
     message: str
     import_paths: tuple[str, ...] = ()
+    descriptor_set: str | None = None
+    module: str | None = None
 
     def schema(self) -> Schema:
+        if self.descriptor_set is not None:
+            return Schema.from_descriptor_set(self.descriptor_set, self.message)
+        if self.module is not None:
+            return Schema.from_module(self.module, self.message)
         return Schema.from_proto(self.file, self.message, import_paths=self.import_paths)
 
 
@@ -194,6 +205,9 @@ class PlanConfig:
     # of proto.file / proto.message.
     _column_sites: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _proto_sites: tuple[str, str] = field(default=("", ""), repr=False, compare=False)
+    # custom_message: the message merged into proto's (bufarrow-behaviour §6), and its sites
+    custom: ProtoSource | None = None
+    _custom_sites: tuple[str, str] = field(default=("", ""), repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -220,17 +234,25 @@ class PlanConfig:
         return replace(self, settings=tuple(settings.items()), _cache={})
 
     def schema(self) -> Schema:
-        """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line."""
-        schema = self._cache.get(self.proto)
+        """Compile the ``.proto`` file (once per PlanConfig); errors name the plan's line.
+
+        With ``custom_message``: the base message merged with it
+        (:meth:`Schema.with_custom_message`), whose records are (base, custom) pairs.
+        """
+        key = (self.proto, self.custom)
+        schema = self._cache.get(key)
         if schema is None:
-            try:
-                schema = self.proto.schema()
-            except SchemaError as err:
-                text = str(err)
-                key = "proto.message" if text.startswith("message ") else "proto.file"
-                site = self._proto_sites[key == "proto.message"] or self.source
-                raise SchemaError(f"{site}: {key}: {text}") from err
-            self._cache[self.proto] = schema
+            schema = _located_schema(self.proto, "proto", self._proto_sites, self.source)
+            if self.custom is not None:
+                custom = _located_schema(
+                    self.custom, "custom_message", self._custom_sites, self.source
+                )
+                try:
+                    schema = schema.with_custom_message(custom)
+                except SchemaError as err:
+                    site = self._custom_sites[0] or self.source
+                    raise SchemaError(f"{site}: custom_message: {err}") from err
+            self._cache[key] = schema
         return schema
 
     def confluent_schemas(self) -> dict[int, Schema]:
@@ -281,22 +303,58 @@ class PlanConfig:
         return f"{self.source}: {problem}"
 
 
+def _located_schema(
+    source: ProtoSource, keypath: str, sites: tuple[str, str], where: str
+) -> Schema:
+    """``source.schema()``, its errors located at the plan key they are about."""
+    try:
+        return source.schema()
+    except SchemaError as err:
+        text = str(err)
+        kind = (
+            "descriptor_set"
+            if source.descriptor_set is not None
+            else ("module" if source.module is not None else "file")
+        )
+        key = f"{keypath}.message" if text.startswith("message ") else f"{keypath}.{kind}"
+        site = sites[key.endswith(".message")] or where
+        raise SchemaError(f"{site}: {key}: {text}") from err
+
+
 # ---- YAML with line numbers --------------------------------------------------------------
 
 
 class _Map(dict):
-    """A YAML mapping that remembers where it and each of its keys started (1-based)."""
+    """A YAML mapping that remembers where it and each of its keys started (1-based), and
+    the text of each plain scalar value that YAML 1.1 turned into something else."""
 
     line: int | None = None
     key_lines: dict
     duplicates: list
+    texts: dict
 
 
 class _Seq(list):
-    """A YAML sequence that remembers where it and each of its items started (1-based)."""
+    """A YAML sequence that remembers where it and each of its items started (1-based), and
+    the text of each plain scalar item that YAML 1.1 turned into something else."""
 
     line: int | None = None
     item_lines: list
+    texts: dict
+
+
+def _plain_text(node: yaml.Node, value: object) -> str | None:
+    """The source text of a plain (unquoted) scalar, unless it loaded as null.
+
+    PyYAML follows YAML 1.1, where ``yes``/``on``/``off`` are booleans, ``1:20`` is 80 and
+    ``2024-01-01`` a date; the reference reads its plans with Go's yaml.v3, which puts the
+    text of any scalar into a string field as written. Keys that take a string use this
+    text so that such plans load unchanged (``name: yes`` is the column "yes"). Null stays
+    null: yaml.v3 reads ``name: null`` as an empty (missing) name too.
+    """
+    if isinstance(node, yaml.ScalarNode) and node.style is None and value is not None:
+        return node.value
+    return None
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -308,6 +366,7 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
     data.line = node.start_mark.line + 1
     data.key_lines = {}
     data.duplicates = []
+    data.texts = {}
     yield data
     loader.flatten_mapping(node)  # merge keys (<<)
     for key_node, value_node in node.value:
@@ -326,14 +385,24 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
             data.duplicates.append((key, line))
         data.key_lines[key] = line
         data[key] = loader.construct_object(value_node, deep=False)
+        text = _plain_text(value_node, data[key])
+        if text is not None:
+            data.texts[key] = text
+        else:
+            data.texts.pop(key, None)
 
 
 def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
     data = _Seq()
     data.line = node.start_mark.line + 1
     data.item_lines = [child.start_mark.line + 1 for child in node.value]
+    data.texts = {}
     yield data
-    data.extend(loader.construct_object(child, deep=False) for child in node.value)
+    for i, child in enumerate(node.value):
+        data.append(loader.construct_object(child, deep=False))
+        text = _plain_text(child, data[-1])
+        if text is not None:
+            data.texts[i] = text
 
 
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
@@ -488,11 +557,7 @@ def _kind(value: object) -> str:
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if not close:
-        lowered = [c for c in choices if c == word.lower()]
-        close = lowered
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(word, choices)
 
 
 def _is_default(key: str, value: object) -> bool:
@@ -508,6 +573,30 @@ def _choices(values: Sequence[str]) -> str:
     return ", ".join(values)
 
 
+# YAML 1.2 (yaml.v3) booleans; any other YAML 1.1 boolean (yes, On, n, ...) is a string there.
+_YAML12_BOOLS = frozenset(("true", "True", "TRUE", "false", "False", "FALSE"))
+# Numbers YAML 1.2 reads that YAML 1.1 leaves as text: 1e3 (no dot), 0o17.
+_YAML12_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+_YAML12_OCTAL = re.compile(r"0o[0-7]+")
+
+
+def _reference_literal(value: object, text: str | None) -> object:
+    """A literal as the reference's yaml.v3 types it (YAML 1.2 core schema) rather than as
+    PyYAML's YAML 1.1 does: ``yes``/``off`` and ``1:20`` are strings, so are dates (yaml.v3
+    keeps timestamp-looking scalars as text in an untyped field), ``1e3`` is a float."""
+    if text is None:  # quoted, or not from YAML text
+        return value
+    if isinstance(value, bool) and text not in _YAML12_BOOLS:
+        return text
+    if isinstance(value, int | float) and not isinstance(value, bool) and ":" in text:
+        return text
+    if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value):
+        return float(value)
+    if isinstance(value, str) and _YAML12_OCTAL.fullmatch(value):
+        return int(value[2:], 8)
+    return value
+
+
 class _Checker:
     """Walks the loaded YAML, builds the typed plan and gathers every problem."""
 
@@ -516,6 +605,8 @@ class _Checker:
         self.base_dir = base_dir
         self.has_lines = has_lines
         self._problems: list[tuple[int, str]] = []
+        # The well-formed columns: (column, index in the list, line), for path checks.
+        self._columns: list[tuple[Column, int, int | None]] = []
 
     @property
     def problems(self) -> list[str]:
@@ -538,6 +629,15 @@ class _Checker:
         if lines and key in lines:
             return lines[key]
         return getattr(mapping, "line", None)
+
+    @staticmethod
+    def text(container: Any, key: object) -> object:
+        """``container[key]`` for a key that takes a string: a plain scalar YAML 1.1 read as
+        a boolean, number or date comes back as written (see :func:`_plain_text`)."""
+        texts = getattr(container, "texts", None)
+        if texts and key in texts:
+            return texts[key]
+        return container[key]
 
     @staticmethod
     def item_line(seq: Sequence, i: int, default: int | None) -> int | None:
@@ -672,15 +772,9 @@ class _Checker:
         proto, proto_sites = None, ("", "")
         if root.get("proto") is not None:  # else: reported as a missing required key
             proto, proto_sites = self.proto(*at("proto"), "proto")
-        custom, custom_line = at("custom_message")
-        if custom is not None:
-            self.proto(custom, custom_line, "custom_message", resolve=False)
-            self.problem(
-                custom_line,
-                "custom_message",
-                "schema merging with a custom message is not supported yet; remove the key "
-                "(or merge the fields into the message's .proto file)",
-            )
+        custom, custom_sites = None, ("", "")
+        if root.get("custom_message") is not None:
+            custom, custom_sites = self.proto(*at("custom_message"), "custom_message")
         columns, column_sites = self.denormalizer(root, *at("denormalizer"))
         on_error, dead_letter_path = self.errors(*at("errors"))
         settings: dict[str, Any] = {}
@@ -715,6 +809,8 @@ class _Checker:
                 self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
         input_config = self.input(*at("input"))
+        if self.problems and proto is not None:
+            self.path_problems(proto)
         if self.problems or proto is None:
             return None
         return PlanConfig(
@@ -727,20 +823,64 @@ class _Checker:
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
+            custom=custom,
+            _custom_sites=custom_sites,
         )
+
+    def path_problems(self, proto: ProtoSource) -> None:
+        """A plan with other problems: also the path errors of its well-formed columns
+        (found by compiling them, as transcoder() would), so that all come in one report.
+        A plan without other problems leaves this to transcoder(): loading it never needs
+        the schema."""
+        if not self._columns:
+            return
+        try:
+            Transcoder(proto.schema(), columns=[c for c, _, _ in self._columns])
+        except SchemaError:
+            return  # the schema's own errors come from schema() / transcoder(), located
+        except PlanError as err:
+            for problem in err.problems:
+                for column, i, line in self._columns:
+                    prefix = f"column {column.output_name!r}: "
+                    if problem.startswith(prefix):
+                        keypath = f"denormalizer.columns[{i}]"
+                        self.problem(line, keypath, problem[len(prefix) :])
+                        break
 
     def proto(
         self, value: object, line: int | None, keypath: str, resolve: bool = True
     ) -> tuple[ProtoSource | None, tuple[str, str]]:
         sites = (self.site(line), self.site(line))
-        m = self.mapping(value, keypath, line, _PROTO_KEYS, required=("file", "message"))
-        if m is None:
+        if not isinstance(value, Mapping):
+            self.mapping(value, keypath, line, _PROTO_KEYS)  # reports the type
             return None, sites
-        file_line = self.key_line(m, "file")
+        given = [key for key in _SCHEMA_KEYS if value.get(key) is not None]
+        source_key = given[0] if given else "file"
+        holder_line = line if line is not None else getattr(value, "line", None)
+        if not given:
+            self.problem(
+                holder_line,
+                _join(keypath, "file"),
+                "required key is missing (or give descriptor_set: a serialized "
+                "FileDescriptorSet, or module: a generated _pb2 module)",
+            )
+        elif len(given) > 1:
+            self.problem(
+                holder_line,
+                keypath,
+                "needs exactly one of file (.proto source), descriptor_set (a serialized "
+                f"FileDescriptorSet) or module (a generated _pb2 module); got {', '.join(given)}",
+            )
+        m = self.mapping(value, keypath, line, _PROTO_KEYS, required=("message",))
+        if m is None:  # not reached: value is a mapping
+            return None, sites
+        file_line = self.key_line(m, source_key)
         message_line = self.key_line(m, "message")
         sites = (self.site(file_line), self.site(message_line))
-        file = m.get("file")
-        message = m.get("message")
+        if source_key != "file" and len(given) == 1:
+            return self.other_source(m, keypath, source_key, resolve), sites
+        file = self.text(m, "file") if m.get("file") is not None else None
+        message = self.text(m, "message") if m.get("message") is not None else None
         if file is not None:
             file = self.string(file, _join(keypath, "file"), file_line)
         if message is not None:
@@ -759,6 +899,7 @@ class _Checker:
             else:
                 for i, raw in enumerate(raw_roots):
                     item_line = self.item_line(raw_roots, i, roots_line)
+                    raw = self.text(raw_roots, i)
                     root = self.local_path(raw, _join(roots_path, i), item_line)
                     if root is None:
                         continue
@@ -774,6 +915,38 @@ class _Checker:
         if located is None:
             return None, sites
         return ProtoSource(located, message.strip(), tuple(roots)), sites
+
+    def other_source(self, m: Mapping, keypath: str, key: str, resolve: bool) -> ProtoSource | None:
+        """``proto: {descriptor_set: ...}`` or ``proto: {module: ...}`` (no import paths)."""
+        key_path, key_line = _join(keypath, key), self.key_line(m, key)
+        message = (
+            self.string(
+                self.text(m, "message"), _join(keypath, "message"), self.key_line(m, "message")
+            )
+            if m.get("message") is not None
+            else None
+        )
+        if m.get("import_paths") is not None:
+            self.problem(
+                self.key_line(m, "import_paths"),
+                _join(keypath, "import_paths"),
+                f"is for file (.proto source); a {key.replace('_', ' ')} needs none",
+            )
+        if key == "descriptor_set":
+            path = self.local_path(self.text(m, key), key_path, key_line)
+            if path is not None and resolve and not os.path.isfile(path):
+                self.problem(key_line, key_path, f"{m[key]!r} not found ({path})")
+                path = None
+            if path is None or message is None or not resolve:
+                return None
+            return ProtoSource("", message.strip(), descriptor_set=path)
+        module = self.string(self.text(m, key), key_path, key_line)
+        if module is not None and not _MODULE_NAME.fullmatch(module.strip()):
+            self.problem(key_line, key_path, f"{module!r} is not a Python module name (a.b.c_pb2)")
+            module = None
+        if module is None or message is None or not resolve:
+            return None
+        return ProtoSource("", message.strip(), module=module.strip())
 
     def locate_proto(
         self, file: str, roots: Sequence[str], keypath: str, line: int | None
@@ -849,6 +1022,7 @@ class _Checker:
             seen[name] = (i, name_line)
             columns.append(column)
             sites.append(self.site(item_line))
+            self._columns.append((column, i, item_line))
         return tuple(columns), tuple(sites)
 
     def column(self, value: object, keypath: str, line: int | None) -> Column | None:
@@ -857,7 +1031,7 @@ class _Checker:
             return None
         line = getattr(m, "line", None) or line
         ok = True
-        name = m.get("name")
+        name = self.text(m, "name") if m.get("name") is not None else None
         if name is not None:
             name = self.string(name, _join(keypath, "name"), self.key_line(m, "name"))
             ok = ok and name is not None
@@ -876,7 +1050,7 @@ class _Checker:
             self.problem(line, keypath, "either path or expr must be set")
             return None
         if has_path:
-            text = self.path(m["path"], _join(keypath, "path"), self.key_line(m, "path"))
+            text = self.path(self.text(m, "path"), _join(keypath, "path"), self.key_line(m, "path"))
             if text is None or not ok:
                 return None
             return Column(text, name=name, strict=strict)
@@ -913,7 +1087,7 @@ class _Checker:
         line = getattr(m, "line", None) or line
         ok = True
         function = None
-        func = m.get("func")
+        func = self.text(m, "func") if m.get("func") is not None else None
         func_path, func_line = _join(keypath, "func"), self.key_line(m, "func")
         if func is not None:
             func = self.string(func, func_path, func_line)
@@ -963,13 +1137,14 @@ class _Checker:
                 ok = False
                 continue
             if key == "sep":
-                if not isinstance(m[key], str):
+                sep = self.text(m, key)
+                if not isinstance(sep, str):
                     self.problem(
                         key_line, key_path, f"expected a string, got {_kind(m[key])} (quote it)"
                     )
                     ok = False
                     continue
-                aux[key] = m[key]
+                aux[key] = sep
             elif key == "param":
                 param = self.integer(m[key], key_path, key_line)
                 if param is None:
@@ -977,7 +1152,11 @@ class _Checker:
                     continue
                 aux[key] = param
             else:
-                literal = self.literal(m[key], key_path, key_line)
+                literal = self.literal(
+                    _reference_literal(m[key], m.texts.get(key) if isinstance(m, _Map) else None),
+                    key_path,
+                    key_line,
+                )
                 if literal is None:
                     ok = False
                     continue
@@ -1008,10 +1187,11 @@ class _Checker:
         key = given[0]
         key_path, key_line = _join(keypath, key), self.key_line(m, key)
         if key == "path":
-            text = self.path(m[key], key_path, key_line)
+            text = self.path(self.text(m, key), key_path, key_line)
             return None if text is None else PathRef(text)
         if key == "literal":
-            return self.literal(m[key], key_path, key_line)
+            text = m.texts.get(key) if isinstance(m, _Map) else None
+            return self.literal(_reference_literal(m[key], text), key_path, key_line)
         return self.expr(m[key], key_path, key_line)
 
     def literal(self, value: object, keypath: str, line: int | None) -> Lit | None:

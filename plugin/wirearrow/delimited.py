@@ -2,7 +2,7 @@
 
 Everything that reads framed records goes through here -- ``Transcoder.transcode(buf,
 framing=...)``, :func:`read_delimited`, the command line, the Ray datasource and Beam's
-``ReadDelimited``:
+``ReadFromDelimited``:
 
 * :func:`split_framed` -- the whole records of one buffer, as (starts, ends), no copy;
 * :class:`FrameReader` -- the whole records of a stream (a file, a pyarrow stream, a

@@ -6,6 +6,9 @@ that already catch ``ValueError`` around parsing keep working.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
+
 __all__ = [
     "DecodeError",
     "EncodeError",
@@ -13,7 +16,16 @@ __all__ = [
     "PlanError",
     "SchemaError",
     "WirearrowError",
+    "did_you_mean",
 ]
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt ``word``, or ""."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        close = [c for c in choices if c == word.lower()]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class WirearrowError(Exception):

@@ -6,13 +6,19 @@ message's full name. Descriptors are rebuilt from them on first use, in a privat
 ``DescriptorPool`` per set: never the process-wide default pool, so the user's generated
 classes and our descriptors can never clash over a file name.
 
-Three ways in:
+Four ways in:
 
 * :meth:`Schema.from_proto` compiles ``.proto`` source with the ``protoc`` bundled in
   ``grpcio-tools`` (no protoc binary needed; ``google/protobuf/*.proto`` are built in);
 * :meth:`Schema.from_descriptor_set` takes a serialized set (``protoc --descriptor_set_out``,
   ``buf build -o``);
-* :meth:`Schema.from_message` takes a generated message class or instance.
+* :meth:`Schema.from_message` takes a generated message class or instance;
+* :meth:`Schema.from_module` takes a generated ``_pb2`` module (or its dotted name).
+
+:meth:`Schema.load` picks one of them for a name given on a command line.
+
+The same message reached any of these ways has the same :attr:`Schema.fingerprint`: it
+hashes a canonical form of the files the message's file needs (see :func:`_canonical`).
 
 Messages are named by full name (``pkg.Outer.Inner``) or by any dot-separated suffix of it
 that is unique in the set (``Inner``, ``Outer.Inner``).
@@ -25,6 +31,7 @@ import hashlib
 import importlib
 import importlib.resources
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -147,6 +154,24 @@ class _FileSet:
         if close:
             return f"did you mean {_listing(close)}?"
         return f"messages defined: {_listing(names)}"
+
+
+def _file_closure(file: FileDescriptor) -> list[descriptor_pb2.FileDescriptorProto]:
+    """``file`` and everything it imports, transitively, each after its imports."""
+    files: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+    stack: list[tuple[FileDescriptor, bool]] = [(file, False)]
+    while stack:  # iterative: import chains can be long
+        current, imports_done = stack.pop()
+        if imports_done:
+            files.append(descriptor_pb2.FileDescriptorProto.FromString(current.serialized_pb))
+            continue
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        stack.append((current, True))
+        stack.extend((dep, False) for dep in reversed(current.dependencies) if dep.name not in seen)
+    return files
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -277,9 +302,170 @@ def _protoc(name: str, include_dirs: Sequence[str]) -> bytes:
             return stream.read()
 
 
-def _restore(file_descriptor_set: bytes, message_name: str) -> Schema:
+def _default_json_name(name: str) -> str:
+    """protoc's default ``json_name`` (``ToJsonName``): underscores dropped, the letter
+    after each one upper-cased."""
+    out: list[str] = []
+    upper = False
+    for char in name:
+        if char == "_":
+            upper = True
+        elif upper:
+            out.append(char.upper())
+            upper = False
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _canonical(file: descriptor_pb2.FileDescriptorProto) -> bytes:
+    """``file`` serialized without what differs between equal schemas built different ways.
+
+    ``protoc --descriptor_set_out`` writes every field's ``json_name``, generated modules
+    (``serialized_pb``) only the ones set by hand, and either may carry source info; none of
+    that changes what the wire bytes mean or how they are read, so it is dropped (a
+    hand-set ``json_name`` is kept: protojson reads it).
+    """
+    copy = descriptor_pb2.FileDescriptorProto()
+    copy.CopyFrom(file)
+    copy.ClearField("source_code_info")
+    messages = list(copy.message_type)
+    fields = list(copy.extension)
+    while messages:
+        message = messages.pop()
+        messages.extend(message.nested_type)
+        fields.extend(message.field)
+        fields.extend(message.extension)
+    for field in fields:
+        if field.HasField("json_name") and field.json_name == _default_json_name(field.name):
+            field.ClearField("json_name")
+    return copy.SerializeToString(deterministic=True)
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# How a FileDescriptorSet starts: field 1 (file), length-delimited.
+_SET_TAG = 0x0A
+
+
+def _descriptor_set_bytes(path: str) -> bool:
+    """Whether the file at ``path`` holds a serialized FileDescriptorSet, not .proto text.
+
+    A set starts with the tag of its ``file`` field (a newline, as .proto text may) and
+    parses, every file named ``*.proto``: text that happens to parse so is not a real risk.
+    """
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except OSError:
+        return False
+    if not data or data[0] != _SET_TAG:
+        return False
+    try:
+        proto = descriptor_pb2.FileDescriptorSet.FromString(data)
+    except DecodeError:
+        return False
+    return bool(proto.file) and all(file.name.endswith(".proto") for file in proto.file)
+
+
+def _restore(
+    file_descriptor_set: bytes, message_name: str, custom: tuple[tuple[int, int], ...] = ()
+) -> Schema:
     """Unpickle: as cheap as possible, descriptors are rebuilt on first use."""
-    return Schema._make(_FileSet(file_descriptor_set), message_name)
+    schema = Schema._make(_FileSet(file_descriptor_set), message_name)
+    schema._custom = custom or None
+    return schema
+
+
+def _rescope(message: descriptor_pb2.DescriptorProto, old: str, new: str) -> None:
+    """Point every type reference inside ``message`` (its nested types' too) that names a
+    type nested in ``old`` (``.pkg.Msg.X``) at the copy nested in ``new`` (``.New.X``):
+    map entries and nested types must be declared in the scope of the message using them."""
+    prefix, target = f".{old}.", f".{new}."
+    pending = [message]
+    while pending:
+        current = pending.pop()
+        pending.extend(current.nested_type)
+        for field in current.field:
+            if field.type_name.startswith(prefix):
+                field.type_name = target + field.type_name[len(prefix) :]
+
+
+def _is_synthetic(message: descriptor_pb2.DescriptorProto, index: int) -> bool:
+    """Whether oneof ``index`` is the synthetic one of a proto3 ``optional`` field."""
+    members = [f for f in message.field if f.HasField("oneof_index") and f.oneof_index == index]
+    return len(members) == 1 and members[0].proto3_optional
+
+
+def _merge_messages(
+    base: Descriptor, custom: Descriptor
+) -> tuple[descriptor_pb2.FileDescriptorProto, tuple[tuple[int, int], ...]]:
+    """The file of ``<Base>Custom``: base's fields, then custom's renumbered from base's
+    highest number + 1 in declaration order (bufarrow-behaviour §6), nested types and
+    enums of both re-scoped into it. Returns it and (custom number, merged number) pairs."""
+    base_file = descriptor_pb2.FileDescriptorProto.FromString(base.file.serialized_pb)
+    custom_file = descriptor_pb2.FileDescriptorProto.FromString(custom.file.serialized_pb)
+    if (base_file.syntax, base_file.edition) != (custom_file.syntax, custom_file.edition) or (
+        base_file.options.features != custom_file.options.features
+    ):
+        raise SchemaError(
+            f"the custom message {custom.full_name} ({custom_file.syntax or 'proto2'}) and "
+            f"the base message {base.full_name} ({base_file.syntax or 'proto2'}) must have "
+            "the same syntax (and edition features) to be merged"
+        )
+    merged = descriptor_pb2.DescriptorProto()
+    base.CopyToProto(merged)
+    extra = descriptor_pb2.DescriptorProto()
+    custom.CopyToProto(extra)
+    name = f"{base.name}Custom"
+    merged.name = name
+    _rescope(merged, base.full_name, name)
+    _rescope(extra, custom.full_name, name)
+    taken = {f.name for f in merged.field}
+    for field in extra.field:
+        if field.name in taken:
+            raise SchemaError(f"field name conflict: {field.name} (in both {base.full_name} and {custom.full_name})")
+    types = {t.name for t in merged.nested_type} | {e.name for e in merged.enum_type}
+    for kind, names in (("nested type", extra.nested_type), ("enum", extra.enum_type)):
+        for item in names:
+            if item.name in types:
+                raise SchemaError(f"{kind} name conflict: {item.name} (in both {base.full_name} and {custom.full_name})")
+    merged.nested_type.extend(extra.nested_type)
+    merged.enum_type.extend(extra.enum_type)
+    # Oneofs: real ones first, then the synthetic ones of proto3 optional fields, as
+    # descriptors require; each field's oneof_index follows its oneof.
+    sources = [(merged, i, o) for i, o in enumerate(merged.oneof_decl)]
+    sources += [(extra, i, o) for i, o in enumerate(extra.oneof_decl)]
+    ordered = sorted(sources, key=lambda s: _is_synthetic(s[0], s[1]))
+    where = {(id(m), i): k for k, (m, i, _) in enumerate(ordered)}
+    oneofs = [descriptor_pb2.OneofDescriptorProto() for _ in ordered]
+    for k, (_, _, decl) in enumerate(ordered):
+        oneofs[k].CopyFrom(decl)
+    for field in merged.field:
+        if field.HasField("oneof_index"):
+            field.oneof_index = where[(id(merged), field.oneof_index)]
+    start = max((f.number for f in merged.field), default=0) + 1
+    numbers = []
+    for k, field in enumerate(extra.field):
+        numbers.append((field.number, start + k))
+        field.number = start + k
+        if field.HasField("oneof_index"):
+            field.oneof_index = where[(id(extra), field.oneof_index)]
+    merged.field.extend(extra.field)
+    del merged.oneof_decl[:]
+    merged.oneof_decl.extend(oneofs)
+    dependencies = dict.fromkeys(
+        [*base_file.dependency, base_file.name, *custom_file.dependency, custom_file.name]
+    )
+    out = descriptor_pb2.FileDescriptorProto(
+        name=f"{name}.proto", dependency=list(dependencies), message_type=[merged]
+    )
+    if base_file.HasField("syntax"):
+        out.syntax = base_file.syntax
+    if base_file.HasField("edition"):
+        out.edition = base_file.edition
+    if base_file.options.HasField("features"):
+        out.options.features.CopyFrom(base_file.options.features)
+    return out, tuple(numbers)
 
 
 class Schema:
@@ -289,12 +475,13 @@ class Schema:
     Equal schemas have equal :attr:`fingerprint` (same files, same root message).
     """
 
-    __slots__ = ("__weakref__", "_descriptor", "_files", "_fingerprint", "_message_name")
+    __slots__ = ("__weakref__", "_custom", "_descriptor", "_files", "_fingerprint", "_message_name")
 
     _files: _FileSet
     _message_name: str
     _descriptor: Descriptor | None
     _fingerprint: str | None
+    _custom: tuple[tuple[int, int], ...] | None
 
     def __init__(self) -> None:
         raise TypeError(
@@ -308,6 +495,7 @@ class Schema:
         self._message_name = message_name
         self._descriptor = None
         self._fingerprint = None
+        self._custom = None
         return self
 
     @classmethod
@@ -343,6 +531,16 @@ class Schema:
         """
         roots = [os.path.abspath(os.fspath(root)) for root in import_paths]
         name, include_dirs = _locate(path, roots)
+        found = next(
+            (os.path.join(d, name) for d in include_dirs if os.path.isfile(os.path.join(d, name))),
+            None,
+        )
+        if found is not None and _descriptor_set_bytes(found):
+            raise SchemaError(
+                f"{os.fspath(path)!r} is a serialized FileDescriptorSet, not .proto source: "
+                "read it with Schema.from_descriptor_set() (in a YAML plan: "
+                "proto: {descriptor_set: ..., message: ...})"
+            )
         data = _protoc(name, include_dirs)
         files = descriptor_pb2.FileDescriptorSet.FromString(data).file
         return cls._build(files, message, f"{name} and its imports", prefer_file=name)
@@ -387,19 +585,93 @@ class Schema:
             raise TypeError(
                 f"expected a protobuf message class, instance or Descriptor, got {message!r}"
             )
-        files: list[descriptor_pb2.FileDescriptorProto] = []
-        seen: set[str] = set()
+        return cls._build(
+            _file_closure(descriptor.file),
+            descriptor.full_name,
+            f"{descriptor.file.name} and its imports",
+        )
 
-        def collect(file: FileDescriptor) -> None:
-            if file.name in seen:
-                return
-            seen.add(file.name)
-            for dependency in file.dependencies:
-                collect(dependency)
-            files.append(descriptor_pb2.FileDescriptorProto.FromString(file.serialized_pb))
+    @classmethod
+    def from_module(cls, module: Any, message: str) -> Schema:
+        """Take ``message`` from a generated ``_pb2`` module or the files it imports.
 
-        collect(descriptor.file)
-        return cls._build(files, descriptor.full_name, f"{descriptor.file.name} and its imports")
+        ``module`` is the module or its dotted name (``opentelemetry.proto.trace.v1.trace_pb2``),
+        imported if need be -- which runs the module's code, as any import does: name only
+        modules you would import yourself (a YAML plan naming one is trusted code, like a
+        pickle). ``message`` is named as in :meth:`from_proto` (``Span``,
+        ``opentelemetry.proto.trace.v1.Span``); the module's own file wins a short name.
+        """
+        if isinstance(module, str):
+            name = module.strip()
+            if not _MODULE_NAME.fullmatch(name):
+                raise SchemaError(f"{module!r} is not a Python module name (a.b.c_pb2)")
+            try:
+                module = importlib.import_module(name)
+            except Exception as exc:  # an import runs the module's code: anything can fail
+                raise SchemaError(f"cannot import module {name!r}: {exc}") from exc
+        file = getattr(module, "DESCRIPTOR", None)
+        if not isinstance(file, FileDescriptor):
+            raise SchemaError(
+                f"module {getattr(module, '__name__', module)!r} is not a generated protobuf "
+                "module (it has no file DESCRIPTOR)"
+            )
+        return cls._build(
+            _file_closure(file), message, f"{file.name} and its imports", prefer_file=file.name
+        )
+
+    @classmethod
+    def load(
+        cls,
+        source: str | os.PathLike[str],
+        message: str,
+        *,
+        import_paths: Sequence[str | os.PathLike[str]] = (),
+    ) -> Schema:
+        """The schema named on a command line: ``source`` is a ``.proto`` file, a file
+        holding a serialized FileDescriptorSet (recognised by its bytes), or, when no such
+        file exists, the dotted name of a generated module (:meth:`from_module`)."""
+        raw = os.fspath(source)
+        on_disk = os.path.isfile(raw) or any(
+            os.path.isfile(os.path.join(os.fspath(root), raw)) for root in import_paths
+        )
+        if not on_disk and _MODULE_NAME.fullmatch(raw) and not raw.endswith(".proto"):
+            return cls.from_module(raw, message)
+        if os.path.isfile(raw) and _descriptor_set_bytes(raw):
+            return cls.from_descriptor_set(raw, message)
+        return cls.from_proto(raw, message, import_paths=import_paths)
+
+    def with_custom_message(self, custom: Schema) -> Schema:
+        """This message merged with a custom message, as the reference's schema merging
+        (bufarrow-behaviour §6): a message ``<Name>Custom`` (no package) holding this
+        message's fields unchanged, then ``custom``'s renumbered consecutively from this
+        message's highest field number + 1, in declaration order; the nested types and
+        enums of both are nested in it. Unlike the reference, map fields work.
+
+        Records of the merged schema are (base, custom) pairs of serialized messages:
+        ``Transcoder.transcode(base_records, custom=custom_records)``. A custom record with
+        a field number ``custom`` does not declare is a bad record, never merged into a
+        base field. :attr:`custom_numbers` says how the numbers moved. Both messages must
+        have the same syntax; a field, nested type or enum name in both is an error.
+        """
+        if not isinstance(custom, Schema):
+            raise TypeError(f"custom must be a Schema, not {type(custom).__name__}")
+        if self._custom is not None:
+            raise SchemaError(f"{self.message_name} is already merged with a custom message")
+        merged_file, numbers = _merge_messages(self.descriptor, custom.descriptor)
+        files = [
+            *descriptor_pb2.FileDescriptorSet.FromString(self.file_descriptor_set).file,
+            *descriptor_pb2.FileDescriptorSet.FromString(custom.file_descriptor_set).file,
+            merged_file,
+        ]
+        schema = Schema._build(files, merged_file.message_type[0].name, "the merged schema")
+        schema._custom = numbers
+        return schema
+
+    @property
+    def custom_numbers(self) -> tuple[tuple[int, int], ...] | None:
+        """For a schema from :meth:`with_custom_message`: (custom field number, merged field
+        number) of each custom field; None for any other schema."""
+        return self._custom
 
     def message(self, name: str) -> Schema:
         """Another message of the same descriptor set, sharing this schema's descriptors.
@@ -410,6 +682,28 @@ class Schema:
         own_file = self._files.messages.get(self._message_name, ("", False))[0]
         full_name = self._files.resolve(name, "the descriptor set", prefer_file=own_file)
         return self._make(self._files, full_name)
+
+    @classmethod
+    def declared_in(
+        cls, path: str | os.PathLike[str], *, import_paths: Sequence[str | os.PathLike[str]] = ()
+    ) -> list[Schema]:
+        """Every message a ``.proto`` file declares (nested ones too, map entries not), sorted
+        by full name: one compilation, as :meth:`from_proto` does it, shared by all."""
+        roots = [os.path.abspath(os.fspath(root)) for root in import_paths]
+        name, include_dirs = _locate(path, roots)
+        files = descriptor_pb2.FileDescriptorSet.FromString(_protoc(name, include_dirs)).file
+        ordered = _in_dependency_order(files, f"{name} and its imports")
+        proto = descriptor_pb2.FileDescriptorSet(file=ordered)
+        file_set = _FileSet(proto.SerializeToString(deterministic=True), proto)
+        declared = sorted(
+            full_name
+            for full_name, (file, map_entry) in file_set.messages.items()
+            if file == name and not map_entry
+        )
+        schemas = [cls._make(file_set, full_name) for full_name in declared]
+        if schemas:
+            _ = schemas[0].descriptor  # a broken set fails here, as in from_proto
+        return schemas
 
     @property
     def message_name(self) -> str:
@@ -435,18 +729,40 @@ class Schema:
 
     @property
     def fingerprint(self) -> str:
-        """Hex SHA-256 of the descriptor set and the root message name; stable across processes."""
+        """Hex SHA-256 of the root message name and the files its file needs; stable across
+        processes, and the same however the schema was built (``.proto`` source, descriptor
+        set, generated class or module): files the message does not reach, source info and
+        default ``json_name`` values do not count."""
         if self._fingerprint is None:
             digest = hashlib.sha256()
-            data = self._files.data
-            digest.update(len(data).to_bytes(8, "little"))
-            digest.update(data)
-            digest.update(self._message_name.encode("utf-8"))
+            name = self._message_name.encode("utf-8")
+            digest.update(len(name).to_bytes(8, "little"))
+            digest.update(name)
+            for data in sorted(_canonical(file) for file in self._closure()):
+                digest.update(len(data).to_bytes(8, "little"))
+                digest.update(data)
+            if self._custom is not None:  # how custom records are renumbered
+                digest.update(repr(self._custom).encode("ascii"))
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
 
-    def __reduce__(self) -> tuple[Any, tuple[bytes, str]]:
-        return _restore, (self._files.data, self._message_name)
+    def _closure(self) -> list[descriptor_pb2.FileDescriptorProto]:
+        """The root message's file and every file it imports, transitively."""
+        by_name = {file.name: file for file in self._files.proto.file}
+        root = self._files.messages[self._message_name][0]
+        pending, seen = [root], {root}
+        closure: list[descriptor_pb2.FileDescriptorProto] = []
+        while pending:
+            file = by_name[pending.pop()]
+            closure.append(file)
+            for dependency in file.dependency:
+                if dependency not in seen:
+                    seen.add(dependency)
+                    pending.append(dependency)
+        return closure
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes, str, tuple[tuple[int, int], ...]]]:
+        return _restore, (self._files.data, self._message_name, self._custom or ())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schema):

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
-from wirearrow._core.framing import pack_records
+from wirearrow._core.framing import MERGE_OK, MERGE_UNDECLARED, merge_custom, pack_records
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import TRAILERS, corrupt_reason, split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.plan.assemble import Assembler, BadRecords
-from wirearrow.plan.compiler import Column, CompiledPlan
+from wirearrow.plan.compiler import Column, CompiledPlan, deepest_whole_read
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.protojson import JsonReader, check_format, to_json
 from wirearrow.schema import Schema
@@ -31,7 +31,15 @@ __all__ = [
     "Stats",
     "TranscodeSpec",
     "Transcoder",
+    "max_depth_limit",
 ]
+
+
+def max_depth_limit(schema: Schema, well_known_types: bool = True) -> int:
+    """The largest ``max_depth`` at which ``Transcoder(schema, max_depth=...)`` (whole
+    messages) fits the plan-size bound; 0 when even 1 does not (select fields by path)."""
+    return deepest_whole_read(schema.descriptor, well_known_types)
+
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -162,6 +170,8 @@ class Transcoder:
         self._lock = threading.Lock()
         self._stats = Stats()
         self._dead: list[tuple[int, int, str, str, bytes | None]] = []
+        # Carried values of dead letters: (position of the first in _dead, their rows).
+        self._dead_carry: list[tuple[int, pa.Table]] = []
         self._encoding_plans: dict[pa.Schema, EncodingPlan] = {}
         self._json_readers: dict[bool, JsonReader] = {}  # by ignore_unknown_fields
         # The schemas= of recent confluent batches, by identity (held, so ids stay unique).
@@ -210,14 +220,22 @@ class Transcoder:
             return replace(s)
 
     def dead_letters(self) -> pa.Table:
-        """The dead letters gathered so far (on_error="dead_letter"), and forget them."""
+        """The dead letters gathered so far (on_error="dead_letter"), and forget them.
+
+        When some came from a ``transcode(..., carry=)`` call, a struct column ``carry``
+        holds each one's carried values (null for those transcoded without).
+        """
         with self._lock:
             rows, self._dead = self._dead, []
+            carried, self._dead_carry = self._dead_carry, []
         columns: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[]] * 5
-        return pa.table(
+        table = pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
             schema=DEAD_LETTER_SCHEMA,
         )
+        if carried:
+            table = table.append_column(_CARRY, _carried_struct(carried, len(rows)))
+        return table
 
     def transcode(
         self,
@@ -230,6 +248,8 @@ class Transcoder:
         schemas: SchemaLookup | SchemaIds | None = None,
         schema_id: bool | str = False,
         column: str | None = None,
+        carry: object = None,
+        custom: object = None,
     ) -> pa.RecordBatch:
         """Decode a batch of records into one RecordBatch with ``arrow_schema``.
 
@@ -263,6 +283,22 @@ class Transcoder:
         the record's position in ``messages`` (a record fans out into any number of rows,
         a bad one into none; the same numbering as the dead letters' ``index``).
 
+        ``carry``: values that belong to each record (a Kafka offset, an ingestion time, a
+        source file), repeated on every row the record fans out into, as columns after the
+        plan's (and after ``record_index`` / ``schema_id``): a ``pa.Table``, ``RecordBatch``
+        or mapping of name -> array (anything ``pa.table`` takes) with one row per input
+        record, or, when ``messages`` is a table, a list of the names of its other columns.
+        Bad records have no rows; their dead letters keep the values in a struct column
+        ``carry`` (see :meth:`dead_letters`). Done with one Arrow ``take`` per batch on the
+        rows' record positions.
+
+        ``custom``: for a schema merged with a custom message
+        (:meth:`Schema.with_custom_message`), each record's custom message bytes, aligned
+        with ``messages`` (the base messages; same input forms, no framing): each pair is
+        read as one merged message. A custom record holding a field number its message
+        does not declare, or that is malformed, is a bad record; ``None`` is no custom
+        fields. A dead letter's ``raw`` is the base bytes followed by the custom bytes.
+
         ``format="json"``: each record is protojson text (a string/binary array or a list of
         str/bytes; see docs/json.md), accepted exactly when ``json_format.Parse`` accepts it
         (``ignore_unknown_fields`` as there) and read as the binary form of that message.
@@ -280,8 +316,33 @@ class Transcoder:
             )
         if id_name is not False and not prefixed:
             raise ValueError("schema_id= is for framing='confluent'")
+        carried = None if carry is None else _carry_table(carry, messages)
+        if carried is not None:
+            taken = {*self._plan.schema.names, index_name, id_name}
+            clash = sorted(name for name in carried.column_names if name in taken)
+            if clash or len(set(carried.column_names)) != carried.num_columns:
+                raise ValueError(
+                    f"carry= columns must have names of their own, not in the output: {clash}"
+                    if clash
+                    else f"carry= has duplicate column names: {carried.column_names}"
+                )
         messages = _arrow_input(messages, column)
-        if check_format(format) == "json":
+        custom_numbers = self._spec.schema.custom_numbers
+        if (custom is None) != (custom_numbers is None):
+            raise ValueError(
+                "custom= takes the custom records of a schema merged with "
+                "Schema.with_custom_message()"
+                if custom is not None
+                else f"{self._spec.schema.message_name} is merged with a custom message: "
+                "give its records as transcode(base_records, custom=custom_records)"
+            )
+        if custom is not None and (framing is not None or format != "binary"):
+            raise ValueError("custom= takes binary records, without framing= or format=")
+        if custom is not None and custom_numbers is not None:  # (checked together above)
+            data, starts, ends, index, failures = _merged_records(
+                messages, _arrow_input(custom, None), custom_numbers
+            )
+        elif check_format(format) == "json":
             if prefixed:
                 raise ValueError("framing='confluent' is for binary records, not format='json'")
             data, starts, ends, index, failures = self._json_records(
@@ -304,6 +365,11 @@ class Transcoder:
                 starts, ends, index = starts[keep], ends[keep], index[keep]
                 raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         n_in = len(index) + len(failures)
+        if carried is not None and carried.num_rows != n_in:
+            raise ValueError(
+                f"carry= has {carried.num_rows} rows, the batch has {n_in} records: give one "
+                "row per record"
+            )
         n_bytes = int((ends - starts).sum()) if len(starts) else 0
         raising = self._spec.on_error == "raise"
         entry = self._entry
@@ -329,7 +395,9 @@ class Transcoder:
             assembler = Assembler(self._plan, result, data)
             try:
                 columns, n_rows, positions = assembler.columns(
-                    row_records=index_name is not False or id_name is not False
+                    row_records=index_name is not False
+                    or id_name is not False
+                    or carried is not None
                 )
             except BadRecords as bad:
                 first: dict[int, tuple[str, str]] = {}
@@ -361,7 +429,7 @@ class Transcoder:
             if raw_starts is not None and record_ids is not None:
                 raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost)
+        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost, carried)
         rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
         if positions is not None and index_name is not False:
             rows = rows.append_column(
@@ -371,6 +439,10 @@ class Transcoder:
             rows = rows.append_column(
                 pa.field(id_name, pa.int64(), nullable=False), pa.array(record_ids[positions])
             )
+        if positions is not None and carried is not None:
+            values = carried.take(pa.array(index[positions]))
+            for field, values_of in zip(carried.schema, values.columns, strict=True):
+                rows = rows.append_column(field, values_of.combine_chunks())
         return rows
 
     def _extra_column(self, option: str, value: bool | str, default: str) -> str | bool:
@@ -624,13 +696,17 @@ class Transcoder:
         n_rows: int,
         n_bytes: int,
         precision_lost: int,
+        carried: pa.Table | None = None,
     ) -> None:
         dead = []
+        dead_carried = None
         if self._spec.on_error == "dead_letter":
             dead = sorted(
                 ((e.index, e.offset, e.path, e.reason, raw) for e, raw in failures),
                 key=lambda row: row[0],
             )
+            if carried is not None and dead:
+                dead_carried = carried.take(pa.array([row[0] for row in dead], pa.int64()))
         with self._lock:
             s = self._stats
             s.records_in += n_in
@@ -639,6 +715,8 @@ class Transcoder:
             s.rows_out += n_rows
             s.bytes_in += n_bytes
             s.precision_lost += precision_lost
+            if dead_carried is not None:
+                self._dead_carry.append((len(self._dead), dead_carried))
             self._dead.extend(dead)
 
 
@@ -648,7 +726,116 @@ def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _RECORD_INDEX = "_record_index"
+_CARRY = "carry"  # the dead letters' column of carried values
 _SCHEMA_ID = "_schema_id"
+
+
+def _merged_records(base: object, custom: object, numbers: tuple[tuple[int, int], ...]):
+    """(base, custom) record pairs as the merged message's records, like _records: the
+    custom bytes renumbered after the base bytes, pairs that cannot be merged failures."""
+    b_data, b_starts, b_ends, b_index, failures = _records(base, None)
+    c_data, c_starts, c_ends, c_index, c_nulls = _records(custom, None)  # None: no fields
+    n, n_custom = len(b_index) + len(failures), len(c_index) + len(c_nulls)
+    if n_custom != n:
+        raise ValueError(f"custom= has {n_custom} records, messages has {n}: give one per record")
+    c_s, c_e = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    c_s[c_index], c_e[c_index] = c_starts, c_ends
+    c_starts, c_ends = c_s[b_index], c_e[b_index]
+    table = np.zeros(max(old for old, _ in numbers) + 1 if numbers else 1, np.int32)
+    for old, new in numbers:
+        table[old] = new
+    data, starts_buf, ends_buf, status_buf, where_buf, fields_buf = merge_custom(
+        b_data, b_starts, b_ends, c_data, c_starts, c_ends, table
+    )
+    starts = np.frombuffer(memoryview(starts_buf), dtype=np.int64)
+    ends = np.frombuffer(memoryview(ends_buf), dtype=np.int64)
+    status = np.frombuffer(memoryview(status_buf), dtype=np.int32)
+    bad = np.flatnonzero(status != MERGE_OK)
+    if len(bad):
+        where = np.frombuffer(memoryview(where_buf), dtype=np.int64)
+        fields = np.frombuffer(memoryview(fields_buf), dtype=np.int64)
+        for pos in bad:
+            reason = (
+                f"custom field number {int(fields[pos])} is not declared by the custom message"
+                if status[pos] == MERGE_UNDECLARED
+                else "malformed custom message bytes"
+            )
+            base_len = int(b_ends[pos] - b_starts[pos])
+            err = DecodeError(
+                reason, index=int(b_index[pos]), offset=base_len + int(where[pos]), path=""
+            )
+            raw = bytes(b_data[b_starts[pos] : b_ends[pos]]) + bytes(
+                c_data[c_starts[pos] : c_ends[pos]]
+            )
+            failures.append((err, raw))
+        keep = status == MERGE_OK
+        starts, ends, b_index = starts[keep], ends[keep], b_index[keep]
+    return memoryview(data), np.ascontiguousarray(starts), np.ascontiguousarray(ends), b_index, failures
+
+
+def _carry_table(carry: object, messages: object) -> pa.Table:
+    """``transcode(carry=)`` as a Table: given as one, a RecordBatch, a mapping of name ->
+    array, or the names of columns of ``messages`` (a table)."""
+    if isinstance(carry, pa.Table):
+        return carry
+    if isinstance(carry, pa.RecordBatch):
+        return pa.Table.from_batches([carry])
+    if isinstance(carry, list | tuple) and all(isinstance(name, str) for name in carry):
+        if not isinstance(messages, pa.Table | pa.RecordBatch):
+            raise TypeError(
+                "carry= as column names takes them from a table of records; with other "
+                "records give the values (a pa.Table or a mapping of name -> array)"
+            )
+        missing = [name for name in carry if name not in messages.schema.names]
+        if missing:
+            raise KeyError(f"carry= names columns the records do not have: {missing}")
+        table = messages.select(list(carry))
+        return table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
+    if isinstance(carry, dict) or hasattr(carry, "keys"):
+        try:
+            return pa.table(carry)
+        except (TypeError, ValueError, pa.ArrowException) as err:
+            raise TypeError(f"carry= values are not Arrow columns of one length: {err}") from None
+    if hasattr(carry, "__arrow_c_stream__") or hasattr(carry, "__arrow_c_array__"):
+        return pa.table(carry)  # a Polars / DuckDB / nanoarrow table
+    raise TypeError(
+        "carry= takes a pa.Table, a RecordBatch, a mapping of name -> array or a list of "
+        f"column names, not {type(carry).__name__}"
+    )
+
+
+def _carried_struct(segments: list[tuple[int, pa.Table]], n: int) -> pa.StructArray:
+    """The dead letters' ``carry`` column: ``n`` rows, where each segment (first position,
+    rows) says what the dead letters from one carry= call carried; null elsewhere. Calls
+    that carried different columns or types are unified (missing columns null)."""
+    schema = pa.unify_schemas([rows.schema for _, rows in segments], promote_options="permissive")
+    parts: list[pa.Table] = []
+    valid = np.zeros(n, dtype=bool)
+    done = 0
+    for start, rows in segments:
+        if start > done:
+            parts.append(schema.empty_table().take(pa.nulls(start - done, pa.int64())))
+        parts.append(
+            pa.table(
+                [
+                    rows.column(f.name).cast(f.type)
+                    if f.name in rows.column_names
+                    else pa.nulls(rows.num_rows, f.type)
+                    for f in schema
+                ],
+                schema=schema,
+            )
+        )
+        valid[start : start + rows.num_rows] = True
+        done = start + rows.num_rows
+    if n > done:
+        parts.append(schema.empty_table().take(pa.nulls(n - done, pa.int64())))
+    table = pa.concat_tables(parts).combine_chunks()
+    return pa.StructArray.from_arrays(
+        [c.combine_chunks() for c in table.columns],
+        fields=list(schema),
+        mask=pa.array(~valid),
+    )
 
 
 def _arrow_input(messages: object, column: str | None) -> object:

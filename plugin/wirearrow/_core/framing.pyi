@@ -42,3 +42,17 @@ def confluent_prefixes(
     path_offsets: _Bytes,
     path_values: _Bytes,
 ) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer]: ...
+
+MERGE_OK: int
+MERGE_UNDECLARED: int
+MERGE_MALFORMED: int
+
+def merge_custom(
+    base: _Bytes,
+    base_starts: _Bytes,
+    base_ends: _Bytes,
+    custom: _Bytes,
+    custom_starts: _Bytes,
+    custom_ends: _Bytes,
+    numbers: _Bytes,
+) -> tuple[OwnedBuffer, OwnedBuffer, OwnedBuffer, OwnedBuffer, OwnedBuffer, OwnedBuffer]: ...

@@ -463,6 +463,176 @@ def confluent_prefixes(const uint8_t[::1] data, const int64_t[::1] starts,
             OwnedBuffer.adopt(<uint8_t*>out_ids, n * 8), OwnedBuffer.adopt(out_status, n))
 
 
+# ---- schema merging with a custom message (docs/custom-message.md) -------------------------
+
+cdef enum:  # merge_custom statuses, per record
+    M_OK = 0
+    M_UNDECLARED = 1  # a top-level field number the custom message does not declare
+    M_MALFORMED = 2   # the custom bytes are not a sequence of well-formed fields
+
+MERGE_OK = M_OK
+MERGE_UNDECLARED = M_UNDECLARED
+MERGE_MALFORMED = M_MALFORMED
+
+
+cdef inline int64_t put_varint(uint8_t* out, uint64_t v) noexcept nogil:
+    cdef int64_t n = 0
+    while v >= 0x80:
+        out[n] = <uint8_t>(v | 0x80)
+        v >>= 7
+        n += 1
+    out[n] = <uint8_t>v
+    return n + 1
+
+
+cdef inline int skip_value(const uint8_t** pp, const uint8_t* end, int wire_type) noexcept nogil:
+    """Skip one non-group value of ``wire_type``: 0 ok, else malformed."""
+    cdef uint64_t length
+    cdef const uint8_t* p = pp[0]
+    if wire_type == 0:
+        while True:
+            if p >= end or p - pp[0] >= 10:
+                return 1
+            if p[0] < 0x80:
+                p += 1
+                break
+            p += 1
+    elif wire_type == 1:
+        if end - p < 8:
+            return 1
+        p += 8
+    elif wire_type == 5:
+        if end - p < 4:
+            return 1
+        p += 4
+    elif wire_type == 2:
+        if read_varint(&p, end, &length) != OK or length > <uint64_t>(end - p):
+            return 1
+        p += length
+    else:
+        return 1
+    pp[0] = p
+    return 0
+
+
+def merge_custom(const uint8_t[::1] base, const int64_t[::1] base_starts,
+                 const int64_t[::1] base_ends, const uint8_t[::1] custom,
+                 const int64_t[::1] custom_starts, const int64_t[::1] custom_ends,
+                 const int32_t[::1] numbers):
+    """Each record's base bytes followed by its custom bytes with their top-level field
+    numbers renumbered: ``numbers[n]`` is the merged number of the custom message's field
+    ``n`` (0: not declared). Wire types and values are kept; only the top-level tags (and a
+    group's closing tag) change, so the concatenation parses as the merged message.
+
+    Returns (data, starts, ends, status, where, field): a record whose custom bytes hold an
+    undeclared number or are malformed gets that status, no bytes, ``where`` the offset
+    of the bad tag in its custom bytes and ``field`` its number.
+    """
+    cdef int64_t n = base_starts.shape[0], i, total = 0
+    cdef int64_t bsize = base.shape[0], csize = custom.shape[0]
+    if base_ends.shape[0] != n or custom_starts.shape[0] != n or custom_ends.shape[0] != n:
+        raise ValueError("base and custom records differ in number")
+    for i in range(n):
+        if not (0 <= base_starts[i] <= base_ends[i] <= bsize
+                and 0 <= custom_starts[i] <= custom_ends[i] <= csize):
+            raise ValueError(f"record {i}: bounds outside the data")
+        # A renumbered tag is at most 5 bytes where the smallest field (or empty group) is
+        # 2: five times the custom bytes is always enough.
+        total += base_ends[i] - base_starts[i] + 5 * (custom_ends[i] - custom_starts[i])
+    cdef uint8_t* out = <uint8_t*>PyMem_RawMalloc(total if total > 0 else 1)
+    cdef int64_t* starts = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    cdef int64_t* ends = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    cdef int32_t* status = <int32_t*>PyMem_RawMalloc(n * 4 if n > 0 else 4)
+    cdef int64_t* where = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    cdef int64_t* fields = <int64_t*>PyMem_RawMalloc(n * 8 if n > 0 else 8)
+    if (out == NULL or starts == NULL or ends == NULL or status == NULL or where == NULL
+            or fields == NULL):
+        PyMem_RawFree(out)
+        PyMem_RawFree(starts)
+        PyMem_RawFree(ends)
+        PyMem_RawFree(status)
+        PyMem_RawFree(where)
+        PyMem_RawFree(fields)
+        raise MemoryError()
+    cdef const uint8_t* b = &base[0] if bsize > 0 else <const uint8_t*>""
+    cdef const uint8_t* c = &custom[0] if csize > 0 else <const uint8_t*>""
+    cdef int64_t nnum = numbers.shape[0], pos = 0, depth
+    cdef const int32_t* num = &numbers[0] if nnum > 0 else <const int32_t*>NULL
+    cdef const uint8_t* p
+    cdef const uint8_t* end
+    cdef const uint8_t* tag_at
+    cdef const uint8_t* value_at
+    cdef const uint8_t* inner_at
+    cdef uint64_t tag, inner, field
+    cdef int wire_type, inner_type, st
+    with nogil:
+        for i in range(n):
+            starts[i] = pos
+            status[i] = M_OK
+            where[i] = 0
+            fields[i] = 0
+            memcpy(out + pos, b + base_starts[i], base_ends[i] - base_starts[i])
+            pos += base_ends[i] - base_starts[i]
+            p = c + custom_starts[i]
+            end = c + custom_ends[i]
+            while p < end:
+                tag_at = p
+                if read_varint(&p, end, &tag) != OK or tag > <uint64_t>0xFFFFFFFF or (tag >> 3) == 0:
+                    status[i] = M_MALFORMED
+                    break
+                field = tag >> 3
+                wire_type = tag & 7
+                if <int64_t>field >= nnum or num[field] == 0:
+                    status[i] = M_UNDECLARED
+                    fields[i] = <int64_t>field
+                    break
+                if wire_type == 4:  # an end-group with no group open
+                    status[i] = M_MALFORMED
+                    break
+                pos += put_varint(out + pos, (<uint64_t>num[field] << 3) | wire_type)
+                value_at = p
+                if wire_type != 3:
+                    if skip_value(&p, end, wire_type):
+                        status[i] = M_MALFORMED
+                        break
+                    memcpy(out + pos, value_at, p - value_at)
+                    pos += p - value_at
+                    continue
+                # A group: copy its fields as they are, renumber its closing tag.
+                depth = 1
+                st = 0
+                while True:
+                    inner_at = p
+                    if read_varint(&p, end, &inner) != OK or inner > <uint64_t>0xFFFFFFFF:
+                        st = 1
+                        break
+                    inner_type = inner & 7
+                    if inner_type == 4:
+                        depth -= 1
+                        if depth == 0:
+                            if (inner >> 3) != field:
+                                st = 1
+                            break
+                    elif inner_type == 3:
+                        depth += 1
+                    elif skip_value(&p, end, inner_type):
+                        st = 1
+                        break
+                if st:
+                    status[i] = M_MALFORMED
+                    break
+                memcpy(out + pos, value_at, inner_at - value_at)
+                pos += inner_at - value_at
+                pos += put_varint(out + pos, (<uint64_t>num[field] << 3) | 4)
+            if status[i] != M_OK:
+                where[i] = tag_at - (c + custom_starts[i])
+                pos = starts[i]
+            ends[i] = pos
+    return (OwnedBuffer.adopt(out, pos), OwnedBuffer.adopt(<uint8_t*>starts, n * 8),
+            OwnedBuffer.adopt(<uint8_t*>ends, n * 8), OwnedBuffer.adopt(<uint8_t*>status, n * 4),
+            OwnedBuffer.adopt(<uint8_t*>where, n * 8), OwnedBuffer.adopt(<uint8_t*>fields, n * 8))
+
+
 cdef inline int varint_size(uint64_t v) noexcept nogil:
     cdef int n = 1
     while v >= 0x80:

@@ -1,9 +1,10 @@
-"""WriteToParquet: Arrow record batches -> Parquet files on any Beam filesystem, batch or
+"""WriteToParquetFiles: Arrow record batches -> Parquet files on any Beam filesystem, batch or
 streaming."""
 
 import logging
 import random
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -210,7 +211,7 @@ class _DeleteDirFn(beam.DoFn):
         return iter(())
 
 
-class WriteToParquet(beam.PTransform):
+class WriteToParquetFiles(beam.PTransform):
     """Record batches to Parquet files under ``path`` (any Beam filesystem).
 
     Bounded input in the global window (batch jobs): one file per bundle, named
@@ -260,7 +261,7 @@ class WriteToParquet(beam.PTransform):
         windowing = batches.windowing
         if windowing.accumulation_mode == beam_trigger.AccumulationMode.ACCUMULATING:
             raise ValueError(
-                "WriteToParquet: accumulating panes would write every earlier row of a window "
+                "WriteToParquetFiles: accumulating panes would write every earlier row of a window "
                 "again with each firing; use accumulation_mode=DISCARDING"
             )
         per_bundle = (
@@ -335,7 +336,7 @@ class WriteDeadLetters(beam.PTransform):
     columns of batch dead letters (``index, offset, path, reason, raw``, plus ``key`` and
     the Kafka position ``topic, partition, kafka_offset, timestamp``, null when unknown).
 
-    Written like :class:`WriteToParquet` (same naming, same atomic rename): batch jobs one
+    Written like :class:`WriteToParquetFiles` (same naming, same atomic rename): batch jobs one
     file per bundle, streaming one file per window firing, e.g.
     ``dead-20240601T000000.000000Z-20240601T000100.000000Z-0-00000-of-00001.parquet``.
     """
@@ -351,10 +352,27 @@ class WriteDeadLetters(beam.PTransform):
             letters
             | "ToBatches" >> beam.Map(_dead_letter_batch).with_output_types(pa.RecordBatch)
             | "Write"
-            >> WriteToParquet(
+            >> WriteToParquetFiles(
                 self._path,
                 schema=DEAD_LETTER_FILE_SCHEMA,
                 file_prefix=self._prefix,
                 **self._args,
             )
         )
+
+
+# =========================================================================== old names
+
+
+class WriteToParquet(WriteToParquetFiles):
+    """Deprecated name of :class:`WriteToParquetFiles` (it is also Beam's own
+    ``beam.io.WriteToParquet``, which Beam YAML pipelines get by that name)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(
+            "wirearrow.beam.WriteToParquet is now WriteToParquetFiles (Beam's own transform "
+            "is called WriteToParquet)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(*args, **kwargs)

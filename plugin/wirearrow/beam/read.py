@@ -1,6 +1,7 @@
-"""ReadDelimited: files of length-delimited records on any Beam filesystem."""
+"""ReadFromDelimited: files of length-delimited records on any Beam filesystem."""
 
 import logging
+import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -28,7 +29,7 @@ DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 _READ_BLOCK_BYTES = 8 * 1024 * 1024
 
 
-# =========================================================================== ReadDelimited
+# =========================================================================== ReadFromDelimited
 
 
 class _Chunk(NamedTuple):
@@ -173,7 +174,7 @@ class _ReadChunkFn(beam.DoFn):
         return RecordArray(array)
 
 
-class ReadDelimited(beam.PTransform):
+class ReadFromDelimited(beam.PTransform):
     """Length-delimited records from files on any Beam filesystem: PCollection[bytes].
 
     ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or "tfrecord"
@@ -248,3 +249,13 @@ class ReadDelimited(beam.PTransform):
         return chunks | "ReadChunks" >> beam.ParDo(
             _ReadChunkFn(self._framing, self._batch_size, self._truncated)
         ).with_output_types(bytes)
+
+
+class ReadDelimited(ReadFromDelimited):
+    """Deprecated name of :class:`ReadFromDelimited` (Beam names its sources ReadFrom...)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(
+            "wirearrow.beam.ReadDelimited is now ReadFromDelimited", DeprecationWarning, stacklevel=2
+        )
+        super().__init__(*args, **kwargs)

@@ -78,7 +78,7 @@ def _identifier(name: str, taken: set[str]) -> str:
 def _beam_type(t: pa.DataType, where: str) -> tuple[Any, Converter] | None:
     """(Beam-compatible Python type, converter of an Arrow array of ``t``), or None to drop.
 
-    Dropped: structs with no fields (Beam rows need one) and the null type.
+    Dropped: the null type (a struct with no fields is a row with no fields).
     """
     if t in _SIGNED:
         return _SIGNED[t], _pylist
@@ -193,10 +193,11 @@ def _map_type(t: pa.MapType, where: str) -> tuple[Any, Converter] | None:
 
 def _struct_type(t: pa.StructType, where: str) -> tuple[Any, Converter] | None:
     fields = [t.field(i) for i in range(t.num_fields)]
-    built = _row_fields(fields, where)
-    if built is None:
-        return None
-    row_class, kept, converters = built
+    row_class, kept, converters = _row_fields(fields, where)
+    if not kept:  # an empty message: a row with no fields (RowCoder takes those)
+        return row_class, lambda array: [
+            row_class() if ok else None for ok in array.is_valid().to_pylist()
+        ]
 
     def convert(array: pa.Array) -> list:
         # flatten() folds the struct's nulls into its children's, and honours slicing.
@@ -213,9 +214,7 @@ def _struct_type(t: pa.StructType, where: str) -> tuple[Any, Converter] | None:
     return row_class, convert
 
 
-def _row_fields(
-    fields: list[pa.Field], where: str
-) -> tuple[type, list[int], list[Converter]] | None:
+def _row_fields(fields: list[pa.Field], where: str) -> tuple[type, list[int], list[Converter]]:
     """A NamedTuple class for ``fields``, the kept field positions and their converters."""
     taken: set[str] = set()
     members: list[tuple[str, Any]] = []
@@ -230,8 +229,6 @@ def _row_fields(
         members.append((_identifier(f.name, taken), _nullable(hint, f.nullable)))
         kept.append(i)
         converters.append(convert)
-    if not members:
-        return None
     name = "Row_" + (re.sub(r"\W+", "_", where).strip("_") or "root")
     return _picklable(NamedTuple(name, members)), kept, converters  # type: ignore[arg-type]
 
@@ -271,7 +268,7 @@ def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
     (values over 2**63-1 read negative); timestamps -> beam Timestamp (MicrosInstant,
     nanoseconds floored to microseconds); durations and times of day -> int64 microseconds;
     date -> datetime.date; enums (int32) as int32; lists -> Sequence, maps -> Mapping,
-    structs -> nested rows; structs with no fields are dropped. Field names that are not
+    structs -> nested rows (an empty message: a row with no fields); null columns are dropped. Field names that are not
     Python identifiers are rewritten ("imp[*].id" -> "imp_id").
     """
     return _row_converter(schema, name)[0]
@@ -279,9 +276,9 @@ def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
 
 def _row_converter(schema: pa.Schema, name: str) -> tuple[type, Callable[[pa.RecordBatch], list]]:
     built = _row_fields(list(schema), "")
-    if built is None:
-        raise TypeError("no column of this schema has a Beam type: cannot build rows")
     _, kept, converters = built
+    if not kept:
+        raise TypeError("no column of this schema has a Beam type: cannot build rows")
     # The top-level type gets the requested name (nested ones are named by their path).
     fields = list(built[0].__annotations__.items())
     cls = _picklable(NamedTuple(name, fields))  # type: ignore[arg-type]

@@ -16,8 +16,10 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.typehints.batch import BATCH_CONVERTER_REGISTRY, BatchConverter
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
+from google.protobuf.descriptor import Descriptor
 
 from wirearrow.cache import resolve_profile
+from wirearrow.schema import Schema
 from wirearrow.transcoder import Transcoder
 
 METRICS_NAMESPACE = "wirearrow"
@@ -102,6 +104,10 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
         if on_error is not None:
             raise ValueError("on_error= applies to a plan; a Transcoder keeps its own policy")
         return plan
+    if isinstance(plan, Schema | Descriptor) or hasattr(plan, "DESCRIPTOR"):
+        # A schema or message class: the whole message (docs/beam.md, Beam schemas).
+        schema = plan if isinstance(plan, Schema) else Schema.from_message(plan)
+        return Transcoder(schema, on_error=on_error or "dead_letter")
     from wirearrow.config import load_plan  # YAML machinery: only where plans are built
 
     config = load_plan(plan)  # type: ignore[arg-type]
@@ -113,7 +119,7 @@ def _resolve_transcoder(plan: object, on_error: str | None) -> Transcoder:
 
 
 class RecordArray:
-    """A batch of records as one Arrow ``BinaryArray``: ReadDelimited's batch type.
+    """A batch of records as one Arrow ``BinaryArray``: ReadFromDelimited's batch type.
 
     Beam's batched DoFns pass batches between fused DoFns that both take them, so records
     go from the file buffer to the transcoder with no Python object per record. A DoFn
@@ -195,7 +201,7 @@ class ArrowResult(dict):
 
     @property
     def batches(self) -> beam.PCollection:
-        """PCollection[pa.RecordBatch], each with :attr:`schema`."""
+        """PCollection[pa.RecordBatch] (or pa.Table: ``batch_type``), each of :attr:`schema`."""
         return self["batches"]
 
     @property
@@ -207,12 +213,13 @@ class ArrowResult(dict):
 class _Buffer:
     """The records of one window waiting for a batch, and their latest timestamp."""
 
-    __slots__ = ("keys", "origins", "records", "timestamp")
+    __slots__ = ("carried", "keys", "origins", "records", "timestamp")
 
     def __init__(self, timestamp: Timestamp) -> None:
         self.records: list = []
         self.keys: list = []
         self.origins: list = []  # per record: _origin() of a row element, else None
+        self.carried: list = []  # per record: the tuple of its carry= fields
         self.timestamp = timestamp
 
 
@@ -230,8 +237,12 @@ class _TranscodeFn(beam.DoFn):
         batch_size: int,
         field: str,
         dead_tag: str,
+        tables: bool = False,
+        carry: tuple = (),
     ) -> None:
         super().__init__()
+        # (name, Arrow type or None: inferred) of each row field carried onto the rows.
+        self._carry = carry
         # The Transcoder travels pickled (its spec, and its cache by identity). Each DoFn
         # instance unpickles its own in setup(), with its own counts and dead letters; the
         # plan is compiled once per worker process, by the process's parser cache.
@@ -239,11 +250,12 @@ class _TranscodeFn(beam.DoFn):
         self._batch_size = batch_size
         self._field = field
         self._dead_tag = dead_tag
+        self._tables = tables  # emit pa.Table (what Beam's WriteToParquetBatched takes)
         self._records_in = Metrics.counter(METRICS_NAMESPACE, "records_in")
         self._rows_out = Metrics.counter(METRICS_NAMESPACE, "rows_out")
         self._records_failed = Metrics.counter(METRICS_NAMESPACE, "records_failed")
         self._batches_out = Metrics.counter(METRICS_NAMESPACE, "batches_out")
-        # Record batches received whole from a batch-producing source (ReadDelimited).
+        # Record batches received whole from a batch-producing source (ReadFromDelimited).
         self._arrays_in = Metrics.counter(METRICS_NAMESPACE, "record_arrays_in")
 
     def setup(self) -> None:
@@ -267,6 +279,8 @@ class _TranscodeFn(beam.DoFn):
         elif timestamp > buf.timestamp:
             buf.timestamp = timestamp
         if type(element) is bytes or type(element) is str:  # (str: protojson text)
+            if self._carry:
+                raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
             buf.records.append(element)
             buf.keys.append(None)
             buf.origins.append(None)
@@ -275,6 +289,8 @@ class _TranscodeFn(beam.DoFn):
             buf.records.append(record)
             buf.keys.append(key)
             buf.origins.append(origin)
+            if self._carry:
+                buf.carried.append(self._carried(element, key))
         if len(buf.records) >= self._batch_size:
             del self._buffers[window]
             yield from self._emit(buf, window)
@@ -299,6 +315,20 @@ class _TranscodeFn(beam.DoFn):
             ) from None
         return getattr(element, "key", None), record, _origin(element)
 
+    def _carried(self, element: Any, key: Any) -> tuple:
+        """The carry= fields of a row element (``key``: a pair's key, or the row's)."""
+        values = []
+        for name, _ in self._carry:
+            if name == "key":
+                values.append(key)
+            elif hasattr(element, name):
+                values.append(getattr(element, name))
+            else:
+                raise TypeError(
+                    f"ToArrow(carry=): {type(element).__name__} element has no field {name!r}"
+                )
+        return tuple(values)
+
     def finish_bundle(self) -> Iterator[Any]:
         buffers, self._buffers = self._buffers, {}
         for window, buf in buffers.items():
@@ -309,18 +339,29 @@ class _TranscodeFn(beam.DoFn):
         # window Beam could use, and in process the buffered records may be older than
         # the current one.
         windows, timestamp = (window,), buf.timestamp
-        batch, dead = self._transcode(buf.records, buf.keys, buf.origins)
+        batch, dead = self._transcode(buf.records, buf.keys, buf.origins, buf.carried)
         if batch.num_rows:
             yield WindowedValue(batch, timestamp, windows)
         for letter in dead:
             yield pvalue.TaggedOutput(self._dead_tag, WindowedValue(letter, timestamp, windows))
 
     def _transcode(
-        self, records: Any, keys: list | None, origins: list | None = None
+        self,
+        records: Any,
+        keys: list | None,
+        origins: list | None = None,
+        carried: list | None = None,
     ) -> tuple[pa.RecordBatch, list]:
         tc = self._tc
         before = tc.stats
-        batch = tc.transcode(records, **self._input)
+        carry = None
+        if self._carry:
+            columns = list(zip(*carried, strict=True)) if carried else [()] * len(self._carry)
+            carry = pa.table(
+                [pa.array(v, type=t) for v, (_, t) in zip(columns, self._carry, strict=True)],
+                names=[name for name, _ in self._carry],
+            )
+        batch = tc.transcode(records, carry=carry, **self._input)
         after = tc.stats
         dead = []
         table = tc.dead_letters()
@@ -340,13 +381,15 @@ class _TranscodeFn(beam.DoFn):
         self._records_failed.inc(after.records_failed - before.records_failed)
         self._rows_out.inc(batch.num_rows)
         self._batches_out.inc(1)
+        if self._tables:
+            return pa.Table.from_batches([batch]), dead
         return batch, dead
 
 
 class _TranscodeBytesFn(_TranscodeFn):
     """_TranscodeFn that also takes whole batches of bytes (Beam's batched DoFns).
 
-    When the producer emits batches (ReadDelimited does) and is fused with this DoFn, Beam
+    When the producer emits batches (ReadFromDelimited does) and is fused with this DoFn, Beam
     hands over its RecordArrays as they are: no per-record call at all. Otherwise Beam calls
     process() per record, as for any DoFn.
     """
@@ -406,6 +449,15 @@ class ToArrow(beam.PTransform):
             (what Confluent's serializers write to Kafka), with ``schemas`` (a
             ``{schema_id: Schema}`` mapping or a look-up function) and ``schema_id`` (True
             or a column name: each row's schema id), as in ``Transcoder.transcode``.
+        batch_type: the type of ``.batches``' elements: ``pa.RecordBatch`` or ``pa.Table``
+            (what Beam's ``WriteToParquetBatched`` takes). Either way a downstream
+            ``process_batch(self, batch: pa.Table)`` gets them as Beam batches
+            (docs/beam.md).
+        carry: fields of the row elements to repeat on every row of their record, after the
+            plan's columns, e.g. ``["topic", "partition", "offset"]`` of
+            ``ReadFromKafka(with_metadata=True)`` rows (``"key"`` is also a pair's key): a
+            list of names (Arrow types inferred per batch) or a mapping name -> Arrow type
+            (fixed types, in ``.schema`` too). See ``Transcoder.transcode(carry=)``.
     """
 
     def __init__(
@@ -421,8 +473,13 @@ class ToArrow(beam.PTransform):
         framing: Optional[str] = None,  # noqa: UP045
         schemas: Optional[Any] = None,  # noqa: UP045
         schema_id: Any = False,
+        batch_type: Any = pa.RecordBatch,
+        carry: Any = (),
     ) -> None:
         super().__init__()
+        if batch_type not in (pa.RecordBatch, pa.Table):
+            raise ValueError(f"batch_type must be pa.RecordBatch or pa.Table, not {batch_type!r}")
+        self._batch_type = batch_type
         if format not in ("binary", "json"):
             raise ValueError(f'format must be "binary" or "json", not {format!r}')
         if batch_size < 1:
@@ -439,6 +496,13 @@ class ToArrow(beam.PTransform):
             self.schema = transcoder.transcode([], **input_args).schema
         else:
             self.schema = transcoder.arrow_schema
+        self._carry = _carry_fields(carry)
+        taken = set(self.schema.names) & {name for name, _ in self._carry}
+        if taken:
+            raise ValueError(f"carry= fields clash with the plan's output: {sorted(taken)}")
+        if all(t is not None for _, t in self._carry):
+            for name, t in self._carry:
+                self.schema = self.schema.append(pa.field(name, t))
         self._spec = pickle.dumps((transcoder, input_args), protocol=pickle.HIGHEST_PROTOCOL)
         self._batch_size = int(batch_size)
         self._field = field
@@ -446,11 +510,44 @@ class ToArrow(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection):  # -> ArrowResult (Beam reads annotations)
         fn_class = _TranscodeBytesFn if _is_bytes_type(pcoll.element_type) else _TranscodeFn
-        fn = fn_class(self._spec, self._batch_size, self._field, "dead_letters")
+        if self._carry and fn_class is _TranscodeBytesFn:
+            raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
+        tables = self._batch_type is pa.Table
+        fn = fn_class(
+            self._spec, self._batch_size, self._field, "dead_letters", tables, self._carry
+        )
         outputs = pcoll | "Transcode" >> beam.ParDo(fn).with_output_types(
-            pa.RecordBatch, dead_letters=DeadLetter
+            self._batch_type, dead_letters=DeadLetter
         ).with_outputs("dead_letters", main="batches")
-        return ArrowResult(outputs.batches, outputs.dead_letters, self.schema, self._dead_key)
+        batches = outputs.batches | "Handover" >> beam.ParDo(_HandoverFn()).with_output_types(
+            self._batch_type
+        )
+        return ArrowResult(batches, outputs.dead_letters, self.schema, self._dead_key)
+
+
+class _HandoverFn(beam.DoFn):
+    """Passes batches on, from process() only.
+
+    Beam 2.77 flushes a DoFn's buffers for batched consumers (``process_batch``) before
+    it calls finish_bundle(), so what _TranscodeFn emits there (a bundle's last batch)
+    would never reach a batched DoFn fused after it. Emitted from this DoFn's process(),
+    those batches are flushed when this one finishes, after _TranscodeFn.
+    """
+
+    def process(self, batch: Any) -> Iterator[Any]:
+        yield batch
+
+
+def _carry_fields(carry: Any) -> tuple:
+    """carry= as ((name, Arrow type or None), ...)."""
+    if isinstance(carry, str):
+        raise TypeError("carry= is a list of field names (or a mapping name -> Arrow type)")
+    if isinstance(carry, Mapping):
+        for name, t in carry.items():
+            if not isinstance(t, pa.DataType):
+                raise TypeError(f"carry= {name!r}: expected a pyarrow type, not {t!r}")
+        return tuple((str(name), t) for name, t in carry.items())
+    return tuple((str(name), None) for name in carry)
 
 
 def dead_letter_tag(error_handling: Mapping[str, str] | None) -> str:

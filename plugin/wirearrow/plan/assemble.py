@@ -359,12 +359,18 @@ class Assembler:
             k = arg if arg >= 0 else lengths + arg
             ok = (k >= 0) & (k < lengths)
             return np.where(ok, off[:-1] + np.where(ok, k, 0), -1)
-        # key: the last entry with the key wins, as when the runtime parses a map
         keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
         sel = np.flatnonzero(keep)
         per = _kept_offsets(keep, off)
-        has = np.diff(per) > 0
-        return np.where(has, sel[np.maximum(per[1:] - 1, 0)] if len(sel) else 0, -1)
+        # key: the last entry with the key wins, as when the runtime parses a map;
+        # match: the N-th element the predicate keeps ([0] first, [-1] last)
+        arg = -1 if s.kind == "key" else cast(int, s.arg)
+        matches = np.diff(per)
+        k = arg if arg >= 0 else matches + arg
+        ok = (k >= 0) & (k < matches)
+        if not len(sel):
+            return np.full(len(matches), -1, dtype=np.int64)
+        return np.where(ok, sel[np.where(ok, per[:-1] + k, 0)], -1)
 
     def rows(self, selections: Sequence[Selection]) -> tuple[dict[int, np.ndarray], bool]:
         """Row -> element index of every selection of one fan-out tree (root first); and

@@ -14,7 +14,7 @@ import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import Program
-from wirearrow.errors import PathError, PlanError
+from wirearrow.errors import PathError, PlanError, did_you_mean
 from wirearrow.paths import (
     And,
     Compare,
@@ -74,6 +74,7 @@ __all__ = [
     "PlanOptions",
     "check_expression_depth",
     "compile_plan",
+    "deepest_whole_read",
 ]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
@@ -457,9 +458,7 @@ class _Resolver:
                     )
                 return sel, ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
             if fd is None:
-                raise PathError(
-                    f"field {step.name!r} not in message {message.full_name}", text, step.pos
-                )
+                raise PathError(_no_field(message, step.name), text, step.pos)
             last = i == len(steps) - 1
             nxt = None if last else steps[i + 1]
             prefix = format_path(steps[: i + 1])
@@ -518,7 +517,21 @@ class _Resolver:
                 group, child = self.b.repeated(node, fd)
                 if isinstance(nxt, FilterStep) and not isinstance(child, NodeSpec):
                     raise PathError("filters apply to repeated messages", text, nxt.pos)
-                sel = self._list_selection(sel, group, child, nxt, text, prefix)
+                pick = steps[i + 2] if isinstance(nxt, FilterStep) and i + 2 < len(steps) else None
+                if isinstance(pick, IndexStep):
+                    # [?(pred)][N]: the N-th match under each parent, one value, no fan-out
+                    assert isinstance(child, NodeSpec) and isinstance(nxt, FilterStep)
+                    sel = self._match_selection(sel, group, child, nxt, pick, text, prefix)
+                    i += 1
+                elif pick is not None and not isinstance(pick, FieldStep):
+                    raise PathError(
+                        f"{_describe(pick)} cannot follow a filter: only [N] (the N-th match, "
+                        "[0] the first, [-1] the last)",
+                        text,
+                        pick.pos,
+                    )
+                else:
+                    sel = self._list_selection(sel, group, child, nxt, text, prefix)
                 i += 2
                 if isinstance(child, NodeSpec):
                     node, message = child, fd.message_type
@@ -548,6 +561,13 @@ class _Resolver:
                     i += 2
                     if i == len(steps):
                         return sel, self._node_leaf(child, child.presence, self._stack(), fd)
+                    if not isinstance(steps[i], FieldStep):
+                        raise PathError(
+                            f"{fd.name!r} is not repeated: its filter keeps or drops one "
+                            f"message, {_describe(steps[i])} cannot follow",
+                            text,
+                            steps[i].pos,
+                        )
                     continue
                 if not isinstance(nxt, FieldStep):
                     raise PathError(f"{fd.name!r} is not repeated: no index", text, nxt.pos)
@@ -594,6 +614,24 @@ class _Resolver:
             predicate = self._predicate(child, step.predicate, text)
             return self._select(sel, group, "filter", (here,), predicate=predicate, text=here)
         raise PathError(f"unexpected {_describe(step)}", text, step.pos)  # type: ignore[attr-defined]
+
+    def _match_selection(
+        self,
+        sel: Selection,
+        group: int,
+        child: NodeSpec,
+        step: FilterStep,
+        pick: IndexStep,
+        text: str,
+        prefix: str,
+    ) -> Selection:
+        if not -(2**63) <= pick.index < 2**63:
+            raise PathError(f"index {pick.index} is out of range for a list", text, pick.pos)
+        predicate = self._predicate(child, step.predicate, text)
+        here = prefix + format_path([step, pick])
+        return self._select(
+            sel, group, "match", (here,), arg=pick.index, predicate=predicate, text=here
+        )
 
     def _map_selection(
         self,
@@ -657,9 +695,7 @@ class _Resolver:
         for k, name in enumerate(atom.fields):
             fd = _field(message, name)
             if fd is None:
-                raise PathError(
-                    f"field {name!r} not in message {message.full_name}", text, atom.pos
-                )
+                raise PathError(_no_field(message, name), text, atom.pos)
             if is_repeated(fd):
                 raise PathError(
                     f"{name!r} is repeated: filters read singular fields", text, atom.pos
@@ -869,6 +905,11 @@ def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
     return fd
 
 
+def _no_field(message: Descriptor, name: str) -> str:
+    names = [f.name for f in message.fields]
+    return f"field {name!r} not in message {message.full_name}{did_you_mean(name, names)}"
+
+
 def _describe(step: object) -> str:
     return {
         IndexStep: "an index",
@@ -931,6 +972,35 @@ _TYPE_NAMES = {
         "sint64",
     ]
 }
+
+
+def deepest_whole_read(message: Descriptor, well_known_types: bool = True) -> int:
+    """The largest max_depth (1..MAX_DEPTH) at which a whole-message plan of `message` stays
+    within MAX_PLAN_FIELDS; 0 when none does. Counted as _check_size counts, without
+    building the plan (which, near the bound, takes seconds)."""
+
+    def well_known(t: Descriptor) -> str | None:
+        return WELL_KNOWN.get(t.full_name) if well_known_types else None
+
+    def fields(depth: int) -> int:
+        memo: dict[tuple, int] = {}
+        total = 0
+        for f in message.fields:  # each top-level field is a column; its struct is counted
+            value = f.message_type.fields_by_number[2] if is_map(f) else f
+            t = value.message_type
+            if t is not None and well_known(t) is None:
+                stack = (message.full_name, t.full_name)
+                total += _struct_size(t, stack, depth, memo, well_known)
+        return total
+
+    low, high = 0, MAX_DEPTH  # the size grows with depth: find the last that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fields(mid) <= MAX_PLAN_FIELDS:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _struct_size(

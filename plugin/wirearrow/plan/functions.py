@@ -155,6 +155,8 @@ __all__ = [
     "strptime",
     "sub",
     "sum_",
+    "to_duration",
+    "to_timestamp",
     "trim",
     "trim_prefix",
     "trim_suffix",
@@ -1141,6 +1143,49 @@ def _age(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.subtract(values[0], values[1])
 
 
+def _epoch_ticks(v: Value) -> Value:
+    """An integer epoch as int64 ticks; a uint64 beyond int64 fits no Arrow time: null."""
+    if pa.types.is_uint64(v.type):
+        too_late = pc.greater(v, pa.scalar(2**63 - 1, pa.uint64()))
+        v = pc.if_else(too_late, pa.scalar(None, pa.uint64()), v)
+    return pc.cast(v, pa.int64())
+
+
+def _to_timestamp_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
+    return _instant_type(types[0], call)
+
+
+@_fn("to_timestamp", 1, 1, _to_timestamp_type, aux=("param",))
+def _to_timestamp(args: Sequence[Value], call: Call, n: int) -> Value:
+    v = args[0]
+    if _is_int(v.type):
+        return pc.cast(_epoch_ticks(v), _instant_type(v.type, call))
+    return _instant(v, call)
+
+
+def _to_duration_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
+    t = types[0]
+    if pa.types.is_duration(t):
+        return t
+    if _is_int(t):
+        return pa.duration(_time_unit(call, t))
+    if _is_null(t):
+        return pa.duration(_UNITS.get(call.param or 0, "us"))
+    raise ExprTypeError(
+        f"{call.func}: {_describe(call, 0)} is {t}; it needs an integer count of its unit "
+        "or a duration (a difference of two timestamps is one already: sub)"
+    )
+
+
+@_fn("to_duration", 1, 1, _to_duration_type, aux=("param",))
+def _to_duration(args: Sequence[Value], call: Call, n: int) -> Value:
+    v = args[0]
+    t = _to_duration_type([v.type], call)
+    if _is_int(v.type):
+        return pc.cast(_epoch_ticks(v), t)
+    return pc.cast(v, t)
+
+
 # ---- strptime -----------------------------------------------------------------------------------
 
 
@@ -1788,6 +1833,16 @@ def age(value: object, other: object = None, unit: str | None = None) -> Call:
 def epoch_to_date(value: object, unit: str | None = None) -> Call:
     """The UTC calendar date (date32) of a timestamp, or of an integer epoch in `unit`."""
     return _call("epoch_to_date", value, param=_unit_param(unit))
+
+
+def to_timestamp(value: object, unit: str | None = None) -> Call:
+    """An integer epoch in `unit` ("s", "ms", "us", "ns") as timestamp[unit, UTC]."""
+    return _call("to_timestamp", value, param=_unit_param(unit))
+
+
+def to_duration(value: object, unit: str | None = None) -> Call:
+    """An integer count of `unit` ("s", "ms", "us", "ns") as duration[unit]."""
+    return _call("to_duration", value, param=_unit_param(unit))
 
 
 def date_part(value: object, part: str, unit: str | None = None) -> Call:

@@ -2,7 +2,8 @@
 
 A Selection picks elements of one group under each element its parent selection picked.
 `all`, `slice` and `filter` fan out (one row per picked element, correlated with the parent:
-SQL UNNEST semantics); `index`, `key` and `cond` pick at most one element and add no rows.
+SQL UNNEST semantics); `index`, `key`, `match` (the N-th element a filter keeps) and `cond`
+pick at most one element and add no rows.
 Sibling fan-outs are cross-joined, the first one (in column order) outermost.
 """
 
@@ -36,9 +37,9 @@ class Selection:
     index: int
     parent: Selection | None
     group: int
-    kind: str  # "root" | "all" | "slice" | "filter" | "index" | "key" | "cond"
-    arg: object = None  # slice (start, stop, step) | index | key literal
-    predicate: PredicateSpec | None = None  # filter, cond, and key (key == literal)
+    kind: str  # "root" | "all" | "slice" | "filter" | "index" | "key" | "match" | "cond"
+    arg: object = None  # slice (start, stop, step) | index (also match's) | key literal
+    predicate: PredicateSpec | None = None  # filter, match, cond, and key (key == literal)
     text: str = ""  # the path up to and including this step, for messages
     dedupe: Leaf | None = None  # map [*]: the key; an entry whose key comes again is dropped
     children: list[Selection] = field(default_factory=list)

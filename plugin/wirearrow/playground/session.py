@@ -322,8 +322,16 @@ class Session:
             problems = getattr(err, "problems", None) or [str(err)]
             named = [p.replace("<string>", where, 1) for p in problems]
             return Compiled(None, None, [_problem(p) for p in named], text)
+        if plan.custom is not None:  # its records are (base, custom) pairs: none here
+            message = "custom_message plans read record pairs; the playground reads single records"
+            return Compiled(None, None, [_problem(f"{where}: custom_message: {message}")], text)
         proto = plan.proto
-        source = SchemaSource("proto", proto.file, proto.message, tuple(proto.import_paths))
+        if proto.descriptor_set is not None:
+            source = SchemaSource("descriptor_set", proto.descriptor_set, proto.message)
+        elif proto.module is not None:
+            source = SchemaSource("module", proto.module, proto.message)
+        else:
+            source = SchemaSource("proto", proto.file, proto.message, tuple(proto.import_paths))
         sites = _yaml_sites(text)
         try:
             schema = self._schema_of(source)

@@ -89,9 +89,10 @@ class JobStats:
     records_failed`` and, with ``on_error="dead_letter"``, ``dead_letters ==
     records_failed``: every input record is in the rows or in the dead letters.
     ``batches``: distinct input batches; ``attempts``: batch decodes reported (more than
-    ``batches`` when Ray re-ran some). ``workers``, ``compiles``, ``transcode_seconds``
-    and ``per_worker`` (each one's :class:`WorkerStats`) describe the work done, every
-    attempt included.
+    ``batches`` when Ray re-ran some). ``workers``, ``compiles``, ``transcode_seconds``,
+    ``nodes`` and ``per_worker`` (each one's :class:`WorkerStats`: its node, PID and
+    compiles) describe the work done, every attempt included: ``compiles == workers``
+    when each worker process compiled the plan once.
     """
 
     records_in: int
@@ -129,6 +130,11 @@ class JobStats:
             per_worker=per,
             dead_letter_files=tuple(sorted(files)),
         )
+
+    @property
+    def nodes(self) -> int:
+        """Ray nodes the work ran on (of ``per_worker``)."""
+        return len({w.node for w in self.per_worker})
 
     def counts(self) -> tuple[int, ...]:
         """The record counts alone (what two executions of one job agree on)."""

@@ -153,8 +153,6 @@ class Transcode:
         clash = set(self._keep) & set(derived.arrow_schema.names)
         if clash:
             raise ValueError(f"keep columns clash with the plan's output: {sorted(clash)}")
-        # Rows name their record through this column, dropped once keep= has used it.
-        self._index_name = _unused_name(*derived.arrow_schema.names, *self._keep)
         self._tc = derived
         self._column = column
         # How each record is encoded (format="json": protojson text, docs/json.md) and
@@ -224,10 +222,10 @@ class Transcode:
         values = _records_column(batch, self._column)
         before = self._tc.stats
         try:
-            if not self._keep:
-                rows = pa.Table.from_batches([self._tc.transcode(values, **self._input)])
-            else:
-                rows = self._transcode_keeping(batch, values)
+            carry = batch.select(self._keep) if self._keep else None
+            rows = pa.Table.from_batches(
+                [self._tc.transcode(values, carry=carry, **self._input)]
+            )
         except DecodeError as err:
             _locate(err, batch, self._column)
             raise err from None
@@ -277,17 +275,11 @@ class Transcode:
             )
         return rows
 
-    def _transcode_keeping(self, batch: pa.Table, values: pa.Array) -> pa.Table:
-        out = self._tc.transcode(values, record_index=self._index_name, **self._input)
-        index = out.column(self._index_name)
-        rows = pa.Table.from_batches([out]).drop_columns([self._index_name])
-        for name in self._keep:
-            rows = rows.append_column(batch.field(name), batch.column(name).take(index))
-        return rows
-
     def _dead_letters(self, batch: pa.Table, values: pa.Array) -> pa.Table:
         """The dead letters of this batch, with the ``source`` row of each."""
         dead = self._tc.dead_letters()
+        if "carry" in dead.column_names:  # the keep= columns: also in source, below
+            dead = dead.drop_columns(["carry"])
         others = [name for name in batch.column_names if name != self._column]
         if others:
             source = batch.select(others).take(dead.column("index"))
@@ -376,13 +368,6 @@ def batch_key(batch: pa.Table, column: str, values: pa.Array) -> str:
             ends = batch.select(others).take([0, n - 1]).to_pylist()
             h.update(repr(ends).encode())
     return h.hexdigest()
-
-
-def _unused_name(*taken: str) -> str:
-    name = "_record_index"
-    while name in taken:
-        name = f"_{name}"
-    return name
 
 
 def _records_column(batch: pa.Table, column: str) -> pa.Array:
