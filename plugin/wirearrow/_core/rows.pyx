@@ -261,11 +261,14 @@ def take_indices(const index_t[::1] idx, int64_t n_elements):
     cdef int64_t n = idx.shape[0], i, nulls = 0
     cdef bint identity = n == n_elements
     with nogil:
-        for i in range(n):
-            if idx[i] < 0:
-                nulls += 1
-            if identity and idx[i] != i:
-                identity = False
+        if identity:
+            for i in range(n):
+                if idx[i] != i:
+                    identity = False
+                    break
+        if not identity:
+            for i in range(n):  # branch-free: the compiler vectorises it
+                nulls += idx[i] < 0
     if identity:
         return None
     if nulls == 0:
