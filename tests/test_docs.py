@@ -8,8 +8,8 @@ A page's blocks share one namespace and run in order, from a scratch directory h
   (``python benchmarks/corpus.py --n 200 --out ev.u32le``);
 - symlinks to the repository's ``examples/`` and ``benchmarks/``.
 
-A block preceded by ``<!-- doctest: requires MODULE -->`` is left out when MODULE cannot
-be imported. Outputs are compared with ELLIPSIS and NORMALIZE_WHITESPACE; a failure shows
+A block preceded by ``<!-- doctest: requires MODULE [MODULE...] -->`` is left out when a
+MODULE cannot be imported. Outputs are compared with ELLIPSIS and NORMALIZE_WHITESPACE; a failure shows
 the doctest report with the page's own line numbers.
 
 ```console blocks run too, in the same kind of scratch directory, one bash per block:
@@ -43,7 +43,7 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 PROTO_BLOCK = re.compile(r"^```proto\n// (\S+\.proto)\n(.*?)^```$", re.S | re.M)
 PYCON_BLOCK = re.compile(
-    r"^(?:<!-- doctest: requires (?P<module>[\w.]+) -->\n)?```pycon\n(?P<body>.*?)^```$",
+    r"^(?:<!-- doctest: requires (?P<module>[\w. ]+?) -->\n)?```pycon\n(?P<body>.*?)^```$",
     re.S | re.M,
 )
 
@@ -85,9 +85,9 @@ def examples(page: Path) -> tuple[str, list[str]]:
     lines = [""] * (text.count("\n") + 1)
     missing = []
     for block in PYCON_BLOCK.finditer(text):
-        module = block.group("module")
-        if module and importlib.util.find_spec(module) is None:
-            missing.append(module)
+        absent = [m for m in (block.group("module") or "").split() if importlib.util.find_spec(m) is None]
+        if absent:
+            missing.extend(absent)
             continue
         first = text.count("\n", 0, block.start("body"))
         for k, line in enumerate(block.group("body").splitlines()):

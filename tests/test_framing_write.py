@@ -86,8 +86,10 @@ def test_chunked_and_view_inputs() -> None:
     assert len(wa.frame_records(pa.array([], pa.binary()), "tfrecord")) == 0
 
 
+@pytest.mark.beam  # (the minimal install has no Beam)
 def test_tfrecord_files_cross_check_with_beams_tfrecordio(tmp_path) -> None:
     pytest.importorskip("google_crc32c")
+    pytest.importorskip("apache_beam")
     from apache_beam.io.tfrecordio import _TFRecordUtil
 
     records = [b"", b"hello", bytes(range(256)) * 40, b"\x00" * 7]
@@ -105,9 +107,10 @@ def test_tfrecord_files_cross_check_with_beams_tfrecordio(tmp_path) -> None:
     assert wa.read_delimited(theirs.getvalue(), "tfrecord").to_pylist() == records
 
 
+@pytest.mark.beam  # (the minimal install has no Beam)
 def test_tfrecord_through_beams_read_from_tfrecord(tmp_path) -> None:
     pytest.importorskip("google_crc32c")
-    import apache_beam as beam
+    beam = pytest.importorskip("apache_beam")
     from apache_beam.testing.util import assert_that, equal_to
 
     records = [f"record {i}".encode() * (i % 5) for i in range(50)]
@@ -277,8 +280,9 @@ def test_cli_reads_tfrecord_and_dead_letters_a_crc_mismatch(tmp_path) -> None:
     assert "CRC32C does not match" in letters[0]["reason"]
 
 
+@pytest.mark.beam  # (the minimal install has no Beam)
 def test_beam_read_delimited_reads_tfrecord(tmp_path) -> None:
-    import apache_beam as beam
+    beam = pytest.importorskip("apache_beam")
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that, equal_to
 

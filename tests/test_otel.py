@@ -51,10 +51,10 @@ def traces() -> wa.Transcoder:
 
 def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """Rows with times as integer nanoseconds (exact, whatever pandas is around)."""
-    table = batch.to_pydict() | {
-        "start": batch.column("start").cast(pa.int64()).to_pylist(),
-        "duration": batch.column("duration").cast(pa.int64()).to_pylist(),
-    }
+    # (cast before any conversion: without pandas, ns times do not convert to Python at all)
+    times = ("start", "duration")
+    ints = [batch.column(n).cast(pa.int64()) if n in times else batch.column(n) for n in batch.schema.names]
+    table = pa.RecordBatch.from_arrays(ints, names=batch.schema.names).to_pydict()
     return [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
 
 
