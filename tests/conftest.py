@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +69,56 @@ def kafka_broker() -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.__exit__(None, None, None)
+
+
+# ---- one local Ray for the session ---------------------------------------------------------
+
+RAY_CPUS = 2  # the laptop case; the machine has 2 cores
+RAY_IDLE_WAIT = 120.0  # seconds a test waits for the CPUs the previous one left busy
+
+
+@pytest.fixture(scope="session")
+def _ray_for_the_session() -> Iterator[object]:
+    """A private local Ray of RAY_CPUS CPUs, started by the first test that needs it and
+    shut down after the session: one start-up instead of one per module."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # pragma: no cover - someone else's Ray: not ours to reuse
+        ray.shutdown()
+    ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_for_the_session: object) -> Iterator[None]:
+    """The session's local Ray, every CPU free when the test starts.
+
+    Ray Data leaves the tasks an early-stopped execution (``take()``, ``schema()``,
+    ``show()``) still had in flight alive, holding their actor and its CPUs, until Python's
+    garbage collector breaks a reference cycle of its executor (``StreamingExecutor`` <->
+    ``IssueDetectorManager``). A later job that needs an actor beside a task (an actor of
+    0.5 CPU and a read task of 1 on the 1 CPU left) then waits forever, and a test that
+    is waiting allocates nothing, so the collector never runs. Hence: collect, then wait
+    until every CPU is free; a test that finds them still busy after RAY_IDLE_WAIT
+    seconds fails, naming what holds them, instead of hanging CI."""
+    ray = _ray_for_the_session
+    deadline = time.monotonic() + RAY_IDLE_WAIT
+    while True:
+        gc.collect()
+        free = ray.available_resources().get("CPU", 0.0)  # type: ignore[attr-defined]
+        total = ray.cluster_resources().get("CPU", 0.0)  # type: ignore[attr-defined]
+        if free >= total:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"the local Ray still has {total - free:g} of {total:g} CPUs busy "
+                f"{RAY_IDLE_WAIT:.0f} s after the previous test: something it started "
+                "is still running (an actor pool not released, a task that never returns)"
+            )
+        time.sleep(0.2)
+    yield

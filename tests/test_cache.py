@@ -377,41 +377,35 @@ def test_a_new_process_starts_from_the_hubs_sizes(
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_ray_workers_merge_profiles_in_one_actor(schema: wa.Schema, tmp_path: Any) -> None:
+def test_ray_workers_merge_profiles_in_one_actor(
+    schema: wa.Schema, tmp_path: Any, ray_local: None
+) -> None:
     ray = pytest.importorskip("ray")
     war = pytest.importorskip("wirearrow.ray")
-    if ray.is_initialized():  # pragma: no cover
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        records = corpus.generate_skewed(2000, seed=5)
-        ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
-        ds = ds.repartition(4)
-        cache = ParserCache(share_every=200).share_with_ray("wa-test-hub")
-        tc = wa.Transcoder(schema, columns=PLAN)
-        out = war.transcode(ds, tc, profile=cache, batch_size=250).rows.to_arrow_refs()
-        rows = pa.concat_tables(ray.get(out))
-        assert rows.num_rows == wa.Transcoder(schema, columns=PLAN).transcode(records).num_rows
-        merged = ParserCache().share_with_ray("wa-test-hub").pull_from_ray()
-        assert merged.stats()["pending_profiles"] == 1
-        merged.save(tmp_path / "job.json")
-        # the next job starts from the saved, job-wide profile
-        loaded = ParserCache.load(tmp_path / "job.json")
-        tc = wa.Transcoder(schema, columns=PLAN, cache=loaded)
-        plan = loaded.stats()["plans"][0]
-        # pushed by the workers every 200 records; a worker's last pushes may still be due
-        assert 1000 <= plan["records_profiled"] <= len(records)
-        # the merged sizes are the job's: they size the next job's first batch
-        local = ParserCache()
-        wa.Transcoder(schema, columns=PLAN, cache=local).transcode(records)
-        assert plan["elements_per_record"] == pytest.approx(
-            local.stats()["plans"][0]["elements_per_record"], rel=0.1
-        )
-        assert tc._entry.capacities(100)[1] is not None
-    finally:
-        ray.shutdown()
+    records = corpus.generate_skewed(2000, seed=5)
+    ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
+    ds = ds.repartition(4)
+    cache = ParserCache(share_every=200).share_with_ray("wa-test-hub")
+    tc = wa.Transcoder(schema, columns=PLAN)
+    out = war.transcode(ds, tc, profile=cache, batch_size=250).rows.to_arrow_refs()
+    rows = pa.concat_tables(ray.get(out))
+    assert rows.num_rows == wa.Transcoder(schema, columns=PLAN).transcode(records).num_rows
+    merged = ParserCache().share_with_ray("wa-test-hub").pull_from_ray()
+    assert merged.stats()["pending_profiles"] == 1
+    merged.save(tmp_path / "job.json")
+    # the next job starts from the saved, job-wide profile
+    loaded = ParserCache.load(tmp_path / "job.json")
+    tc = wa.Transcoder(schema, columns=PLAN, cache=loaded)
+    plan = loaded.stats()["plans"][0]
+    # pushed by the workers every 200 records; a worker's last pushes may still be due
+    assert 1000 <= plan["records_profiled"] <= len(records)
+    # the merged sizes are the job's: they size the next job's first batch
+    local = ParserCache()
+    wa.Transcoder(schema, columns=PLAN, cache=local).transcode(records)
+    assert plan["elements_per_record"] == pytest.approx(
+        local.stats()["plans"][0]["elements_per_record"], rel=0.1
+    )
+    assert tc._entry.capacities(100)[1] is not None
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

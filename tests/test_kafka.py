@@ -27,21 +27,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ray_running():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
-
-
-def test_kafka_job_every_record_once(kafka_broker: str, ray_running, tmp_path: Path) -> None:
+def test_kafka_job_every_record_once(kafka_broker: str, ray_local, tmp_path: Path) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     n, partitions = 120, 3

@@ -40,26 +40,6 @@ NESTED = ROOT / "transforms" / "openrtb_nested.yaml"
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A private local Ray of 2 CPUs (the laptop case), shut down after the last test."""
-    if ray.is_initialized():  # pragma: no cover - another suite left one running
-        ray.shutdown()
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="session")
 def records() -> list[bytes]:
     return corpus.generate(400, seed=11)
 
@@ -199,7 +179,7 @@ def test_index_splits_on_record_boundaries(records: list[bytes], tmp_path: Path)
 # ---- on Ray ----------------------------------------------------------------------------------
 
 
-def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Path) -> None:
+def test_flat_equals_in_process(ray_local, records: list[bytes], tmp_path: Path) -> None:
     path = tmp_path / "events.varint"
     path.write_bytes(framed(records))
     ds = war.read_delimited(str(path), framing="varint", bytes_per_task=64_000)
@@ -215,7 +195,7 @@ def test_flat_equals_in_process(ray_session, records: list[bytes], tmp_path: Pat
     assert stats.nodes == 1 and stats.compiles == stats.workers >= 1
 
 
-def test_nested_equals_in_process(ray_session, records: list[bytes]) -> None:
+def test_nested_equals_in_process(ray_local, records: list[bytes]) -> None:
     # openrtb_nested.yaml keeps dead letters: transcode() collects them (none here).
     ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
     out = war.transcode(ds, str(NESTED), batch_size=150)
@@ -227,7 +207,7 @@ def test_nested_equals_in_process(ray_session, records: list[bytes]) -> None:
     assert out.dead_letters.count() == 0
 
 
-def test_dead_letters_nothing_lost(ray_session, records: list[bytes], tmp_path: Path) -> None:
+def test_dead_letters_nothing_lost(ray_local, records: list[bytes], tmp_path: Path) -> None:
     bad = {0, 7, 150, 151, 399}
     messages = corrupt(records, bad)
     path = tmp_path / "bad.u32be"
@@ -256,7 +236,7 @@ def test_dead_letters_nothing_lost(ray_session, records: list[bytes], tmp_path: 
         assert row["reason"] == "length prefix runs past the end of the enclosing message"
 
 
-def test_dead_letters_as_a_dataset(ray_session, records: list[bytes]) -> None:
+def test_dead_letters_as_a_dataset(ray_local, records: list[bytes]) -> None:
     messages = corrupt(records[:120], {5, 60})
     ds = ray.data.from_arrow(pa.table({"value": pa.array(messages, pa.binary())}))
     out = war.transcode(ds, FLAT, on_error="dead_letter", batch_size=40)
@@ -269,7 +249,7 @@ def test_dead_letters_as_a_dataset(ray_session, records: list[bytes]) -> None:
 
 
 @pytest.mark.parametrize("compute", ["actors", "tasks"])
-def test_plan_travels_once(ray_session, records: list[bytes], compute: str) -> None:
+def test_plan_travels_once(ray_local, records: list[bytes], compute: str) -> None:
     """One compile per actor (or per worker process, with tasks), whatever the batches."""
     table = pa.table({"value": pa.array(records, pa.binary())})
     ds = ray.data.from_arrow([table.slice(i, 100) for i in range(0, len(records), 100)])
@@ -284,7 +264,7 @@ def test_plan_travels_once(ray_session, records: list[bytes], compute: str) -> N
         assert worker.compiles == 1 and worker.batches >= 1
 
 
-def test_building_block_with_put_plan(ray_session, records: list[bytes]) -> None:
+def test_building_block_with_put_plan(ray_local, records: list[bytes]) -> None:
     ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
     plan_ref = war.put_plan(FLAT)
     out = ds.map_batches(
@@ -299,7 +279,7 @@ def test_building_block_with_put_plan(ray_session, records: list[bytes]) -> None
     assert rows_of(collect(out)) == rows_of(in_process(FLAT, records))
 
 
-def test_read_split_files(ray_session, records: list[bytes], tmp_path: Path) -> None:
+def test_read_split_files(ray_local, records: list[bytes], tmp_path: Path) -> None:
     """Split across tasks and grouped small files: every record exactly once, located."""
     folder = tmp_path / "topic"
     folder.mkdir()
@@ -324,7 +304,7 @@ def test_read_split_files(ray_session, records: list[bytes], tmp_path: Path) -> 
     assert by_glob.count() == len(records)
 
 
-def test_truncated_file_is_an_error(ray_session, records: list[bytes], tmp_path: Path) -> None:
+def test_truncated_file_is_an_error(ray_local, records: list[bytes], tmp_path: Path) -> None:
     path = tmp_path / "cut.varint"
     path.write_bytes(framed(records[:50])[:-10])
     with pytest.raises(ValueError, match="truncated varint stream"):  # found by the index
@@ -333,7 +313,7 @@ def test_truncated_file_is_an_error(ray_session, records: list[bytes], tmp_path:
         war.read_delimited(path).count()
 
 
-def test_kafka_shaped_input(ray_session, records: list[bytes], bid_class) -> None:
+def test_kafka_shaped_input(ray_local, records: list[bytes], bid_class) -> None:
     """A table shaped like ray.data.read_kafka's output (its KAFKA_MSG_SCHEMA, Ray 2.60);
     keep= carries columns onto each row of the record."""
     n = 200
@@ -368,7 +348,7 @@ def test_kafka_shaped_input(ray_session, records: list[bytes], bid_class) -> Non
     assert dead[0]["source"]["offset"] == 1042 and dead[0]["source"]["key"] == b"k42"
 
 
-def test_write_parquet(ray_session, records: list[bytes], tmp_path: Path) -> None:
+def test_write_parquet(ray_local, records: list[bytes], tmp_path: Path) -> None:
     path = tmp_path / "in.varint"
     path.write_bytes(framed(records))
     out = war.transcode(war.read_delimited(path), FLAT)
@@ -378,7 +358,7 @@ def test_write_parquet(ray_session, records: list[bytes], tmp_path: Path) -> Non
     assert out.job_stats().rows_out == written.num_rows
 
 
-def test_raise_policy_fails_the_job(ray_session, records: list[bytes]) -> None:
+def test_raise_policy_fails_the_job(ray_local, records: list[bytes]) -> None:
     messages = corrupt(records[:30], {12})
     table = pa.table({"value": pa.array(messages, pa.binary()), "n": pa.array(range(30))})
     out = war.transcode(ray.data.from_arrow(table), FLAT)  # the plan's policy: raise
@@ -404,7 +384,7 @@ def test_every_option_survives_on_error_and_keep() -> None:
         assert fn.spec == want, kwargs
 
 
-def test_confluent_framing_keeps_schema_ids_and_sources(ray_session) -> None:
+def test_confluent_framing_keeps_schema_ids_and_sources(ray_local) -> None:
     """Kafka values as Confluent's serializer writes them: rows, schema ids, dead letters."""
     pytest.importorskip("confluent_kafka.schema_registry.protobuf")
     import confluent_data
@@ -442,7 +422,7 @@ def test_confluent_framing_keeps_schema_ids_and_sources(ray_session) -> None:
 
 @pytest.mark.parametrize("compute", ["tasks", "actors"])
 def test_counts_of_a_job_run_twice_are_one_runs(
-    ray_session, records: list[bytes], tmp_path: Path, compute: str
+    ray_local, records: list[bytes], tmp_path: Path, compute: str
 ) -> None:
     """schema() and take() before the write execute the pipeline again: the counts and the
     dead letters (files and ledger) stay those of one execution."""
@@ -478,7 +458,34 @@ def test_counts_of_a_job_run_twice_are_one_runs(
             )
 
 
-def test_the_result_is_a_dataset(ray_session, records: list[bytes]) -> None:
+def test_take_on_an_actor_job_gives_its_cpus_back(
+    ray_local, records: list[bytes], tmp_path: Path
+) -> None:
+    """take() stops the execution early; the actor's task still in flight must not keep
+    holding its CPU (Ray Data frees it only when the garbage collector runs, which a
+    driver waiting on Ray never triggers: the next job on 2 CPUs would wait forever)."""
+    import gc
+    import time
+
+    path = tmp_path / "in.varint"
+    path.write_bytes(framed(records))
+    job = war.transcode(war.read_delimited(path, bytes_per_task=4_000), FLAT, compute="actors")
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the collection transcode's take() runs itself may free the actor
+    try:
+        assert len(job.take(5)) == 5
+        deadline = time.monotonic() + 20
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ray.available_resources().get("CPU", 0) == 2
+        # and the job still runs whole afterwards, on every CPU
+        assert job.count() == in_process(FLAT, records).num_rows
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_the_result_is_a_dataset(ray_local, records: list[bytes]) -> None:
     ds = ray.data.from_arrow(pa.table({"value": pa.array(records[:50], pa.binary())}))
     out = war.transcode(ds, FLAT)
     assert isinstance(out, ray.data.Dataset) and isinstance(out, war.TranscodeResult)
@@ -592,7 +599,7 @@ def _kill_a_map_worker(job, timeout: float = 120.0) -> int:
     raise AssertionError(f"no transcode batch was reported within {timeout} s")
 
 
-def test_exact_with_a_killed_worker(ray_session, fault_corpus, tmp_path: Path) -> None:
+def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> None:
     import threading
 
     path, messages, bad = fault_corpus

@@ -37,23 +37,6 @@ CODECS = {
 }
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """A local Ray of 2 CPUs: test_ray.py's when it runs in the same session (no second
-    start-up), else a private one, shut down after this file."""
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def framed(messages: list[bytes]) -> bytes:
     return b"".join(corpus.frame(messages, "varint"))
 
@@ -63,7 +46,7 @@ def collect(ds) -> pa.Table:
     return pa.concat_tables(blocks)
 
 
-def test_every_codec_one_task_each(ray_session, tmp_path: Path) -> None:
+def test_every_codec_one_task_each(ray_local, tmp_path: Path) -> None:
     records = corpus.generate(400, seed=5)
     parts = {}
     for i, (suffix, compress) in enumerate(CODECS.items()):
@@ -85,7 +68,7 @@ def test_every_codec_one_task_each(ray_session, tmp_path: Path) -> None:
         assert mine["offset"].to_pylist() == [0, *ends[:-1].tolist()]
 
 
-def test_explicit_compression_and_the_job(ray_session, tmp_path: Path) -> None:
+def test_explicit_compression_and_the_job(ray_local, tmp_path: Path) -> None:
     records = corpus.generate(200, seed=6)
     (tmp_path / "events").write_bytes(gzip.compress(framed(records)))
     job = war.transcode(war.read_delimited(tmp_path / "events", compression="gzip"), FLAT)
@@ -97,7 +80,7 @@ def test_explicit_compression_and_the_job(ray_session, tmp_path: Path) -> None:
         war.read_delimited(tmp_path / "events", compression="rar")
 
 
-def test_a_cut_compressed_file_names_the_break(ray_session, tmp_path: Path) -> None:
+def test_a_cut_compressed_file_names_the_break(ray_local, tmp_path: Path) -> None:
     data = zstandard.ZstdCompressor().compress(framed(corpus.generate(300, seed=7)))
     path = tmp_path / "cut.varint.zst"
     path.write_bytes(data[: len(data) // 2])
@@ -141,7 +124,7 @@ def test_read_error_rows_are_failures_with_their_reason_in_process(tmp_path: Pat
         raise_fn(batch.slice(0, 11))
 
 
-def test_a_cut_file_is_one_dead_letter_in_the_job(ray_session, tmp_path: Path) -> None:
+def test_a_cut_file_is_one_dead_letter_in_the_job(ray_local, tmp_path: Path) -> None:
     records = corpus.generate(300, seed=8)
     plain = framed(records)
     (tmp_path / "cut.varint").write_bytes(plain[:-7])  # the last record cut

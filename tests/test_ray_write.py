@@ -30,21 +30,6 @@ BAD_EVERY = 9  # rows i % BAD_EVERY == 4 hold a null list element: they cannot b
 
 
 @pytest.fixture(scope="module")
-def ray_running():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def schema(bid_schema) -> wa.Schema:
     return bid_schema
 
@@ -82,7 +67,7 @@ def with_bad_rows(table: pa.Table) -> tuple[pa.Table, set[int]]:
 # ---- Encode / encode() ---------------------------------------------------------------------
 
 
-def test_encode_actor_step_gives_the_runtimes_bytes(ray_running, schema, rows) -> None:
+def test_encode_actor_step_gives_the_runtimes_bytes(ray_local, schema, rows) -> None:
     table, expected = rows
     ref = war.put_plan(wa.Transcoder(schema))
     out = arrow(
@@ -103,7 +88,7 @@ def test_encode_actor_step_gives_the_runtimes_bytes(ray_running, schema, rows) -
     assert got == {f"k{i}": b for i, b in enumerate(expected)}
 
 
-def test_encode_dead_letters_and_job_stats(ray_running, schema, rows) -> None:
+def test_encode_dead_letters_and_job_stats(ray_local, schema, rows) -> None:
     table, expected = rows
     bad_table, bad = with_bad_rows(table)
     job = war.encode(
@@ -125,7 +110,7 @@ def test_encode_dead_letters_and_job_stats(ray_running, schema, rows) -> None:
     assert dead[0]["source"]["imp"] == [None]
 
 
-def test_encode_raises_naming_row_and_column(ray_running, schema, rows) -> None:
+def test_encode_raises_naming_row_and_column(ray_local, schema, rows) -> None:
     bad_table, _ = with_bad_rows(rows[0].slice(0, 10))
     with pytest.raises(Exception, match=r"row 4, column imp\[0\]: null element"):
         arrow(war.encode(ray.data.from_arrow(bad_table), wa.Transcoder(schema), keep=["key"]))
@@ -139,7 +124,7 @@ def test_encode_raises_naming_row_and_column(ray_running, schema, rows) -> None:
 
 
 @pytest.mark.parametrize("framing", ["varint", "u32be", "tfrecord"])
-def test_write_delimited_round_trip(ray_running, schema, rows, tmp_path, framing) -> None:
+def test_write_delimited_round_trip(ray_local, schema, rows, tmp_path, framing) -> None:
     table, expected = rows
     bad_table, bad = with_bad_rows(table.drop_columns(["key"]))
     out = tmp_path / "out"
@@ -169,7 +154,7 @@ def test_write_delimited_round_trip(ray_running, schema, rows, tmp_path, framing
         assert first == wa.read_delimited(stats.files[0], "tfrecord").to_pylist()
 
 
-def test_write_delimited_of_encoded_records(ray_running, schema, rows, tmp_path) -> None:
+def test_write_delimited_of_encoded_records(ray_local, schema, rows, tmp_path) -> None:
     table, expected = rows
     encoded = war.encode(ray.data.from_arrow(table), wa.Transcoder(schema), keep=["key"])
     stats = war.write_delimited(encoded, tmp_path / "enc", framing="u32le", column="record")
@@ -180,7 +165,7 @@ def test_write_delimited_of_encoded_records(ray_running, schema, rows, tmp_path)
         war.write_delimited(encoded, tmp_path / "x", wa.Transcoder(schema), column="record")
 
 
-def test_ray_datasource_reads_tfrecord_and_refuses_a_bad_crc(ray_running, tmp_path) -> None:
+def test_ray_datasource_reads_tfrecord_and_refuses_a_bad_crc(ray_local, tmp_path) -> None:
     records = corpus.generate(50, seed=3)
     data = wa.frame_records(pa.array(records), "tfrecord").to_pybytes()
     (tmp_path / "a.tfrecord").write_bytes(data)
@@ -212,7 +197,7 @@ def test_ray_datasource_reads_tfrecord_and_refuses_a_bad_crc(ray_running, tmp_pa
 
 
 @pytest.mark.kafka
-def test_kafka_decode_filter_project_encode_produce(ray_running, kafka_broker, schema) -> None:
+def test_kafka_decode_filter_project_encode_produce(ray_local, kafka_broker, schema) -> None:
     pytest.importorskip("confluent_kafka.schema_registry.protobuf")
     from confluent_kafka import Consumer, Producer, TopicPartition
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import os
 import posixpath
@@ -521,6 +522,31 @@ class TranscodeResult:
         """The counts so far: after the rows were consumed, those of the whole job."""
         ledger = self._wa_ledger
         return cast(JobStats, ray_module().get(ledger.actor.summary.remote(ledger.job)))
+
+    # Ray Data keeps the tasks an early-stopped execution still had in flight -- and the
+    # actor they run on, with its CPUs -- alive until Python's garbage collector breaks a
+    # reference cycle of its executor (StreamingExecutor <-> IssueDetectorManager). On a
+    # few CPUs the next job's actor then waits for those CPUs, forever if the driver
+    # allocates nothing meanwhile. The partial executions of an actor job collect at
+    # once (docs/ray.md, Resources); a full execution ends its tasks itself.
+    def take(self, *args: Any, **kwargs: Any) -> Any:
+        return self._collect_after("take", args, kwargs)
+
+    def take_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._collect_after("take_batch", args, kwargs)
+
+    def show(self, *args: Any, **kwargs: Any) -> Any:
+        return self._collect_after("show", args, kwargs)
+
+    def schema(self, *args: Any, **kwargs: Any) -> Any:
+        return self._collect_after("schema", args, kwargs)
+
+    def _collect_after(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return getattr(super(), name)(*args, **kwargs)
+        finally:
+            if self.compute == "actors":
+                gc.collect()
 
     def materialize(self) -> Any:
         """Run the job once and keep the rows in the object store: a
