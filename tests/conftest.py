@@ -5,6 +5,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,17 +78,21 @@ RAY_CPUS = 2  # the laptop case; the machine has 2 cores
 RAY_IDLE_WAIT = 120.0  # seconds a test waits for the CPUs the previous one left busy
 
 
-@pytest.fixture(scope="session")
-def _ray_for_the_session() -> Iterator[object]:
-    """A private local Ray of RAY_CPUS CPUs, started by the first test that needs it and
-    shut down after the session: one start-up instead of one per module."""
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():  # pragma: no cover - someone else's Ray: not ours to reuse
-        ray.shutdown()
+def _start_ray(ray: Any) -> None:
     ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+
+
+@pytest.fixture(scope="session")
+def _ray_for_the_session() -> Iterator[Any]:
+    """A private local Ray of RAY_CPUS CPUs, started by the first test that needs it and
+    shut down after the session: one start-up instead of one per module."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # someone else's Ray (a docs page's): not ours to reuse
+        ray.shutdown()
+    _start_ray(ray)
     try:
         yield ray
     finally:
@@ -95,7 +100,7 @@ def _ray_for_the_session() -> Iterator[object]:
 
 
 @pytest.fixture
-def ray_local(_ray_for_the_session: object) -> Iterator[None]:
+def ray_local(_ray_for_the_session: Any) -> Iterator[None]:
     """The session's local Ray, every CPU free when the test starts.
 
     Ray Data leaves the tasks an early-stopped execution (``take()``, ``schema()``,
@@ -107,11 +112,13 @@ def ray_local(_ray_for_the_session: object) -> Iterator[None]:
     until every CPU is free; a test that finds them still busy after RAY_IDLE_WAIT
     seconds fails, naming what holds them, instead of hanging CI."""
     ray = _ray_for_the_session
+    if not ray.is_initialized():  # a docs page ran its own Ray meanwhile, and stopped it
+        _start_ray(ray)
     deadline = time.monotonic() + RAY_IDLE_WAIT
     while True:
         gc.collect()
-        free = ray.available_resources().get("CPU", 0.0)  # type: ignore[attr-defined]
-        total = ray.cluster_resources().get("CPU", 0.0)  # type: ignore[attr-defined]
+        free = ray.available_resources().get("CPU", 0.0)
+        total = ray.cluster_resources().get("CPU", 0.0)
         if free >= total:
             break
         if time.monotonic() > deadline:
