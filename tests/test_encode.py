@@ -13,6 +13,7 @@ WIREARROW_HYPOTHESIS_SCALE=N multiplies the example counts, as in test_different
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
@@ -443,6 +444,48 @@ def test_recursion_cut_round_trips(data: st.DataObject) -> None:
         assert_round_trip(tc, wire, [_drop_unknown(cls, w) for w in wire])
         keep = wa.Transcoder(schema, max_depth=depth, keep_unknown=True)
         assert_round_trip(keep, wire, [_exact(cls, w) for w in wire])
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_a_sub_message_sent_twice_is_merged_at_and_below_the_cut(depth: int) -> None:
+    """upb merges a singular message field that occurs twice; so does the decoder, for the
+    levels it reads and for the bytes it keeps below a max_depth cut."""
+    schema, cls = _schema("roundtrip.proto", "wirearrow.tests.roundtrip.Tree")
+    first = cls(v=1)
+    first.left.v = 2
+    first.left.left.left.v = 3
+    first.left.kids.add(v=4)
+    second = cls()
+    second.left.left.v = 5  # merges into left.left: its left (v=3) stays
+    second.left.left.kids.add(v=6)
+    second.left.named["n"].v = 7
+    wire = [first.SerializeToString() + second.SerializeToString()]
+    merged = cls.FromString(wire[0])
+    assert merged.left.left.left.v == 3 and merged.left.left.v == 5  # the runtime merged
+    for keep in (False, True):
+        tc = wa.Transcoder(schema, max_depth=depth, keep_unknown=keep)
+        assert_round_trip(tc, wire, [_exact(cls, wire[0])])
+        tc = wa.Transcoder(schema, max_depth=depth, keep_unknown=keep, validate="full")
+        assert_round_trip(tc, wire, [_exact(cls, wire[0])])
+
+
+def test_a_struct_sent_twice_is_merged() -> None:
+    """docs/fuzzing.md finding 10: `st` with one entry, then an empty `st`, is for upb the
+    merged Struct (the entry kept); a Value sent twice merges too."""
+    schema, cls = _schema("roundtrip.proto", "wirearrow.tests.roundtrip.Wkt")
+    a, b, c = cls(), cls(), cls()
+    a.st["k"] = True
+    b.st.SetInParent()
+    c.st["j"] = "x"
+    a.val.struct_value["p"] = 1
+    c.val.struct_value["q"] = 2
+    wire = [a.SerializeToString() + b.SerializeToString() + c.SerializeToString()]
+    tc = wa.Transcoder(schema, columns=["st", "val"])
+    row = tc.transcode(wire).to_pylist()[0]
+    assert json.loads(row["st"]) == {"j": "x", "k": True}
+    assert json.loads(row["val"]) == {"p": 1, "q": 2}
+    whole = wa.Transcoder(schema)
+    assert_round_trip(whole, wire, [_exact(cls, wire[0])])
 
 
 def _with_unknown(tree: Any) -> Any:

@@ -657,6 +657,10 @@ OUTSIDE_THE_TYPE = [
     ("tod", {"hours": 24}, "google.type.TimeOfDay outside"),
     ("tod", {"seconds": 60}, "google.type.TimeOfDay outside"),
     ("tod", {"minutes": -1}, "google.type.TimeOfDay outside"),
+    # NullValue is an open enum: the runtime keeps 5, JSON null would give back 0
+    ("val", {"null_value": 5}, "google.protobuf.Value null_value 5 is not NULL_VALUE"),
+    ("st", "a Struct holding [null_value 3] under a", "google.protobuf.Value null_value 3"),
+    ("lv", {"values": [{"number_value": 1}, {"null_value": -2}]}, "google.protobuf.Value null_value -2"),
 ]
 
 
@@ -679,9 +683,13 @@ def test_well_known_values_outside_their_type_are_bad_records(
         date={"year": 2024, "month": 2, "day": 29},
         tod={"hours": 23, "minutes": 59, "seconds": 59, "nanos": 999_999_999},
     )
-    bad = Msg(**{field: value}, w_list=[{"value": 1}])
+    bad = Msg(w_list=[{"value": 1}])
+    if field == "st":  # a dict would give the Struct a key "fields"
+        bad.st.fields["a"].list_value.values.add().null_value = 3  # type: ignore[assignment]
+    else:
+        bad.MergeFrom(Msg(**{field: value}))
     records = [good.SerializeToString(), bad.SerializeToString()]
-    columns = ["ts", "dur", "times", "durs", "date", "tod"]
+    columns = ["ts", "dur", "times", "durs", "date", "tod", "val", "st", "lv"]
     tc = wa.Transcoder(schema, columns=columns, on_error="dead_letter", timestamp_unit="ns")
     batch = tc.transcode(records)
     assert batch.num_rows == 1, tc.dead_letters().to_pylist()

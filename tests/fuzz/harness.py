@@ -65,6 +65,7 @@ KNOWN = {
     "nanos outside": "Timestamp / Duration nanos outside the type (types.md)",
     "is not a whole calendar date": "google.type.Date that is not a calendar date (types.md)",
     "google.type.TimeOfDay outside": "TimeOfDay outside 00:00..23:59:59.999999999 (types.md)",
+    "is not NULL_VALUE (0)": "a Value whose null_value is not 0 (types.md)",
 }
 # A length prefix of 6-10 bytes (a small length padded with 0x80 bytes): protobuf 7's upb
 # rejects it, and so does wirearrow; protobuf 6's upb accepts it (docs/errors.md).
@@ -86,7 +87,6 @@ UPB_UNKNOWN = (
     "upb keeps as unknown what wirearrow reads or rejects: a known field with another wire "
     "type, a map entry holding an unknown field (finding)"
 )
-ODD_WKT = "a Value's null_value other than 0 comes back as 0 (finding)"
 
 
 @dataclass
@@ -192,8 +192,6 @@ def _explain(target: Target, record: bytes, message: Any | None, reason: str = "
         return GROUP_AS_LENGTH
     if message is not None and _has_unknown(message):
         return UPB_UNKNOWN
-    if message is not None and _odd_wkt(message):
-        return ODD_WKT
     if message is not None and _empty_value(message):
         return EMPTY_VALUE
     return None
@@ -249,18 +247,6 @@ def _empty_value(message: Any) -> bool:
                 and value.WhichOneof("kind") is None
             ):
                 return True
-    return False
-
-
-def _odd_wkt(message: Any) -> bool:
-    for m in _walk(message):
-        # An undeclared NullValue number: JSON null is written back as 0.
-        if (
-            m.DESCRIPTOR.full_name == "google.protobuf.Value"
-            and m.WhichOneof("kind") == "null_value"
-            and m.null_value
-        ):
-            return True
     return False
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
     A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
-    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
+    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_MERGE, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
     GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
@@ -1239,6 +1239,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
+            elif f.flags & F_MERGE:
+                st = merge_message_bytes(c, f.column, el, p, n)
             else:
                 st = store_string(c, f.column, el, p, n, False)
             if st != OK:
@@ -1461,6 +1463,28 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     return OK
 
 
+cdef int merge_message_bytes(Ctx* c, int32_t col, int64_t e, const uint8_t* s,
+                             int64_t n) noexcept nogil:
+    """The raw bytes of a singular sub-message (kept whole: Struct / Value / ListValue, a
+    level below max_depth) of element e. Sent twice, the message is the merge of both, as
+    upb merges it; serialized messages concatenated parse as exactly that merge, so a
+    second occurrence is appended to the first (which, the element being the newest, is
+    the arena's tail) instead of replacing it."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef int st
+    if e >= cs.filled or not cs.valid[e]:
+        return store_string(c, col, e, s, n, False)
+    if e + 1 != cs.filled:
+        return E_INTERNAL
+    st = arena_reserve(cs, n)
+    if st != OK:
+        return st
+    memcpy(cs.arena + cs.arena_len, s, n)
+    cs.arena_len += n
+    (<uint32_t*>cs.values)[e + 1] = <uint32_t>cs.arena_len
+    return OK
+
+
 cdef void close_offsets(ColumnStore* cs, int64_t count) noexcept nogil:
     """End the offsets of a bytes column at its group's count (capacity >= count)."""
     cdef uint32_t* off = <uint32_t*>cs.values
@@ -1596,4 +1620,7 @@ KIND = {
     "zigzag64": K_ZIGZAG64, "fixed32": K_FIXED32, "fixed64": K_FIXED64, "bytes": K_BYTES,
     "message": K_MESSAGE, "group": K_GROUP,
 }
-FLAG = {"repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT}
+FLAG = {
+    "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,
+    "merge": F_MERGE,
+}

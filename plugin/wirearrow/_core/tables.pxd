@@ -32,6 +32,7 @@ cdef enum Flag:
     F_PACKABLE = 2      # repeated scalar: wire type 2 carries packed values
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
+    F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
 
 # FieldEntry.action: what the decoder does with one value of the entry's own wire type,
 # settled once when the tables are built so that the hot loop dispatches a single time

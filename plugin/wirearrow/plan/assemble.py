@@ -262,6 +262,7 @@ class Assembler:
         raw = self._scalar(leaf.column, pa.binary(), n)
         out: list[str | None] = []
         bad: list[int] = []
+        outside: dict[int, str] = {}  # element -> why its value has no JSON form
         for element, value in enumerate(raw.to_pylist()):
             if value is None:
                 out.append(None)
@@ -275,11 +276,20 @@ class Assembler:
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
                 continue
-            obj = _json_object(msg)
+            try:
+                obj = _json_object(msg)
+            except _OutsideJson as err:
+                out.append(None)
+                bad.append(element)
+                outside[element] = str(err)
+                continue
             # Struct is a map: sorted keys make the text deterministic across runs.
             out.append(json.dumps(obj, separators=(",", ":"), sort_keys=True))
-        reason = f"malformed {leaf.message}"
-        problems = [(r, reason) for r in self.records_of(leaf.group, np.array(bad)).tolist()]
+        records = self.records_of(leaf.group, np.array(bad)).tolist()
+        problems = [
+            (r, outside.get(e, f"malformed {leaf.message}"))
+            for r, e in zip(records, bad, strict=True)
+        ]
         return pa.array(out, type=pa.utf8()), problems
 
     # -- filters ------------------------------------------------------------------------
@@ -775,6 +785,13 @@ def _json_class(message: str) -> type:
     }[message]
 
 
+class _OutsideJson(ValueError):
+    """A Struct / Value / ListValue the runtime holds but its JSON form cannot: NullValue
+    is an open enum, so the runtime keeps ``null_value = 5``, which JSON ``null`` would
+    write back as 0 -- a bad record, as the other values outside their type
+    (docs/types.md)."""
+
+
 def _json_object(msg: object) -> object:
     """Struct / Value / ListValue -> the Python value of its JSON form.
 
@@ -788,6 +805,10 @@ def _json_object(msg: object) -> object:
     if name == "google.protobuf.ListValue":
         return [_json_object(v) for v in msg.values]  # type: ignore[attr-defined]
     kind = msg.WhichOneof("kind")  # type: ignore[attr-defined]
+    if kind == "null_value" and msg.null_value != 0:  # type: ignore[attr-defined]
+        raise _OutsideJson(
+            f"google.protobuf.Value null_value {msg.null_value} is not NULL_VALUE (0)"  # type: ignore[attr-defined]
+        )
     if kind is None or kind == "null_value":
         return None
     if kind in ("struct_value", "list_value"):

@@ -265,6 +265,8 @@ class ProgramBuilder:
             child = entry.child.index
         elif is_message(fd):  # raw bytes of a sub-message
             kind, wire_type, child = KIND["bytes"], 2, -1
+            if entry.group < 0:  # singular: sent twice, it is merged, not replaced
+                flags |= FLAG["merge"]
         else:
             sk = scalar_kind(fd)
             kind, wire_type, child = sk.kind, sk.wire_type, -1
