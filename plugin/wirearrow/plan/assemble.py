@@ -261,8 +261,7 @@ class Assembler:
         cls = _json_class(leaf.message)
         raw = self._scalar(leaf.column, pa.binary(), n)
         out: list[str | None] = []
-        bad: list[int] = []
-        outside: dict[int, str] = {}  # element -> why its value has no JSON form
+        bad: list[tuple[int, str]] = []  # (element, reason)
         for element, value in enumerate(raw.to_pylist()):
             if value is None:
                 out.append(None)
@@ -271,7 +270,7 @@ class Assembler:
                 msg = cls.FromString(value)  # type: ignore[attr-defined]
             except (ProtobufDecodeError, RecursionError):
                 out.append(None)
-                bad.append(element)
+                bad.append((element, f"malformed {leaf.message}"))
                 continue
             if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
                 out.append(None)  # a Value with no kind has no JSON form
@@ -280,16 +279,13 @@ class Assembler:
                 obj = _json_object(msg)
             except _OutsideJson as err:
                 out.append(None)
-                bad.append(element)
-                outside[element] = str(err)
+                bad.append((element, str(err)))
                 continue
             # Struct is a map: sorted keys make the text deterministic across runs.
             out.append(json.dumps(obj, separators=(",", ":"), sort_keys=True))
-        records = self.records_of(leaf.group, np.array(bad)).tolist()
-        problems = [
-            (r, outside.get(e, f"malformed {leaf.message}"))
-            for r, e in zip(records, bad, strict=True)
-        ]
+        elements = np.array([e for e, _ in bad], dtype=np.int64)
+        records = self.records_of(leaf.group, elements).tolist()
+        problems = [(r, why) for r, (_, why) in zip(records, bad, strict=True)]
         return pa.array(out, type=pa.utf8()), problems
 
     # -- filters ------------------------------------------------------------------------
