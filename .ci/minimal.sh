@@ -22,5 +22,5 @@ fi
 # package, not plugin/ (pytest's rootdir and conftest still come from tests/).
 cd tests
 python -c "import wirearrow, sys; assert '/plugin/' not in wirearrow.__file__, wirearrow.__file__"
-python -m pytest -q -p no:cacheprovider -m "not ray and not beam" -c ../pyproject.toml --rootdir .. .
+python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not ray and not beam" -c ../pyproject.toml --rootdir .. .
 deactivate

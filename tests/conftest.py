@@ -129,3 +129,31 @@ def ray_local(_ray_for_the_session: Any) -> Iterator[None]:
             )
         time.sleep(0.2)
     yield
+
+
+# ---- two test processes: the engines in one, everything else spread ---------------------
+
+# Modules whose tests start Ray, Beam's multi-process runner, a broker or a notebook kernel,
+# whether or not they carry the ray/beam marks (a docs page's examples, the pipelines).
+ENGINE_MODULES = {
+    "test_docs", "test_notebook", "test_pipelines", "test_protojson_engines", "test_kafka",
+    "test_cache",
+}  # fmt: skip
+ENGINE_MARKS = ("ray", "beam", "cluster")
+ENGINE_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, as ``./run test`` runs the suite) every
+    test that runs an engine goes to one worker, in collection order: they share that
+    worker's one local Ray and broker, and two engines never compete for the 2 CPUs a
+    local Ray claims. The rest (most of the suite, single-threaded Python) runs on the
+    other workers meanwhile. Without xdist the mark does nothing."""
+    for item in items:
+        module = item.module.__name__ if item.module is not None else ""
+        if (
+            module in ENGINE_MODULES
+            or any(item.get_closest_marker(m) for m in ENGINE_MARKS)
+            or any(f in item.fixturenames for f in ENGINE_FIXTURES)
+        ):
+            item.add_marker(pytest.mark.xdist_group("engines"))
