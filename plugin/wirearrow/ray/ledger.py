@@ -262,7 +262,9 @@ class _LedgerActor:
     ) -> None:
         entry = self._job(job)
         entry.attempts += 1
-        entry.workers[stats.worker] = stats
+        seen = entry.workers.get(stats.worker)
+        if seen is None or stats.batches >= seen.batches:  # a resent older snapshot loses
+            entry.workers[stats.worker] = stats
         entry.batches[batch.key] = batch
         if dead:
             entry.dead[batch.key] = extent
