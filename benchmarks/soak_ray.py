@@ -4,11 +4,12 @@ Not a test (not in CI): it runs for minutes. Builds a corpus of ``--n`` records,
 its own id (``rec-<i>``, protobuf field 1), ``--bad`` of them corrupt; runs
 ``wirearrow.ray.transcode`` with ``on_error="dead_letter"`` and ``write_parquet``; while it
 runs, SIGKILLs a transcoding worker process (a pid from the ledger's per-worker stats) at
-random moments, ``--kills`` times. Then it reads the rows and dead letters back and reports
-records in / rows / dead letters / duplicates / lost, and whether ``job_stats()`` equals
-the truth.
+random moments, ``--kills`` times, and the job's ledger actor ``--ledger-kills`` times (its
+pid asked of the actor, found by name). Then it reads the rows and dead letters back and
+reports records in / rows / dead letters / duplicates / lost, and whether ``job_stats()``
+equals the truth.
 
-    python benchmarks/soak_ray.py --n 2000000 --kills 5
+    python benchmarks/soak_ray.py --n 2000000 --kills 5 --ledger-kills 2
 """
 
 from __future__ import annotations
@@ -53,20 +54,42 @@ def build(path: Path, n: int, bad_every: int, seed: int) -> set[int]:
     return bad
 
 
-def killer(job, kills: int, rng: random.Random, done: threading.Event, log: list) -> None:
-    """Kill a worker that reported a batch, ``kills`` times, at random moments."""
-    for _ in range(kills):
+def ledger_pid() -> int:
+    """The pid of this session's ledger actor (named; asked of the actor itself: Ray's
+    state API needs the dashboard)."""
+    import ray
+
+    from wirearrow.ray.ledger import _LEDGER_NAME
+
+    return ray.get(ray.get_actor(_LEDGER_NAME).__ray_call__.remote(lambda _self: os.getpid()))
+
+
+def killer(job, kills: int, ledger_kills: int, rng: random.Random, done: threading.Event,
+           log: list) -> None:
+    """Kill a worker that reported a batch ``kills`` times, and the ledger ``ledger_kills``
+    times, in random order at random moments."""
+    victims = ["worker"] * kills + ["ledger"] * ledger_kills
+    rng.shuffle(victims)
+    for kind in victims:
         if done.wait(rng.uniform(1.0, 6.0)):
             return
-        workers = [w for w in job.job_stats().per_worker if w.batches]
-        if not workers:
-            continue
-        victim = rng.choice(workers)
+        if kind == "ledger":
+            pid = ledger_pid()
+        else:
+            workers = [w for w in job.job_stats().per_worker if w.batches]
+            if not workers:
+                continue
+            pid = rng.choice(workers).pid
         try:
-            os.kill(victim.pid, signal.SIGKILL)
-            log.append(victim.pid)
+            os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:  # already gone (an earlier kill, or its task ended)
-            pass
+            continue
+        if kind == "ledger":  # until the restarted ledger answers (the call is retried)
+            started = time.perf_counter()
+            ledger_pid()
+            log.append((kind, pid, round(time.perf_counter() - started, 2)))
+        else:
+            log.append((kind, pid))
 
 
 def main() -> None:
@@ -74,6 +97,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2_000_000)
     ap.add_argument("--bad-every", type=int, default=100, help="1 in N records corrupt")
     ap.add_argument("--kills", type=int, default=5)
+    ap.add_argument("--ledger-kills", type=int, default=0, help="times to kill the ledger actor")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--compute", default="tasks", choices=["tasks", "actors"])
     ap.add_argument("--seed", type=int, default=0)
@@ -95,8 +119,8 @@ def main() -> None:
     job = war.transcode(ds, PLAN, on_error="dead_letter", dead_letters=work / "dead",
                         compute=args.compute)
     done, killed = threading.Event(), []
-    thread = threading.Thread(target=killer, args=(job, args.kills, random.Random(args.seed),
-                                                   done, killed))
+    thread = threading.Thread(target=killer, args=(job, args.kills, args.ledger_kills,
+                                                   random.Random(args.seed), done, killed))
     started = time.perf_counter()
     thread.start()
     try:
@@ -124,7 +148,9 @@ def main() -> None:
     counts = dict(zip(rows_per_id.field("values").to_pylist(),
                       rows_per_id.field("counts").to_pylist(), strict=True))
     fan = collections.Counter(c == base_rows[int(ident[4:]) % 2_000] for ident, c in counts.items())
-    print(f"job:    {wall:.1f} s, {len(killed)} worker(s) killed (pids {killed}); "
+    ledgers = sum(kill[0] == "ledger" for kill in killed)
+    print(f"job:    {wall:.1f} s, {len(killed) - ledgers} worker(s) and the ledger {ledgers} "
+          f"time(s) killed ({killed}); "
           f"{stats.attempts:,} batch reports for {stats.batches:,} batches")
     print(f"in:     {args.n:,} records")
     print(f"rows:   {ids.length():,} rows of {len(per_record):,} records")

@@ -84,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split-late",
         action="store_true",
-        help="route records later than the allowed lateness to OUT/late/ (wab.SplitLate)",
+        help="route records later than the allowed lateness to OUT/late/ as dead letters "
+        "(wab.SplitLate)",
+    )
+    parser.add_argument(
+        "--keep-too-late",
+        action="store_true",
+        help="the sinks keep the batches of records later than the allowed lateness under "
+        "OUT/parquet/_late/ and OUT/dead_letters/_late/ (WriteToParquetFiles(late_dir=...))",
     )
     args, beam_args = parser.parse_known_args(argv)
 
@@ -115,11 +122,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             records = split["on_time"]
         result = records | "Transcode" >> wab.ToArrow(args.plan)
+        # Without SplitLate or late_dir, records later than the allowed lateness are dropped
+        # by the sinks' grouping, uncounted (Beam's behaviour). late_dir keeps what comes
+        # after its window expired under _late/, counted (rows_late, dead_letters_late).
+        late_dir = "_late" if args.keep_too_late else None
         _ = result.batches | "WriteParquet" >> wab.WriteToParquetFiles(
-            f"{args.out}/parquet", schema=result.schema, shards=args.shards
+            f"{args.out}/parquet", schema=result.schema, shards=args.shards, late_dir=late_dir
         )
         _ = result.dead_letters | "WriteDeadLetters" >> wab.WriteDeadLetters(
-            f"{args.out}/dead_letters"
+            f"{args.out}/dead_letters", late_dir=late_dir
         )
     elapsed = time.perf_counter() - started
 
@@ -134,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.split_late:
         late = sum(pq.read_metadata(f).num_rows for f in Path(args.out, "late").glob("*.parquet"))
         print(f"{late:,} records later than the allowed lateness -> {args.out}/late/")
+    if args.keep_too_late:
+        late_rows = Path(args.out, "parquet", "_late").glob("*.parquet")
+        late = sum(pq.read_metadata(f).num_rows for f in late_rows)
+        print(f"{late:,} rows of records later than the allowed lateness -> "
+              f"{args.out}/parquet/_late/")
     return 0
 
 

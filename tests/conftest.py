@@ -131,6 +131,35 @@ def ray_local(_ray_for_the_session: Any) -> Iterator[None]:
     yield
 
 
+# ---- Beam ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def complete_direct_metrics(monkeypatch) -> None:
+    """The direct runner's streaming engine with every bundle's metrics, not the first's.
+
+    Its TransformExecutor makes a MetricsContainer per bundle and passes it to its
+    thread's ``StateSampler.scoped_state(step, "process", metrics_container=...)``, which
+    caches the ScopedState by step and state name and ignores the container on later
+    calls: from a step's second bundle on a thread, counters go into the first bundle's
+    container, already committed, and are lost (Beam 2.77,
+    ``runners/direct/executor.py``, ``runners/worker/statesampler.py``; docs/beam.md).
+    This drops the cached state when it holds another container (a no-op once Beam
+    passes each bundle's container on)."""
+    from apache_beam.runners.worker import statesampler
+
+    scoped = statesampler.StateSampler.scoped_state
+
+    def fresh(self, name_context, state_name, io_target=None, metrics_container=None):
+        state = scoped(self, name_context, state_name, io_target, metrics_container)
+        if metrics_container is not None and state.metrics_container is not metrics_container:
+            self._states_by_name.clear()
+            state = scoped(self, name_context, state_name, io_target, metrics_container)
+        return state
+
+    monkeypatch.setattr(statesampler.StateSampler, "scoped_state", fresh)
+
+
 # ---- two test processes: the engines in one, everything else spread ---------------------
 
 # Modules whose tests start Ray, Beam's multi-process runner, a broker or a notebook kernel,

@@ -690,12 +690,10 @@ def _broken(record: bytes) -> bytes:
     return record + b"\x0a\x7f"  # a field whose length runs past the record's end
 
 
-def test_streaming_dead_letters_are_parquet_files_per_window_firing(tmp_path, bid_corpus) -> None:
-    """Streaming dead letters: Parquet, the batch dead letters' columns, plain names; rows +
-    dead letters == records in but the too-late ones (dropped by Beam at the window's
-    GroupByKey: docs/beam.md says why they cannot be counted there)."""
-    records = [_broken(r) if i in (3, 25, 42) else r for i, r in enumerate(bid_corpus[:60])]
-    stream = (
+def _too_late_stream(records: list[bytes]) -> test_stream.TestStream:
+    """On time (0-39, two one-minute windows), late within the 300 s of allowed lateness
+    (40-44), then too late for windows the sink has seen (50-51, 55-59)."""
+    return (
         test_stream.TestStream()
         .add_elements([window.TimestampedValue(r, 10 + i) for i, r in enumerate(records[:20])])
         .add_elements([window.TimestampedValue(r, 70 + i) for i, r in enumerate(records[20:40])])
@@ -703,34 +701,101 @@ def test_streaming_dead_letters_are_parquet_files_per_window_firing(tmp_path, bi
         .add_elements([window.TimestampedValue(r, 30) for r in records[40:45]])  # late, allowed
         .advance_watermark_to(1000)
         .add_elements([window.TimestampedValue(r, 40) for r in records[55:60]])  # too late
+        .add_elements([window.TimestampedValue(r, 80) for r in records[50:52]])  # too late
         .advance_watermark_to_infinity()
     )
+
+
+def _counters(result) -> dict[str, int]:
+    """The committed wirearrow counters of a finished pipeline, summed over steps."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    got: Counter = Counter()
+    for c in result.metrics().query(MetricsFilter().with_namespace("wirearrow"))["counters"]:
+        got[c.key.metric.name] += c.committed
+    return dict(got)
+
+
+def _read_dir(directory: Path) -> pa.Table | None:
+    files = sorted(directory.glob("*.parquet"))
+    return pa.concat_tables(pq.read_table(f) for f in files) if files else None
+
+
+@pytest.mark.parametrize("late_dir", ["_late", None])
+def test_streaming_too_late_data_exactly_once(
+    tmp_path, bid_corpus, late_dir, complete_direct_metrics
+) -> None:
+    """Streaming with on-time, late and too-late data (some corrupt): rows + dead letters
+    == records in, each record once, and the counts equal a clean run's (the in-process
+    transcoder over the same records) -- counted from the outputs, and in the committed
+    metrics (with the direct runner's metrics bug worked around: complete_direct_metrics).
+    Dead letters are Parquet with plain names. With ``late_dir=None`` (Beam's own
+    behaviour) the too-late records vanish: the test says how many."""
+    broken = {3, 25, 42, 57}
+    records = [_broken(r) if i in broken else r for i, r in enumerate(bid_corpus[:60])]
+    sent = [records[i] for i in (*range(45), *range(50, 52), *range(55, 60))]
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     out, dead_dir = tmp_path / "out", tmp_path / "dead"
-    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
-        result = (
-            p
-            | stream
-            | minute_windows_late_by_300s()
-            | wab.ToArrow(ID_PLAN, batch_size=8)
-        )
-        _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
-        _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir))
+    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+    result = (
+        p
+        | _too_late_stream(records)
+        | minute_windows_late_by_300s()
+        | wab.ToArrow(ID_PLAN, batch_size=8)
+    )
+    _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema, late_dir=late_dir)
+    _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir), late_dir=late_dir)
+    run = p.run()
+    run.wait_until_finish()
+    metrics = _counters(run)
 
     pattern = re.compile(r"dead-\d{8}T\d{6}\.\d{6}Z-\d{8}T\d{6}\.\d{6}Z-\d+-00000-of-00001\.parquet")
     files = sorted(dead_dir.glob("*.parquet"))
     assert files and all(pattern.fullmatch(f.name) for f in files), [f.name for f in files]
-    dead = pa.concat_tables(pq.read_table(f) for f in files)
+    dead = _read_dir(dead_dir)
+    assert dead is not None
     assert dead.schema.names == [
         "index", "offset", "path", "reason", "raw", "key", "topic", "partition", "kafka_offset",
         "timestamp",
     ]
     assert dead.schema.names[:5] == DEAD_LETTER_SCHEMA.names
+    rows = _read_dir(out)
+    assert rows is not None
+    on_time = rows.column("id").to_pylist()
     assert sorted(dead.column("raw").to_pylist()) == sorted(records[i] for i in (3, 25, 42))
-    rows = pa.concat_tables(pq.read_table(f) for f in sorted(out.glob("*.parquet")))
-    assert rows.num_rows + dead.num_rows == 45  # records 0-44; 55-59 came too late
-    assert len(set(rows.column("id").to_pylist())) == rows.num_rows
+    too_late_rows = _read_dir(out / "_late") if late_dir else None
+    too_late_dead = _read_dir(dead_dir / "_late") if late_dir else None
+    if late_dir is None:  # Beam's own behaviour: dropped at the windows' grouping, uncounted
+        assert len(on_time) + dead.num_rows == 45  # 7 of 52 records came too late: gone
+        assert metrics["records_in"] == 52 and "rows_late" not in metrics
+        return
+    assert too_late_rows is not None and too_late_dead is not None
+    late_ids = too_late_rows.column("id").to_pylist()
+    assert too_late_dead.column("raw").to_pylist() == [records[57]]
+    assert too_late_dead.schema == dead.schema
+    ids = on_time + late_ids
+    assert len(ids) == len(set(ids))  # none twice
+    letters = dead.num_rows + too_late_dead.num_rows
+    assert len(ids) + letters == len(sent)  # none lost
+    clean = wa.load_plan(ID_PLAN).with_options(on_error="skip").transcoder()
+    expected = clean.transcode(sent).column("id").to_pylist()
+    assert sorted(ids) == sorted(expected)
+    counts = (len(ids) + letters, len(ids), letters, len(ids))  # in, ok, failed, rows out
+    assert counts == (
+        clean.stats.records_in, clean.stats.records_ok, clean.stats.records_failed,
+        clean.stats.rows_out,
+    )
+    in_, _, failed, rows_out = counts
+    assert (metrics["records_in"], metrics["records_failed"], metrics["rows_out"]) == (
+        in_, failed, rows_out,
+    )
+    assert metrics["rows_late"] == len(late_ids) == 6
+    assert metrics["dead_letters_late"] == too_late_dead.num_rows == 1
+    assert sorted(late_ids) == sorted(
+        expected_id for i in (50, 51, 55, 56, 58, 59)
+        for expected_id in clean.transcode([records[i]]).column("id").to_pylist()
+    )
 
 
 def test_batch_dead_letters_as_parquet_on_two_workers(tmp_path, bid_corpus) -> None:

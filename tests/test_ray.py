@@ -632,3 +632,89 @@ def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> 
     assert stats.counts() == once.counts()
     _check_exactly_once(pq.read_table(rows_dir), dead_rows(job), messages, bad)
     assert len(list((tmp_path / "dead").glob("dead-*.parquet"))) == len(stats.dead_letter_files)
+
+
+def _ledger_pid(job) -> int:
+    """The PID of the process of the job's ledger actor (Ray's state API needs the
+    dashboard, which the test session does not start: asked of the actor itself)."""
+    import os
+
+    return ray.get(job._wa_ledger.actor.__ray_call__.remote(lambda _self: os.getpid()))
+
+
+def test_exact_with_a_killed_ledger(ray_local, fault_corpus, tmp_path: Path) -> None:
+    """The ledger actor's process is killed mid-run: Ray restarts it, it replays its
+    journal, the reports it had not answered are sent again -- the job goes on and its
+    counts and dead letters (kept by the ledger: no dead_letters= path) stay exact."""
+    import os
+    import signal
+    import threading
+    import time
+
+    path, messages, bad = fault_corpus
+    clean = _fault_job(path)
+    clean.write_parquet(str(tmp_path / "clean"))
+    once = clean.job_stats()
+    assert once.records_in == len(messages) and once.dead_letters == len(bad)
+
+    job = _fault_job(path)
+    pid = _ledger_pid(job)
+    rows_dir = tmp_path / "rows"
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            job.write_parquet(str(rows_dir))
+        except BaseException as err:  # pragma: no cover - reported below
+            failure.append(err)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 120
+    while job.job_stats().batches < 2:  # mid-run: some batches in, most still to come
+        assert time.monotonic() < deadline, "no transcode batch reached the ledger"
+        time.sleep(0.01)
+    before = job.job_stats()
+    os.kill(pid, signal.SIGKILL)
+    writer.join(timeout=300)
+    assert not writer.is_alive() and not failure, failure
+    stats = job.job_stats()
+    assert _ledger_pid(job) != pid  # it did die, and came back
+    assert 0 < before.batches < stats.batches
+    assert stats.counts() == once.counts()
+    _check_exactly_once(pq.read_table(rows_dir), dead_rows(job), messages, bad)
+
+
+def test_ledger_journal_replays_and_cuts_a_torn_record(tmp_path: Path) -> None:
+    """What a restarted ledger finds: every report that returned, the dead letters read
+    back from the journal, and a record its death left half written cut off (that report
+    never returned: Ray sends it again, and it replaces nothing twice)."""
+    from wirearrow.ray.ledger import BatchResult, WorkerStats, _LedgerActor
+
+    def result(key: str, n: int) -> BatchResult:
+        return BatchResult(key, n, n - 1, 1, n, 10 * n, 1)
+
+    worker = WorkerStats("w", "node", 1, 1)
+    dead = pa.table({"index": pa.array([0], pa.int64()), "reason": ["bad"]})
+    first = _LedgerActor(str(tmp_path))
+    first.report("job", worker, result("a", 5), dead, None)
+    first.report("job", worker, result("b", 7), None, "dead-b.parquet")
+    first.report("job", worker, result("a", 5), dead, None)  # a retry: replaces
+    for out in first._out.values():  # its process dies: the OS closes the file
+        out.close()
+    journal = tmp_path / "job.journal"
+    whole = journal.stat().st_size
+    with journal.open("ab") as f:  # the start of a fourth report, then the kill
+        f.write(b"\xff" * 20)
+
+    second = _LedgerActor(str(tmp_path))
+    assert journal.stat().st_size == whole
+    assert second.summary("job").counts() == first.summary("job").counts() == (
+        12, 10, 2, 12, 120, 2, 2,
+    )
+    assert second.summary("job").dead_letter_files == ("dead-b.parquet",)
+    assert second.dead_letter_table("job", "a").equals(dead)
+    second.report("job", worker, result("c", 3), None, None)
+    assert _LedgerActor(str(tmp_path)).summary("job").records_in == 15
+    second.forget("job")
+    assert not journal.exists()

@@ -50,14 +50,21 @@ _EXPIRY_TIMER = beam.DoFn.TimerParam(_EXPIRY)
 
 
 class _LateGuardFn(beam.DoFn):
-    """(0, (element, window, timestamp)) -> the element in its window, or a late DeadLetter."""
+    """(0, (element, window, timestamp)) -> the element in its window, or (tagged
+    ``late_tag``) what :meth:`_late_element` makes of it, counted in ``metric`` by
+    :meth:`_weight`. This class passes late elements on as they are, one each."""
 
-    def __init__(self, allowed_lateness: Any, field: str, late_tag: str) -> None:
+    def __init__(self, allowed_lateness: Any, late_tag: str, metric: str) -> None:
         super().__init__()
         self._lateness = allowed_lateness
-        self._field = field
         self._late_tag = late_tag
-        self._late = Metrics.counter(METRICS_NAMESPACE, "records_late")
+        self._late = Metrics.counter(METRICS_NAMESPACE, metric)
+
+    def _weight(self, element: Any) -> int:
+        return 1
+
+    def _late_element(self, element: Any, win: Any, expiry: Any) -> Any:
+        return element
 
     def process(
         self,
@@ -70,8 +77,8 @@ class _LateGuardFn(beam.DoFn):
         expiry = win.max_timestamp() + self._lateness
         watermark = seen.read()
         if watermark is not None and expiry <= watermark:
-            self._late.inc()
-            yield pvalue.TaggedOutput(self._late_tag, self._letter(element, win, expiry))
+            self._late.inc(self._weight(element))
+            yield pvalue.TaggedOutput(self._late_tag, self._late_element(element, win, expiry))
             return
         expiries = pending.read() or []
         if expiry not in expiries:
@@ -94,7 +101,16 @@ class _LateGuardFn(beam.DoFn):
         if expiries:
             timer.set(expiries[0])
 
-    def _letter(self, element: Any, win: Any, expiry: Any) -> DeadLetter:
+
+
+class _LateRecordFn(_LateGuardFn):
+    """SplitLate's guard: a late record becomes a DeadLetter, counted in records_late."""
+
+    def __init__(self, allowed_lateness: Any, field: str, late_tag: str) -> None:
+        super().__init__(allowed_lateness, late_tag, "records_late")
+        self._field = field
+
+    def _late_element(self, element: Any, win: Any, expiry: Any) -> DeadLetter:
         key, raw, origin = None, element, None
         if isinstance(element, tuple) and not hasattr(element, "_fields") and len(element) == 2:
             key, raw = element
@@ -125,6 +141,39 @@ class _KeepWindow(beam_window.NonMergingWindowFn):
         return self._original.get_window_coder()
 
 
+def split_expired(pcoll: beam.PCollection, guard: _LateGuardFn, late_type: Any) -> tuple:
+    """(on time, late) of a windowed PCollection, through ``guard`` under one key: the
+    elements whose window has not expired, in their windows under ``pcoll``'s windowing,
+    and the late ones (``late_type``) firing one by one in the global window."""
+    windowing = pcoll.windowing
+    checked = (
+        pcoll
+        | "WithWindow"
+        >> beam.Map(_with_window).with_output_types(typing.Tuple[int, typing.Any])  # noqa: UP006
+        | "Global" >> beam.WindowInto(beam_window.GlobalWindows())
+        | "Guard"
+        >> beam.ParDo(guard)
+        .with_output_types(typing.Any, late=late_type)
+        .with_outputs("late", main="on_time")
+    )
+    on_time = checked.on_time | "Rewindow" >> beam.WindowInto(
+        _KeepWindow(windowing.windowfn),
+        trigger=windowing.triggerfn,
+        accumulation_mode=windowing.accumulation_mode,
+        allowed_lateness=windowing.allowed_lateness,
+        timestamp_combiner=windowing.timestamp_combiner,
+    )
+    # The late elements' own windows have closed: a grouping there would drop them again.
+    # They fire one by one in the global window instead, so a file sink writes them as
+    # they come.
+    late = checked.late | "LateFireAtOnce" >> beam.WindowInto(
+        beam_window.GlobalWindows(),
+        trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+        accumulation_mode=trigger.AccumulationMode.DISCARDING,
+    )
+    return on_time, late
+
+
 class SplitLate(beam.PTransform):
     """Windowed records -> ``{"on_time": ..., "late": ...}``: the records whose window has
     not expired (in their windows, under the input's windowing), and the records later
@@ -132,10 +181,12 @@ class SplitLate(beam.PTransform):
     "late: ..." reason (``index`` -1; ``raw``, ``key`` and the Kafka fields as for
     ToArrow's dead letters), counted in the ``records_late`` metric.
 
-    Apply it right after ``WindowInto`` and before ``ToArrow``: the sink's grouping would
-    otherwise drop the too-late records uncounted. Elements are what ToArrow takes (bytes,
-    ``(key, bytes)``, rows with a ``field``). The check runs under one key (a watermark the
-    whole stream shares): one state read per record on one worker.
+    Apply it right after ``WindowInto`` and before ``ToArrow`` to have too-late records
+    as dead letters rather than rows, or before a grouping of your own (which would drop
+    them). ``WriteToParquetFiles(late_dir=...)`` keeps the rows of too-late records
+    instead, checking batches rather than records. Elements are what ToArrow takes (bytes, ``(key, bytes)``, rows with a
+    ``field``). The check runs under one key (a watermark the whole stream shares): one
+    state read per record on one worker.
     """
 
     def __init__(self, field: str = "value") -> None:
@@ -143,32 +194,6 @@ class SplitLate(beam.PTransform):
         self._field = field
 
     def expand(self, pcoll: beam.PCollection):  # -> {"on_time", "late"} (Beam reads hints)
-        windowing = pcoll.windowing
-        checked = (
-            pcoll
-            | "WithWindow"
-            >> beam.Map(_with_window).with_output_types(typing.Tuple[int, typing.Any])  # noqa: UP006
-            | "Global" >> beam.WindowInto(beam_window.GlobalWindows())
-            | "Guard"
-            >> beam.ParDo(
-                _LateGuardFn(windowing.allowed_lateness, self._field, "late")
-            )
-            .with_output_types(typing.Any, late=DeadLetter)
-            .with_outputs("late", main="on_time")
-        )
-        on_time = checked.on_time | "Rewindow" >> beam.WindowInto(
-            _KeepWindow(windowing.windowfn),
-            trigger=windowing.triggerfn,
-            accumulation_mode=windowing.accumulation_mode,
-            allowed_lateness=windowing.allowed_lateness,
-            timestamp_combiner=windowing.timestamp_combiner,
-        )
-        # The late records' own windows have closed: a grouping there would drop them
-        # again. They fire one by one in the global window instead, so WriteDeadLetters
-        # (or any sink) writes them as they come.
-        late = checked.late | "LateFireAtOnce" >> beam.WindowInto(
-            beam_window.GlobalWindows(),
-            trigger=trigger.Repeatedly(trigger.AfterCount(1)),
-            accumulation_mode=trigger.AccumulationMode.DISCARDING,
-        )
+        guard = _LateRecordFn(pcoll.windowing.allowed_lateness, self._field, "late")
+        on_time, late = split_expired(pcoll, guard, DeadLetter)
         return {"on_time": on_time, "late": late}

@@ -17,6 +17,7 @@ from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 
+from wirearrow.beam.late import _LateGuardFn, split_expired
 from wirearrow.transcoder import DEAD_LETTER_SCHEMA
 
 _LOG = logging.getLogger(__name__)
@@ -198,6 +199,14 @@ class _FileNaming:
         return f"{head}-{destination}{extra}.parquet"
 
 
+class _LateBatchFn(_LateGuardFn):
+    """The sink's guard: a batch of a window already expired goes on whole (to the late
+    files), its rows counted in the sink's late metric."""
+
+    def _weight(self, element: pa.RecordBatch) -> int:
+        return element.num_rows
+
+
 class _DeleteDirFn(beam.DoFn):
     def __init__(self, directory: str) -> None:
         super().__init__()
@@ -223,6 +232,15 @@ class WriteToParquetFiles(beam.PTransform):
     ``path`` never holds a file without its footer. Accumulating triggers are refused
     (each firing would repeat earlier rows).
 
+    **Too late** (``late_dir``, e.g. ``"_late"``; off by default): on windowed unbounded
+    input, a batch whose window expired (its end plus the allowed lateness) before it
+    arrived -- which the grouping would drop, uncounted -- is written whole under
+    ``path/late_dir`` instead (a name starting with ``_`` keeps it out of readers of
+    ``path``), one file per firing as it comes, its rows counted in the ``late_metric``
+    metric. The check is one state read per batch, not per record (SplitLate's), but on
+    the direct runner its steps cost as much: docs/beam.md. None: Beam's own behaviour
+    (dropped).
+
     Returns the PCollection of fileio.FileResult of the files written.
 
     Args:
@@ -234,6 +252,8 @@ class WriteToParquetFiles(beam.PTransform):
         compression: Parquet codec ("zstd", "snappy", "gzip", "none", ...).
         row_group_size: rows per row group (at most).
         max_writers_per_bundle: files one bundle may have open at once (fileio's limit).
+        late_dir: where the batches of expired windows go (relative to ``path``), or None.
+        late_metric: the counter of their rows (namespace ``wirearrow``).
     """
 
     def __init__(
@@ -245,6 +265,8 @@ class WriteToParquetFiles(beam.PTransform):
         compression: str = "zstd",
         row_group_size: int = 128_000,
         max_writers_per_bundle: int = 64,
+        late_dir: Optional[str] = None,  # noqa: UP045
+        late_metric: str = "rows_late",
     ) -> None:
         super().__init__()
         if shards is not None and shards < 1:
@@ -256,6 +278,8 @@ class WriteToParquetFiles(beam.PTransform):
         self._compression = compression
         self._row_group_size = int(row_group_size)
         self._max_writers = int(max_writers_per_bundle)
+        self._late_dir = late_dir
+        self._late_metric = late_metric
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
         windowing = batches.windowing
@@ -275,6 +299,12 @@ class WriteToParquetFiles(beam.PTransform):
             elements = batches
         else:
             shards = self._shards or 1
+            if (
+                self._late_dir is not None
+                and not batches.is_bounded
+                and not isinstance(windowing.windowfn, beam_window.GlobalWindows)
+            ):
+                batches = self._keep_too_late(batches)
             elements = (
                 batches
                 | "AssignShard" >> beam.ParDo(_AssignShardFn(shards))
@@ -303,6 +333,24 @@ class WriteToParquetFiles(beam.PTransform):
                 | "DeleteTemp" >> beam.ParDo(_DeleteDirFn(temp_dir))
             )
         return results
+
+
+    def _keep_too_late(self, batches: beam.PCollection) -> beam.PCollection:
+        """The batches whose window has not expired; the others are written to late_dir."""
+        assert self._late_dir is not None
+        guard = _LateBatchFn(batches.windowing.allowed_lateness, "late", self._late_metric)
+        on_time, late = split_expired(batches, guard, pa.RecordBatch)
+        _ = late | "WriteTooLate" >> WriteToParquetFiles(
+            FileSystems.join(self._path, self._late_dir),
+            schema=self._schema,
+            shards=1,
+            file_prefix=self._prefix,
+            compression=self._compression,
+            row_group_size=self._row_group_size,
+            max_writers_per_bundle=self._max_writers,
+            late_dir=None,
+        )
+        return on_time
 
 
 def _first(element: tuple[str, Any]) -> str:
@@ -356,7 +404,7 @@ class WriteDeadLetters(beam.PTransform):
                 self._path,
                 schema=DEAD_LETTER_FILE_SCHEMA,
                 file_prefix=self._prefix,
-                **self._args,
+                **{"late_metric": "dead_letters_late", **self._args},
             )
         )
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
+import pickle
+import shutil
+import struct
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
@@ -88,8 +93,8 @@ class JobStats:
     before the write): they describe one execution. ``records_in == records_ok +
     records_failed`` and, with ``on_error="dead_letter"``, ``dead_letters ==
     records_failed``: every input record is in the rows or in the dead letters.
-    ``batches``: distinct input batches; ``attempts``: batch decodes reported (more than
-    ``batches`` when Ray re-ran some). ``workers``, ``compiles``, ``transcode_seconds``,
+    ``batches``: distinct input batches; ``attempts``: batch reports received (more
+    than ``batches`` when Ray re-ran some, or sent one again to a restarted ledger). ``workers``, ``compiles``, ``transcode_seconds``,
     ``nodes`` and ``per_worker`` (each one's :class:`WorkerStats`: its node, PID and
     compiles) describe the work done, every attempt included: ``compiles == workers``
     when each worker process compiled the plan once.
@@ -183,9 +188,13 @@ class JobLedger(Ledger):
 class _Job:
     workers: dict[str, WorkerStats] = field(default_factory=dict)
     batches: dict[str, BatchResult] = field(default_factory=dict)
-    dead: dict[str, Any] = field(default_factory=dict)  # batch key -> ObjectRef of a Table
+    dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> journal extent
     files: dict[str, str] = field(default_factory=dict)  # batch key -> dead-letter file
     attempts: int = 0
+
+
+# A journal record: its length (8 bytes, little-endian), then the pickled report.
+_LENGTH = struct.Struct("<Q")
 
 
 class _LedgerActor:
@@ -196,17 +205,73 @@ class _LedgerActor:
     would add to every job. num_cpus=0: it must never wait for a CPU. Everything a batch
     produced is kept under the batch's key, so a batch reported again (a retry, a second
     execution) replaces its first report: the job's counts are those of one execution.
-    Worker snapshots are cumulative per worker (diagnostics; the latest wins). Dead
-    letters sent here are ``ray.put`` by the ledger, which then owns them: they outlive
-    the Transcode actors (torn down when the job ends) and spill to disk like any object.
-    A job's entry is dropped when its TranscodeResult is garbage collected.
+    Worker snapshots are cumulative per worker (diagnostics; the latest wins).
+
+    It survives its own death: every report is appended to a journal (one file per job
+    in ``journal``, a directory on the driver's node, where the actor is pinned) *before*
+    the report returns, and a restarted actor (max_restarts) replays the journals in
+    ``__init__``; a report in flight when it died is sent again by Ray
+    (max_task_retries), and replaces its first copy like any re-report. The dead letters
+    sent here live in the journal only (the ledger keeps where each batch's are), and go
+    back to the driver as objects the driver owns. A job's entry and journal are dropped
+    when its TranscodeResult is garbage collected.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: str) -> None:
         self._jobs: dict[str, _Job] = {}
+        self._dir = journal
+        self._out: dict[str, BinaryIO] = {}
+        os.makedirs(journal, exist_ok=True)
+        for name in sorted(os.listdir(journal)):
+            if name.endswith(".journal"):
+                self._replay(name.removesuffix(".journal"))
+
+    def _path(self, job: str) -> str:
+        return os.path.join(self._dir, f"{job}.journal")
+
+    def _replay(self, job: str) -> None:
+        """Rebuild ``job`` from its journal; cut a record the death left half written (its
+        report never returned, so Ray sends it again)."""
+        path = self._path(job)
+        good = 0
+        with open(path, "rb") as f:
+            while True:
+                head = f.read(_LENGTH.size)
+                if len(head) < _LENGTH.size:
+                    break
+                (size,) = _LENGTH.unpack(head)
+                try:
+                    stats, batch, dead, file = pickle.loads(f.read(size))
+                except Exception:  # a record cut short: the end of what was written
+                    break
+                self._apply(job, stats, batch, dead is not None, file, (good, _LENGTH.size + size))
+                good = f.tell()
+        os.truncate(path, good)
 
     def _job(self, job: str) -> _Job:
         return self._jobs.setdefault(job, _Job())
+
+    def _apply(
+        self,
+        job: str,
+        stats: WorkerStats,
+        batch: BatchResult,
+        dead: bool,
+        file: str | None,
+        extent: tuple[int, int],
+    ) -> None:
+        entry = self._job(job)
+        entry.attempts += 1
+        seen = entry.workers.get(stats.worker)
+        if seen is None or stats.batches >= seen.batches:  # a resent older snapshot loses
+            entry.workers[stats.worker] = stats
+        entry.batches[batch.key] = batch
+        if dead:
+            entry.dead[batch.key] = extent
+        else:  # a re-report without dead letters (e.g. now written to a file) wins too
+            entry.dead.pop(batch.key, None)
+        if file is not None:
+            entry.files[batch.key] = file
 
     def report(
         self,
@@ -216,14 +281,18 @@ class _LedgerActor:
         dead: pa.Table | None,
         file: str | None,
     ) -> None:
-        entry = self._job(job)
-        entry.attempts += 1
-        entry.workers[stats.worker] = stats
-        entry.batches[batch.key] = batch
-        if dead is not None and dead.num_rows:
-            entry.dead[batch.key] = ray_module().put(dead)
-        if file is not None:
-            entry.files[batch.key] = file
+        if dead is not None and not dead.num_rows:
+            dead = None
+        # Written (to the OS: a killed process loses nothing it flushed) before the report
+        # returns: a report that returned is in the journal.
+        out = self._out.get(job)
+        if out is None:
+            out = self._out[job] = open(self._path(job), "ab")  # noqa: SIM115
+        data = pickle.dumps((stats, batch, dead, file), protocol=pickle.HIGHEST_PROTOCOL)
+        extent = (out.tell(), _LENGTH.size + len(data))
+        out.write(_LENGTH.pack(len(data)) + data)
+        out.flush()
+        self._apply(job, stats, batch, dead is not None, file, extent)
 
     def summary(self, job: str) -> JobStats:
         entry = self._job(job)
@@ -231,12 +300,24 @@ class _LedgerActor:
             entry.workers.values(), entry.batches.values(), entry.files.values(), entry.attempts
         )
 
-    def dead_letter_refs(self, job: str) -> list[Any]:
-        entry = self._job(job)
-        return [entry.dead[key] for key in sorted(entry.dead)]
+    def dead_letter_keys(self, job: str) -> list[str]:
+        return sorted(self._job(job).dead)
+
+    def dead_letter_table(self, job: str, key: str) -> pa.Table:
+        """The dead letters of one batch, read back from the journal. The caller owns the
+        returned object (Ray's rule for return values), so it outlives this actor."""
+        start, size = self._job(job).dead[key]
+        with open(self._path(job), "rb") as f:
+            f.seek(start + _LENGTH.size)
+            return pickle.loads(f.read(size - _LENGTH.size))[2]
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
+        out = self._out.pop(job, None)
+        if out is not None:
+            out.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(job))
 
 
 _LEDGER_NAME = "wirearrow.ray.ledger"
@@ -249,20 +330,42 @@ _LEDGERS: dict[tuple[str, str], Any] = {}
 
 
 def open_job_ledger() -> JobLedger:
-    """A new job in this session's ledger actor (created on first use)."""
-    ctx = ray_module().get_runtime_context()
+    """A new job in this session's ledger actor (created on first use).
+
+    The actor is pinned to the driver's node (it dies only with the node, which takes the
+    driver and its job with it) and keeps its journal in a temporary directory there,
+    removed when the driver exits. Ray restarts it when its process dies (max_restarts)
+    and sends again the calls it had not answered (max_task_retries): docs/ray.md,
+    Exactly once.
+    """
+    ray = ray_module()
+    ctx = ray.get_runtime_context()
     key = (ctx.get_job_id(), ctx.get_node_id())
     actor = _LEDGERS.get(key)
     if actor is None:
         _LEDGERS.clear()  # handles of an earlier session are dead anyway
-        actor = _ledger_class().options(name=_LEDGER_NAME, get_if_exists=True).remote()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        journal = tempfile.mkdtemp(prefix=f"wirearrow-ledger-{key[0]}-")
+        atexit.register(shutil.rmtree, journal, ignore_errors=True)
+        actor = (
+            _ledger_class()
+            .options(
+                name=_LEDGER_NAME,
+                get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(key[1], soft=False),
+            )
+            .remote(journal)
+        )
         _LEDGERS[key] = actor
     return JobLedger(actor, uuid.uuid4().hex, key)
 
 
 @functools.cache
 def _ledger_class() -> Any:
-    return ray_module().remote(num_cpus=0)(_LedgerActor)
+    # Restarted as often as it dies, every call retried: it does no work but bookkeeping,
+    # and what it knows is in its journal.
+    return ray_module().remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_LedgerActor)
 
 
 def forget_job(ledger: JobLedger) -> None:

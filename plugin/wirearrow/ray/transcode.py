@@ -568,9 +568,13 @@ class TranscodeResult:
             if files:
                 return ray.data.read_parquet(list(files), filesystem=self._wa_fs)
         else:
-            refs = ray.get(ledger.actor.dead_letter_refs.remote(ledger.job))
-            if refs:
-                return ray.data.from_arrow_refs(refs)
+            # One object per batch, each the return value of a call this driver made, so
+            # this driver owns them: the Dataset outlives a restart of the ledger.
+            keys = ray.get(ledger.actor.dead_letter_keys.remote(ledger.job))
+            if keys:
+                return ray.data.from_arrow_refs(
+                    [ledger.actor.dead_letter_table.remote(ledger.job, key) for key in keys]
+                )
         return ray.data.from_arrow(DEAD_LETTER_SCHEMA.empty_table())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
