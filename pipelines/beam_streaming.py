@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--split-late",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="route records later than the allowed lateness to OUT/late/ as dead letters "
-        "(wab.SplitLate)",
+        "(wab.SplitLate; on by default, so none vanishes uncounted: --no-split-late drops "
+        "them at the sinks' grouping, as Beam does, for 28-47%% less CPU)",
     )
     parser.add_argument(
         "--keep-too-late",
