@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+# setup.py sdist and build_py write their staging directories into the checkout itself:
+# under pytest-xdist these tests share one worker, so two builds never race in it.
+pytestmark = pytest.mark.xdist_group("packaging")
+
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "plugin" / "wirearrow" / "_core"
 EXTENSIONS = sorted(p.stem for p in CORE.glob("*.pyx"))

@@ -15,6 +15,7 @@ import pathlib
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet
 import pytest
 from google.protobuf import json_format
 from hypothesis import HealthCheck, Phase, given, settings
@@ -485,3 +486,20 @@ def test_timestamps_parse_as_the_runtime_parses_them(rich, data) -> None:
     stamps = data.draw(st.lists(_TIMESTAMPS, min_size=1, max_size=5))
     texts = [json.dumps({"ts": s, "times": [s]}) for s in stamps]
     check_parity(texts, cls, schema)
+
+
+def test_a_lone_surrogate_in_a_bad_text_makes_a_dead_letter_of_valid_text(rich, tmp_path) -> None:
+    """A JSON key "\\ud800" decodes to a lone surrogate, which the runtime's error message
+    quotes: the dead letter's utf8 columns (and Parquet) must still take the reason."""
+    schema = rich[2]
+    texts = ['{"\\ud800": 1}', '{"dealByNum": {"-129": "\\ud800"}}', '{"id": "ok"}']
+    tc = wa.Transcoder(schema, on_error="dead_letter")
+    assert tc.transcode(texts, format="json").num_rows == 1
+    dead = tc.dead_letters()
+    assert dead.column("index").to_pylist() == [0, 1]
+    reasons = dead.column("reason").to_pylist()
+    assert all("\\ud800" in r for r in reasons), reasons
+    pa.parquet.write_table(dead, tmp_path / "dead.parquet")
+    with pytest.raises(wa.DecodeError) as raised:
+        wa.Transcoder(schema).transcode(texts[:1], format="json")
+    str(raised.value).encode("utf-8")  # printable to any UTF-8 stream

@@ -65,6 +65,19 @@ class PlanError(WirearrowError, ValueError):
         super().__init__("\n".join(self.problems))
 
 
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes.
+
+    A reason or path may quote a bad record's own text (a JSON key or string ``"\\ud800"``
+    decodes to a lone surrogate), and a dead letter's ``utf8`` columns, Parquet and every
+    UTF-8 stream would refuse it: the error would cost more than its record."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 class DecodeError(WirearrowError, ValueError):
     """A record's bytes are not valid protobuf for the schema.
 
@@ -74,12 +87,12 @@ class DecodeError(WirearrowError, ValueError):
     """
 
     def __init__(self, reason: str, *, index: int, offset: int, path: str) -> None:
-        self.reason = reason
+        self.reason = _valid_text(reason)
         self.index = index
         self.offset = offset
-        self.path = path
-        where = f" at {path}" if path else ""
-        super().__init__(f"record {index}, byte {offset}{where}: {reason}")
+        self.path = _valid_text(path)
+        where = f" at {self.path}" if path else ""
+        super().__init__(f"record {index}, byte {offset}{where}: {self.reason}")
 
 
 class EncodeError(WirearrowError, ValueError):
