@@ -40,3 +40,13 @@ class ArrowTree:
         list_offsets: dict[int, pa.Buffer],
         given: dict[int, pa.Array],
     ) -> list[pa.Array]: ...
+def epoch_outside(
+    seconds: _Bytes,
+    nanos: _Bytes,
+    seconds_valid: _Bytes | None,
+    nanos_valid: _Bytes | None,
+    present: _Bytes | None,
+    n: int,
+    per: int,
+    duration: bool,
+) -> tuple[np.ndarray, np.ndarray]: ...

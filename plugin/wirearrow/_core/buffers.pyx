@@ -18,6 +18,7 @@ from cpython.pythread cimport (
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -373,6 +374,66 @@ def epoch_values(const uint8_t[::1] seconds, const uint8_t[::1] nanos, object se
     return values, OwnedBuffer.adopt(bits, nbytes, bitmap_alloc), nulls, lost
 
 
+
+def epoch_outside(const uint8_t[::1] seconds, const uint8_t[::1] nanos, object seconds_valid,
+                  object nanos_valid, object present, int64_t n, int64_t per, bint duration):
+    """The elements whose Timestamp / Duration cannot be a value of the column's unit, in
+    one pass without the GIL (numpy's dozen passes over the batch held it): returns
+    (out_of_range, bad_nanos), int64 element indices of present values (`present`: the
+    message's validity bytes, None = every element) whose seconds lie beyond what the
+    unit holds, and whose nanos are outside 0..999,999,999 (a Timestamp) or outside
+    -999,999,999..999,999,999 or of another sign than the seconds (a Duration). A part
+    that did not come counts as 0."""
+    if not (0 <= n and seconds.shape[0] >= n * 8 and nanos.shape[0] >= n * 4
+            and 1 <= per <= 1_000_000_000):
+        raise ValueError("epoch_outside: inputs do not match n / per")
+    cdef const uint8_t[::1] sv = seconds_valid if seconds_valid is not None else None
+    cdef const uint8_t[::1] nv = nanos_valid if nanos_valid is not None else None
+    cdef const uint8_t[::1] pv = present if present is not None else None
+    if ((sv is not None and sv.shape[0] < n) or (nv is not None and nv.shape[0] < n)
+            or (pv is not None and pv.shape[0] < n)):
+        raise ValueError("epoch_outside: validity shorter than n")
+    cdef const int64_t* s = <const int64_t*>&seconds[0] if n > 0 else NULL
+    cdef const int32_t* ns = <const int32_t*>&nanos[0] if n > 0 else NULL
+    cdef const uint8_t* s_ok = &sv[0] if sv is not None and n > 0 else NULL
+    cdef const uint8_t* n_ok = &nv[0] if nv is not None and n > 0 else NULL
+    cdef const uint8_t* p_ok = &pv[0] if pv is not None and n > 0 else NULL
+    cdef int64_t limit = (<int64_t>0x7FFFFFFFFFFFFFFF - 1_000_000_000) // per
+    cdef int64_t i, sec, nano, n_range = 0, n_nanos = 0, pass_
+    cdef int64_t* out_range = NULL
+    cdef int64_t* out_nanos = NULL
+    cdef int64_t[::1] r
+    cdef int64_t[::1] q
+    for pass_ in range(2):
+        if pass_ == 1:
+            ranges = np.empty(n_range, dtype=np.int64)
+            nanos_bad = np.empty(n_nanos, dtype=np.int64)
+            if n_range == 0 and n_nanos == 0:
+                break
+            r = ranges
+            q = nanos_bad
+            out_range = &r[0] if n_range > 0 else NULL
+            out_nanos = &q[0] if n_nanos > 0 else NULL
+            n_range = n_nanos = 0
+        with nogil:
+            for i in range(n):
+                if p_ok != NULL and p_ok[i] == 0:
+                    continue
+                sec = s[i] if s_ok == NULL or s_ok[i] != 0 else 0
+                nano = ns[i] if n_ok == NULL or n_ok[i] != 0 else 0
+                if sec > limit or sec < -limit:
+                    if out_range != NULL:
+                        out_range[n_range] = i
+                    n_range += 1
+                if (nano < -999_999_999 or nano > 999_999_999
+                        or (not duration and nano < 0)
+                        or (duration and ((sec > 0 and nano < 0) or (sec < 0 and nano > 0)))):
+                    if out_nanos != NULL:
+                        out_nanos[n_nanos] = i
+                    n_nanos += 1
+    return ranges, nanos_bad
+
+
 # ---- whole trees of arrays through the Arrow C data interface ------------------------
 #
 # A whole-message batch has ~100 arrays (a struct or list per message and repeated field,
@@ -563,10 +624,22 @@ cdef class ArrowTree:
         cdef int64_t* key_job = <int64_t*>PyMem_RawMalloc((n_cols + 1) * sizeof(int64_t))
         cdef int64_t i, j, k, node, n, job, kind, col, nbytes, count = 0, visited = 0
         cdef int64_t root_len = -1
+        # Group sizes and the given nodes as C arrays: read once per node below.
+        cdef int64_t n_groups = len(counts)
+        cdef int64_t* sizes = <int64_t*>PyMem_RawMalloc((n_groups + 1) * sizeof(int64_t))
+        cdef uint8_t* is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
         cdef const uint32_t* off
         cdef int64_t* stack = NULL
         cdef ArrowArray* a
         try:
+            if sizes == NULL or is_given == NULL:
+                raise MemoryError()
+            for i in range(n_groups):
+                sizes[i] = counts[i]
+            for i in given:
+                if not 0 <= i < n_nodes:
+                    raise ValueError(f"ArrowTree: no node {i}")
+                is_given[i] = 1
             if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
                     or t.bitmap_alloc == NULL or src == NULL or src_n == NULL
                     or zeros == NULL or node_job == NULL or bits_job == NULL
@@ -589,12 +662,15 @@ cdef class ArrowTree:
                 node = stack[k]
                 kind = self.prog[node, P_KIND]
                 a = &t.nodes[node]
-                n = counts[self.prog[node, P_GROUP]]
+                j = self.prog[node, P_GROUP]
+                if not 0 <= j < n_groups:
+                    raise ValueError(f"ArrowTree: node {node} in no group")
+                n = sizes[j]
                 a.length = n
                 a.buffers = &t.bufs[3 * node]
                 a.private_data = <void*>t
                 visited += 1
-                if kind == T_GIVEN or node in given:
+                if kind == T_GIVEN or is_given[node]:
                     arr = given[node]
                     if len(arr) != n:
                         raise AssertionError(f"ArrowTree: node {node} given {len(arr)} values, not {n}")
@@ -676,6 +752,8 @@ cdef class ArrowTree:
                 for job in range(count):
                     zeros[job] = pack_into(src[job], src_n[job], t.bitmaps[job])
         except BaseException:
+            PyMem_RawFree(sizes)
+            PyMem_RawFree(is_given)
             PyMem_RawFree(stack)
             PyMem_RawFree(src)
             PyMem_RawFree(src_n)
@@ -686,6 +764,8 @@ cdef class ArrowTree:
             tree_free(t)
             raise
         PyMem_RawFree(stack)
+        PyMem_RawFree(sizes)
+        PyMem_RawFree(is_given)
         # Each node's bitmap (or none: no nulls), its packed bools, its null count.
         for node in range(n_nodes):
             a = &t.nodes[node]
