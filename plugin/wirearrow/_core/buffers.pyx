@@ -8,6 +8,9 @@ batch here.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+
+cdef extern from "Python.h":
+    int Py_IsInitialized() nogil
 from cpython.pythread cimport (
     WAIT_LOCK,
     PyThread_acquire_lock,
@@ -518,7 +521,8 @@ ctypedef struct Tree:
 
 cdef void tree_free(Tree* t) noexcept nogil:
     cdef int64_t i
-    if t.owners != NULL:
+    # (At interpreter exit the owners are left: Python objects cannot be freed then.)
+    if t.owners != NULL and Py_IsInitialized():
         with gil:
             Py_DECREF(<object>t.owners)
     for i in range(t.n_bitmaps):
