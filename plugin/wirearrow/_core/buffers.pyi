@@ -1,6 +1,7 @@
 from typing import TypeAlias
 
 import numpy as np
+import pyarrow as pa
 from typing_extensions import Buffer, disjoint_base
 
 # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
@@ -24,3 +25,28 @@ def epoch_values(
     n: int,
     per: int,
 ) -> tuple[OwnedBuffer, OwnedBuffer | None, int, int]: ...
+
+@disjoint_base
+class ArrowTree:
+    def __init__(
+        self, prog: np.ndarray, kids: np.ndarray, roots: np.ndarray, schema: pa.Schema
+    ) -> None: ...
+    def build(
+        self,
+        col_values: list[object],
+        col_valid: list[object],
+        col_arena: list[object],
+        counts: list[int],
+        list_offsets: dict[int, pa.Buffer],
+        given: dict[int, pa.Array],
+    ) -> list[pa.Array]: ...
+def epoch_outside(
+    seconds: _Bytes,
+    nanos: _Bytes,
+    seconds_valid: _Bytes | None,
+    nanos_valid: _Bytes | None,
+    present: _Bytes | None,
+    n: int,
+    per: int,
+    duration: bool,
+) -> tuple[np.ndarray, np.ndarray]: ...

@@ -5,8 +5,12 @@ The decoder keeps one byte per slot for validity and bools (a byte store on the 
 cheaper than a read-modify-write of a bit); packing them into Arrow bitmaps happens once per
 batch here.
 """
-from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+
+cdef extern from "Python.h":
+    int Py_IsInitialized() nogil
 from cpython.pythread cimport (
     WAIT_LOCK,
     PyThread_acquire_lock,
@@ -14,8 +18,11 @@ from cpython.pythread cimport (
     PyThread_release_lock,
     PyThread_type_lock,
 )
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
+
+import numpy as np
+import pyarrow as pa
 
 
 cdef extern from *:
@@ -368,3 +375,454 @@ def epoch_values(const uint8_t[::1] seconds, const uint8_t[::1] nanos, object se
         pool_free(bits, bitmap_alloc)
         return values, None, 0, lost
     return values, OwnedBuffer.adopt(bits, nbytes, bitmap_alloc), nulls, lost
+
+
+
+def epoch_outside(const uint8_t[::1] seconds, const uint8_t[::1] nanos, object seconds_valid,
+                  object nanos_valid, object present, int64_t n, int64_t per, bint duration):
+    """The elements whose Timestamp / Duration cannot be a value of the column's unit, in
+    one pass without the GIL (numpy's dozen passes over the batch held it): returns
+    (out_of_range, bad_nanos), int64 element indices of present values (`present`: the
+    message's validity bytes, None = every element) whose seconds lie beyond what the
+    unit holds, and whose nanos are outside 0..999,999,999 (a Timestamp) or outside
+    -999,999,999..999,999,999 or of another sign than the seconds (a Duration). A part
+    that did not come counts as 0."""
+    if not (0 <= n and seconds.shape[0] >= n * 8 and nanos.shape[0] >= n * 4
+            and 1 <= per <= 1_000_000_000):
+        raise ValueError("epoch_outside: inputs do not match n / per")
+    cdef const uint8_t[::1] sv = seconds_valid if seconds_valid is not None else None
+    cdef const uint8_t[::1] nv = nanos_valid if nanos_valid is not None else None
+    cdef const uint8_t[::1] pv = present if present is not None else None
+    if ((sv is not None and sv.shape[0] < n) or (nv is not None and nv.shape[0] < n)
+            or (pv is not None and pv.shape[0] < n)):
+        raise ValueError("epoch_outside: validity shorter than n")
+    cdef const int64_t* s = <const int64_t*>&seconds[0] if n > 0 else NULL
+    cdef const int32_t* ns = <const int32_t*>&nanos[0] if n > 0 else NULL
+    cdef const uint8_t* s_ok = &sv[0] if sv is not None and n > 0 else NULL
+    cdef const uint8_t* n_ok = &nv[0] if nv is not None and n > 0 else NULL
+    cdef const uint8_t* p_ok = &pv[0] if pv is not None and n > 0 else NULL
+    cdef int64_t limit = (<int64_t>0x7FFFFFFFFFFFFFFF - 1_000_000_000) // per
+    cdef int64_t i, sec, nano, n_range = 0, n_nanos = 0, pass_
+    cdef int64_t* out_range = NULL
+    cdef int64_t* out_nanos = NULL
+    cdef int64_t[::1] r
+    cdef int64_t[::1] q
+    for pass_ in range(2):
+        if pass_ == 1:
+            ranges = np.empty(n_range, dtype=np.int64)
+            nanos_bad = np.empty(n_nanos, dtype=np.int64)
+            if n_range == 0 and n_nanos == 0:
+                break
+            r = ranges
+            q = nanos_bad
+            out_range = &r[0] if n_range > 0 else NULL
+            out_nanos = &q[0] if n_nanos > 0 else NULL
+            n_range = n_nanos = 0
+        with nogil:
+            for i in range(n):
+                if p_ok != NULL and p_ok[i] == 0:
+                    continue
+                sec = s[i] if s_ok == NULL or s_ok[i] != 0 else 0
+                nano = ns[i] if n_ok == NULL or n_ok[i] != 0 else 0
+                if sec > limit or sec < -limit:
+                    if out_range != NULL:
+                        out_range[n_range] = i
+                    n_range += 1
+                if (nano < -999_999_999 or nano > 999_999_999
+                        or (not duration and nano < 0)
+                        or (duration and ((sec > 0 and nano < 0) or (sec < 0 and nano > 0)))):
+                    if out_nanos != NULL:
+                        out_nanos[n_nanos] = i
+                    n_nanos += 1
+    return ranges, nanos_bad
+
+
+# ---- whole trees of arrays through the Arrow C data interface ------------------------
+#
+# A whole-message batch has ~100 arrays (a struct or list per message and repeated field,
+# an array per scalar field). Built one pa.Array.from_buffers call at a time, that is
+# Python run per array with the GIL held, while another thread's batch waits for it. Here
+# one call fills the C ArrowArray structs of every array over the decoder's buffers (no
+# copy: the structs point into them and keep them alive until Arrow releases the tree),
+# packs the validity bitmaps without the GIL, and pyarrow imports the whole tree at once.
+
+
+cdef extern from *:
+    """
+    #ifndef ARROW_C_DATA_INTERFACE
+    #define ARROW_C_DATA_INTERFACE
+    struct ArrowSchema {
+      const char* format; const char* name; const char* metadata; int64_t flags;
+      int64_t n_children; struct ArrowSchema** children; struct ArrowSchema* dictionary;
+      void (*release)(struct ArrowSchema*); void* private_data;
+    };
+    struct ArrowArray {
+      int64_t length; int64_t null_count; int64_t offset; int64_t n_buffers;
+      int64_t n_children; const void** buffers; struct ArrowArray** children;
+      struct ArrowArray* dictionary; void (*release)(struct ArrowArray*); void* private_data;
+    };
+    #endif
+    static inline int64_t wa_release_ref(int64_t* refs) {
+        return __atomic_sub_fetch(refs, 1, __ATOMIC_ACQ_REL);
+    }
+    /* Non-NULL for empty buffers: a consumer may read a pointer without checking. */
+    static const uint64_t wa_empty_buffer[2] = {0, 0};
+    """
+    struct ArrowArray:
+        int64_t length
+        int64_t null_count
+        int64_t offset
+        int64_t n_buffers
+        int64_t n_children
+        const void** buffers
+        ArrowArray** children
+        ArrowArray* dictionary
+        void (*release)(ArrowArray*) noexcept nogil
+        void* private_data
+    int64_t wa_release_ref(int64_t* refs) noexcept nogil
+    const uint64_t wa_empty_buffer[2]
+
+
+cdef enum:
+    T_FIXED = 0     # [validity, values]: ints and floats, the decoder's slots as they are
+    T_BOOL = 1      # [validity, bits]: the decoder's bytes packed
+    T_BINARY = 2    # [validity, offsets, data]: the decoder's uint32 offsets and arena
+    T_STRUCT = 3    # [validity]; children
+    T_LIST = 4      # [validity, int32 offsets]; one child (list or map)
+    T_ENTRIES = 5   # a map's entries: struct without validity, children key and value
+    T_GIVEN = 6     # built in Python and exported into the tree (enums, JSON, temporal ...)
+
+# Columns of a node in ArrowTree.prog.
+cdef enum:
+    P_KIND = 0
+    P_COLUMN = 1    # values column (T_FIXED / T_BOOL / T_BINARY)
+    P_VALID = 2     # column whose validity bytes are the node's, -1: valid everywhere
+    P_KEY = 3       # what that validity is shared under (one bitmap per key per batch)
+    P_GROUP = 4     # the node's length is this group's element count
+    P_OFFSETS = 5   # T_LIST: the group whose list offsets are the node's
+    P_CHILD0 = 6    # children: kids[P_CHILD0 : P_CHILD0 + P_NCHILD]
+    P_NCHILD = 7
+    P_BYTES = 8     # T_FIXED: bytes per value
+    P_WIDTH = 9
+
+
+ctypedef struct Tree:
+    # One block per imported batch: every node's struct, buffer and child pointers, the
+    # bitmaps packed for it, and the Python objects (decoder buffers) it points into.
+    int64_t refs            # nodes not yet released (a consumer may move children out)
+    PyObject* owners
+    ArrowArray* nodes
+    const void** bufs
+    ArrowArray** kids
+    uint8_t** bitmaps       # packed here, given back to the pool with the tree
+    int64_t* bitmap_alloc
+    int64_t n_bitmaps
+
+
+cdef void tree_free(Tree* t) noexcept nogil:
+    cdef int64_t i
+    # (At interpreter exit the owners are left: Python objects cannot be freed then.)
+    if t.owners != NULL and Py_IsInitialized():
+        with gil:
+            Py_DECREF(<object>t.owners)
+    for i in range(t.n_bitmaps):
+        pool_free(t.bitmaps[i], t.bitmap_alloc[i])
+    PyMem_RawFree(t.nodes)
+    PyMem_RawFree(t.bufs)
+    PyMem_RawFree(t.kids)
+    PyMem_RawFree(t.bitmaps)
+    PyMem_RawFree(t.bitmap_alloc)
+    PyMem_RawFree(t)
+
+
+cdef void release_node(ArrowArray* a) noexcept nogil:
+    # Children first (those exported by pyarrow have their own release); the block goes
+    # when the last of its nodes is released, whichever thread releases it.
+    cdef Tree* t = <Tree*>a.private_data
+    cdef int64_t i
+    cdef ArrowArray* child
+    for i in range(a.n_children):
+        child = a.children[i]
+        if child.release != NULL:
+            child.release(child)
+    a.release = NULL
+    if wa_release_ref(&t.refs) == 0:
+        tree_free(t)
+
+
+cdef inline const uint8_t* buffer_of(object obj, list owners) except? NULL:
+    """The bytes behind a decoder buffer (or any buffer), kept alive by `owners`: the
+    objects given here (OwnedBuffer, pa.Buffer, numpy) keep their memory while alive."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    owners.append(obj)
+    if type(obj) is OwnedBuffer:
+        p = (<OwnedBuffer>obj).data
+    else:
+        PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+        p = <const uint8_t*>view.buf if view.len > 0 else NULL
+        PyBuffer_Release(&view)
+    return p if p != NULL else <const uint8_t*>wa_empty_buffer
+
+
+cdef inline int64_t size_of(object obj) except -1:
+    cdef Py_buffer view
+    cdef int64_t n
+    if type(obj) is OwnedBuffer:
+        return (<OwnedBuffer>obj).size
+    PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+    n = view.len
+    PyBuffer_Release(&view)
+    return n
+
+
+cdef class ArrowTree:
+    """A plan's whole-column arrays as a program of nodes, built per batch in one call.
+
+    Compiled once per plan (plan/assemble.py): `prog` holds a row of P_* fields per node,
+    `kids` the child node ids, `roots` the node of each column built, `schema` their
+    types. build() returns the columns as pa.Arrays over the batch's decoder buffers.
+    """
+    cdef const int64_t[:, ::1] prog
+    cdef const int64_t[::1] kids
+    cdef const int64_t[::1] roots
+    cdef object schema
+    cdef int64_t n_nodes
+    cdef int64_t n_kids
+
+    def __init__(self, prog, kids, roots, schema):
+        self.prog = prog
+        self.kids = kids
+        self.roots = roots
+        self.schema = schema
+        self.n_nodes = self.prog.shape[0]
+        self.n_kids = self.kids.shape[0]
+        if self.prog.shape[1] != P_WIDTH or len(schema) != self.roots.shape[0]:
+            raise ValueError("ArrowTree: program and schema do not match")
+
+    def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
+              dict given):
+        """The root columns of one batch. Result_*: the decoder Result's col_values,
+        col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
+        int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
+        built in Python (T_GIVEN, or any node given instead, e.g. a map deduplicated)."""
+        cdef int64_t n_nodes = self.n_nodes, n_roots = self.roots.shape[0]
+        cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
+        if t == NULL:
+            raise MemoryError()
+        owners = []
+        t.owners = <PyObject*>owners
+        Py_INCREF(owners)
+        t.nodes = <ArrowArray*>PyMem_RawCalloc(n_nodes + 1, sizeof(ArrowArray))
+        t.bufs = <const void**>PyMem_RawCalloc(3 * (n_nodes + 1), sizeof(void*))
+        t.kids = <ArrowArray**>PyMem_RawCalloc(self.n_kids + n_roots + 1, sizeof(ArrowArray*))
+        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(uint8_t*))
+        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
+        # Packing jobs, run without the GIL once every pointer is known.
+        cdef const uint8_t** src = <const uint8_t**>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(void*))
+        cdef int64_t* src_n = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
+        cdef int64_t* zeros = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
+        cdef int64_t* node_job = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+        cdef int64_t* bits_job = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+        cdef int64_t n_cols = len(col_valid)
+        cdef int64_t* key_job = <int64_t*>PyMem_RawMalloc((n_cols + 1) * sizeof(int64_t))
+        cdef int64_t i, j, k, node, n, job, kind, col, nbytes, count = 0, visited = 0
+        cdef int64_t root_len = -1
+        # Group sizes and the given nodes as C arrays: read once per node below.
+        cdef int64_t n_groups = len(counts)
+        cdef int64_t* sizes = <int64_t*>PyMem_RawMalloc((n_groups + 1) * sizeof(int64_t))
+        cdef uint8_t* is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
+        cdef const uint32_t* off
+        cdef int64_t* stack = NULL
+        cdef ArrowArray* a
+        try:
+            if sizes == NULL or is_given == NULL:
+                raise MemoryError()
+            for i in range(n_groups):
+                sizes[i] = counts[i]
+            for i in given:
+                if not 0 <= i < n_nodes:
+                    raise ValueError(f"ArrowTree: no node {i}")
+                is_given[i] = 1
+            if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
+                    or t.bitmap_alloc == NULL or src == NULL or src_n == NULL
+                    or zeros == NULL or node_job == NULL or bits_job == NULL
+                    or key_job == NULL):
+                raise MemoryError()
+            for i in range(n_cols + 1):
+                key_job[i] = -1
+            for i in range(n_nodes + 1):
+                node_job[i] = -1
+                bits_job[i] = -1
+            # Nodes reached from the roots, without descending into a given node.
+            stack = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+            if stack == NULL:
+                raise MemoryError()
+            for i in range(n_roots):
+                stack[i] = self.roots[i]
+            k = n_roots
+            while k > 0:
+                k -= 1
+                node = stack[k]
+                kind = self.prog[node, P_KIND]
+                a = &t.nodes[node]
+                j = self.prog[node, P_GROUP]
+                if not 0 <= j < n_groups:
+                    raise ValueError(f"ArrowTree: node {node} in no group")
+                n = sizes[j]
+                a.length = n
+                a.buffers = &t.bufs[3 * node]
+                a.private_data = <void*>t
+                visited += 1
+                if kind == T_GIVEN or is_given[node]:
+                    arr = given[node]
+                    if len(arr) != n:
+                        raise AssertionError(f"ArrowTree: node {node} given {len(arr)} values, not {n}")
+                    owners.append(arr)
+                    continue  # exported below, once nothing can fail any more
+                a.release = release_node
+                t.refs += 1
+                col = self.prog[node, P_VALID]
+                if col >= 0:
+                    job = key_job[self.prog[node, P_KEY]]
+                    if job < 0:
+                        job = count
+                        count += 1
+                        key_job[self.prog[node, P_KEY]] = job
+                        valid = col_valid[col]
+                        if size_of(valid) < n:
+                            raise ValueError("ArrowTree: validity shorter than its group")
+                        src[job] = buffer_of(valid, owners)
+                        src_n[job] = n
+                    node_job[node] = job
+                if kind == T_FIXED:
+                    a.n_buffers = 2
+                    values = col_values[self.prog[node, P_COLUMN]]
+                    if size_of(values) < n * self.prog[node, P_BYTES]:
+                        raise ValueError("ArrowTree: values shorter than their group")
+                    a.buffers[1] = buffer_of(values, owners)
+                elif kind == T_BOOL:
+                    a.n_buffers = 2
+                    values = col_values[self.prog[node, P_COLUMN]]
+                    if size_of(values) < n:
+                        raise ValueError("ArrowTree: bool values shorter than their group")
+                    src[count] = buffer_of(values, owners)
+                    src_n[count] = n
+                    bits_job[node] = count  # its buffer: the packed bits, below
+                    count += 1
+                elif kind == T_BINARY:
+                    a.n_buffers = 3
+                    col = self.prog[node, P_COLUMN]
+                    values = col_values[col]
+                    if size_of(values) < (n + 1) * 4:
+                        raise ValueError("ArrowTree: offsets shorter than their group")
+                    off = <const uint32_t*>buffer_of(values, owners)
+                    arena = col_arena[col]
+                    if off[0] != 0 or off[n] > (size_of(arena) if arena is not None else 0):
+                        raise ValueError("ArrowTree: offsets outside the arena")
+                    if off[n] > 0x7FFFFFFF:
+                        raise OverflowError(
+                            "a string column exceeds 2 GiB in one batch: use smaller batches")
+                    a.buffers[1] = off
+                    a.buffers[2] = (buffer_of(arena, owners) if arena is not None
+                                    else <const uint8_t*>wa_empty_buffer)
+                elif kind == T_LIST:
+                    a.n_buffers = 2
+                    offsets = list_offsets[self.prog[node, P_OFFSETS]]
+                    if size_of(offsets) < (n + 1) * 4:
+                        raise ValueError("ArrowTree: list offsets shorter than their group")
+                    a.buffers[1] = buffer_of(offsets, owners)
+                else:  # T_STRUCT, T_ENTRIES
+                    a.n_buffers = 1
+                a.n_children = self.prog[node, P_NCHILD]
+                a.children = &t.kids[self.prog[node, P_CHILD0]]
+                for j in range(a.n_children):
+                    a.children[j] = &t.nodes[self.kids[self.prog[node, P_CHILD0] + j]]
+                    stack[k] = self.kids[self.prog[node, P_CHILD0] + j]
+                    k += 1
+            for i in range(n_roots):
+                n = t.nodes[self.roots[i]].length
+                if root_len >= 0 and n != root_len:
+                    raise AssertionError("ArrowTree: columns of different lengths")
+                root_len = n
+            # Bitmaps: allocated with the GIL (the pool's lock is light), packed without.
+            for job in range(count):
+                t.bitmaps[job] = pool_alloc((src_n[job] + 7) // 8 + 1, False,
+                                            &t.bitmap_alloc[job])
+                t.n_bitmaps = job + 1
+                if t.bitmaps[job] == NULL:
+                    raise MemoryError()
+            with nogil:
+                for job in range(count):
+                    zeros[job] = pack_into(src[job], src_n[job], t.bitmaps[job])
+        except BaseException:
+            PyMem_RawFree(sizes)
+            PyMem_RawFree(is_given)
+            PyMem_RawFree(stack)
+            PyMem_RawFree(src)
+            PyMem_RawFree(src_n)
+            PyMem_RawFree(zeros)
+            PyMem_RawFree(node_job)
+            PyMem_RawFree(bits_job)
+            PyMem_RawFree(key_job)
+            tree_free(t)
+            raise
+        PyMem_RawFree(stack)
+        PyMem_RawFree(sizes)
+        PyMem_RawFree(is_given)
+        # Each node's bitmap (or none: no nulls), its packed bools, its null count.
+        for node in range(n_nodes):
+            a = &t.nodes[node]
+            if a.release != release_node:
+                continue
+            job = node_job[node]
+            if job >= 0 and zeros[job] > 0:
+                a.buffers[0] = t.bitmaps[job]
+                a.null_count = zeros[job]
+            if bits_job[node] >= 0:
+                a.buffers[1] = t.bitmaps[bits_job[node]]
+        PyMem_RawFree(src)
+        PyMem_RawFree(src_n)
+        PyMem_RawFree(zeros)
+        PyMem_RawFree(node_job)
+        PyMem_RawFree(bits_job)
+        PyMem_RawFree(key_job)
+        # The root: a struct of the columns, imported as a record batch with our schema.
+        a = &t.nodes[n_nodes]
+        a.length = root_len if root_len >= 0 else 0
+        a.n_buffers = 1
+        a.buffers = &t.bufs[3 * n_nodes]
+        a.n_children = n_roots
+        a.children = &t.kids[self.n_kids]
+        for i in range(n_roots):
+            a.children[i] = &t.nodes[self.roots[i]]
+        a.private_data = <void*>t
+        a.release = release_node
+        t.refs += 1
+        # Given arrays last: once exported they belong to the tree.
+        for node, arr in given.items():
+            if t.nodes[node].private_data != NULL and t.nodes[node].release == NULL:
+                arr._export_to_c(<uintptr_t>&t.nodes[node])
+        batch = pa.RecordBatch._import_from_c(<uintptr_t>a, self.schema)
+        return batch.columns
+
+
+
+cdef int64_t pack_into(const uint8_t* src, int64_t n, uint8_t* out) noexcept nogil:
+    """n bytes (0 / non-zero) -> an LSB-first bitmap at out; returns how many were 0."""
+    cdef int64_t i, j, nbytes = (n + 7) // 8, ones = 0
+    cdef uint8_t byte
+    for i in range(n // 8):
+        byte = 0
+        for j in range(8):
+            byte |= (src[i * 8 + j] != 0) << j
+        out[i] = byte
+        ones += popcount8(byte)
+    if n % 8:
+        byte = 0
+        i = n // 8
+        for j in range(n % 8):
+            byte |= (src[i * 8 + j] != 0) << j
+        out[i] = byte
+        ones += popcount8(byte)
+    return n - ones

@@ -21,7 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wirearrow._core.buffers import OwnedBuffer, epoch_values, gather_strings, pack_bits
+from wirearrow._core.buffers import (
+    ArrowTree,
+    OwnedBuffer,
+    epoch_outside,
+    epoch_values,
+    gather_strings,
+    pack_bits,
+)
 from wirearrow._core.decoder import Result
 from wirearrow._core.rows import (
     expand,
@@ -471,6 +478,27 @@ class Assembler:
         self, leaf: TemporalLeaf, name: str, rows: np.ndarray | None
     ) -> list[tuple[int, str, str]]:
         n = self.counts[leaf.group]
+        out: list[tuple[int, str, str]] = []
+        if leaf.kind in ("timestamp", "duration"):
+            # One pass in Cython without the GIL (numpy's dozen passes held it); the same
+            # reasons, in the same order, as _outside_the_type.
+            seconds, nanos = leaf.columns
+            found = epoch_outside(
+                self.r.col_values[seconds],
+                self.r.col_values[nanos],
+                self._valid_bytes(seconds),
+                self._valid_bytes(nanos),
+                self.r.col_valid[leaf.presence] if leaf.presence >= 0 else None,
+                n,
+                _PER_SECOND[leaf.type.unit],
+                leaf.kind == "duration",
+            )
+            for reason, bad in zip(_epoch_reasons(leaf), found, strict=True):
+                if rows is not None and len(bad):
+                    bad = np.intersect1d(bad, rows[rows >= 0])
+                if len(bad):
+                    out.extend((r, reason, name) for r in self.records_of(leaf.group, bad).tolist())
+            return out
         parts = [
             self._component(c, t, n) for c, t in zip(leaf.columns, _component_types(leaf.kind), strict=True)
         ]
@@ -479,7 +507,6 @@ class Assembler:
             if leaf.presence >= 0
             else np.ones(n, dtype=bool)
         )
-        out: list[tuple[int, str, str]] = []
         for reason, outside in _outside_the_type(leaf, parts):
             bad = np.flatnonzero(present & outside)
             if rows is not None and len(bad):
@@ -552,10 +579,16 @@ class Assembler:
         self._drop_parents()
         table_uses = dict(facts.table_uses)
         out: list[pa.Array | None] = [None] * len(self.plan.columns)
+        # Whole columns of the records (no fan-out to take rows from) in one call each tree.
+        whole: dict[int, pa.Array] = {}
+        for tree, program in facts.trees.items():
+            if not tables[tree][1]:
+                whole.update(self._whole_columns(program))
         for i in facts.order:
             column = self.plan.columns[i]
             rows, fanned = tables[column.tree]
-            out[i] = self._column(column, rows, fanned)
+            done = whole.pop(i, None)
+            out[i] = done if done is not None else self._column(column, rows, fanned)
             use = (column.tree, column.selection.index)
             table_uses[use] -= 1
             if table_uses[use] == 0 and column.selection.parent is not None:
@@ -587,6 +620,23 @@ class Assembler:
         self.parents = []
         for g in range(len(self.r.group_parents)):
             self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end
+
+    def _whole_columns(self, program: _TreeProgram) -> dict[int, pa.Array]:
+        """The columns of `program` (column index -> array), their arrays over the
+        decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
+        per array: that Python runs with the GIL held, while other threads' batches wait."""
+        given = {node: self.leaf(leaf) for node, leaf in program.given}
+        for node, leaf in program.maps:
+            if self._keep.get(leaf.child_group) is not None:  # repeated keys: deduplicated
+                given[node] = self.leaf(leaf)
+        for node, arr in given.items():
+            if arr.type != program.types[node]:  # not what the tree declares: build apart
+                return {}
+        arrays = program.tree.build(
+            self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
+            self._list_offsets, given,
+        )
+        return dict(zip(program.columns, arrays, strict=True))
 
     def _column(
         self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool
@@ -632,6 +682,8 @@ class _Facts:
     # (column, leaf) whose values can reject a record: well-known temporal types (range,
     # values outside the type), Struct / Value JSON, validated max_depth cuts.
     checked: tuple[tuple[OutputColumn, Leaf], ...]
+    # tree -> its columns that read whole records (no fan-out), built as one tree of arrays
+    trees: dict[int, _TreeProgram]
 
     @staticmethod
     def of(plan: CompiledPlan) -> _Facts:
@@ -653,10 +705,93 @@ class _Facts:
                 if isinstance(x, TemporalLeaf | JsonLeaf)
                 or (isinstance(x, CutLeaf) and x.validate)
             ),
+            trees=_tree_programs(plan),
         )
 
 
 _FACTS: weakref.WeakKeyDictionary[CompiledPlan, _Facts] = weakref.WeakKeyDictionary()
+
+# Node kinds of buffers.ArrowTree (its T_* enum) and the fields of a node's row (P_*).
+_T_FIXED, _T_BOOL, _T_BINARY, _T_STRUCT, _T_LIST, _T_ENTRIES, _T_GIVEN = range(7)
+_NODE_FIELDS = 9
+
+
+@dataclass(frozen=True)
+class _TreeProgram:
+    """The whole-record columns of one fan-out tree as an ArrowTree program."""
+
+    tree: ArrowTree
+    columns: tuple[int, ...]  # output column of each root
+    types: tuple[pa.DataType, ...]  # by node
+    given: tuple[tuple[int, Leaf], ...]  # nodes built in Python (enums, temporal, JSON ...)
+    maps: tuple[tuple[int, MapLeaf], ...]  # built in Python when a batch repeats a key
+
+
+def _tree_programs(plan: CompiledPlan) -> dict[int, _TreeProgram]:
+    by_tree: dict[int, list[int]] = {}
+    for i, col in enumerate(plan.columns):
+        if col.selection.parent is None and col.leaf.group == 0:
+            by_tree.setdefault(col.tree, []).append(i)
+    return {tree: _tree_program(plan, columns) for tree, columns in by_tree.items()}
+
+
+def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
+    rows: list[list[int]] = []
+    kids: list[int] = []
+    types: list[pa.DataType] = []
+    given: list[tuple[int, Leaf]] = []
+    maps: list[tuple[int, MapLeaf]] = []
+
+    def validity(column: int) -> tuple[int, int]:
+        """(column whose validity bytes to pack, what it is shared under), as _validity."""
+        key = plan.validity_from.get(column, column) if column >= 0 else -1
+        return (column, key) if key >= 0 else (-1, -1)
+
+    def node(kind: int, t: pa.DataType, group: int, column: int = -1, valid: int = -1,
+             offsets: int = -1, children: Sequence[int] = (), width: int = 0) -> int:
+        v, k = validity(valid)
+        rows.append([kind, column, v, k, group, offsets, len(kids), len(children), width])
+        kids.extend(children)
+        types.append(t)
+        return len(rows) - 1
+
+    def add(leaf: Leaf) -> int:
+        t = leaf.type
+        if type(leaf) in (ScalarLeaf, CutLeaf):
+            c = cast(ScalarLeaf, leaf).column
+            if pa.types.is_string(t) or pa.types.is_binary(t):
+                return node(_T_BINARY, t, leaf.group, c, c)
+            if pa.types.is_boolean(t):
+                return node(_T_BOOL, t, leaf.group, c, c)
+            if pa.types.is_integer(t) or pa.types.is_floating(t):
+                return node(_T_FIXED, t, leaf.group, c, c, width=t.bit_width // 8)
+        elif isinstance(leaf, StructLeaf) and pa.types.is_struct(t):
+            children = [add(child) for _, child in leaf.children]
+            return node(_T_STRUCT, t, leaf.group, valid=leaf.presence, children=children)
+        elif isinstance(leaf, ListLeaf) and pa.types.is_list(t):
+            child = add(leaf.element)
+            return node(_T_LIST, t, leaf.group, valid=leaf.presence,
+                        offsets=leaf.child_group, children=[child])
+        elif isinstance(leaf, MapLeaf) and pa.types.is_map(t):
+            key, value = add(leaf.key), add(leaf.value)
+            entries = node(_T_ENTRIES, pa.struct([t.key_field, t.item_field]),
+                           leaf.child_group, children=[key, value])
+            at = node(_T_LIST, t, leaf.group, valid=leaf.presence,
+                      offsets=leaf.child_group, children=[entries])
+            maps.append((at, leaf))
+            return at
+        given.append((len(rows), leaf))
+        return node(_T_GIVEN, t, leaf.group)
+
+    roots = [add(plan.columns[i].leaf) for i in columns]
+    schema = pa.schema([pa.field(str(i), plan.columns[i].leaf.type) for i in columns])
+    tree = ArrowTree(
+        np.array(rows, dtype=np.int64).reshape(-1, _NODE_FIELDS),
+        np.array(kids, dtype=np.int64),
+        np.array(roots, dtype=np.int64),
+        schema,
+    )
+    return _TreeProgram(tree, tuple(columns), tuple(types), tuple(given), tuple(maps))
 
 
 def _facts(plan: CompiledPlan) -> _Facts:
@@ -845,33 +980,29 @@ def _storage(leaf: Leaf) -> tuple[int, ...]:
     return own
 
 
+def _epoch_reasons(leaf: TemporalLeaf) -> tuple[str, str]:
+    """Why a Timestamp / Duration is a bad record: (seconds out of the unit's range, nanos)."""
+    if leaf.kind == "timestamp":
+        nanos = "google.protobuf.Timestamp nanos outside 0..999,999,999"
+    else:
+        nanos = (
+            "google.protobuf.Duration nanos outside -999,999,999..999,999,999 or of another "
+            "sign than seconds"
+        )
+    return f"{leaf.kind} out of range for unit {leaf.type.unit!r}", nanos
+
+
 def _outside_the_type(
     leaf: TemporalLeaf, parts: list[np.ndarray]
 ) -> list[tuple[str, np.ndarray]]:
     """(reason, mask) for each way a value cannot be its Arrow type without changing it.
 
-    The protobuf runtime's JSON mapping refuses such Timestamps and Durations; a Date or a
-    TimeOfDay that is not a whole calendar date or a time of day has no date32 / time64
-    value that encode could write back as it came (docs/types.md). Each is a bad record.
+    A Date or a TimeOfDay that is not a whole calendar date or a time of day has no
+    date32 / time64 value that encode could write back as it came (docs/types.md); a
+    Timestamp or Duration the protobuf runtime's JSON mapping refuses is found by
+    buffers.epoch_outside (reasons: _epoch_reasons). Each is a bad record.
     """
     kind = leaf.kind
-    if kind in ("timestamp", "duration"):
-        seconds, nanos = parts
-        per = _PER_SECOND[leaf.type.unit]
-        limit = (np.iinfo(np.int64).max - 1_000_000_000) // per
-        out = [(f"{kind} out of range for unit {leaf.type.unit!r}", (seconds > limit) | (seconds < -limit))]
-        if kind == "timestamp":
-            nanos_bad = (nanos < 0) | (nanos > 999_999_999)
-            out.append(("google.protobuf.Timestamp nanos outside 0..999,999,999", nanos_bad))
-        else:
-            nanos_bad = (np.abs(nanos) > 999_999_999) | ((seconds > 0) & (nanos < 0)) | (
-                (seconds < 0) & (nanos > 0)
-            )
-            out.append(
-                ("google.protobuf.Duration nanos outside -999,999,999..999,999,999 or of "
-                 "another sign than seconds", nanos_bad)
-            )
-        return out
     if kind == "date":
         y, m, d = parts
         month_ok = (m >= 1) & (m <= 12)

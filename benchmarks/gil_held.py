@@ -1,0 +1,114 @@
+"""GIL-held time per batch, one thread: what bounds two threads' scaling, measured without
+a quiet machine.
+
+A thread's batch runs partly with the GIL released (the decode, bit packing, takes) and
+partly holding it (the Python around the core). Two threads on two cores overlap only the
+released parts, so the held share s bounds the scaling near 2 / (1 + s) (Amdahl; two
+threads can do somewhat better when one's held part overlaps the other's released part).
+Wall-clock scaling needs two idle cores; this needs none: a shim preloaded into the
+process (compiled here with ``cc`` into ``benchmarks/data/``) times, in thread CPU time,
+every stretch between ``PyEval_SaveThread`` and ``PyEval_RestoreThread`` called from an
+extension module (Cython's and pyarrow's ``nogil``), and the rest of a batch's CPU time is
+the GIL-held time. Other load still slows both (caches), so compare builds in one session.
+
+    python benchmarks/gil_held.py                          # nested, flat-15, flat-4; 8k
+    python benchmarks/gil_held.py --plans nested --batch 32768 --repeat 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import corpus
+
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <time.h>
+static __thread int64_t released, since, calls;
+static void* (*save)(void);
+static void (*restore)(void*);
+static int64_t cpu(void) {
+    struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+void* PyEval_SaveThread(void) {
+    if (!save) save = dlsym(RTLD_NEXT, "PyEval_SaveThread");
+    void* s = save(); since = cpu(); calls++; return s;
+}
+void PyEval_RestoreThread(void* s) {
+    if (!restore) restore = dlsym(RTLD_NEXT, "PyEval_RestoreThread");
+    released += cpu() - since; restore(s);
+}
+int64_t gil_released_ns(void) { return released; }
+int64_t gil_releases(void) { return calls; }
+"""
+
+
+def shim() -> Path:
+    out = corpus.REPO_ROOT / "benchmarks" / "data" / "gil_shim.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        src = out.with_suffix(".c")
+        src.write_text(SHIM)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(out), str(src), "-ldl"],
+                       check=True)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plans", nargs="+", default=["nested", "flat-15", "flat-4"])
+    parser.add_argument("--batch", type=int, default=8192)
+    parser.add_argument("--repeat", type=int, default=25, help="passes over 4 batches")
+    args = parser.parse_args(argv)
+    lib = shim()
+    if str(lib) not in os.environ.get("LD_PRELOAD", ""):
+        env = {**os.environ, "LD_PRELOAD": f"{lib} {os.environ.get('LD_PRELOAD', '')}".strip()}
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
+    import pyarrow as pa
+
+    from bench_flat import import_wirearrow
+    from bench_threads import make_transcoder
+
+    wa = import_wirearrow()
+    meter = ctypes.CDLL(None)
+    meter.gil_released_ns.restype = meter.gil_releases.restype = ctypes.c_int64
+    array = pa.array(corpus.generate(4 * args.batch, 0), pa.binary())
+    batches = [array.slice(i * args.batch, args.batch) for i in range(4)]
+    print(f"wirearrow {wa.__file__}; batches of {args.batch:,} records; median of "
+          f"{4 * args.repeat} batches (min in brackets)")
+    print(f"{'plan':<9} {'CPU ms':>13} {'GIL held ms':>13} {'held':>6} {'releases':>8} "
+          f"{'2/(1+s)':>8}")
+    for plan in args.plans:
+        tc = make_transcoder(wa, plan)
+        for b in batches:  # warm: plan caches, learned sizes, the buffer pool
+            tc.transcode(b)
+        cpu, held, calls = [], [], 0
+        for _ in range(args.repeat):
+            for b in batches:
+                r0, c0, t0 = meter.gil_released_ns(), meter.gil_releases(), time.thread_time_ns()
+                out = tc.transcode(b)
+                del out  # dropping the batch is part of a batch's cost
+                t1, r1 = time.thread_time_ns(), meter.gil_released_ns()
+                cpu.append(t1 - t0)
+                held.append((t1 - t0) - (r1 - r0))
+                calls = meter.gil_releases() - c0
+        cpu.sort()
+        held.sort()
+        c, h = cpu[len(cpu) // 2] / 1e6, held[len(held) // 2] / 1e6
+        print(f"{plan:<9} {c:6.2f} [{cpu[0] / 1e6:5.2f}] {h:6.3f} [{held[0] / 1e6:5.3f}] "
+              f"{h / c:6.1%} {calls:8d} {2 / (1 + h / c):7.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
