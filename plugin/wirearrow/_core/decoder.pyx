@@ -57,7 +57,6 @@ cdef enum Status:
     E_TOO_LARGE = 15
     E_INTERNAL = 16
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
-    NOT_HANDLED = 101    # not an error: rare_field leaves the field to the common path
 
 STATUS_TEXT = {
     E_TRUNCATED: "truncated: the record ends inside a value",
@@ -121,6 +120,7 @@ ctypedef struct Ctx:
     uint32_t stack_field[MAX_STACK]
     int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
     const uint8_t* resume            # after a group: first byte past its end-group tag
+    int rejected                     # the map entry being decoded holds an unknown field
 
 
 cdef class Program:
@@ -377,7 +377,7 @@ cdef class Program:
             raise ValueError(f"bad node {i}")
         if presence != -1:
             self._check_col(presence, "presence column")
-        if unknown != -1:
+        if unknown >= 0 or unknown < -2:
             self._check_col(unknown, "unknown-fields column")
             if self.col_width[unknown] != 8 or self.col_group[unknown] != group:
                 raise ValueError(f"node {i}: the unknown-fields column is a bytes column of its group")
@@ -1227,7 +1227,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
-            if node.unknown < 0:
+            if node.unknown == -1:
                 if wt == 2 and fn != 0:
                     if p < end and p[0] < 0x80:   # (a one-byte length: no status to test)
                         n = p[0]
@@ -1256,8 +1256,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             q = p
             st = skip_field(c, &q, end, fn, wt, depth)
             p = q
-            if st == OK and node.unknown >= 0:
-                st = keep_unknown(c, node.unknown, field_start, p)
+            if st == OK:
+                st = unknown_field(c, node, field_start, p)
             if st != OK:
                 break
             continue
@@ -1271,14 +1271,13 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 p = q
                 if st == OK:
                     continue
-                if st != NOT_HANDLED:
-                    # An error names the element the field opened, as below (rare_field
-                    # opened it): an entry's inner level recorded itself already.
-                    if act == A_MAP:
-                        return record_level(c, node_id, fn, element_index(c, f), st)
-                    if f.group >= 0:
-                        opened = f
-                    break
+                # An error names the element the field opened, as below (rare_field opened
+                # it); an error inside an entry recorded its own level already.
+                if act == A_MAP:
+                    return record_level(c, node_id, fn, element_index(c, f), st)
+                if f.group >= 0:
+                    opened = f
+                break
             if f.n_clear > 0:
                 clear_siblings(c, f)
             el = node_element
@@ -1291,7 +1290,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             st = enter_node(c, &c.nodes[f.child], el)
             if st != OK:
                 break
-            if act != A_GROUP:
+            if act == A_MESSAGE:
                 q = p
                 st = read_length(&q, end, &nq)
                 p = q
@@ -1403,6 +1402,20 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
 
 # ---- closed enums and map entries (upb's unknown-field rules) ---------------------------
 
+cdef inline int unknown_field(Ctx* c, const Node* node, const uint8_t* start,
+                              const uint8_t* stop) noexcept nogil:
+    """Field [start, stop) of `node` is an unknown field: kept in its message's unknown
+    fields, or, the node being a map entry (unknown == -2), the entry is one upb does not
+    insert (it keeps it whole as an unknown field of the parent, see rare_field). The one
+    place this is decided: another field upb moves to the unknown fields (a string it does
+    not validate, holding bytes Arrow's utf8 cannot) comes here too."""
+    if node.unknown >= 0:
+        return keep_unknown(c, node.unknown, start, stop)
+    if node.unknown == -2:
+        c.rejected = 1
+    return OK
+
+
 cdef inline bint enum_declared(const Ctx* c, int32_t set_index, int32_t v) noexcept nogil:
     cdef const EnumSet* es = &c.enum_sets[set_index]
     if 0 <= v < 64:
@@ -1424,26 +1437,45 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
                     int64_t node_element) noexcept nogil:
     """A_ENUM: a closed enum's value, stored only when declared; an undeclared one is an
     unknown field, as it came (so no oneof sibling is unset and no element opened).
-    A_MAP: a map entry upb would not insert (entry_is_unknown) becomes an unknown field of
-    the parent, whole; any other entry is NOT_HANDLED, left to the message path (so is a
-    bad length, which that path reports). On an error, a repeated enum's element is open."""
+    A_MAP: a map entry, decoded as any repeated message; one its node found an unknown field
+    in (c.rejected, see unknown_field) is taken out of the map again and, as upb keeps it,
+    becomes an unknown field of the parent, whole. On an error, the element the field
+    opened is open (and the error offset set where no inner level set it)."""
     cdef uint64_t v
     cdef int64_t n, el
-    cdef int st
+    cdef int st, saved, rejected
     cdef uint32_t v32
     cdef uint8_t* dst
     cdef const uint8_t* p = pp[0]
     if f.action == A_MAP:
-        st = read_length(&p, end, &n)
-        if st != OK or not entry_is_unknown(c, &c.map_specs[f.aux], p, p + n):
-            return NOT_HANDLED
-        st = drop_entry(c, f, p, p + n, depth, node_element)
+        el = node_element
+        st = OK
+        if f.group >= 0:
+            st = open_element(c, f.group)
+            el = c.cur[f.group]
+        if st == OK:
+            st = enter_node(c, &c.nodes[f.child], el)
+        if st == OK:
+            st = read_length(&p, end, &n)
+        if st != OK:
+            c.err_offset = field_start - c.record
+            return st
+        saved = c.rejected
+        c.rejected = 0
+        st = decode_fields(c, f.child, p, p + n, 0, depth + 1, el)
+        rejected = c.rejected
+        c.rejected = saved
         if st != OK:
             return st
         pp[0] = p + n
-        if node.unknown >= 0:
-            return keep_entry(c, node.unknown, f, p, p + n)
-        return OK
+        if rejected:
+            if f.group >= 0:
+                st = cut_entry(c, f)
+            if st == OK and node.unknown >= 0:
+                st = keep_entry(c, node.unknown, f, p, p + n)
+            if st != OK:
+                c.err_offset = field_start - c.record
+        return st
     st = read_varint(&p, end, &v)
     if st != OK:
         if f.group >= 0 and open_element(c, f.group) != OK:
@@ -1451,9 +1483,7 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
         return st
     pp[0] = p
     if not enum_declared(c, f.aux, <int32_t>v):
-        if node.unknown >= 0:
-            return keep_unknown(c, node.unknown, field_start, p)
-        return OK
+        return unknown_field(c, node, field_start, p)
     if f.n_clear > 0:
         clear_siblings(c, f)
     el = node_element
@@ -1531,65 +1561,36 @@ cdef int skip_plain(const uint8_t** pp, const uint8_t* end, int wt) noexcept nog
     return st
 
 
-cdef bint entry_is_unknown(const Ctx* c, const MapSpec* ms, const uint8_t* p,
-                           const uint8_t* end) noexcept nogil:
-    """Whether upb keeps this map entry (its bytes [p, end)) as an unknown field of the
-    parent instead of inserting it: the entry holds an unknown field (a field other than
-    1 and 2, or one of them under another wire type) or an undeclared value of a closed
-    enum. The one place this is decided: a further condition (a key or value upb moves to
-    the entry's unknown fields) goes here. Malformed bytes are False: decoding the entry
-    reports them where they are."""
-    cdef uint64_t tag, v
-    cdef uint32_t fn
-    cdef int wt
-    while p < end:
-        if read_tag(&p, end, &tag) != OK:
-            return False
-        fn = <uint32_t>(tag >> 3)
-        wt = tag & 7
-        if fn == 0 or wt == 4 or wt > 5:
-            return False
-        if fn == 1 and wt == ms.key_wire_type:
-            if skip_plain(&p, end, wt) != OK:
-                return False
-        elif fn == 2 and wt == ms.value_wire_type:
-            if ms.value_enum >= 0:
-                if read_varint(&p, end, &v) != OK:
-                    return False
-                if not enum_declared(c, ms.value_enum, <int32_t>v):
-                    return True
-            elif skip_plain(&p, end, wt) != OK:
-                return False
-        else:
-            return True
-    return False
-
-
-cdef int drop_entry(Ctx* c, const FieldEntry* f, const uint8_t* p, const uint8_t* end,
-                    int depth, int64_t node_element) noexcept nogil:
-    """Decode a map entry that is not to be inserted, as any other (so it is checked as upb
-    checks it: a bad entry is a bad record), then take it out again: the groups are cut
-    back to their counts before it, which drops everything it stored."""
+cdef int cut_entry(Ctx* c, const FieldEntry* f) noexcept nogil:
+    """Take the map entry just decoded (the newest element of f.group) out again, with
+    everything stored under it: the groups below are cut back to their elements before it
+    (a group's elements are in the order of their parents, so those are a suffix)."""
     cdef int64_t* counts = <int64_t*>PyMem_RawMalloc(c.n_groups * sizeof(int64_t))
-    cdef int32_t g
-    cdef int st
-    cdef int64_t el = node_element
-    if counts == NULL:
+    cdef uint8_t* below = <uint8_t*>PyMem_RawCalloc(c.n_groups, 1)
+    cdef int32_t g, pg
+    cdef int64_t k
+    cdef GroupStore* gs
+    if counts == NULL or below == NULL:
+        PyMem_RawFree(counts)
+        PyMem_RawFree(below)
         return E_NO_MEMORY
     for g in range(c.n_groups):
         counts[g] = c.groups[g].count
-    st = OK
-    if f.group >= 0:
-        st = open_element(c, f.group)
-        el = c.cur[f.group]
-    if st == OK:
-        st = enter_node(c, &c.nodes[f.child], el)
-    if st == OK:
-        st = decode_fields(c, f.child, p, end, 0, depth + 1, el)
-    if st == OK:
-        rollback(c, counts)
+    counts[f.group] = c.cur[f.group]
+    below[f.group] = 1
+    for g in range(f.group + 1, c.n_groups):   # (parents precede their children)
+        gs = &c.groups[g]
+        pg = gs.parent_group
+        if below[pg]:
+            below[g] = 1
+            k = gs.count
+            while k > 0 and gs.parent[k - 1] >= counts[pg]:
+                k -= 1
+            counts[g] = k
+    rollback(c, counts)
     PyMem_RawFree(counts)
-    return st
+    PyMem_RawFree(below)
+    return OK
 
 
 cdef int entry_value(const MapSpec* ms, int form, const uint8_t* p, const uint8_t* end,
@@ -1673,7 +1674,7 @@ cdef int64_t put_entry_field(uint8_t* d, int number, int wt, int form, bint impl
 
 
 cdef int skip_group_plain(const uint8_t** pp, const uint8_t* end, uint32_t number) noexcept nogil:
-    """Skip a group already checked (by drop_entry's decoding) up to its end-group tag."""
+    """Skip a group already checked (the entry was decoded) up to its end-group tag."""
     cdef uint64_t tag
     while pp[0] < end:
         read_tag(pp, end, &tag)

@@ -58,7 +58,8 @@ class DecodeNode(NamedTuple):
     presence: int  # column marked present when the node is entered, -1 = none
     defaults: int  # first index into the defaults
     n_defaults: int
-    unknown: int  # bytes column of the raw unknown fields, -1 = skip them
+    unknown: int  # bytes column of the raw unknown fields, -1 = skip them, -2 = a map entry
+    # that holds one is not inserted (upb keeps it whole as an unknown field of the parent)
 
 
 class DecodeColumn(NamedTuple):

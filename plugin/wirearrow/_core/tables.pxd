@@ -34,8 +34,8 @@ cdef enum Flag:
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
     F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
     F_CLOSED = 32       # closed enum: an undeclared value is an unknown field (`aux`: its set)
-    F_MAP = 64          # map field: an entry upb would not insert is an unknown field of the
-                        # parent, whole (`aux`: its MapSpec)
+    F_MAP = 64          # map field: an entry holding an unknown field is an unknown field of
+                        # the parent, whole (`aux`: its MapSpec, to write it back)
 
 # FieldEntry.action: what the decoder does with one value of the entry's own wire type,
 # settled once when the tables are built so that the hot loop dispatches a single time
@@ -58,7 +58,8 @@ cdef enum Action:
     A_MESSAGE = 14      # message kinds last: action >= A_MESSAGE descends
     A_GROUP = 15
     A_MAP = 16          # the rare kinds after the messages (one compare on the message path):
-    A_ENUM = 17         # a map entry checked before it is decoded; a closed enum's value
+    A_ENUM = 17         # a map entry, taken out again if it holds an unknown field; a closed
+                        # enum's value, checked before it has any effect
     A_NONE = 255        # an empty slot of a node's dense table (no entry for the number)
 
 ctypedef struct FieldEntry:
@@ -83,7 +84,8 @@ ctypedef struct Node:
     int32_t presence    # column marked present when the node is entered, -1 = none
     int32_t defaults    # first index into default_cols / default_values
     int32_t n_defaults  # implicit-presence columns filled with their default on entry
-    int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them
+    int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them,
+                        # -2 = a map entry: holding one, it is not inserted (decoder.rare_field)
 
 # The declared values of a closed enum: 0..63 as a bit mask, the others sorted.
 ctypedef struct EnumSet:

@@ -57,6 +57,7 @@ class NodeSpec:
     presence: int  # column, -1 for the root
     implicit: bool = False  # a map value: present whenever its entry is
     unknown: int = -1  # column of the raw unknown fields (the `_unknown` pseudo-field)
+    map_entry: bool = False  # an unknown field rejects the entry (see _reject_entries)
     fields: dict[int, _EntrySpec] = field(default_factory=dict)
     defaults: list[DecodeDefault] = field(default_factory=list)
 
@@ -182,9 +183,11 @@ class ProgramBuilder:
         entry = self._entry(node, fd)
         entry.lenient = True
         # A group has no length: walked to its end-group tag. A map's entries are looked
-        # into when the unknown fields are kept: upb keeps some of them there (see decoder).
-        if fd.type == FieldDescriptor.TYPE_GROUP or (is_map(fd) and node.unknown >= 0):
+        # into when the unknown fields are kept: upb keeps some of them there.
+        if fd.type == FieldDescriptor.TYPE_GROUP:
             entry.child = self._validator(fd.message_type)
+        elif is_map(fd) and node.unknown >= 0:
+            entry.child = self._node(fd.message_type, group=-1, presence=-1)
 
     # -- validate="full" --------------------------------------------------------------
 
@@ -229,11 +232,31 @@ class ProgramBuilder:
                 if fd.number not in node.fields:
                     self._check_only(node, fd)
 
+    def _reject_entries(self, node: NodeSpec) -> None:
+        """A map's entries the plan reads (or whose parent keeps unknown fields): one that
+        holds an unknown field (or an undeclared closed-enum value) is not inserted; upb keeps
+        it whole as an unknown field of the parent. Its node tells the decoder so (unknown
+        -2), and knows the key and value even where the plan reads neither."""
+        for entry in node.fields.values():
+            fd = entry.field
+            if not (is_map(fd) and entry.child is not None):
+                continue
+            if entry.group < 0 and node.unknown < 0:
+                continue
+            child = entry.child
+            if self._validators.get(fd.message_type.full_name) is child:  # shared: copy
+                child = entry.child = self._node(fd.message_type, group=-1, presence=-1)
+                self._add_validators(child)
+            child.map_entry = True
+            self._know_every_field(child)
+
     def build(self) -> Program:
         for node in list(self.nodes):
             self._complete_oneofs(node)
             if node.unknown >= 0:
                 self._know_every_field(node)
+        for node in list(self.nodes):
+            self._reject_entries(node)
         entries: list[DecodeEntry] = []
         nodes: list[DecodeNode] = []
         dense: list[int] = []
@@ -272,7 +295,7 @@ class ProgramBuilder:
                     presence=node.presence,
                     defaults=len(defaults),
                     n_defaults=len(node_defaults),
-                    unknown=node.unknown,
+                    unknown=-2 if node.map_entry else node.unknown,
                 )
             )
             defaults.extend(node_defaults)
@@ -331,7 +354,10 @@ class ProgramBuilder:
             flags |= FLAG["map"]
             aux = self._map_spec(fd)
         elif is_closed_enum(fd) and (
-            entry.column >= 0 or node.unknown >= 0 or fd.containing_oneof is not None
+            entry.column >= 0
+            or node.unknown >= 0
+            or node.map_entry
+            or fd.containing_oneof is not None
         ):
             # Only where it shows: a value, the unknown fields, a oneof case it would set.
             flags |= FLAG["closed"]
