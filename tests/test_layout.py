@@ -89,7 +89,7 @@ def test_the_schema_above_sets_every_field_somewhere(
     for record, at in records:
         rows = [row for a in args for row in a[at]]
         # (a proto2 map's key and value have presence: implicit is proto3's, whose entries
-        # tests/test_closed_enums.py writes back)
+        # tests/test_upb_unknown_rules.py writes back)
         skip = {"defaults", "n_defaults", "key_implicit", "value_implicit"}
         for name in set(record._fields) - skip:
             assert {getattr(r, name) for r in rows} - {0, -1}, f"{record.__name__}.{name}"

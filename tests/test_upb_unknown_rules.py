@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from google.protobuf import message_factory
 
 import wirearrow as wa
@@ -252,3 +251,56 @@ def test_flat_columns_read_what_upb_reads(source: str, record: str) -> None:
             batch = wa.Transcoder(schema, [path], validate=validate).transcode([raw])
             want = expected_rows(cls, [raw], [path])
             assert_rows_equal(batch.schema, batch.to_pylist(), want, f"{path} {validate}")
+
+
+@pytest.mark.parametrize(("source", "record"), CASES + [(s, r) for s, _, r in NOT_CANONICAL])
+def test_the_unknown_fields_by_path_are_upbs(source: str, record: str) -> None:
+    # A flat plan that reads `_unknown` and nothing else: the maps are not read, their
+    # entries are still looked into (the ones upb does not insert are unknown fields).
+    schema, cls = _setup(source)
+    raw = _wire(record)
+    message = cls.FromString(raw)
+    for validate in ("plan", "full"):
+        got = wa.Transcoder(schema, ["_unknown"], validate=validate).transcode([raw])
+        want = runtime_unknown(message)
+        if (source, record) in [(s, r) for s, _, r in NOT_CANONICAL]:
+            assert (got.column(0)[0].as_py() is None) == (want is None)
+        else:
+            assert got.column(0).to_pylist() == [want], validate
+
+
+# Entries upb does not insert are still checked as upb checks them: a bad one is a bad record.
+BAD = [
+    (PROTO3, "1a05 0a01ff 1801"),  # invalid UTF-8 in a proto3 key, beside an unknown field
+    (PROTO3, "1a05 1801 0a01ff"),
+    (PROTO2, "3a04 1801 1005"[:-2]),  # truncated inside the entry
+    (PROTO2, "3a03 1801 1c"),  # a stray end-group tag after the unknown field
+    (PROTO2, "3a04 0801 1a05"),  # an unknown field whose length runs past the entry
+    (PROTO2, "4207 1205 0801 08"),  # the value message cut short
+    (PROTO2, "1a02 0580"),  # a packed closed-enum run cut inside a varint
+    (PROTO2, "1001 1080"),  # an unpacked closed-enum value cut short
+]
+
+
+@pytest.mark.parametrize("validate", ["plan", "full"])
+@pytest.mark.parametrize(("source", "record"), BAD)
+def test_bad_entries_and_values_are_bad_records(source: str, record: str, validate: str) -> None:
+    from google.protobuf.message import DecodeError
+
+    schema, cls = _setup(source)
+    raw = _wire(record)
+    with pytest.raises(DecodeError):
+        cls.FromString(raw)
+    for keep in (True, False):
+        tc = wa.Transcoder(schema, keep_unknown=keep, validate=validate, on_error="dead_letter")
+        assert tc.transcode([raw]).num_rows == 0
+        (letter,) = tc.dead_letters().to_pylist()
+        assert letter["raw"] == raw and letter["reason"]
+
+
+def test_an_error_in_a_closed_enum_list_names_its_element() -> None:
+    schema, _ = _setup(PROTO2)
+    tc = wa.Transcoder(schema, on_error="dead_letter")
+    tc.transcode([_wire("1001 1005 1002 1080")])  # r: 1, (5 undeclared), 2, then cut short
+    (letter,) = tc.dead_letters().to_pylist()
+    assert letter["path"] == "r[2]" and letter["offset"] == 6, letter
