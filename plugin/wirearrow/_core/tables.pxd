@@ -33,8 +33,8 @@ cdef enum Flag:
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
     F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
-    F_CLOSED = 32       # closed enum: an undeclared value is an unknown field (`aux`: its set)
-    F_MAP = 64          # map field: an entry holding an unknown field is an unknown field of
+    F_CLOSED = 64       # closed enum: an undeclared value is an unknown field (`aux`: its set)
+    F_MAP = 128         # map field: an entry holding an unknown field is an unknown field of
                         # the parent, whole (`aux`: its MapSpec, to write it back)
 
 # FieldEntry.action: what the decoder does with one value of the entry's own wire type,
