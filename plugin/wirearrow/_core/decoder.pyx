@@ -1476,11 +1476,15 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
             if st != OK:
                 c.err_offset = field_start - c.record
         return st
-    st = read_varint(&p, end, &v)
-    if st != OK:
-        if f.group >= 0 and open_element(c, f.group) != OK:
-            return E_NO_MEMORY
-        return st
+    if p < end and p[0] < 0x80:   # (most enum values: one byte, no status to test)
+        v = p[0]
+        p += 1
+    else:
+        st = read_varint(&p, end, &v)
+        if st != OK:
+            if f.group >= 0 and open_element(c, f.group) != OK:
+                return E_NO_MEMORY
+            return st
     pp[0] = p
     if not enum_declared(c, f.aux, <int32_t>v):
         return unknown_field(c, node, field_start, p)
