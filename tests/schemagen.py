@@ -35,7 +35,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
-from wirearrow.plan.types import is_repeated
+from wirearrow.plan.types import is_closed_enum, is_repeated
 
 __all__ = [
     "KEY_INTS",
@@ -589,6 +589,61 @@ def _unknown_field(draw: Any, used: set[int]) -> bytes:
     return tag(number, 3) + inner + tag(number, 4)
 
 
+def _undeclared(draw: Any, fd: FieldDescriptor) -> int:
+    """A value of closed enum `fd` it does not declare (upb keeps it as an unknown field)."""
+    declared = {v.number for v in fd.enum_type.values}
+    return draw(
+        st.sampled_from([n for n in (4, 6, 63, 64, 1000, -2, -(2**31) + 1) if n not in declared])
+    )
+
+
+def _closed_enum_noise(draw: Any, descriptor: Descriptor) -> list[bytes]:
+    """Undeclared values of the message's closed-enum fields: singular or unpacked records,
+    or a packed run (upb: each one an unknown varint record), which leave the field as it is."""
+    fields = [fd for fd in descriptor.fields if is_closed_enum(fd)]
+    if not fields or draw(st.integers(0, 3)) != 0:
+        return []
+    fd = draw(st.sampled_from(fields))
+    values = draw(st.lists(st.builds(lambda: None), min_size=1, max_size=2))
+    numbers = [_undeclared(draw, fd) for _ in values]
+    if is_repeated(fd) and draw(st.booleans()):
+        return [delimited(fd.number, b"".join(varint(n) for n in numbers))]
+    return [tag(fd.number, 0) + varint(n) for n in numbers]
+
+
+_WRONG_PAYLOAD = {0: varint(5), 1: bytes(8), 2: varint(1) + b"x", 5: bytes(4)}
+
+
+def _rejected_entry(draw: Any, fd: FieldDescriptor) -> bytes:
+    """A map entry upb does not insert but keeps whole as an unknown field of the parent: one
+    with an unknown field, a key or value under another wire type, or (a closed-enum value)
+    an undeclared value. The value, if a message, is empty: upb writes a kept entry back with
+    its value re-serialized, wirearrow with the value's bytes as they came."""
+    key_fd, value_fd = fd.message_type.fields
+    parts = []
+    if draw(st.booleans()):
+        parts.append(_record(key_fd, draw(map_keys(key_fd))))
+    if draw(st.booleans()):
+        if _is_message(value_fd):
+            parts.append(delimited(2, b""))
+        else:
+            parts.append(_record(value_fd, draw(scalar_values(value_fd))))
+    extras = ["unknown", "key wire type", "value wire type"]
+    if is_closed_enum(value_fd):
+        extras.append("undeclared")
+    extra = draw(st.sampled_from(extras))
+    if extra == "unknown":
+        parts.append(_unknown_field(draw, {1, 2}))
+    elif extra == "undeclared":
+        parts.append(tag(2, 0) + varint(_undeclared(draw, value_fd)))
+    else:
+        number, field = (1, key_fd) if extra == "key wire type" else (2, value_fd)
+        right = 2 if _is_message(field) else _payload(field, _default(field))[0]
+        wrong = draw(st.sampled_from([w for w in _WRONG_PAYLOAD if w != right]))
+        parts.append(tag(number, wrong) + _WRONG_PAYLOAD[wrong])
+    return delimited(fd.number, b"".join(draw(st.permutations(parts))))
+
+
 def _message_body(draw: Any, message: Any) -> list[bytes]:
     """The message as wire chunks; cutting the list anywhere keeps every field's order."""
     descriptor = message.DESCRIPTOR
@@ -604,6 +659,8 @@ def _message_body(draw: Any, message: Any) -> list[bytes]:
     used = {fd.number for fd in descriptor.fields}
     for _ in range(draw(st.integers(0, 2)) if draw(st.integers(0, 3)) == 0 else 0):
         groups.insert(draw(st.integers(0, len(groups))), [_unknown_field(draw, used)])
+    for chunk in _closed_enum_noise(draw, descriptor):
+        groups.insert(draw(st.integers(0, len(groups))), [chunk])
     return [chunk for group in groups for chunk in group]
 
 
@@ -653,6 +710,8 @@ def _field_chunks(draw: Any, message: Any, fd: FieldDescriptor) -> list[bytes]:
             else:
                 junk = _record(value_fd, draw(scalar_values(value_fd)))
             chunks.insert(0, delimited(fd.number, _record(key_fd, key) + junk))
+        if draw(st.integers(0, 3)) == 0:  # an entry upb keeps as an unknown field instead
+            chunks.insert(draw(st.integers(0, len(chunks))), _rejected_entry(draw, fd))
         return chunks
     if is_repeated(fd):
         packable = not _is_message(fd) and fd.type not in (_FD.TYPE_STRING, _FD.TYPE_BYTES)

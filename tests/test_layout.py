@@ -13,10 +13,13 @@ import wirearrow.plan.program as program_module
 from wirearrow._core import decoder, encoder, layout
 
 # Every kind of table row, each field away from its "nothing" value somewhere: a oneof (clear lists), a repeated message (a group, a child), a group
-# field, a sub-message (presence), packed scalars and kept unknown fields.
+# field, a sub-message (presence), packed scalars, kept unknown fields, a closed enum (its
+# value set) and a map (its entry rules).
 _SOURCE = """
 syntax = "proto2";
 package layout;
+enum Color { RED = 0; BLUE = 5; HUGE = 1000; }
+enum Shade { DARK = 0; LIGHT = 1; }
 message Inner { optional int32 a = 1 [default = 7]; optional string s = 2; }
 message Outer {
   optional int64 id = 1 [default = -3];
@@ -26,6 +29,10 @@ message Outer {
   repeated int32 packed = 8 [packed = true];
   optional Inner one = 9;
   map<string, int64> m = 10;
+  map<string, Inner> mi = 14;
+  optional Color color = 11;
+  map<int32, Color> colors = 12;
+  map<int32, Shade> shades = 13;
   optional bytes blob = 2000;
 }
 """
@@ -55,12 +62,14 @@ def test_every_decoder_row_arrives_field_by_field(
 ) -> None:
     schema, _ = compile_proto(_SOURCE, "layout.Outer")
     for args, program in _built_programs(monkeypatch, schema, **options):
-        entries, nodes, _dense, defaults, _clear, columns, _groups, max_nesting = args
+        entries, nodes, _dense, defaults, _clear, columns, _groups, max_nesting, sets, specs = args
         assert [program.entry(i) for i in range(program.n_entries)] == list(entries)
         assert [program.node(i) for i in range(program.n_nodes)] == list(nodes)
         assert [program.column(i) for i in range(program.n_cols)] == list(columns)
         assert [program.default(i) for i in range(program.n_defaults)] == list(defaults)
         assert program.max_nesting == max_nesting == options.get("max_nesting", 100)
+        assert [program.enum_set(i) for i in range(program.n_enum_sets)] == list(sets)
+        assert [program.map_spec(i) for i in range(program.n_map_specs)] == list(specs)
 
 
 def test_the_schema_above_sets_every_field_somewhere(
@@ -71,10 +80,21 @@ def test_the_schema_above_sets_every_field_somewhere(
     # refuses, proto3 and map entries needing a zero first enum value: see the test below.)
     schema, _ = compile_proto(_SOURCE, "layout.Outer")
     args = [a for a, _ in _built_programs(monkeypatch, schema, keep_unknown=True)]
-    for record, at in ((layout.DecodeEntry, 0), (layout.DecodeNode, 1), (layout.DecodeColumn, 5)):
+    records = (
+        (layout.DecodeEntry, 0),
+        (layout.DecodeNode, 1),
+        (layout.DecodeColumn, 5),
+        (layout.DecodeMapSpec, 9),
+    )
+    for record, at in records:
         rows = [row for a in args for row in a[at]]
-        for name in set(record._fields) - {"defaults", "n_defaults"}:
+        # (a proto2 map's key and value have presence: implicit is proto3's, whose entries
+        # tests/test_upb_unknown_rules.py writes back)
+        skip = {"defaults", "n_defaults", "key_implicit", "value_implicit"}
+        for name in set(record._fields) - skip:
             assert {getattr(r, name) for r in rows} - {0, -1}, f"{record.__name__}.{name}"
+    # both ranges of a value set: the bit mask (0..63) and the sorted rest
+    assert {v for a in args for es in a[8] for v in es.values} >= {0, 5, 1000}
 
 
 def test_defaults_arrive_and_fill_their_column() -> None:
@@ -90,6 +110,7 @@ def test_defaults_arrive_and_fill_their_column() -> None:
             group=-1,
             clear=-1,
             n_clear=0,
+            aux=-1,
         )
     ]
     nodes = [

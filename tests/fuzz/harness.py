@@ -82,10 +82,11 @@ GROUP_AS_LENGTH = (
     "(errors.md)"
 )
 EMPTY_VALUE = "a singular Value with no kind is null, and left out by encode (round-trip.md)"
-# Open decoder corners (docs/fuzzing.md, "Findings"), recognised from the record itself.
-UPB_UNKNOWN = (
-    "upb keeps as unknown what wirearrow reads or rejects: a known field with another wire "
-    "type, a map entry holding an unknown field (finding)"
+# A map entry upb keeps whole as an unknown field (docs/types.md, "Unknown fields"): its
+# message value is written as it came, where upb re-serializes it (the same value parsed).
+MESSAGE_ENTRY = (
+    "a map entry kept as an unknown field holds its message value as it came, upb "
+    "re-serializes it (types.md)"
 )
 
 
@@ -190,8 +191,8 @@ def _explain(target: Target, record: bytes, message: Any | None, reason: str = "
         return why
     if PROTOBUF_MAJOR < 7 and any(t in record for t in _group_list_tags(target.cls.DESCRIPTOR)):
         return GROUP_AS_LENGTH
-    if message is not None and _has_unknown(message):
-        return UPB_UNKNOWN
+    if message is not None and _message_entry_kept(message):
+        return MESSAGE_ENTRY
     if message is not None and _empty_value(message):
         return EMPTY_VALUE
     return None
@@ -231,10 +232,21 @@ def _walk(message: Any):
             yield from _walk(v)
 
 
-def _has_unknown(message: Any) -> bool:
+def _message_entry_kept(message: Any) -> bool:
+    """Whether an unknown field of some message is an entry of its map with message values."""
     from google.protobuf import unknown_fields
 
-    return any(len(unknown_fields.UnknownFieldSet(m)) for m in _walk(message))
+    for m in _walk(message):
+        numbers = {
+            fd.number
+            for fd in m.DESCRIPTOR.fields
+            if fd.message_type is not None
+            and fd.message_type.GetOptions().map_entry
+            and fd.message_type.fields_by_number[2].message_type is not None
+        }
+        if numbers and any(u.field_number in numbers for u in unknown_fields.UnknownFieldSet(m)):
+            return True
+    return False
 
 
 def _empty_value(message: Any) -> bool:

@@ -4,13 +4,21 @@ from typing import Any, TypeAlias
 import numpy as np
 from typing_extensions import Buffer, disjoint_base
 
-from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
+from wirearrow._core.layout import (
+    DecodeColumn,
+    DecodeDefault,
+    DecodeEntry,
+    DecodeEnumSet,
+    DecodeMapSpec,
+    DecodeNode,
+)
 
 # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
 _Bytes: TypeAlias = Buffer | np.ndarray
 
 KIND: dict[str, int]
 FLAG: dict[str, int]
+FORM: dict[str, int]
 STATUS_TEXT: dict[int, str]
 POLICY_RAISE: int
 POLICY_SKIP: int
@@ -29,6 +37,10 @@ class Program:
     def n_defaults(self) -> int: ...
     @property
     def max_nesting(self) -> int: ...
+    @property
+    def n_enum_sets(self) -> int: ...
+    @property
+    def n_map_specs(self) -> int: ...
     def __init__(
         self,
         entries: Sequence[DecodeEntry],
@@ -39,11 +51,15 @@ class Program:
         columns: Sequence[DecodeColumn],
         groups: Sequence[int],
         max_nesting: int,
+        enum_sets: Sequence[DecodeEnumSet] = (),
+        map_specs: Sequence[DecodeMapSpec] = (),
     ) -> None: ...
     def entry(self, i: int) -> DecodeEntry: ...
     def node(self, i: int) -> DecodeNode: ...
     def column(self, i: int) -> DecodeColumn: ...
     def default(self, i: int) -> DecodeDefault: ...
+    def enum_set(self, i: int) -> DecodeEnumSet: ...
+    def map_spec(self, i: int) -> DecodeMapSpec: ...
 
 @disjoint_base
 class Result:

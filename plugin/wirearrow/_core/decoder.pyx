@@ -24,12 +24,13 @@ from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, p
 import numpy as np
 
 from wirearrow._core.tables cimport (
-    A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
-    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
-    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_MERGE, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
-    GroupStore,
+    A_BOOL, A_BYTES, A_CHECK_STRING, A_ENUM, A_FIXED32, A_FIXED64, A_GROUP, A_MAP, A_MESSAGE,
+    A_NONE, A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32,
+    A_VARINT64, A_ZIGZAG32, A_ZIGZAG64, ColumnStore, EnumSet, F_CLOSED, F_LENIENT, F_MAP, F_MERGE,
+    F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
-    K_ZIGZAG64, Node,
+    K_ZIGZAG64, MapSpec, Node, R_BOOL, R_BYTES, R_FIXED32, R_FIXED64, R_INT32, R_INT64, R_MESSAGE,
+    R_UINT32,
 )
 from wirearrow._core.wire cimport (
     E_LENGTH, E_LENGTH_LONG, E_TAG_LONG, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK,
@@ -99,6 +100,9 @@ ctypedef struct Ctx:
     const int32_t* default_cols
     const uint8_t* default_values    # 16 bytes per default
     const int32_t* clear_cols
+    const EnumSet* enum_sets
+    const int32_t* enum_values
+    const MapSpec* map_specs
     ColumnStore* cols
     GroupStore* groups
     int64_t* cur                     # current element of each group
@@ -116,6 +120,7 @@ ctypedef struct Ctx:
     uint32_t stack_field[MAX_STACK]
     int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
     const uint8_t* resume            # after a group: first byte past its end-group tag
+    int rejected                     # the map entry being decoded holds an unknown field
 
 
 cdef class Program:
@@ -135,7 +140,11 @@ cdef class Program:
     cdef int32_t* col_group
     cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
     cdef int32_t* group_parent
+    cdef EnumSet* enum_sets
+    cdef int32_t* enum_values
+    cdef MapSpec* map_specs
     cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
+    cdef readonly int32_t n_enum_sets, n_map_specs
 
     def __cinit__(self):
         self.entries = NULL
@@ -148,13 +157,17 @@ cdef class Program:
         self.col_width = NULL
         self.col_group = NULL
         self.group_parent = NULL
+        self.enum_sets = NULL
+        self.enum_values = NULL
+        self.map_specs = NULL
 
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
-                 int max_nesting):
-        """entries, nodes, defaults, columns: rows of layout.DecodeEntry, DecodeNode,
-        DecodeDefault, DecodeColumn (or plain tuples of their fields, in order);
-        dense: entry index or -1; clear_cols: column indices; groups: parent group (-1 root);
-        max_nesting: messages and groups nested deeper are a decode error.
+                 int max_nesting, enum_sets=(), map_specs=()):
+        """entries, nodes, defaults, columns, enum_sets, map_specs: rows of
+        layout.DecodeEntry, DecodeNode, DecodeDefault, DecodeColumn, DecodeEnumSet,
+        DecodeMapSpec (or plain tuples of their fields, in order); dense: entry index or -1;
+        clear_cols: column indices; groups: parent group (-1 root); max_nesting: messages and
+        groups nested deeper are a decode error.
         """
         cdef int32_t i
         if not 0 < max_nesting < MAX_STACK:
@@ -165,6 +178,7 @@ cdef class Program:
         self.n_cols = len(columns)
         self.n_groups = len(groups)
         self.n_defaults = len(defaults)
+        self._set_enums_and_maps(enum_sets, map_specs)
         if self.n_nodes == 0 or self.n_groups == 0:
             raise ValueError("a program needs a root node and a root group")
         self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
@@ -213,7 +227,7 @@ cdef class Program:
         for i, row in enumerate(entries):
             e = layout.DecodeEntry._make(row)
             self._set_entry(i, e.number, e.wire_type, e.kind, e.flags, e.column, e.child,
-                            e.group, e.clear, e.n_clear)
+                            e.group, e.clear, e.n_clear, e.aux)
         for i, row in enumerate(nodes):
             n = layout.DecodeNode._make(row)
             self._set_node(i, n.entries, n.n_entries, n.dense, n.dense_len, n.group,
@@ -228,6 +242,45 @@ cdef class Program:
                 self.dense_entries[i] = self.entries[d]
             else:
                 self.dense_entries[i].action = A_NONE
+
+    cdef _set_enums_and_maps(self, enum_sets, map_specs):
+        cdef int32_t i
+        cdef int64_t v
+        sets = [layout.DecodeEnumSet._make(row) for row in enum_sets]
+        specs = [layout.DecodeMapSpec._make(row) for row in map_specs]
+        large = [[v for v in es.values if not 0 <= v < 64] for es in sets]
+        self.n_enum_sets = len(sets)
+        self.n_map_specs = len(specs)
+        self.enum_sets = <EnumSet*>PyMem_RawCalloc(max(len(sets), 1), sizeof(EnumSet))
+        self.enum_values = <int32_t*>PyMem_RawCalloc(max(sum(map(len, large)), 1), sizeof(int32_t))
+        self.map_specs = <MapSpec*>PyMem_RawCalloc(max(len(specs), 1), sizeof(MapSpec))
+        if self.enum_sets == NULL or self.enum_values == NULL or self.map_specs == NULL:
+            raise MemoryError()
+        cdef int32_t at = 0
+        for i, es in enumerate(sets):
+            values = list(es.values)
+            if values != sorted(set(values)) or not all(-2**31 <= v < 2**31 for v in values):
+                raise ValueError(f"enum set {i}: distinct sorted int32 values")
+            self.enum_sets[i].first = at
+            self.enum_sets[i].count = len(large[i])
+            for v in values:
+                if 0 <= v < 64:
+                    self.enum_sets[i].small |= (<uint64_t>1) << v
+            for v in large[i]:
+                self.enum_values[at] = v
+                at += 1
+        for i, ms in enumerate(specs):
+            if (ms.key_wire_type not in (0, 1, 2, 5) or ms.value_wire_type not in (0, 1, 2, 5)
+                    or not 0 <= ms.key_form <= R_BYTES or not 0 <= ms.value_form <= R_MESSAGE
+                    or not -1 <= ms.value_enum < len(sets)):
+                raise ValueError(f"bad map spec {i}")
+            self.map_specs[i].key_wire_type = ms.key_wire_type
+            self.map_specs[i].value_wire_type = ms.value_wire_type
+            self.map_specs[i].key_form = ms.key_form
+            self.map_specs[i].value_form = ms.value_form
+            self.map_specs[i].key_implicit = ms.key_implicit != 0
+            self.map_specs[i].value_implicit = ms.value_implicit != 0
+            self.map_specs[i].value_enum = ms.value_enum
 
     cdef _check_groups(self):
         # The decoder takes the element a stored value belongs to from the node being
@@ -276,7 +329,13 @@ cdef class Program:
 
     cdef _set_entry(self, int32_t i, uint32_t number, int wire_type, int kind, int flags,
                     int32_t column, int32_t child, int32_t group, int32_t clear,
-                    int32_t n_clear):
+                    int32_t n_clear, int32_t aux):
+        if flags & F_CLOSED and (kind != K_VARINT32 or not 0 <= aux < self.n_enum_sets):
+            raise ValueError(f"entry {i}: a closed enum is a varint32 with a value set")
+        if flags & F_MAP and (kind != K_MESSAGE or not 0 <= aux < self.n_map_specs):
+            raise ValueError(f"entry {i}: a map is a message field with a map spec")
+        if not flags & (F_CLOSED | F_MAP) and aux != -1:
+            raise ValueError(f"entry {i}: aux is for closed enums and maps")
         if number == 0 or wire_type not in (0, 1, 2, 3, 5) or not 0 <= kind <= K_GROUP:
             raise ValueError(f"bad entry {i}")
         if column != -1:
@@ -305,6 +364,7 @@ cdef class Program:
         e.group = group
         e.clear = clear
         e.n_clear = n_clear
+        e.aux = aux
 
     cdef _set_node(self, int32_t i, int32_t entries, int32_t n_entries, int32_t dense,
                    int32_t dense_len, int32_t group, int32_t presence, int32_t defaults,
@@ -317,7 +377,7 @@ cdef class Program:
             raise ValueError(f"bad node {i}")
         if presence != -1:
             self._check_col(presence, "presence column")
-        if unknown != -1:
+        if unknown >= 0 or unknown < -2:
             self._check_col(unknown, "unknown-fields column")
             if self.col_width[unknown] != 8 or self.col_group[unknown] != group:
                 raise ValueError(f"node {i}: the unknown-fields column is a bytes column of its group")
@@ -346,7 +406,8 @@ cdef class Program:
         cdef const FieldEntry* e = &self.entries[i]
         return layout.DecodeEntry(
             number=e.number, wire_type=e.wire_type, kind=e.kind, flags=e.flags,
-            column=e.column, child=e.child, group=e.group, clear=e.clear, n_clear=e.n_clear)
+            column=e.column, child=e.child, group=e.group, clear=e.clear, n_clear=e.n_clear,
+            aux=e.aux)
 
     def node(self, int32_t i):
         """Node i as the decoder holds it."""
@@ -363,6 +424,25 @@ cdef class Program:
         if not 0 <= i < self.n_cols:
             raise IndexError(i)
         return layout.DecodeColumn(width=self.col_width[i], group=self.col_group[i])
+
+    def enum_set(self, int32_t i):
+        """Value set i as the decoder holds it."""
+        if not 0 <= i < self.n_enum_sets:
+            raise IndexError(i)
+        cdef const EnumSet* es = &self.enum_sets[i]
+        small = [v for v in range(64) if es.small >> v & 1]
+        large = [self.enum_values[k] for k in range(es.first, es.first + es.count)]
+        return layout.DecodeEnumSet(values=tuple(sorted(small + large)))
+
+    def map_spec(self, int32_t i):
+        """Map spec i as the decoder holds it."""
+        if not 0 <= i < self.n_map_specs:
+            raise IndexError(i)
+        cdef const MapSpec* ms = &self.map_specs[i]
+        return layout.DecodeMapSpec(
+            key_wire_type=ms.key_wire_type, value_wire_type=ms.value_wire_type,
+            key_form=ms.key_form, value_form=ms.value_form, key_implicit=ms.key_implicit,
+            value_implicit=ms.value_implicit, value_enum=ms.value_enum)
 
     def default(self, int32_t i):
         """Default i as the decoder holds it (self.n_defaults of them)."""
@@ -384,9 +464,16 @@ cdef class Program:
         PyMem_RawFree(self.col_group)
         PyMem_RawFree(self.col_bytes)
         PyMem_RawFree(self.group_parent)
+        PyMem_RawFree(self.enum_sets)
+        PyMem_RawFree(self.enum_values)
+        PyMem_RawFree(self.map_specs)
 
 
 cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
+    if flags & F_MAP:
+        return A_MAP
+    if flags & F_CLOSED:
+        return A_ENUM
     if kind == K_MESSAGE:
         return A_MESSAGE
     if kind == K_GROUP:
@@ -478,6 +565,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.default_cols = program.default_cols
     c.default_values = program.default_values
     c.clear_cols = program.clear_cols
+    c.enum_sets = program.enum_sets
+    c.enum_values = program.enum_values
+    c.map_specs = program.map_specs
     c.n_cols = program.n_cols
     c.n_groups = program.n_groups
     c.max_nesting = program.max_nesting
@@ -1124,7 +1214,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 n = nq
                 if st != OK:
                     break
-                st = decode_packed(c, f, p, p + n)
+                st = decode_packed(c, f, p, p + n, node.unknown)
                 if st != OK:
                     break
                 p += n
@@ -1137,7 +1227,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         if f == NULL:
             # Unplanned fields are skipped by length; the common wire types inline. Field 0
             # and wire types 4, 6, 7 never have an entry, so they are checked here only.
-            if node.unknown < 0:
+            if node.unknown == -1:
                 if wt == 2 and fn != 0:
                     if p < end and p[0] < 0x80:   # (a one-byte length: no status to test)
                         n = p[0]
@@ -1166,15 +1256,30 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             q = p
             st = skip_field(c, &q, end, fn, wt, depth)
             p = q
-            if st == OK and node.unknown >= 0:
-                st = keep_unknown(c, node.unknown, field_start, p)
+            if st == OK:
+                st = unknown_field(c, node, field_start, p)
             if st != OK:
                 break
             continue
-        if f.n_clear > 0:
-            clear_siblings(c, f)
         act = f.action
         if act >= A_MESSAGE:
+            if act > A_GROUP:
+                # A closed enum, or a map entry upb might keep as an unknown field: the
+                # check comes before the field has any effect (oneof siblings, elements).
+                q = p
+                st = rare_field(c, node, f, &q, end, field_start, depth, node_element)
+                p = q
+                if st == OK:
+                    continue
+                # An error names the element the field opened, as below (rare_field opened
+                # it); an error inside an entry recorded its own level already.
+                if act == A_MAP:
+                    return record_level(c, node_id, fn, element_index(c, f), st)
+                if f.group >= 0:
+                    opened = f
+                break
+            if f.n_clear > 0:
+                clear_siblings(c, f)
             el = node_element
             if f.group >= 0:
                 st = open_element(c, f.group)
@@ -1202,6 +1307,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 # The inner level recorded itself; add this one.
                 return record_level(c, node_id, fn, element_index(c, f), st)
             continue
+        if f.n_clear > 0:
+            clear_siblings(c, f)
         el = node_element
         if f.group >= 0:
             st = open_element(c, f.group)
@@ -1291,6 +1398,395 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         return record_level(c, node_id, fn,
                             element_index(c, opened) if opened != NULL else -1, st)
     return OK
+
+
+# ---- closed enums and map entries (upb's unknown-field rules) ---------------------------
+
+cdef inline int unknown_field(Ctx* c, const Node* node, const uint8_t* start,
+                              const uint8_t* stop) noexcept nogil:
+    """Field [start, stop) of `node` is an unknown field: kept in its message's unknown
+    fields, or, the node being a map entry (unknown == -2), the entry is one upb does not
+    insert (it keeps it whole as an unknown field of the parent, see rare_field). The one
+    place this is decided: another field upb moves to the unknown fields (a string it does
+    not validate, holding bytes Arrow's utf8 cannot) comes here too."""
+    if node.unknown >= 0:
+        return keep_unknown(c, node.unknown, start, stop)
+    if node.unknown == -2:
+        c.rejected = 1
+    return OK
+
+
+cdef inline bint enum_declared(const Ctx* c, int32_t set_index, int32_t v) noexcept nogil:
+    cdef const EnumSet* es = &c.enum_sets[set_index]
+    if 0 <= v < 64:
+        return (es.small >> v) & 1
+    cdef int32_t lo = es.first, hi = es.first + es.count - 1, mid
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if c.enum_values[mid] == v:
+            return True
+        if c.enum_values[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return False
+
+
+cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t** pp,
+                    const uint8_t* end, const uint8_t* field_start, int depth,
+                    int64_t node_element) noexcept nogil:
+    """A_ENUM: a closed enum's value, stored only when declared; an undeclared one is an
+    unknown field, as it came (so no oneof sibling is unset and no element opened).
+    A_MAP: a map entry, decoded as any repeated message; one its node found an unknown field
+    in (c.rejected, see unknown_field) is taken out of the map again and, as upb keeps it,
+    becomes an unknown field of the parent, whole. On an error, the element the field
+    opened is open (and the error offset set where no inner level set it)."""
+    cdef uint64_t v
+    cdef int64_t n, el
+    cdef int st, saved, rejected
+    cdef uint32_t v32
+    cdef uint8_t* dst
+    cdef const uint8_t* p = pp[0]
+    if f.action == A_MAP:
+        el = node_element
+        st = OK
+        if f.group >= 0:
+            st = open_element(c, f.group)
+            el = c.cur[f.group]
+        if st == OK:
+            st = enter_node(c, &c.nodes[f.child], el)
+        if st == OK:
+            st = read_length(&p, end, &n)
+        if st != OK:
+            c.err_offset = field_start - c.record
+            return st
+        saved = c.rejected
+        c.rejected = 0
+        st = decode_fields(c, f.child, p, p + n, 0, depth + 1, el)
+        rejected = c.rejected
+        c.rejected = saved
+        if st != OK:
+            return st
+        pp[0] = p + n
+        if rejected:
+            if f.group >= 0:
+                st = cut_entry(c, f)
+            if st == OK and node.unknown >= 0:
+                st = keep_entry(c, node.unknown, f, p, p + n)
+            if st != OK:
+                c.err_offset = field_start - c.record
+        return st
+    if p < end and p[0] < 0x80:   # (most enum values: one byte, no status to test)
+        v = p[0]
+        p += 1
+    else:
+        st = read_varint(&p, end, &v)
+        if st != OK:
+            if f.group >= 0 and open_element(c, f.group) != OK:
+                return E_NO_MEMORY
+            return st
+    pp[0] = p
+    if not enum_declared(c, f.aux, <int32_t>v):
+        return unknown_field(c, node, field_start, p)
+    if f.n_clear > 0:
+        clear_siblings(c, f)
+    el = node_element
+    if f.group >= 0:
+        st = open_element(c, f.group)
+        if st != OK:
+            return st
+        el = c.cur[f.group]
+    if f.column >= 0:
+        dst = value_slot_at(c, f.column, el, 4)
+        if dst == NULL:
+            return E_NO_MEMORY
+        v32 = <uint32_t>v
+        memcpy(dst, &v32, 4)
+    return OK
+
+
+cdef int decode_packed_enum(Ctx* c, const FieldEntry* f, const uint8_t* p,
+                            const uint8_t* end, int32_t unknown) noexcept nogil:
+    """Packed closed-enum values: each undeclared one becomes an unknown varint field of its
+    own (tag, then the value's low 32 bits), as upb re-encodes it."""
+    cdef uint64_t v
+    cdef uint32_t v32
+    cdef uint8_t buf[10]
+    cdef int st, k
+    cdef uint8_t* dst
+    while p < end:
+        st = read_varint(&p, end, &v)
+        if st != OK:
+            return st
+        if not enum_declared(c, f.aux, <int32_t>v):
+            if unknown >= 0:
+                k = put_varint(buf, <uint64_t>f.number << 3)
+                k += put_varint(buf + k, <uint32_t>v)
+                st = keep_unknown(c, unknown, buf, buf + k)
+                if st != OK:
+                    return st
+            continue
+        if f.group >= 0:
+            st = open_element(c, f.group)
+            if st != OK:
+                return st
+        if f.column >= 0:
+            dst = value_slot(c, f.column, 4)
+            if dst == NULL:
+                return E_NO_MEMORY
+            v32 = <uint32_t>v
+            memcpy(dst, &v32, 4)
+    return OK
+
+
+cdef inline int put_varint(uint8_t* d, uint64_t v) noexcept nogil:
+    cdef int k = 0
+    while v >= 0x80:
+        d[k] = <uint8_t>(v | 0x80)
+        v >>= 7
+        k += 1
+    d[k] = <uint8_t>v
+    return k + 1
+
+
+cdef int skip_plain(const uint8_t** pp, const uint8_t* end, int wt) noexcept nogil:
+    """Skip one value of wire type 0, 1, 2 or 5 (a key's or a value's)."""
+    cdef int64_t n
+    cdef int st
+    if wt == 0:
+        return skip_varint(pp, end)
+    if wt == 1:
+        return skip_fixed(pp, end, 8)
+    if wt == 5:
+        return skip_fixed(pp, end, 4)
+    st = read_length(pp, end, &n)
+    if st == OK:
+        pp[0] += n
+    return st
+
+
+cdef int cut_entry(Ctx* c, const FieldEntry* f) noexcept nogil:
+    """Take the map entry just decoded (the newest element of f.group) out again, with
+    everything stored under it: the groups below are cut back to their elements before it
+    (a group's elements are in the order of their parents, so those are a suffix)."""
+    cdef int64_t* counts = <int64_t*>PyMem_RawMalloc(c.n_groups * sizeof(int64_t))
+    cdef uint8_t* below = <uint8_t*>PyMem_RawCalloc(c.n_groups, 1)
+    cdef int32_t g, pg
+    cdef int64_t k
+    cdef GroupStore* gs
+    if counts == NULL or below == NULL:
+        PyMem_RawFree(counts)
+        PyMem_RawFree(below)
+        return E_NO_MEMORY
+    for g in range(c.n_groups):
+        counts[g] = c.groups[g].count
+    counts[f.group] = c.cur[f.group]
+    below[f.group] = 1
+    for g in range(f.group + 1, c.n_groups):   # (parents precede their children)
+        gs = &c.groups[g]
+        pg = gs.parent_group
+        if below[pg]:
+            below[g] = 1
+            k = gs.count
+            while k > 0 and gs.parent[k - 1] >= counts[pg]:
+                k -= 1
+            counts[g] = k
+    rollback(c, counts)
+    PyMem_RawFree(counts)
+    PyMem_RawFree(below)
+    return OK
+
+
+cdef int entry_value(const MapSpec* ms, int form, const uint8_t* p, const uint8_t* end,
+                     uint64_t* v) noexcept nogil:
+    """The value at p (a key's or value's) as upb holds it, for writing it back."""
+    cdef const uint8_t* q = p
+    if form == R_FIXED32 or form == R_FIXED64 or form >= R_BYTES:
+        return OK
+    if read_varint(&q, end, v) != OK:
+        return E_INTERNAL
+    if form == R_INT32:
+        v[0] = <uint64_t><int64_t><int32_t><uint32_t>v[0]
+    elif form == R_UINT32:
+        v[0] = <uint32_t>v[0]
+    elif form == R_BOOL:
+        v[0] = v[0] != 0
+    return OK
+
+
+cdef int64_t put_entry_field(uint8_t* d, int number, int wt, int form, bint implicit,
+                             const uint8_t* p, const uint8_t* end,
+                             const uint8_t* body_start, const uint8_t* body_end,
+                             int64_t total) noexcept nogil:
+    """Write field `number` (found at p, its value's first byte) as upb writes it back;
+    d == NULL: only measure. R_MESSAGE: every occurrence's bytes (body_start..body_end, the
+    entry), `total` of them in all. Returns the bytes written, 0 when nothing is."""
+    cdef uint64_t v = 0
+    cdef int64_t n = 0, k = 0, len_
+    cdef const uint8_t* q = p
+    cdef uint64_t tag
+    cdef int width
+    cdef uint8_t buf[20]
+    cdef const uint8_t* s
+    if form == R_MESSAGE:
+        k = put_varint(buf, <uint64_t>number << 3 | 2)
+        k += put_varint(buf + k, total)
+        if d != NULL:
+            memcpy(d, buf, k)
+            # the occurrences, in wire order
+            q = body_start
+            n = k
+            while q < body_end:
+                read_tag(&q, body_end, &tag)
+                if tag >> 3 == <uint64_t>number and (tag & 7) == 2:
+                    read_length(&q, body_end, &len_)
+                    memcpy(d + n, q, len_)
+                    n += len_
+                    q += len_
+                elif (tag & 7) == 3:
+                    skip_group_plain(&q, body_end, <uint32_t>(tag >> 3))
+                else:
+                    skip_plain(&q, body_end, tag & 7)
+        return k + total
+    if form == R_BYTES:
+        read_length(&q, end, &len_)
+        if implicit and len_ == 0:
+            return 0
+        k = put_varint(buf, <uint64_t>number << 3 | 2)
+        k += put_varint(buf + k, len_)
+        if d != NULL:
+            memcpy(d, buf, k)
+            memcpy(d + k, q, len_)
+        return k + len_
+    if form == R_FIXED32 or form == R_FIXED64:
+        width = 4 if form == R_FIXED32 else 8
+        memcpy(&v, q, width)
+        if implicit and v == 0:
+            return 0
+        k = put_varint(buf, <uint64_t>number << 3 | wt)
+        memcpy(buf + k, q, width)
+        k += width
+    else:
+        entry_value(NULL, form, q, end, &v)
+        if implicit and v == 0:
+            return 0
+        k = put_varint(buf, <uint64_t>number << 3)
+        k += put_varint(buf + k, v)
+    if d != NULL:
+        memcpy(d, buf, k)
+    return k
+
+
+cdef int skip_group_plain(const uint8_t** pp, const uint8_t* end, uint32_t number) noexcept nogil:
+    """Skip a group already checked (the entry was decoded) up to its end-group tag."""
+    cdef uint64_t tag
+    while pp[0] < end:
+        read_tag(pp, end, &tag)
+        if (tag & 7) == 4:
+            return OK
+        if (tag & 7) == 3:
+            skip_group_plain(pp, end, <uint32_t>(tag >> 3))
+        else:
+            skip_plain(pp, end, tag & 7)
+    return OK
+
+
+cdef int keep_entry(Ctx* c, int32_t col, const FieldEntry* f, const uint8_t* p,
+                    const uint8_t* end) noexcept nogil:
+    """Append a map entry (bytes [p, end), already checked) to the parent's unknown
+    fields as upb writes it: the key's and the value's last occurrences (a message value:
+    all of them, which merge; a closed enum: the last declared one), each under its
+    canonical tag and not at all when implicit presence makes it zero, then the entry's
+    unknown fields as they came, all in one length-delimited field."""
+    cdef const MapSpec* ms = &c.map_specs[f.aux]
+    cdef const uint8_t* q = p
+    cdef const uint8_t* start
+    cdef const uint8_t* key = NULL
+    cdef const uint8_t* value = NULL
+    cdef const uint8_t* at
+    cdef int64_t msg_total = 0, unknown_total = 0, n, len_, body, k
+    cdef uint64_t tag, v
+    cdef uint32_t fn
+    cdef int wt, st
+    cdef uint8_t* buf
+    cdef uint8_t* d
+    # Pass 1: where the key and value are, what the rest weighs.
+    while q < end:
+        start = q
+        read_tag(&q, end, &tag)
+        fn = <uint32_t>(tag >> 3)
+        wt = tag & 7
+        if fn == 1 and wt == ms.key_wire_type:
+            key = q
+            skip_plain(&q, end, wt)
+        elif fn == 2 and wt == ms.value_wire_type:
+            if ms.value_form == R_MESSAGE:
+                read_length(&q, end, &len_)
+                msg_total += len_
+                value = q
+                q += len_
+            elif ms.value_enum >= 0:
+                at = q
+                read_varint(&q, end, &v)
+                if enum_declared(c, ms.value_enum, <int32_t>v):
+                    value = at
+                else:
+                    unknown_total += q - start
+            else:
+                value = q
+                skip_plain(&q, end, wt)
+        else:
+            if wt == 3:
+                skip_group_plain(&q, end, fn)
+            else:
+                skip_plain(&q, end, wt)
+            unknown_total += q - start
+    body = unknown_total
+    if key != NULL:
+        body += put_entry_field(NULL, 1, ms.key_wire_type, ms.key_form, ms.key_implicit,
+                                key, end, p, end, 0)
+    if value != NULL:
+        body += put_entry_field(NULL, 2, ms.value_wire_type, ms.value_form, ms.value_implicit,
+                                value, end, p, end, msg_total)
+    buf = <uint8_t*>PyMem_RawMalloc(body + 20)
+    if buf == NULL:
+        return E_NO_MEMORY
+    d = buf
+    d += put_varint(d, <uint64_t>f.number << 3 | 2)
+    d += put_varint(d, body)
+    if key != NULL:
+        d += put_entry_field(d, 1, ms.key_wire_type, ms.key_form, ms.key_implicit,
+                             key, end, p, end, 0)
+    if value != NULL:
+        d += put_entry_field(d, 2, ms.value_wire_type, ms.value_form, ms.value_implicit,
+                             value, end, p, end, msg_total)
+    # Pass 2: the unknown fields, in wire order.
+    q = p
+    while q < end:
+        start = q
+        read_tag(&q, end, &tag)
+        fn = <uint32_t>(tag >> 3)
+        wt = tag & 7
+        if fn == 1 and wt == ms.key_wire_type:
+            skip_plain(&q, end, wt)
+        elif fn == 2 and wt == ms.value_wire_type:
+            if ms.value_enum >= 0:
+                read_varint(&q, end, &v)
+                if not enum_declared(c, ms.value_enum, <int32_t>v):
+                    memcpy(d, start, q - start)
+                    d += q - start
+            else:
+                skip_plain(&q, end, wt)
+        else:
+            if wt == 3:
+                skip_group_plain(&q, end, fn)
+            else:
+                skip_plain(&q, end, wt)
+            memcpy(d, start, q - start)
+            d += q - start
+    st = keep_unknown(c, col, buf, d)
+    PyMem_RawFree(buf)
+    return st
 
 
 cdef inline int check_tag(uint32_t fn, int wt, uint32_t end_group) noexcept nogil:
@@ -1551,7 +2047,7 @@ cdef int keep_unknown(Ctx* c, int32_t col, const uint8_t* start,
 
 
 cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
-                       const uint8_t* end) noexcept nogil:
+                       const uint8_t* end, int32_t unknown) noexcept nogil:
     """Packed repeated scalars: one element per value, all inside one length prefix."""
     cdef int st
     cdef int act = f.action
@@ -1579,6 +2075,8 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
         memset(cs.valid + first, 1, k)
         memcpy(cs.values + first * width, p, k * width)
         return OK
+    if act == A_ENUM:
+        return decode_packed_enum(c, f, p, end, unknown)
     while p < end:
         if f.group >= 0:
             st = open_element(c, f.group)
@@ -1622,5 +2120,9 @@ KIND = {
 }
 FLAG = {
     "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,
-    "merge": F_MERGE,
+    "merge": F_MERGE, "closed": F_CLOSED, "map": F_MAP,
+}
+FORM = {
+    "int32": R_INT32, "uint32": R_UINT32, "int64": R_INT64, "bool": R_BOOL, "fixed32": R_FIXED32,
+    "fixed64": R_FIXED64, "bytes": R_BYTES, "message": R_MESSAGE,
 }

@@ -19,6 +19,8 @@ __all__ = [
     "DecodeColumn",
     "DecodeDefault",
     "DecodeEntry",
+    "DecodeEnumSet",
+    "DecodeMapSpec",
     "DecodeNode",
     "EncodeColumn",
     "EncodeEntry",
@@ -42,6 +44,7 @@ class DecodeEntry(NamedTuple):
     group: int  # element group opened per occurrence (repeated), else -1
     clear: int  # first index into clear_cols (oneof siblings to unset), -1 = none
     n_clear: int
+    aux: int  # flag "closed": its DecodeEnumSet; flag "map": its DecodeMapSpec; else -1
 
 
 class DecodeNode(NamedTuple):
@@ -55,12 +58,32 @@ class DecodeNode(NamedTuple):
     presence: int  # column marked present when the node is entered, -1 = none
     defaults: int  # first index into the defaults
     n_defaults: int
-    unknown: int  # bytes column of the raw unknown fields, -1 = skip them
+    unknown: int  # bytes column of the raw unknown fields, -1 = skip them, -2 = a map entry
+    # that holds one is not inserted (upb keeps it whole as an unknown field of the parent)
 
 
 class DecodeColumn(NamedTuple):
     width: int  # 0 (presence only), 1, 4 or 8 (bytes columns: 8)
     group: int  # one slot per element of this group
+
+
+class DecodeEnumSet(NamedTuple):
+    """The declared values of a closed enum (EnumSet): any other value is an unknown field."""
+
+    values: tuple[int, ...]  # sorted, distinct int32
+
+
+class DecodeMapSpec(NamedTuple):
+    """What a map's entries may hold (MapSpec): an entry with anything else, or with an
+    undeclared value of a closed enum, is an unknown field of the parent, as upb keeps it."""
+
+    key_wire_type: int
+    value_wire_type: int
+    key_form: int  # decoder.FORM: how the key is written back
+    value_form: int
+    key_implicit: int  # 1: implicit presence, a zero key is not written back
+    value_implicit: int
+    value_enum: int  # DecodeEnumSet of a closed-enum value, -1 = none
 
 
 class DecodeDefault(NamedTuple):

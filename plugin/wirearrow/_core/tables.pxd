@@ -33,6 +33,9 @@ cdef enum Flag:
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
     F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
+    F_CLOSED = 64       # closed enum: an undeclared value is an unknown field (`aux`: its set)
+    F_MAP = 128         # map field: an entry holding an unknown field is an unknown field of
+                        # the parent, whole (`aux`: its MapSpec, to write it back)
 
 # FieldEntry.action: what the decoder does with one value of the entry's own wire type,
 # settled once when the tables are built so that the hot loop dispatches a single time
@@ -54,6 +57,9 @@ cdef enum Action:
     A_CHECK_STRING = 13 # no column, UTF-8 checked
     A_MESSAGE = 14      # message kinds last: action >= A_MESSAGE descends
     A_GROUP = 15
+    A_MAP = 16          # the rare kinds after the messages (one compare on the message path):
+    A_ENUM = 17         # a map entry, taken out again if it holds an unknown field; a closed
+                        # enum's value, checked before it has any effect
     A_NONE = 255        # an empty slot of a node's dense table (no entry for the number)
 
 ctypedef struct FieldEntry:
@@ -67,6 +73,7 @@ ctypedef struct FieldEntry:
     int32_t group       # element group opened per occurrence (F_REPEATED), else -1
     int32_t clear       # first index into clear_cols (oneof siblings to unset), -1 = none
     int32_t n_clear
+    int32_t aux         # F_CLOSED: its EnumSet; F_MAP: its MapSpec; else -1
 
 ctypedef struct Node:
     int32_t entries     # first FieldEntry of this message
@@ -77,7 +84,35 @@ ctypedef struct Node:
     int32_t presence    # column marked present when the node is entered, -1 = none
     int32_t defaults    # first index into default_cols / default_values
     int32_t n_defaults  # implicit-presence columns filled with their default on entry
-    int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them
+    int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them,
+                        # -2 = a map entry: holding one, it is not inserted (decoder.rare_field)
+
+# The declared values of a closed enum: 0..63 as a bit mask, the others sorted.
+ctypedef struct EnumSet:
+    uint64_t small      # bit v: value v (0 <= v < 64) is declared
+    int32_t first       # the other declared values: enum_values[first .. first + count)
+    int32_t count
+
+# Re-encoding forms of a map entry's key and value (an entry kept as an unknown field is
+# written as upb writes it: key, value, then the entry's own unknown fields).
+cdef enum Form:
+    R_INT32 = 0         # varint of the sign-extended low 32 bits (int32, enum)
+    R_UINT32 = 1        # varint of the low 32 bits (uint32, sint32)
+    R_INT64 = 2         # varint as is (int64, uint64, sint64)
+    R_BOOL = 3
+    R_FIXED32 = 4
+    R_FIXED64 = 5
+    R_BYTES = 6         # last occurrence (string, bytes)
+    R_MESSAGE = 7       # every occurrence, concatenated (they merge)
+
+ctypedef struct MapSpec:
+    uint8_t key_wire_type
+    uint8_t value_wire_type
+    uint8_t key_form     # Form
+    uint8_t value_form
+    uint8_t key_implicit    # implicit presence: a zero is not written
+    uint8_t value_implicit
+    int32_t value_enum   # EnumSet of a closed-enum value, -1 = none
 
 ctypedef struct ColumnStore:
     # The fields the hot loop touches come first: they share one cache line.

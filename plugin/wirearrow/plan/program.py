@@ -11,11 +11,20 @@ from dataclasses import dataclass, field
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from wirearrow._core.decoder import FLAG, KIND, Program
-from wirearrow._core.layout import DecodeColumn, DecodeDefault, DecodeEntry, DecodeNode
+from wirearrow._core.decoder import FLAG, FORM, KIND, Program
+from wirearrow._core.layout import (
+    DecodeColumn,
+    DecodeDefault,
+    DecodeEntry,
+    DecodeEnumSet,
+    DecodeMapSpec,
+    DecodeNode,
+)
 from wirearrow.plan.types import (
     default_bytes,
     has_presence,
+    is_closed_enum,
+    is_map,
     is_message,
     is_repeated,
     needs_utf8_check,
@@ -27,6 +36,18 @@ __all__ = ["NodeSpec", "ProgramBuilder"]
 # Above this many, field numbers are found by binary search instead of a direct table.
 _DENSE_LIMIT = 1024
 
+_T = FieldDescriptor
+# How a map entry's key or value is written back when upb keeps the entry as an unknown
+# field (decoder.FORM, by field type).
+_FORMS = {
+    _T.TYPE_INT32: "int32", _T.TYPE_ENUM: "int32", _T.TYPE_UINT32: "uint32",
+    _T.TYPE_SINT32: "uint32", _T.TYPE_INT64: "int64", _T.TYPE_UINT64: "int64",
+    _T.TYPE_SINT64: "int64", _T.TYPE_BOOL: "bool", _T.TYPE_FIXED32: "fixed32",
+    _T.TYPE_SFIXED32: "fixed32", _T.TYPE_FLOAT: "fixed32", _T.TYPE_FIXED64: "fixed64",
+    _T.TYPE_SFIXED64: "fixed64", _T.TYPE_DOUBLE: "fixed64", _T.TYPE_STRING: "bytes",
+    _T.TYPE_BYTES: "bytes", _T.TYPE_MESSAGE: "message",
+}  # fmt: skip
+
 
 @dataclass(eq=False)
 class NodeSpec:
@@ -36,6 +57,7 @@ class NodeSpec:
     presence: int  # column, -1 for the root
     implicit: bool = False  # a map value: present whenever its entry is
     unknown: int = -1  # column of the raw unknown fields (the `_unknown` pseudo-field)
+    map_entry: bool = False  # an unknown field rejects the entry (see _reject_entries)
     fields: dict[int, _EntrySpec] = field(default_factory=dict)
     defaults: list[DecodeDefault] = field(default_factory=list)
 
@@ -65,6 +87,11 @@ class ProgramBuilder:
         self.binary_columns: set[int] = set()
         self.text_columns: set[int] = set()
         self.root = self._node(root, group=0, presence=-1)
+        # Closed enums' declared values and maps' entry rules, one row per distinct type.
+        self.enum_sets: list[DecodeEnumSet] = []
+        self._enum_set_of: dict[str, int] = {}
+        self.map_specs: list[DecodeMapSpec] = []
+        self._map_spec_of: dict[str, int] = {}
 
     # -- allocation -------------------------------------------------------------------
 
@@ -155,8 +182,12 @@ class ProgramBuilder:
         """An entry that reads `fd` and drops it (a sub-message by its length, unopened)."""
         entry = self._entry(node, fd)
         entry.lenient = True
-        if fd.type == FieldDescriptor.TYPE_GROUP:  # no length: walked to its end-group tag
+        # A group has no length: walked to its end-group tag. A map's entries are looked
+        # into when the unknown fields are kept: upb keeps some of them there.
+        if fd.type == FieldDescriptor.TYPE_GROUP:
             entry.child = self._validator(fd.message_type)
+        elif is_map(fd) and node.unknown >= 0:
+            entry.child = self._node(fd.message_type, group=-1, presence=-1)
 
     # -- validate="full" --------------------------------------------------------------
 
@@ -201,11 +232,31 @@ class ProgramBuilder:
                 if fd.number not in node.fields:
                     self._check_only(node, fd)
 
+    def _reject_entries(self, node: NodeSpec) -> None:
+        """A map's entries the plan reads (or whose parent keeps unknown fields): one that
+        holds an unknown field (or an undeclared closed-enum value) is not inserted; upb keeps
+        it whole as an unknown field of the parent. Its node tells the decoder so (unknown
+        -2), and knows the key and value even where the plan reads neither."""
+        for entry in node.fields.values():
+            fd = entry.field
+            if not (is_map(fd) and entry.child is not None):
+                continue
+            if entry.group < 0 and node.unknown < 0:
+                continue
+            child = entry.child
+            if self._validators.get(fd.message_type.full_name) is child:  # shared: copy
+                child = entry.child = self._node(fd.message_type, group=-1, presence=-1)
+                self._add_validators(child)
+            child.map_entry = True
+            self._know_every_field(child)
+
     def build(self) -> Program:
         for node in list(self.nodes):
             self._complete_oneofs(node)
             if node.unknown >= 0:
                 self._know_every_field(node)
+        for node in list(self.nodes):
+            self._reject_entries(node)
         entries: list[DecodeEntry] = []
         nodes: list[DecodeNode] = []
         dense: list[int] = []
@@ -244,21 +295,73 @@ class ProgramBuilder:
                     presence=node.presence,
                     defaults=len(defaults),
                     n_defaults=len(node_defaults),
-                    unknown=node.unknown,
+                    unknown=-2 if node.map_entry else node.unknown,
                 )
             )
             defaults.extend(node_defaults)
         return Program(
-            entries, nodes, dense, defaults, clear_cols, self.columns, self.groups, self.max_nesting
+            entries,
+            nodes,
+            dense,
+            defaults,
+            clear_cols,
+            self.columns,
+            self.groups,
+            self.max_nesting,
+            self.enum_sets,
+            self.map_specs,
         )
+
+    def _enum_set(self, fd: FieldDescriptor) -> int:
+        enum = fd.enum_type
+        at = self._enum_set_of.get(enum.full_name)
+        if at is None:
+            values = tuple(sorted({v.number for v in enum.values}))
+            self.enum_sets.append(DecodeEnumSet(values=values))
+            at = self._enum_set_of[enum.full_name] = len(self.enum_sets) - 1
+        return at
+
+    def _map_spec(self, fd: FieldDescriptor) -> int:
+        entry = fd.message_type
+        at = self._map_spec_of.get(entry.full_name)
+        if at is None:
+            key, value = entry.fields_by_number[1], entry.fields_by_number[2]
+            self.map_specs.append(
+                DecodeMapSpec(
+                    key_wire_type=scalar_kind(key).wire_type,
+                    value_wire_type=2 if is_message(value) else scalar_kind(value).wire_type,
+                    key_form=FORM[_FORMS[key.type]],
+                    value_form=FORM[_FORMS[value.type]],
+                    # (as upb writes an entry message back: the runtime's presence of its fields)
+                    key_implicit=int(not key.has_presence),
+                    value_implicit=int(not value.has_presence),
+                    value_enum=self._enum_set(value) if is_closed_enum(value) else -1,
+                )
+            )
+            at = self._map_spec_of[entry.full_name] = len(self.map_specs) - 1
+        return at
 
     def _entry_row(
         self, node: NodeSpec, entry: _EntrySpec, clear_at: int, n_clear: int
     ) -> DecodeEntry:
         fd = entry.field
         flags = FLAG["lenient"] if entry.lenient else 0
+        aux = -1
         if entry.group >= 0:
             flags |= FLAG["repeated"]
+        if is_map(fd) and entry.child is not None and (entry.group >= 0 or node.unknown >= 0):
+            # An entry upb does not insert must not be a row, and is an unknown field.
+            flags |= FLAG["map"]
+            aux = self._map_spec(fd)
+        elif is_closed_enum(fd) and (
+            entry.column >= 0
+            or node.unknown >= 0
+            or node.map_entry
+            or fd.containing_oneof is not None
+        ):
+            # Only where it shows: a value, the unknown fields, a oneof case it would set.
+            flags |= FLAG["closed"]
+            aux = self._enum_set(fd)
         if is_message(fd) and (entry.child is not None):
             kind = KIND["group"] if fd.type == FieldDescriptor.TYPE_GROUP else KIND["message"]
             wire_type = 3 if fd.type == FieldDescriptor.TYPE_GROUP else 2
@@ -289,6 +392,7 @@ class ProgramBuilder:
             group=entry.group,
             clear=clear_at,
             n_clear=n_clear,
+            aux=aux,
         )
 
     def _defaults_on_entry(self, node: NodeSpec) -> list[DecodeDefault]:

@@ -14,6 +14,7 @@ __all__ = [
     "WELL_KNOWN",
     "ScalarKind",
     "default_bytes",
+    "is_closed_enum",
     "is_map",
     "is_packed",
     "is_repeated",
@@ -131,6 +132,20 @@ def is_message(field: FieldDescriptor) -> bool:
 def _features(field: FieldDescriptor):
     get = getattr(field, "_GetFeatures", None)
     return get() if get is not None else None
+
+
+def is_closed_enum(field: FieldDescriptor) -> bool:
+    """An enum field of a closed enum (proto2, editions enum_type CLOSED): upb keeps an
+    undeclared value as an unknown field instead of storing it."""
+    if field.type != _T.TYPE_ENUM:
+        return False
+    closed = getattr(field.enum_type, "is_closed", None)
+    if closed is not None:
+        return bool(closed)
+    features = _features(field.enum_type)  # type: ignore[arg-type]
+    if features is not None:
+        return features.enum_type == features.CLOSED
+    return getattr(field.file, "syntax", "proto2") == "proto2"
 
 
 def needs_utf8_check(field: FieldDescriptor) -> bool:
