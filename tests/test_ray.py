@@ -600,7 +600,6 @@ def _kill_a_map_worker(job, timeout: float = 120.0) -> int:
 
 
 def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> None:
-    import threading
 
     path, messages, bad = fault_corpus
     clean = _fault_job(path)
@@ -614,16 +613,7 @@ def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> 
     job.schema()
     assert len(job.take(3)) == 3
     rows_dir = tmp_path / "rows"
-    failure: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            job.write_parquet(str(rows_dir))
-        except BaseException as err:  # pragma: no cover - reported below
-            failure.append(err)
-
-    writer = threading.Thread(target=write)
-    writer.start()
+    writer, failure = _write_in_background(job, rows_dir)
     killed = _kill_a_map_worker(job)
     writer.join(timeout=300)
     assert not writer.is_alive() and not failure, failure
@@ -632,6 +622,24 @@ def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> 
     assert stats.counts() == once.counts()
     _check_exactly_once(pq.read_table(rows_dir), dead_rows(job), messages, bad)
     assert len(list((tmp_path / "dead").glob("dead-*.parquet"))) == len(stats.dead_letter_files)
+
+
+def _write_in_background(job, rows_dir: Path):
+    """``job.write_parquet(rows_dir)`` on a thread (the test kills a process meanwhile):
+    the thread, and the list its exception lands in."""
+    import threading
+
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            job.write_parquet(str(rows_dir))
+        except BaseException as err:  # pragma: no cover - reported by the caller
+            failure.append(err)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    return writer, failure
 
 
 def _ledger_pid(job) -> int:
@@ -648,7 +656,6 @@ def test_exact_with_a_killed_ledger(ray_local, fault_corpus, tmp_path: Path) -> 
     counts and dead letters (kept by the ledger: no dead_letters= path) stay exact."""
     import os
     import signal
-    import threading
     import time
 
     path, messages, bad = fault_corpus
@@ -660,16 +667,7 @@ def test_exact_with_a_killed_ledger(ray_local, fault_corpus, tmp_path: Path) -> 
     job = _fault_job(path)
     pid = _ledger_pid(job)
     rows_dir = tmp_path / "rows"
-    failure: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            job.write_parquet(str(rows_dir))
-        except BaseException as err:  # pragma: no cover - reported below
-            failure.append(err)
-
-    writer = threading.Thread(target=write)
-    writer.start()
+    writer, failure = _write_in_background(job, rows_dir)
     deadline = time.monotonic() + 120
     while job.job_stats().batches < 2:  # mid-run: some batches in, most still to come
         assert time.monotonic() < deadline, "no transcode batch reached the ledger"

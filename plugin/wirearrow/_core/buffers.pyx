@@ -755,38 +755,30 @@ cdef class ArrowTree:
             with nogil:
                 for job in range(count):
                     zeros[job] = pack_into(src[job], src_n[job], t.bitmaps[job])
+            # Each node's bitmap (or none: no nulls), its packed bools, its null count.
+            for node in range(n_nodes):
+                a = &t.nodes[node]
+                if a.release != release_node:
+                    continue
+                job = node_job[node]
+                if job >= 0 and zeros[job] > 0:
+                    a.buffers[0] = t.bitmaps[job]
+                    a.null_count = zeros[job]
+                if bits_job[node] >= 0:
+                    a.buffers[1] = t.bitmaps[bits_job[node]]
         except BaseException:
+            tree_free(t)
+            raise
+        finally:  # the scratch arrays, on either path (PyMem_RawFree(NULL) does nothing)
+            PyMem_RawFree(stack)
             PyMem_RawFree(sizes)
             PyMem_RawFree(is_given)
-            PyMem_RawFree(stack)
             PyMem_RawFree(src)
             PyMem_RawFree(src_n)
             PyMem_RawFree(zeros)
             PyMem_RawFree(node_job)
             PyMem_RawFree(bits_job)
             PyMem_RawFree(key_job)
-            tree_free(t)
-            raise
-        PyMem_RawFree(stack)
-        PyMem_RawFree(sizes)
-        PyMem_RawFree(is_given)
-        # Each node's bitmap (or none: no nulls), its packed bools, its null count.
-        for node in range(n_nodes):
-            a = &t.nodes[node]
-            if a.release != release_node:
-                continue
-            job = node_job[node]
-            if job >= 0 and zeros[job] > 0:
-                a.buffers[0] = t.bitmaps[job]
-                a.null_count = zeros[job]
-            if bits_job[node] >= 0:
-                a.buffers[1] = t.bitmaps[bits_job[node]]
-        PyMem_RawFree(src)
-        PyMem_RawFree(src_n)
-        PyMem_RawFree(zeros)
-        PyMem_RawFree(node_job)
-        PyMem_RawFree(bits_job)
-        PyMem_RawFree(key_job)
         # The root: a struct of the columns, imported as a record batch with our schema.
         a = &t.nodes[n_nodes]
         a.length = root_len if root_len >= 0 else 0
