@@ -142,7 +142,7 @@ def is_closed_enum(field: FieldDescriptor) -> bool:
     closed = getattr(field.enum_type, "is_closed", None)
     if closed is not None:
         return bool(closed)
-    features = _features(field.enum_type)  # type: ignore[arg-type]
+    features = _features(field.enum_type)
     if features is not None:
         return features.enum_type == features.CLOSED
     return getattr(field.file, "syntax", "proto2") == "proto2"
