@@ -432,3 +432,27 @@ def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     assert stats["plans"][0]["records_profiled"] == len(records)
     assert stats["plans"][0]["records_decoded"] == len(records)
     assert stats["plans"][0]["elements_per_record"] is not None
+
+
+@given(
+    per_record=st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=8),
+    bytes_per_record=st.lists(st.floats(0, 1e5, allow_nan=False), max_size=8),
+    n=st.integers(1, 1 << 20),
+)
+@settings(max_examples=200, deadline=None)
+def test_small_capacities_match_the_vectorised_ones(
+    schema: wa.Schema, per_record: list[float], bytes_per_record: list[float], n: int
+) -> None:
+    """A flat plan's capacities, computed without numpy, are the numbers the vectorised
+    path gives (the same truncated float products)."""
+    import numpy as np
+
+    tc = wa.Transcoder(schema, columns=["id"], cache=ParserCache())
+    entry = tc._entry
+    entry.sizes = (np.array(per_record), np.array(bytes_per_record))
+    small = entry.capacities(n)
+    old, cache_module._SMALL = cache_module._SMALL, -1  # every plan the vectorised way
+    try:
+        assert small == entry.capacities(n)
+    finally:
+        cache_module._SMALL = old

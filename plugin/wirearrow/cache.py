@@ -107,6 +107,9 @@ class _Sums:
 
 # ---- entries ---------------------------------------------------------------------------------
 
+# Up to this many groups + string columns, capacities() is computed without numpy.
+_SMALL = 64
+
 
 class _Entry:
     """One compiled plan and its sizes. ``plan`` and ``sizes`` are read without a lock (one
@@ -146,8 +149,16 @@ class _Entry:
             # pages a group never fills are never touched (and cost no resident memory).
             return [n] * self.n_groups, None
         per_record, bytes_per_record = sizes
-        # (vectorised: a whole message has a few hundred groups and columns, every batch)
         scale = n * 1.05
+        if len(per_record) + len(bytes_per_record) <= _SMALL:
+            # A flat plan's handful of groups and columns: plain floats cost a few
+            # microseconds less than numpy's per-call overhead, with the GIL held (other
+            # threads' batches wait). The same float products, truncated the same way.
+            return (
+                [int(x * scale) + 16 for x in per_record.tolist()],
+                [int(x * scale) + 64 if x > 0 else 0 for x in bytes_per_record.tolist()],
+            )
+        # (vectorised: a whole message has a few hundred groups and columns, every batch)
         groups = (per_record * scale).astype(np.int64) + 16
         arena = np.where(bytes_per_record > 0, (bytes_per_record * scale).astype(np.int64) + 64, 0)
         return groups.tolist(), arena.tolist()

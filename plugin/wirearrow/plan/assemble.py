@@ -394,8 +394,8 @@ class Assembler:
         expanded = False
         for s in selections[1:]:
             e = table[s.parent.index]  # type: ignore[union-attr]
-            safe = np.maximum(e, 0)
             if not s.fans_out:
+                safe = np.maximum(e, 0)
                 picked = self._pick(s)
                 table[s.index] = np.where(e >= 0, picked[safe] if len(picked) else -1, -1)
                 continue
