@@ -25,8 +25,10 @@ import numpy as np
 
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
-    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
-    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_MERGE, F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry,
+    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_STRING_OR_UNKNOWN,
+    A_VARINT32, A_VARINT64,
+    A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_MERGE, F_PACKABLE, F_REPEATED, F_UTF8,
+    F_UTF8_OR_UNKNOWN, FieldEntry,
     GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, Node,
@@ -55,6 +57,8 @@ cdef enum Status:
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
     E_INTERNAL = 16
+    E_MOVED = 17         # not an error: an earlier value of this singular string was moved
+                         # to the unknown fields (store_unvalidated)
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
@@ -116,6 +120,7 @@ ctypedef struct Ctx:
     uint32_t stack_field[MAX_STACK]
     int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
     const uint8_t* resume            # after a group: first byte past its end-group tag
+    int64_t moved                    # values moved to the unknown fields (not UTF-8)
 
 
 cdef class Program:
@@ -134,6 +139,8 @@ cdef class Program:
     cdef int32_t* col_width
     cdef int32_t* col_group
     cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
+    cdef int32_t* col_member    # ColumnStore.member: node + 1 of a oneof member's
+                                # F_UTF8_OR_UNKNOWN column, else 0
     cdef int32_t* group_parent
     cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
 
@@ -147,6 +154,7 @@ cdef class Program:
         self.clear_cols = NULL
         self.col_width = NULL
         self.col_group = NULL
+        self.col_member = NULL
         self.group_parent = NULL
 
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
@@ -177,12 +185,13 @@ cdef class Program:
         self.col_width = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.col_group = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.col_bytes = <uint8_t*>PyMem_RawCalloc(max(self.n_cols, 1), 1)
+        self.col_member = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.group_parent = <int32_t*>PyMem_RawCalloc(self.n_groups, sizeof(int32_t))
         if (self.entries == NULL or self.nodes == NULL or self.dense == NULL
                 or self.dense_entries == NULL
                 or self.default_cols == NULL or self.default_values == NULL
                 or self.clear_cols == NULL or self.col_width == NULL or self.col_group == NULL
-                or self.col_bytes == NULL
+                or self.col_bytes == NULL or self.col_member == NULL
                 or self.group_parent == NULL):
             raise MemoryError()
         for i, row in enumerate(columns):
@@ -221,6 +230,11 @@ cdef class Program:
                            len(defaults))
         self._check_groups()
         self._check_bytes(len(defaults))
+        cdef int32_t k
+        for i in range(self.n_nodes):
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                if self.entries[k].action == A_STRING_OR_UNKNOWN and self.entries[k].n_clear > 0:
+                    self.col_member[self.entries[k].column] = i + 1
         # The hot loop reads a field's entry straight from the dense slot of its number:
         # one dependent load less per field than slot -> index -> entry.
         for i, d in enumerate(dense):
@@ -383,6 +397,7 @@ cdef class Program:
         PyMem_RawFree(self.col_width)
         PyMem_RawFree(self.col_group)
         PyMem_RawFree(self.col_bytes)
+        PyMem_RawFree(self.col_member)
         PyMem_RawFree(self.group_parent)
 
 
@@ -393,6 +408,8 @@ cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
         return A_GROUP
     if column >= 0:
         if kind == K_BYTES:
+            if flags & F_UTF8_OR_UNKNOWN:
+                return A_STRING_OR_UNKNOWN
             return A_STRING if flags & F_UTF8 else A_BYTES
         return kind   # the stored scalar actions are numbered as their kinds
     if kind == K_FIXED32:
@@ -429,6 +446,7 @@ cdef class Result:
     cdef readonly list col_counts
     cdef readonly list errors
     cdef readonly int64_t records
+    cdef readonly int64_t moved        # string values moved to the unknown fields (not UTF-8)
 
 
 def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
@@ -487,6 +505,8 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         c.cols[i].bytes = program.col_bytes[i]
         c.cols[i].width = 4 if c.cols[i].bytes else program.col_width[i]
         c.cols[i].group = program.col_group[i]
+        c.cols[i].moved = -1
+        c.cols[i].member = program.col_member[i]
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
     if capacity is not None and len(capacity) != program.n_groups:
@@ -559,7 +579,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 
     errors = []
     cdef int status = OK
-    cdef int64_t g, start, end
+    cdef int64_t g, start, end, moved = 0
     cdef const int64_t* ps = &starts[0] if n > 0 else NULL
     cdef const int64_t* pe = &ends[0] if n > 0 else NULL
     i = 0
@@ -580,9 +600,11 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
                 end = pe[i]
                 c.record = c.data + start
                 c.err_depth = 0
+                moved = c.moved
                 status = decode_record(c, c.data + start, c.data + end, index_base + i)
                 if status != OK:
                     rollback(c, checkpoint)
+                    c.moved = moved
                     break
                 i += 1
         if status != OK:
@@ -595,6 +617,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     PyMem_RawFree(block_elems)
     PyMem_RawFree(block_bytes)
     cdef Result result = Result.__new__(Result)
+    cdef int64_t c_moved = c.moved
     try:
         export(c, result)
     finally:
@@ -602,6 +625,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         PyMem_RawFree(checkpoint)
     result.errors = errors
     result.records = i
+    result.moved = c_moved
     return result
 
 
@@ -759,6 +783,7 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
         if cs.bytes and cs.filled > keep:
             cs.filled = keep
             cs.arena_len = (<uint32_t*>cs.values)[keep]
+        cs.moved = -1   # (element numbers are given out again)
     for i in range(c.n_groups):
         c.groups[i].count = checkpoint[i]
 
@@ -891,21 +916,30 @@ cdef inline int enter_node(Ctx* c, const Node* node, int64_t e) noexcept nogil:
     return OK
 
 
-cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
+cdef inline bint clear_siblings(Ctx* c, const FieldEntry* f, int32_t node_id) noexcept nogil:
     # oneof: the member read last wins, so every other member's columns become null.
+    # True when one of them is a string member of this message that had a value moved to
+    # the unknown fields (see move_string): this occurrence must go there after it too, or
+    # replaying the unknown fields would end the oneof on that string. Such a member keeps
+    # its mark (an empty null value), so that it sees this when it comes again itself.
     cdef int32_t k, col
     cdef ColumnStore* cs
     cdef int64_t e
+    cdef bint after_moved = False
     for k in range(f.clear, f.clear + f.n_clear):
         col = c.clear_cols[k]
         cs = &c.cols[col]
         e = c.cur[cs.group]
-        if e < cs.capacity:
-            cs.valid[e] = 0
         if cs.bytes and e + 1 == cs.filled:
             # Its value was the arena's last: drop it (the element is the newest).
             cs.filled = e
             cs.arena_len = (<uint32_t*>cs.values)[e]
+        if e < cs.capacity:
+            cs.valid[e] = 0
+        if cs.member == node_id + 1 and cs.moved == e:
+            after_moved = True
+            mark_moved(cs, e)
+    return after_moved
 
 
 # ---- skipping ------------------------------------------------------------------------
@@ -1171,8 +1205,20 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 break
             continue
-        if f.n_clear > 0:
-            clear_siblings(c, f)
+        if f.n_clear > 0 and clear_siblings(c, f, node_id):
+            # (cold) after a oneof member moved to the unknown fields, this occurrence is
+            # copied there too; a string member does it itself, as if it had moved before
+            if f.action == A_STRING_OR_UNKNOWN:
+                if mark_moved(&c.cols[f.column], node_element) != OK:
+                    st = E_NO_MEMORY
+                    break
+            elif node.unknown >= 0:
+                q = p
+                st = skip_field(c, &q, end, fn, wt, depth)
+                if st == OK:
+                    st = keep_unknown(c, node.unknown, field_start, q)
+                if st != OK:
+                    break
         act = f.action
         if act >= A_MESSAGE:
             el = node_element
@@ -1223,7 +1269,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
-        elif act == A_STRING or act == A_BYTES:
+        elif act == A_STRING or act == A_BYTES or act == A_STRING_OR_UNKNOWN:
             if p < end and p[0] < 0x80:
                 n = p[0]
                 p += 1
@@ -1239,8 +1285,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
-            elif f.flags & F_MERGE:
-                st = merge_message_bytes(c, f.column, el, p, n)
+            elif f.flags & (F_MERGE | F_UTF8_OR_UNKNOWN):
+                # (one flag test, as for F_MERGE alone: bytes pay nothing for the second)
+                if f.flags & F_MERGE:
+                    st = merge_message_bytes(c, f.column, el, p, n)
+                else:
+                    st = store_unvalidated(c, f, node, el, node_element, field_start, p, n)
             else:
                 st = store_string(c, f.column, el, p, n, False)
             if st != OK:
@@ -1388,6 +1438,8 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
         # newest element, its value is the arena's tail, which is dropped.
         if e + 1 != cs.filled:
             return E_INTERNAL
+        if cs.moved == e:
+            return E_MOVED   # a value of this field was moved to the unknown fields
         cs.filled = e
         cs.arena_len = (<uint32_t*>cs.values)[e]
     elif e >= cs.capacity and grow_column(cs, e) != OK:
@@ -1460,6 +1512,82 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     cs.arena_len += n
     off[e + 1] = <uint32_t>cs.arena_len
     cs.filled = e + 1
+    return OK
+
+
+cdef int store_unvalidated(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                           int64_t message, const uint8_t* field_start, const uint8_t* s,
+                           int64_t n) noexcept nogil:
+    """A_STRING_OR_UNKNOWN: a string the schema does not validate, read into a utf8 column
+    of element e (`message`: the element of the message holding the field). Not UTF-8, the
+    value cannot be in the column, and upb accepts it: it is moved to the message's unknown
+    fields (dropped without them), tag and bytes as they came, and counted. So that
+    replaying the unknown fields after the known ones (encode, parsed by the runtime) gives
+    the message back, a repeated field's later values in the same message follow the moved
+    one, and a later value of a singular field is stored and also copied after it."""
+    cdef ColumnStore* cs = &c.cols[f.column]
+    cdef int st
+    if f.group >= 0 and cs.moved == message:
+        return move_string(c, f, node, e, message, field_start, s + n)
+    st = store_string(c, f.column, e, s, n, True)
+    if st == E_UTF8:
+        return move_string(c, f, node, e, message, field_start, s + n)
+    if st != E_MOVED:
+        return st
+    # An earlier value of this singular field was moved: this one replaces what the
+    # element holds (the mark, or a value copied after the moved one), and goes after it.
+    cs.filled = e
+    cs.arena_len = (<uint32_t*>cs.values)[e]
+    st = store_string(c, f.column, e, s, n, True)
+    if st == E_UTF8:
+        return move_string(c, f, node, e, message, field_start, s + n)
+    if st == OK and node.unknown >= 0:
+        st = keep_unknown(c, node.unknown, field_start, s + n)
+    return st
+
+
+cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                     int64_t message, const uint8_t* field_start,
+                     const uint8_t* stop) noexcept nogil:
+    """Move the field [field_start, stop) of element e to the unknown fields (see
+    store_unvalidated). A repeated field gives back the element its value opened and marks
+    the message (ColumnStore.moved); a singular field's element is left null but filled
+    (an empty value, valid 0): the mark store_string and clear_siblings see."""
+    cdef ColumnStore* cs = &c.cols[f.column]
+    cdef GroupStore* gs
+    if f.group >= 0:
+        gs = &c.groups[f.group]
+        gs.count -= 1   # the newest element: nothing else was written into it
+        c.cur[f.group] = gs.count - 1
+        cs.moved = message
+    elif mark_moved(cs, e) != OK:
+        return E_NO_MEMORY
+    c.moved += 1
+    if node.unknown >= 0:
+        return keep_unknown(c, node.unknown, field_start, stop)
+    return OK
+
+
+cdef int mark_moved(ColumnStore* cs, int64_t e) noexcept nogil:
+    """Mark singular element e as having had a value moved to the unknown fields: null,
+    with an empty value in the offsets, so that another value for it takes store_string's
+    path of a field repeated on the wire, which sees cs.moved."""
+    cdef uint32_t* off
+    cdef int64_t k
+    if e >= cs.capacity and grow_column(cs, e) != OK:
+        return E_NO_MEMORY
+    off = <uint32_t*>cs.values
+    if cs.filled > e:   # (the newest element: its value is the arena's tail)
+        cs.filled = e
+        cs.arena_len = off[e]
+    k = cs.filled
+    while k < e:
+        k += 1
+        off[k] = <uint32_t>cs.arena_len
+    off[e + 1] = <uint32_t>cs.arena_len
+    cs.filled = e + 1
+    cs.valid[e] = 0
+    cs.moved = e
     return OK
 
 
@@ -1622,5 +1750,5 @@ KIND = {
 }
 FLAG = {
     "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,
-    "merge": F_MERGE,
+    "merge": F_MERGE, "utf8_or_unknown": F_UTF8_OR_UNKNOWN,
 }
