@@ -301,6 +301,19 @@ def test_flat_fan_out_and_unknown_column(proto2) -> None:
     ]
 
 
+def test_a_oneof_read_in_part_keeps_the_same_unknown_fields(proto2) -> None:
+    """A flat plan reading one member of a oneof: the members it does not read still unset
+    it, and what follows a moved member is copied after it, as in the whole message."""
+    schema, cls = proto2
+    wire = [delimited(6, b"\xff") + bytes([7 << 3, 5]) + delimited(6, b"ok"),
+            delimited(6, b"\xff") + bytes([7 << 3, 5])]  # fmt: skip
+    whole = wa.Transcoder(schema, keep_unknown=True).transcode(wire)
+    flat = wa.Transcoder(schema, ["os", "_unknown"]).transcode(wire)
+    assert flat.column("os").to_pylist() == ["ok", None]
+    assert flat.column("_unknown").to_pylist() == whole.column("_unknown").to_pylist()
+    assert [cls.FromString(w).WhichOneof("o") for w in wire] == ["os", "oi"]
+
+
 def test_records_failing_later_count_nothing(proto2) -> None:
     """A record that fails for another reason is rolled back with the values it moved."""
     schema, _ = proto2

@@ -25,8 +25,7 @@ import numpy as np
 
 from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_FIXED32, A_FIXED64, A_GROUP, A_MESSAGE, A_NONE,
-    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_STRING_OR_UNKNOWN,
-    A_VARINT32, A_VARINT64,
+    A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32, A_VARINT64,
     A_ZIGZAG32, A_ZIGZAG64, ColumnStore, F_LENIENT, F_MERGE, F_PACKABLE, F_REPEATED, F_UTF8,
     F_UTF8_OR_UNKNOWN, FieldEntry,
     GroupStore,
@@ -230,11 +229,21 @@ cdef class Program:
                            len(defaults))
         self._check_groups()
         self._check_bytes(len(defaults))
-        cdef int32_t k
+        # A oneof member's F_UTF8_OR_UNKNOWN column, named by its node: the columns another
+        # member of that node unsets (a member the plan does not read unsets them too).
+        cdef int32_t k, j
+        cdef const FieldEntry* fe
+        unvalidated = {}
         for i in range(self.n_nodes):
             for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
-                if self.entries[k].action == A_STRING_OR_UNKNOWN and self.entries[k].n_clear > 0:
-                    self.col_member[self.entries[k].column] = i + 1
+                if self.entries[k].action == A_STRING and self.entries[k].flags & F_UTF8_OR_UNKNOWN:
+                    unvalidated[self.entries[k].column] = i
+        for i in range(self.n_nodes):
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                fe = &self.entries[k]
+                for j in range(fe.clear, fe.clear + fe.n_clear if fe.clear >= 0 else fe.clear):
+                    if unvalidated.get(self.clear_cols[j]) == i:
+                        self.col_member[self.clear_cols[j]] = i + 1
         # The hot loop reads a field's entry straight from the dense slot of its number:
         # one dependent load less per field than slot -> index -> entry.
         for i, d in enumerate(dense):
@@ -408,9 +417,7 @@ cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
         return A_GROUP
     if column >= 0:
         if kind == K_BYTES:
-            if flags & F_UTF8_OR_UNKNOWN:
-                return A_STRING_OR_UNKNOWN
-            return A_STRING if flags & F_UTF8 else A_BYTES
+            return A_STRING if flags & (F_UTF8 | F_UTF8_OR_UNKNOWN) else A_BYTES
         return kind   # the stored scalar actions are numbered as their kinds
     if kind == K_FIXED32:
         return A_SKIP_FIXED32
@@ -784,6 +791,8 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
             cs.filled = keep
             cs.arena_len = (<uint32_t*>cs.values)[keep]
         cs.moved = -1   # (element numbers are given out again)
+        if cs.arena_cap < 0:
+            unpoison(cs)
     for i in range(c.n_groups):
         c.groups[i].count = checkpoint[i]
 
@@ -1206,19 +1215,9 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             continue
         if f.n_clear > 0 and clear_siblings(c, f, node_id):
-            # (cold) after a oneof member moved to the unknown fields, this occurrence is
-            # copied there too; a string member does it itself, as if it had moved before
-            if f.action == A_STRING_OR_UNKNOWN:
-                if mark_moved(&c.cols[f.column], node_element) != OK:
-                    st = E_NO_MEMORY
-                    break
-            elif node.unknown >= 0:
-                q = p
-                st = skip_field(c, &q, end, fn, wt, depth)
-                if st == OK:
-                    st = keep_unknown(c, node.unknown, field_start, q)
-                if st != OK:
-                    break
+            st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+            if st != OK:
+                break
         act = f.action
         if act >= A_MESSAGE:
             el = node_element
@@ -1269,7 +1268,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
-        elif act == A_STRING or act == A_BYTES or act == A_STRING_OR_UNKNOWN:
+        elif act == A_STRING or act == A_BYTES:
             if p < end and p[0] < 0x80:
                 n = p[0]
                 p += 1
@@ -1285,16 +1284,17 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     break
             if act == A_STRING:
                 st = store_string(c, f.column, el, p, n, True)
-            elif f.flags & (F_MERGE | F_UTF8_OR_UNKNOWN):
-                # (one flag test, as for F_MERGE alone: bytes pay nothing for the second)
-                if f.flags & F_MERGE:
-                    st = merge_message_bytes(c, f.column, el, p, n)
-                else:
-                    st = store_unvalidated(c, f, node, el, node_element, field_start, p, n)
+            elif f.flags & F_MERGE:
+                st = merge_message_bytes(c, f.column, el, p, n)
             else:
                 st = store_string(c, f.column, el, p, n, False)
             if st != OK:
-                break
+                # (cold) a string the schema does not validate, not stored: see there
+                if not (f.flags & F_UTF8_OR_UNKNOWN):
+                    break
+                st = NOT_STORED(c, f, node, el, node_element, field_start, p, n, st)
+                if st != OK:
+                    break
             p += n
         elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
             q = p
@@ -1515,24 +1515,33 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     return OK
 
 
-cdef int store_unvalidated(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
-                           int64_t message, const uint8_t* field_start, const uint8_t* s,
-                           int64_t n) noexcept nogil:
-    """A_STRING_OR_UNKNOWN: a string the schema does not validate, read into a utf8 column
-    of element e (`message`: the element of the message holding the field). Not UTF-8, the
-    value cannot be in the column, and upb accepts it: it is moved to the message's unknown
-    fields (dropped without them), tag and bytes as they came, and counted. So that
-    replaying the unknown fields after the known ones (encode, parsed by the runtime) gives
-    the message back, a repeated field's later values in the same message follow the moved
-    one, and a later value of a singular field is stored and also copied after it."""
+cdef int not_stored(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                    int64_t message, const uint8_t* field_start, const uint8_t* s,
+                    int64_t n, int st) noexcept nogil:
+    """F_UTF8_OR_UNKNOWN: a string the schema does not validate, read into a utf8 column
+    of element e (`message`: the element of the message holding the field), which
+    store_string did not store (status st). Not UTF-8, the value cannot be in the column,
+    and upb accepts it: it is moved to the message's unknown fields (dropped without them),
+    tag and bytes as they came, and counted. So that replaying the unknown fields after the
+    known ones (encode, parsed by the runtime) gives the message back, a repeated field's
+    later values in the same message follow the moved one, and a later value of a singular
+    field is stored and also copied after it.
+
+    Valid strings pay nothing for this: store_string sends E_MOVED here only for a column
+    marked by move_string (a singular element's mark; a repeated column's poisoned arena).
+    """
     cdef ColumnStore* cs = &c.cols[f.column]
-    cdef int st
-    if f.group >= 0 and cs.moved == message:
-        return move_string(c, f, node, e, message, field_start, s + n)
-    st = store_string(c, f.column, e, s, n, True)
     if st == E_UTF8:
         return move_string(c, f, node, e, message, field_start, s + n)
     if st != E_MOVED:
+        return st
+    if f.group >= 0:
+        if cs.moved == message:   # a later value of the list that had one moved
+            return move_string(c, f, node, e, message, field_start, s + n)
+        unpoison(cs)              # another message: stored as usual
+        st = store_string(c, f.column, e, s, n, True)
+        if st == E_UTF8:
+            return move_string(c, f, node, e, message, field_start, s + n)
         return st
     # An earlier value of this singular field was moved: this one replaces what the
     # element holds (the mark, or a value copied after the moved one), and goes after it.
@@ -1541,16 +1550,49 @@ cdef int store_unvalidated(Ctx* c, const FieldEntry* f, const Node* node, int64_
     st = store_string(c, f.column, e, s, n, True)
     if st == E_UTF8:
         return move_string(c, f, node, e, message, field_start, s + n)
-    if st == OK and node.unknown >= 0:
-        st = keep_unknown(c, node.unknown, field_start, s + n)
+    if st == OK:
+        st = to_unknown(c, node, field_start, s + n)
     return st
+
+
+cdef int after_moved(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                     const uint8_t* field_start, const uint8_t* p, const uint8_t* end,
+                     int depth) noexcept nogil:
+    """A oneof member after another member of this message was moved to the unknown fields
+    (clear_siblings): it is copied there too; a string member does it itself, as if it had
+    moved before."""
+    cdef const uint8_t* q = p
+    cdef int st
+    if f.flags & F_UTF8_OR_UNKNOWN and f.action == A_STRING:
+        return mark_moved(&c.cols[f.column], e)
+    if node.unknown < 0:
+        return OK
+    st = skip_field(c, &q, end, f.number, f.wire_type, depth)
+    if st != OK:
+        return st
+    return to_unknown(c, node, field_start, q)
+
+
+# Called through pointers, so that the compiler keeps these (cold, and not_stored holds two
+# more copies of store_string) out of decode_fields, whose loop would pay in registers.
+ctypedef int (*not_stored_fn)(Ctx*, const FieldEntry*, const Node*, int64_t, int64_t,
+                              const uint8_t*, const uint8_t*, int64_t, int) noexcept nogil
+ctypedef int (*after_moved_fn)(Ctx*, const FieldEntry*, const Node*, int64_t, const uint8_t*,
+                               const uint8_t*, const uint8_t*, int) noexcept nogil
+cdef not_stored_fn NOT_STORED = not_stored
+cdef after_moved_fn AFTER_MOVED = after_moved
+
+
+cdef inline void unpoison(ColumnStore* cs) noexcept nogil:
+    cdef int64_t cap = cs.arena_alloc
+    cs.arena_cap = cap if cap < ARENA_MAX else ARENA_MAX
 
 
 cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
                      int64_t message, const uint8_t* field_start,
                      const uint8_t* stop) noexcept nogil:
     """Move the field [field_start, stop) of element e to the unknown fields (see
-    store_unvalidated). A repeated field gives back the element its value opened and marks
+    not_stored). A repeated field gives back the element its value opened and marks
     the message (ColumnStore.moved); a singular field's element is left null but filled
     (an empty value, valid 0): the mark store_string and clear_siblings see."""
     cdef ColumnStore* cs = &c.cols[f.column]
@@ -1560,11 +1602,23 @@ cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
         gs.count -= 1   # the newest element: nothing else was written into it
         c.cur[f.group] = gs.count - 1
         cs.moved = message
+        # Poisoned: every later store_string into this column reserves arena room, which
+        # answers E_MOVED, so not_stored sees the list's later values (unpoison: stored).
+        cs.arena_cap = -1
     elif mark_moved(cs, e) != OK:
         return E_NO_MEMORY
     c.moved += 1
+    return to_unknown(c, node, field_start, stop)
+
+
+cdef inline int to_unknown(Ctx* c, const Node* node, const uint8_t* start,
+                           const uint8_t* stop) noexcept nogil:
+    """Field [start, stop) of `node`, a string moved (or a value copied after one), goes to
+    the message's unknown fields, if they are kept. The one hook for map entries: there upb
+    keeps the whole entry as an unknown field of the parent (until wirearrow does, the plan
+    does not give map keys and values F_UTF8_OR_UNKNOWN: plan/program.py)."""
     if node.unknown >= 0:
-        return keep_unknown(c, node.unknown, field_start, stop)
+        return keep_unknown(c, node.unknown, start, stop)
     return OK
 
 
@@ -1627,6 +1681,8 @@ cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
     cdef uint8_t* grown
     if cs.arena_len + n <= cs.arena_cap:
         return OK
+    if cs.arena_cap < 0:
+        return E_MOVED   # poisoned by move_string
     cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
     while cap < cs.arena_len + n:
         cap *= 2

@@ -33,9 +33,10 @@ cdef enum Flag:
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
     F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
-    F_UTF8_OR_UNKNOWN = 32  # string the schema does not validate (proto2, editions NONE),
-                        # read into a utf8 column: a value that is not UTF-8 is moved to the
-                        # message's unknown fields instead of failing the record
+    F_UTF8_OR_UNKNOWN = 128 # (with F_UTF8) a string the schema does not validate (proto2,
+                        # editions NONE) read into a utf8 column: a value that is not UTF-8
+                        # is moved to the message's unknown fields instead of failing the
+                        # record. Stored by A_STRING: looked at only when a store fails.
 
 # FieldEntry.action: what the decoder does with one value of the entry's own wire type,
 # settled once when the tables are built so that the hot loop dispatches a single time
@@ -49,16 +50,15 @@ cdef enum Action:
     A_FIXED32 = 5
     A_FIXED64 = 6
     A_BYTES = 7         # stored bytes, not checked
-    A_STRING = 8        # stored bytes, UTF-8 checked
-    A_STRING_OR_UNKNOWN = 9  # stored bytes, UTF-8 checked; not UTF-8: an unknown field
-                        # (F_UTF8_OR_UNKNOWN; next to A_BYTES / A_STRING: one range test)
-    A_SKIP_VARINT = 10  # no column: read (checked) and drop
-    A_SKIP_FIXED32 = 11
-    A_SKIP_FIXED64 = 12
-    A_SKIP_BYTES = 13
-    A_CHECK_STRING = 14 # no column, UTF-8 checked
-    A_MESSAGE = 15      # message kinds last: action >= A_MESSAGE descends
-    A_GROUP = 16
+    A_STRING = 8        # stored bytes, UTF-8 checked (F_UTF8_OR_UNKNOWN: on failure only,
+                        # the value is moved to the unknown fields instead)
+    A_SKIP_VARINT = 9   # no column: read (checked) and drop
+    A_SKIP_FIXED32 = 10
+    A_SKIP_FIXED64 = 11
+    A_SKIP_BYTES = 12
+    A_CHECK_STRING = 13 # no column, UTF-8 checked
+    A_MESSAGE = 14      # message kinds last: action >= A_MESSAGE descends
+    A_GROUP = 15
     A_NONE = 255        # an empty slot of a node's dense table (no entry for the number)
 
 ctypedef struct FieldEntry:
@@ -103,8 +103,9 @@ ctypedef struct ColumnStore:
     int64_t valid_alloc
     bint bytes          # string / bytes values, copied into `arena`
     # F_UTF8_OR_UNKNOWN columns only (cold: touched when a value is not UTF-8):
-    int64_t moved       # repeated: the message element whose field had a value moved to
-                        # the unknown fields (its later values follow it there), -1 = none
+    int64_t moved       # the message element whose field had a value moved to the unknown
+                        # fields, -1 = none (a repeated column's arena_cap is then -1 until
+                        # a value of another message: decoder.pyx not_stored)
     int32_t member      # a oneof member's column: its node + 1 (0 = not such a member)
 
 ctypedef struct GroupStore:
