@@ -314,6 +314,18 @@ def test_a_oneof_read_in_part_keeps_the_same_unknown_fields(proto2) -> None:
     assert [cls.FromString(w).WhichOneof("o") for w in wire] == ["os", "oi"]
 
 
+def test_an_unset_oneof_member_takes_its_unknown_fields_along(proto2) -> None:
+    """on {t: not UTF-8}, then oi unsets on, then on {} again: the runtime holds an empty on;
+    the first occurrence's unknown fields (the moved t, or any unknown field) go with it."""
+    schema, cls = proto2
+    for inner in (delimited(1, b"\xc3\x28"), b"\x98\x06\x01"):  # t; field 99 = 1
+        wire = delimited(4, b"") + delimited(8, inner) + bytes([7 << 3, 0]) + delimited(8, b"")
+        tc = wa.Transcoder(schema, keep_unknown=True)
+        batch = tc.transcode([wire])
+        assert batch.to_pylist()[0]["on"] == {"t": None, "_unknown": None}
+        assert [cls.FromString(e) for e in tc.encode(batch).to_pylist()] == [cls.FromString(wire)]
+
+
 def test_records_failing_later_count_nothing(proto2) -> None:
     """A record that fails for another reason is rolled back with the values it moved."""
     schema, _ = proto2

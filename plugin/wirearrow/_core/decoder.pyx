@@ -57,7 +57,7 @@ cdef enum Status:
     E_TOO_LARGE = 15
     E_INTERNAL = 16
     E_MOVED = 17         # not an error: an earlier value of this singular string was moved
-                         # to the unknown fields (store_unvalidated)
+                         # to the unknown fields (not_stored)
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
@@ -120,6 +120,12 @@ ctypedef struct Ctx:
     int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
     const uint8_t* resume            # after a group: first byte past its end-group tag
     int64_t moved                    # values moved to the unknown fields (not UTF-8)
+    # F_UTF8_OR_UNKNOWN columns only (cold: touched when a value is not UTF-8), per column:
+    int64_t* col_moved               # the message element whose field had a value moved to
+                                     # the unknown fields, -1 = none (a repeated column's
+                                     # arena_cap is then -1 until a value of another
+                                     # message: not_stored)
+    const int32_t* col_member        # a oneof member's column: its node + 1, else 0
 
 
 cdef class Program:
@@ -492,7 +498,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.cols = <ColumnStore*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(ColumnStore))
     c.groups = <GroupStore*>PyMem_RawCalloc(program.n_groups, sizeof(GroupStore))
     c.cur = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
-    if checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL:
+    c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+    c.col_member = program.col_member
+    if (checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL
+            or c.col_moved == NULL):
         free_ctx(c, program)
         PyMem_RawFree(checkpoint)
         raise MemoryError()
@@ -507,13 +516,13 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.n_groups = program.n_groups
     c.max_nesting = program.max_nesting
     c.pooled = pooled
+    for i in range(program.n_cols):
+        c.col_moved[i] = -1
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
         c.cols[i].bytes = program.col_bytes[i]
         c.cols[i].width = 4 if c.cols[i].bytes else program.col_width[i]
         c.cols[i].group = program.col_group[i]
-        c.cols[i].moved = -1
-        c.cols[i].member = program.col_member[i]
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
     if capacity is not None and len(capacity) != program.n_groups:
@@ -728,6 +737,7 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
     PyMem_RawFree(c.cols)
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
+    PyMem_RawFree(c.col_moved)
     PyMem_RawFree(c)
 
 
@@ -790,7 +800,7 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
         if cs.bytes and cs.filled > keep:
             cs.filled = keep
             cs.arena_len = (<uint32_t*>cs.values)[keep]
-        cs.moved = -1   # (element numbers are given out again)
+        c.col_moved[i] = -1   # (element numbers are given out again)
         if cs.arena_cap < 0:
             unpoison(cs)
     for i in range(c.n_groups):
@@ -945,9 +955,9 @@ cdef inline bint clear_siblings(Ctx* c, const FieldEntry* f, int32_t node_id) no
             cs.arena_len = (<uint32_t*>cs.values)[e]
         if e < cs.capacity:
             cs.valid[e] = 0
-        if cs.member == node_id + 1 and cs.moved == e:
+        if c.col_member[col] == node_id + 1 and c.col_moved[col] == e:
             after_moved = True
-            mark_moved(cs, e)
+            mark_moved(c, col, e)
     return after_moved
 
 
@@ -1438,7 +1448,7 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
         # newest element, its value is the arena's tail, which is dropped.
         if e + 1 != cs.filled:
             return E_INTERNAL
-        if cs.moved == e:
+        if c.col_moved[col] == e:
             return E_MOVED   # a value of this field was moved to the unknown fields
         cs.filled = e
         cs.arena_len = (<uint32_t*>cs.values)[e]
@@ -1536,7 +1546,7 @@ cdef int not_stored(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
     if st != E_MOVED:
         return st
     if f.group >= 0:
-        if cs.moved == message:   # a later value of the list that had one moved
+        if c.col_moved[f.column] == message:   # a later value of the list that had one moved
             return move_string(c, f, node, e, message, field_start, s + n)
         unpoison(cs)              # another message: stored as usual
         st = store_string(c, f.column, e, s, n, True)
@@ -1564,7 +1574,7 @@ cdef int after_moved(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
     cdef const uint8_t* q = p
     cdef int st
     if f.flags & F_UTF8_OR_UNKNOWN and f.action == A_STRING:
-        return mark_moved(&c.cols[f.column], e)
+        return mark_moved(c, f.column, e)
     if node.unknown < 0:
         return OK
     st = skip_field(c, &q, end, f.number, f.wire_type, depth)
@@ -1593,7 +1603,7 @@ cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
                      const uint8_t* stop) noexcept nogil:
     """Move the field [field_start, stop) of element e to the unknown fields (see
     not_stored). A repeated field gives back the element its value opened and marks
-    the message (ColumnStore.moved); a singular field's element is left null but filled
+    the message (Ctx.col_moved); a singular field's element is left null but filled
     (an empty value, valid 0): the mark store_string and clear_siblings see."""
     cdef ColumnStore* cs = &c.cols[f.column]
     cdef GroupStore* gs
@@ -1601,11 +1611,11 @@ cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
         gs = &c.groups[f.group]
         gs.count -= 1   # the newest element: nothing else was written into it
         c.cur[f.group] = gs.count - 1
-        cs.moved = message
+        c.col_moved[f.column] = message
         # Poisoned: every later store_string into this column reserves arena room, which
         # answers E_MOVED, so not_stored sees the list's later values (unpoison: stored).
         cs.arena_cap = -1
-    elif mark_moved(cs, e) != OK:
+    elif mark_moved(c, f.column, e) != OK:
         return E_NO_MEMORY
     c.moved += 1
     return to_unknown(c, node, field_start, stop)
@@ -1622,10 +1632,11 @@ cdef inline int to_unknown(Ctx* c, const Node* node, const uint8_t* start,
     return OK
 
 
-cdef int mark_moved(ColumnStore* cs, int64_t e) noexcept nogil:
+cdef int mark_moved(Ctx* c, int32_t col, int64_t e) noexcept nogil:
     """Mark singular element e as having had a value moved to the unknown fields: null,
     with an empty value in the offsets, so that another value for it takes store_string's
-    path of a field repeated on the wire, which sees cs.moved."""
+    path of a field repeated on the wire, which sees Ctx.col_moved."""
+    cdef ColumnStore* cs = &c.cols[col]
     cdef uint32_t* off
     cdef int64_t k
     if e >= cs.capacity and grow_column(cs, e) != OK:
@@ -1641,7 +1652,7 @@ cdef int mark_moved(ColumnStore* cs, int64_t e) noexcept nogil:
     off[e + 1] = <uint32_t>cs.arena_len
     cs.filled = e + 1
     cs.valid[e] = 0
-    cs.moved = e
+    c.col_moved[col] = e
     return OK
 
 

@@ -102,11 +102,8 @@ ctypedef struct ColumnStore:
     int64_t values_alloc
     int64_t valid_alloc
     bint bytes          # string / bytes values, copied into `arena`
-    # F_UTF8_OR_UNKNOWN columns only (cold: touched when a value is not UTF-8):
-    int64_t moved       # the message element whose field had a value moved to the unknown
-                        # fields, -1 = none (a repeated column's arena_cap is then -1 until
-                        # a value of another message: decoder.pyx not_stored)
-    int32_t member      # a oneof member's column: its node + 1 (0 = not such a member)
+    # (F_UTF8_OR_UNKNOWN's per-column state is in decoder.pyx's Ctx, col_moved and
+    # col_member: the size of this struct is in the address of every store)
 
 ctypedef struct GroupStore:
     int64_t* parent     # element -> element of parent_group (the root group: record index)

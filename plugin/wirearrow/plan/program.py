@@ -350,6 +350,8 @@ class ProgramBuilder:
         child = entry.child
         if child is not None and child.presence >= 0:
             cols.append(child.presence)
+            if child.unknown >= 0:  # a member that is unset takes its unknown fields along
+                cols.append(child.unknown)
             for sub in child.fields.values():
                 if sub.group < 0:
                     cols.extend(self._columns_under(sub))
