@@ -256,11 +256,11 @@ def _enum_specs(draw: Any, index: int, syntax: str) -> EnumSpec:
 @st.composite
 def _field_spec(draw: Any, *, syntax: str, **kwargs: Any) -> FieldSpec:
     spec = draw(_field_spec_of(syntax=syntax, **kwargs))
-    if syntax == "editions" and spec.type == "string" and spec.key_type is None:
-        if draw(st.booleans()):  # a string the schema does not validate
-            spec = dataclasses.replace(
-                spec, options=(*spec.options, "features.utf8_validation = NONE")
-            )
+    unvalidated = syntax == "editions" and spec.type == "string" and spec.key_type is None
+    if unvalidated and draw(st.booleans()):  # a string the schema does not validate
+        spec = dataclasses.replace(
+            spec, options=(*spec.options, "features.utf8_validation = NONE")
+        )
     return spec
 
 
