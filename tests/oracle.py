@@ -101,9 +101,18 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
         value_fd = fd.message_type.fields_by_name["value"]
         return _Map([(key, _element(value[key], value_fd)) for key in sorted(value)])
     if is_repeated(fd):
-        return [_element(item, fd) for item in value]
+        items = list(value)
+        if fd.type == _FD.TYPE_STRING:
+            # A string the schema does not validate holding bytes that are not UTF-8 (the
+            # runtime gives them as bytes) is moved to the unknown fields, and the later
+            # elements of the list follow it there (docs/types.md).
+            cut = [i for i, item in enumerate(items) if isinstance(item, bytes)]
+            items = items[: cut[0]] if cut else items
+        return [_element(item, fd) for item in items]
     if fd.has_presence and not message.HasField(fd.name):
         return None
+    if isinstance(value, bytes) and fd.type == _FD.TYPE_STRING:
+        return None if fd.has_presence else ""  # moved to the unknown fields: unset
     return _element(value, fd)
 
 

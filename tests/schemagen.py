@@ -12,7 +12,8 @@
   occurrences (merged by the parser), an earlier junk value for a singular scalar or another
   oneof member (last one wins), explicit zeros of implicit fields, map entries with the key
   or value left out or written value-first, an earlier entry for a key that a later one
-  replaces, unknown fields of every wire type. Map entries are written in key order, any
+  replaces, unknown fields of every wire type, bytes that are not UTF-8 in the strings the
+  schema does not validate (proto2, editions NONE; not in map entries). Map entries are written in key order, any
   replaced entry before all of them, as :mod:`oracle` expects. The oracle parses these bytes
   with the runtime, so the encoder need not be right, only valid.
 * :func:`plans` draws 1–8 paths over a descriptor, often extending an earlier path's prefix
@@ -35,7 +36,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
-from wirearrow.plan.types import is_closed_enum, is_repeated
+from wirearrow.plan.types import is_closed_enum, is_repeated, needs_utf8_check
 
 __all__ = [
     "KEY_INTS",
@@ -253,7 +254,18 @@ def _enum_specs(draw: Any, index: int, syntax: str) -> EnumSpec:
 
 
 @st.composite
-def _field_spec(
+def _field_spec(draw: Any, *, syntax: str, **kwargs: Any) -> FieldSpec:
+    spec = draw(_field_spec_of(syntax=syntax, **kwargs))
+    unvalidated = syntax == "editions" and spec.type == "string" and spec.key_type is None
+    if unvalidated and draw(st.booleans()):  # a string the schema does not validate
+        spec = dataclasses.replace(
+            spec, options=(*spec.options, "features.utf8_validation = NONE")
+        )
+    return spec
+
+
+@st.composite
+def _field_spec_of(
     draw: Any,
     *,
     syntax: str,
@@ -674,9 +686,22 @@ def _message_record(draw: Any, fd: FieldDescriptor, message: Any) -> list[bytes]
     return [delimited(number, b"".join(body))]
 
 
+# Bytes that are not UTF-8, which the runtime accepts in a string it does not validate.
+NOT_UTF8 = (b"\xc3\x28", b"\xff", b"\xed\xa0\x80", b"a\x80b", b"\xf4\x90\x80\x80")
+
+
 def _value_record(draw: Any, fd: FieldDescriptor, value: Any) -> list[bytes]:
     if _is_message(fd):
         return _message_record(draw, fd, value)
+    if (
+        fd.type == _FD.TYPE_STRING
+        and not needs_utf8_check(fd)
+        # (map entries: the whole entry would become an unknown field of the parent, which
+        # wirearrow does not do yet: such a key or value is still a bad record)
+        and not fd.containing_type.GetOptions().map_entry
+        and draw(st.integers(0, 5)) == 0
+    ):
+        return [delimited(fd.number, draw(st.sampled_from(NOT_UTF8)))]
     return [_record(fd, value)]
 
 
