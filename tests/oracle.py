@@ -99,7 +99,10 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
     value = getattr(message, fd.name)
     if _is_map(fd):
         value_fd = fd.message_type.fields_by_name["value"]
-        return _Map([(key, _element(value[key], value_fd)) for key in sorted(value)])
+        # An entry whose string value is not UTF-8 (the runtime gives bytes) becomes an
+        # unknown field of the parent, whole (docs/types.md).
+        entries = [(key, value[key]) for key in sorted(value)]
+        return _Map([(k, _element(v, value_fd)) for k, v in entries if not _moved(v, value_fd)])
     if is_repeated(fd):
         items = list(value)
         if fd.type == _FD.TYPE_STRING:
@@ -114,6 +117,10 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
     if isinstance(value, bytes) and fd.type == _FD.TYPE_STRING:
         return None if fd.has_presence else ""  # moved to the unknown fields: unset
     return _element(value, fd)
+
+
+def _moved(value: Any, fd: FieldDescriptor) -> bool:
+    return isinstance(value, bytes) and fd.type == _FD.TYPE_STRING
 
 
 def _element(value: Any, fd: FieldDescriptor) -> Any:

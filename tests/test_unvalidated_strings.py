@@ -349,10 +349,38 @@ def test_editions_none_moves_verify_rejects(editions) -> None:
     assert [cls.FromString(e) for e in tc.encode(batch).to_pylist()] == [cls.FromString(ok)]
 
 
-def test_map_entries_are_still_bad_records(proto2) -> None:
-    """Hook: upb keeps a map entry holding such a string whole as an unknown field of the
-    parent; until wirearrow does that, such an entry still makes a bad record."""
-    schema, _ = proto2
-    tc = wa.Transcoder(schema, on_error="skip")
-    tc.transcode([delimited(3, delimited(1, b"k") + delimited(2, b"\xff"))])
-    assert tc.stats.records_failed == 1
+def test_a_map_entry_holding_such_a_string_is_an_unknown_field_of_the_parent(proto2) -> None:
+    """upb inserts the entry as it came; a utf8 map column cannot hold it, so the whole
+    entry becomes an unknown field of the parent (written as upb writes it: last key and
+    value, key first), counted; keep_unknown + encode parses to the runtime's map."""
+    schema, cls = proto2
+    bad_value = delimited(2, b"\xff") + delimited(1, b"k")
+    bad_key = delimited(1, b"a\x80b") + delimited(2, b"v")
+    wire = [
+        delimited(3, delimited(1, b"ok") + delimited(2, b"x")) + delimited(3, bad_value),
+        delimited(3, bad_key) + delimited(1, b"s"),
+        delimited(3, delimited(1, b"\xff") + delimited(1, b"fine") + delimited(2, b"y")),
+    ]
+    assert [len(cls.FromString(w).m) for w in wire] == [2, 1, 1]  # upb inserts them all
+    tc = wa.Transcoder(schema, keep_unknown=True, on_error="raise")
+    batch = tc.transcode(wire)
+    assert batch.column("m").to_pylist() == [[("ok", "x")], [], []]
+    entries = [delimited(1, b"k") + delimited(2, b"\xff"), bad_key,
+               delimited(1, b"fine") + delimited(2, b"y")]  # fmt: skip
+    assert batch.column("_unknown").to_pylist() == [delimited(3, e) for e in entries]
+    assert tc.stats.strings_not_utf8 == 3
+    encoded = tc.encode(batch).to_pylist()
+    assert [cls.FromString(e) for e in encoded] == [cls.FromString(w) for w in wire]
+    # A flat plan drops the same entries and keeps the same unknown fields.
+    flat = wa.Transcoder(schema, ["m[*]", "_unknown"], on_error="raise")
+    read = flat.transcode(wire)
+    assert read.column("m[*]").to_pylist() == ["x", None, None]
+    assert read.column("_unknown").to_pylist() == batch.column("_unknown").to_pylist()
+    assert flat.stats.strings_not_utf8 == 3
+    # Without the unknown fields the entry is dropped, the record kept.
+    plain = wa.Transcoder(schema, on_error="raise")
+    assert plain.transcode(wire).column("m").to_pylist() == [[("ok", "x")], [], []]
+    assert plain.stats.strings_not_utf8 == 3
+    strict = wa.Transcoder(schema, unvalidated_strings="reject", on_error="skip")
+    strict.transcode(wire)
+    assert strict.stats.records_failed == 3

@@ -2125,12 +2125,10 @@ cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
 cdef inline int to_unknown(Ctx* c, const Node* node, const uint8_t* start,
                            const uint8_t* stop) noexcept nogil:
     """Field [start, stop) of `node`, a string moved (or a value copied after one), goes to
-    the message's unknown fields, if they are kept. The one hook for map entries: there upb
-    keeps the whole entry as an unknown field of the parent (until wirearrow does, the plan
-    does not give map keys and values F_UTF8_OR_UNKNOWN: plan/program.py)."""
-    if node.unknown >= 0:
-        return keep_unknown(c, node.unknown, start, stop)
-    return OK
+    the message's unknown fields, if they are kept. In a map entry (upb inserts it, key or
+    value as they came, but a utf8 map column cannot hold it) unknown_field makes the
+    whole entry an unknown field of the parent, written back by keep_entry."""
+    return unknown_field(c, node, start, stop)
 
 
 cdef int mark_moved(Ctx* c, int32_t col, int64_t e) noexcept nogil:

@@ -387,10 +387,8 @@ class ProgramBuilder:
                 flags |= FLAG["utf8"]
             elif fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes:
                 flags |= FLAG["utf8"]
-                # Hook for map entries: upb would keep the whole entry as an unknown field
-                # of the parent; until map entries can become one, such a key or value
-                # stays a bad record (moving it alone would leave the entry without it).
-                if not (self.reject_unvalidated or node.message.GetOptions().map_entry):
+                # (in a map entry: the whole entry becomes an unknown field of the parent)
+                if not self.reject_unvalidated:
                     flags |= FLAG["utf8_or_unknown"]
         return DecodeEntry(
             number=fd.number,
