@@ -99,12 +99,28 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
     value = getattr(message, fd.name)
     if _is_map(fd):
         value_fd = fd.message_type.fields_by_name["value"]
-        return _Map([(key, _element(value[key], value_fd)) for key in sorted(value)])
+        # An entry whose string value is not UTF-8 (the runtime gives bytes) becomes an
+        # unknown field of the parent, whole (docs/types.md).
+        entries = [(key, value[key]) for key in sorted(value)]
+        return _Map([(k, _element(v, value_fd)) for k, v in entries if not _moved(v, value_fd)])
     if is_repeated(fd):
-        return [_element(item, fd) for item in value]
+        items = list(value)
+        if fd.type == _FD.TYPE_STRING:
+            # A string the schema does not validate holding bytes that are not UTF-8 (the
+            # runtime gives them as bytes) is moved to the unknown fields, and the later
+            # elements of the list follow it there (docs/types.md).
+            cut = [i for i, item in enumerate(items) if isinstance(item, bytes)]
+            items = items[: cut[0]] if cut else items
+        return [_element(item, fd) for item in items]
     if fd.has_presence and not message.HasField(fd.name):
         return None
+    if isinstance(value, bytes) and fd.type == _FD.TYPE_STRING:
+        return None if fd.has_presence else ""  # moved to the unknown fields: unset
     return _element(value, fd)
+
+
+def _moved(value: Any, fd: FieldDescriptor) -> bool:
+    return isinstance(value, bytes) and fd.type == _FD.TYPE_STRING
 
 
 def _element(value: Any, fd: FieldDescriptor) -> Any:

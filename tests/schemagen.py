@@ -12,7 +12,8 @@
   occurrences (merged by the parser), an earlier junk value for a singular scalar or another
   oneof member (last one wins), explicit zeros of implicit fields, map entries with the key
   or value left out or written value-first, an earlier entry for a key that a later one
-  replaces, unknown fields of every wire type. Map entries are written in key order, any
+  replaces, unknown fields of every wire type, bytes that are not UTF-8 in the strings the
+  schema does not validate (proto2, editions NONE; not in map entries). Map entries are written in key order, any
   replaced entry before all of them, as :mod:`oracle` expects. The oracle parses these bytes
   with the runtime, so the encoder need not be right, only valid.
 * :func:`plans` draws 1–8 paths over a descriptor, often extending an earlier path's prefix
@@ -35,7 +36,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
-from wirearrow.plan.types import is_closed_enum, is_repeated
+from wirearrow.plan.types import is_closed_enum, is_repeated, needs_utf8_check
 
 __all__ = [
     "KEY_INTS",
@@ -253,7 +254,18 @@ def _enum_specs(draw: Any, index: int, syntax: str) -> EnumSpec:
 
 
 @st.composite
-def _field_spec(
+def _field_spec(draw: Any, *, syntax: str, **kwargs: Any) -> FieldSpec:
+    spec = draw(_field_spec_of(syntax=syntax, **kwargs))
+    unvalidated = syntax == "editions" and spec.type == "string" and spec.key_type is None
+    if unvalidated and draw(st.booleans()):  # a string the schema does not validate
+        spec = dataclasses.replace(
+            spec, options=(*spec.options, "features.utf8_validation = NONE")
+        )
+    return spec
+
+
+@st.composite
+def _field_spec_of(
     draw: Any,
     *,
     syntax: str,
@@ -674,9 +686,22 @@ def _message_record(draw: Any, fd: FieldDescriptor, message: Any) -> list[bytes]
     return [delimited(number, b"".join(body))]
 
 
+# Bytes that are not UTF-8, which the runtime accepts in a string it does not validate.
+NOT_UTF8 = (b"\xc3\x28", b"\xff", b"\xed\xa0\x80", b"a\x80b", b"\xf4\x90\x80\x80")
+
+
 def _value_record(draw: Any, fd: FieldDescriptor, value: Any) -> list[bytes]:
     if _is_message(fd):
         return _message_record(draw, fd, value)
+    if (
+        fd.type == _FD.TYPE_STRING
+        and not needs_utf8_check(fd)
+        # (a map's value: the whole entry becomes an unknown field of the parent; keys
+        # are not drawn so, as the runtime cannot iterate such a map for the oracle)
+        and not (fd.containing_type.GetOptions().map_entry and fd.number == 1)
+        and draw(st.integers(0, 5)) == 0
+    ):
+        return [delimited(fd.number, draw(st.sampled_from(NOT_UTF8)))]
     return [_record(fd, value)]
 
 
@@ -685,6 +710,7 @@ def _field_chunks(draw: Any, message: Any, fd: FieldDescriptor) -> list[bytes]:
     if _is_map(fd):
         key_fd, value_fd = fd.message_type.fields
         chunks = []
+        moved = False  # a value not UTF-8: its entry becomes an unknown field of the parent
         for key in sorted(value):  # the oracle reads map entries in key order
             item = value[key]
             key_part = (
@@ -695,14 +721,17 @@ def _field_chunks(draw: Any, message: Any, fd: FieldDescriptor) -> list[bytes]:
                 if item.ByteSize() == 0 and draw(st.booleans()):
                     value_part = b""
             else:
-                value_part = _record(value_fd, item)
+                value_part = b"".join(_value_record(draw, value_fd, item))
+                moved |= value_part != _record(value_fd, item)
                 if _is_default(value_fd, item) and draw(st.booleans()):
                     value_part = b""
             parts = [key_part, value_part]
             if draw(st.integers(0, 4)) == 0:
                 parts.reverse()
             chunks.append(delimited(fd.number, b"".join(parts)))
-        if chunks and draw(st.integers(0, 4)) == 0:  # an earlier entry that a later one replaces
+        # An earlier entry that a later one replaces (not when an entry moved: wirearrow's
+        # column would keep the earlier one, docs/types.md).
+        if chunks and not moved and draw(st.integers(0, 4)) == 0:
             key = draw(st.sampled_from(sorted(value)))
             if _is_message(value_fd):
                 earlier = draw(messages(value_fd.message_type, max_depth=1))

@@ -797,6 +797,8 @@ def test_well_known_types_and_unvalidated_strings_keys(project: Path) -> None:
     assert plan.options["unvalidated_strings"] == "binary"
     tc = plan.transcoder()
     assert tc.spec.well_known_types is False and tc.spec.unvalidated_strings == "binary"
+    strict = "proto: {file: protos/order.proto, message: Order}\nunvalidated_strings: reject\n"
+    assert load_plan(write(project, strict)).transcoder().spec.unvalidated_strings == "reject"
     bad = "proto: {file: protos/order.proto, message: Order}\nwell_known_types: 1\nunvalidated_strings: latin1\n"
     with pytest.raises(wa.PlanError) as info:
         load_plan(write(project, bad))

@@ -21,7 +21,7 @@ from typing import Any
 import google.protobuf
 import pyarrow as pa
 import pytest
-from google.protobuf import unknown_fields
+from google.protobuf import message_factory, unknown_fields
 from google.protobuf.message import DecodeError as RuntimeDecodeError
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
@@ -494,8 +494,9 @@ def test_an_unread_field_with_another_wire_type_is_skipped(
 
 
 def test_proto2_strings_are_checked_only_where_arrow_needs_it(legacy_schema: wa.Schema) -> None:
-    # proto2 has no UTF-8 rule, so bytes the plan does not output are not checked; a string
-    # the plan outputs lands in an Arrow utf8 column, which must be valid UTF-8.
+    # proto2 has no UTF-8 rule: the runtime accepts this record, and so does wirearrow. Bytes
+    # the plan does not output are not checked; a string the plan outputs lands in an Arrow
+    # utf8 column, which must be valid UTF-8: one that is not moves to the unknown fields.
     record = (
         delimited(1, b"\xff\xfe")
         + delimited(2, b"ok")
@@ -503,12 +504,22 @@ def test_proto2_strings_are_checked_only_where_arrow_needs_it(legacy_schema: wa.
         + tag(3, 0)
         + b"\x07"
     )
+    legacy = message_factory.GetMessageClass(legacy_schema.descriptor)
+    assert list(legacy.FromString(record).tags) == ["ok", b"\xc3"]
     for validate in ("plan", "full"):
         ok = wa.Transcoder(legacy_schema, columns=["n"], validate=validate).transcode([record])
         assert ok.column(0).to_pylist() == [7]
+        assert wa.Transcoder(legacy_schema, columns=["n"]).stats.strings_not_utf8 == 0
         tc = wa.Transcoder(
-            legacy_schema, columns=["name", "tags[*]"], validate=validate, on_error="dead_letter"
+            legacy_schema, ["name", "tags[*]", "_unknown"], validate=validate, on_error="raise"
         )
+        assert tc.transcode([record]).to_pylist() == [
+            {"name": None, "tags[*]": "ok", "_unknown": delimited(1, b"\xff\xfe") + delimited(2, b"\xc3")}
+        ]
+        assert (tc.stats.records_failed, tc.stats.strings_not_utf8) == (0, 2)
+        # unvalidated_strings="reject": the strict rule, a bad record
+        tc = wa.Transcoder(legacy_schema, columns=["name", "tags[*]"], validate=validate,
+                           on_error="dead_letter", unvalidated_strings="reject")  # fmt: skip
         assert tc.transcode([record]).num_rows == 0
         dead = tc.dead_letters()
         assert dead.column("reason").to_pylist() == ["invalid UTF-8 in a string field"]

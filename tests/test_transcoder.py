@@ -485,14 +485,19 @@ def test_uint64_map_keys_and_slice_spellings(compile_proto) -> None:
         wa.Transcoder(schema, columns=['m["k"]'])
 
 
-def test_strings_output_as_utf8_must_be_valid_even_in_proto2(compile_proto) -> None:
+def test_strings_output_as_utf8_are_valid_even_in_proto2(compile_proto) -> None:
     schema, Msg = compile_proto(
         'syntax = "proto2"; message M { optional string s = 1; optional int32 n = 2; }', "M"
     )
     bad = b"\x0a\x02\xc3\x28\x10\x05"  # s = b"\xc3\x28" (invalid UTF-8), n = 5
     assert Msg.FromString(bad).n == 5  # the runtime does not check proto2 strings
     assert wa.Transcoder(schema, columns=["n"]).transcode([bad]).column(0).to_pylist() == [5]
-    tc = wa.Transcoder(schema, columns=["s", "n"], on_error="dead_letter")
+    # nor does wirearrow reject the record; the utf8 column cannot hold s: moved to _unknown
+    tc = wa.Transcoder(schema, columns=["s", "n", "_unknown"], on_error="dead_letter")
+    assert tc.transcode([bad]).to_pylist() == [{"s": None, "n": 5, "_unknown": bad[:4]}]
+    assert (tc.stats.records_failed, tc.stats.strings_not_utf8) == (0, 1)
+    tc = wa.Transcoder(schema, columns=["s", "n"], on_error="dead_letter",
+                       unvalidated_strings="reject")  # fmt: skip
     assert tc.transcode([bad]).num_rows == 0
     assert tc.dead_letters().column("path").to_pylist() == ["s"]
 

@@ -78,6 +78,10 @@ class Stats:
     ``precision_lost``: Timestamp / Duration values decoded with nanoseconds the column's
     unit cannot hold, and so truncated (``timestamp_unit="ns"`` or
     ``well_known_types=False`` lose none; docs/types.md).
+    ``strings_not_utf8``: values of strings the schema does not validate (proto2, editions
+    ``utf8_validation = NONE``) that were not UTF-8, and so were moved to their message's
+    unknown fields instead of the utf8 column (with the later values of a repeated field
+    of the same message, which follow them there; docs/types.md).
     """
 
     records_in: int = 0
@@ -86,6 +90,7 @@ class Stats:
     rows_out: int = 0
     bytes_in: int = 0
     precision_lost: int = 0
+    strings_not_utf8: int = 0
 
 
 class Transcoder:
@@ -112,9 +117,12 @@ class Transcoder:
     them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
     loses nothing, and ``encode`` reads those structs back.
     ``unvalidated_strings``: the strings the schema does not require to be UTF-8 (proto2,
-    editions ``utf8_validation = NONE``): "utf8" columns (bytes that are not UTF-8 make a bad
-    record: Arrow utf8 must be valid) or "binary" columns, which take whatever the runtime
-    accepts and ``encode`` writes back as they are (docs/types.md).
+    editions ``utf8_validation = NONE``), which the runtime accepts whatever their bytes:
+    "utf8" (default) columns, a value that is not UTF-8 (Arrow utf8 must be valid) moved to
+    its message's unknown fields, so the field reads as unset, ``keep_unknown=True`` keeps
+    the bytes and ``encode`` writes them back, and ``stats.strings_not_utf8`` counts it;
+    "binary" columns, which take whatever the runtime accepts and ``encode`` writes back as
+    they are; or "reject": utf8 columns, such a value makes a bad record (docs/types.md).
     ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
     shared by every transcoder of the same schema and plan) and learns its buffer sizes;
     default: the process-wide cache (``wirearrow.cache.default_cache``).
@@ -429,7 +437,9 @@ class Transcoder:
             if raw_starts is not None and record_ids is not None:
                 raw_starts, record_ids = raw_starts[keep], record_ids[keep]
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        self._account(n_in, failures, n_rows, n_bytes, assembler.precision_lost, carried)
+        self._account(
+            n_in, failures, n_rows, n_bytes, assembler.precision_lost, carried, result.moved
+        )
         rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
         if positions is not None and index_name is not False:
             rows = rows.append_column(
@@ -697,6 +707,7 @@ class Transcoder:
         n_bytes: int,
         precision_lost: int,
         carried: pa.Table | None = None,
+        strings_not_utf8: int = 0,
     ) -> None:
         dead = []
         dead_carried = None
@@ -715,6 +726,7 @@ class Transcoder:
             s.rows_out += n_rows
             s.bytes_in += n_bytes
             s.precision_lost += precision_lost
+            s.strings_not_utf8 += strings_not_utf8
             if dead_carried is not None:
                 self._dead_carry.append((len(self._dead), dead_carried))
             self._dead.extend(dead)

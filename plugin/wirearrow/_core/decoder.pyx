@@ -27,7 +27,7 @@ from wirearrow._core.tables cimport (
     A_BOOL, A_BYTES, A_CHECK_STRING, A_ENUM, A_FIXED32, A_FIXED64, A_GROUP, A_MAP, A_MESSAGE,
     A_NONE, A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32,
     A_VARINT64, A_ZIGZAG32, A_ZIGZAG64, ColumnStore, EnumSet, F_CLOSED, F_LENIENT, F_MAP, F_MERGE,
-    F_PACKABLE, F_REPEATED, F_UTF8, FieldEntry, GroupStore,
+    F_PACKABLE, F_REPEATED, F_UTF8, F_UTF8_OR_UNKNOWN, FieldEntry, GroupStore,
     K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, MapSpec, Node, R_BOOL, R_BYTES, R_FIXED32, R_FIXED64, R_INT32, R_INT64, R_MESSAGE,
     R_UINT32,
@@ -56,6 +56,8 @@ cdef enum Status:
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
     E_INTERNAL = 16
+    E_MOVED = 19         # not an error: an earlier value of this singular string was moved
+                         # to the unknown fields (not_stored)
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
 
 STATUS_TEXT = {
@@ -121,6 +123,13 @@ ctypedef struct Ctx:
     int64_t stack_index[MAX_STACK]   # element index of a repeated field, -1 otherwise
     const uint8_t* resume            # after a group: first byte past its end-group tag
     int rejected                     # the map entry being decoded holds an unknown field
+    int64_t moved                    # values moved to the unknown fields (not UTF-8)
+    # F_UTF8_OR_UNKNOWN columns only (cold: touched when a value is not UTF-8), per column:
+    int64_t* col_moved               # the message element whose field had a value moved to
+                                     # the unknown fields, -1 = none (a repeated column's
+                                     # arena_cap is then -1 until a value of another
+                                     # message: not_stored)
+    const int32_t* col_member        # a oneof member's column: its node + 1, else 0
 
 
 cdef class Program:
@@ -139,6 +148,8 @@ cdef class Program:
     cdef int32_t* col_width
     cdef int32_t* col_group
     cdef uint8_t* col_bytes     # 1: a column of string / bytes values (found from the entries)
+    cdef int32_t* col_member    # ColumnStore.member: node + 1 of a oneof member's
+                                # F_UTF8_OR_UNKNOWN column, else 0
     cdef int32_t* group_parent
     cdef EnumSet* enum_sets
     cdef int32_t* enum_values
@@ -156,6 +167,7 @@ cdef class Program:
         self.clear_cols = NULL
         self.col_width = NULL
         self.col_group = NULL
+        self.col_member = NULL
         self.group_parent = NULL
         self.enum_sets = NULL
         self.enum_values = NULL
@@ -191,12 +203,13 @@ cdef class Program:
         self.col_width = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.col_group = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.col_bytes = <uint8_t*>PyMem_RawCalloc(max(self.n_cols, 1), 1)
+        self.col_member = <int32_t*>PyMem_RawCalloc(max(self.n_cols, 1), sizeof(int32_t))
         self.group_parent = <int32_t*>PyMem_RawCalloc(self.n_groups, sizeof(int32_t))
         if (self.entries == NULL or self.nodes == NULL or self.dense == NULL
                 or self.dense_entries == NULL
                 or self.default_cols == NULL or self.default_values == NULL
                 or self.clear_cols == NULL or self.col_width == NULL or self.col_group == NULL
-                or self.col_bytes == NULL
+                or self.col_bytes == NULL or self.col_member == NULL
                 or self.group_parent == NULL):
             raise MemoryError()
         for i, row in enumerate(columns):
@@ -235,6 +248,21 @@ cdef class Program:
                            len(defaults))
         self._check_groups()
         self._check_bytes(len(defaults))
+        # A oneof member's F_UTF8_OR_UNKNOWN column, named by its node: the columns another
+        # member of that node unsets (a member the plan does not read unsets them too).
+        cdef int32_t k, j
+        cdef const FieldEntry* fe
+        unvalidated = {}
+        for i in range(self.n_nodes):
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                if self.entries[k].action == A_STRING and self.entries[k].flags & F_UTF8_OR_UNKNOWN:
+                    unvalidated[self.entries[k].column] = i
+        for i in range(self.n_nodes):
+            for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
+                fe = &self.entries[k]
+                for j in range(fe.clear, fe.clear + fe.n_clear if fe.clear >= 0 else fe.clear):
+                    if unvalidated.get(self.clear_cols[j]) == i:
+                        self.col_member[self.clear_cols[j]] = i + 1
         # The hot loop reads a field's entry straight from the dense slot of its number:
         # one dependent load less per field than slot -> index -> entry.
         for i, d in enumerate(dense):
@@ -463,6 +491,7 @@ cdef class Program:
         PyMem_RawFree(self.col_width)
         PyMem_RawFree(self.col_group)
         PyMem_RawFree(self.col_bytes)
+        PyMem_RawFree(self.col_member)
         PyMem_RawFree(self.group_parent)
         PyMem_RawFree(self.enum_sets)
         PyMem_RawFree(self.enum_values)
@@ -480,7 +509,7 @@ cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
         return A_GROUP
     if column >= 0:
         if kind == K_BYTES:
-            return A_STRING if flags & F_UTF8 else A_BYTES
+            return A_STRING if flags & (F_UTF8 | F_UTF8_OR_UNKNOWN) else A_BYTES
         return kind   # the stored scalar actions are numbered as their kinds
     if kind == K_FIXED32:
         return A_SKIP_FIXED32
@@ -516,6 +545,7 @@ cdef class Result:
     cdef readonly list col_counts
     cdef readonly list errors
     cdef readonly int64_t records
+    cdef readonly int64_t moved        # string values moved to the unknown fields (not UTF-8)
 
 
 def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
@@ -554,7 +584,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.cols = <ColumnStore*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(ColumnStore))
     c.groups = <GroupStore*>PyMem_RawCalloc(program.n_groups, sizeof(GroupStore))
     c.cur = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
-    if checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL:
+    c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+    c.col_member = program.col_member
+    if (checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL
+            or c.col_moved == NULL):
         free_ctx(c, program)
         PyMem_RawFree(checkpoint)
         raise MemoryError()
@@ -572,6 +605,8 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.n_groups = program.n_groups
     c.max_nesting = program.max_nesting
     c.pooled = pooled
+    for i in range(program.n_cols):
+        c.col_moved[i] = -1
     c.data = &data[0] if size > 0 else <const uint8_t*>""
     for i in range(program.n_cols):
         c.cols[i].bytes = program.col_bytes[i]
@@ -649,7 +684,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 
     errors = []
     cdef int status = OK
-    cdef int64_t g, start, end
+    cdef int64_t g, start, end, moved = 0
     cdef const int64_t* ps = &starts[0] if n > 0 else NULL
     cdef const int64_t* pe = &ends[0] if n > 0 else NULL
     i = 0
@@ -670,9 +705,11 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
                 end = pe[i]
                 c.record = c.data + start
                 c.err_depth = 0
+                moved = c.moved
                 status = decode_record(c, c.data + start, c.data + end, index_base + i)
                 if status != OK:
                     rollback(c, checkpoint)
+                    c.moved = moved
                     break
                 i += 1
         if status != OK:
@@ -685,6 +722,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     PyMem_RawFree(block_elems)
     PyMem_RawFree(block_bytes)
     cdef Result result = Result.__new__(Result)
+    cdef int64_t c_moved = c.moved
     try:
         export(c, result)
     finally:
@@ -692,6 +730,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         PyMem_RawFree(checkpoint)
     result.errors = errors
     result.records = i
+    result.moved = c_moved
     return result
 
 
@@ -787,6 +826,7 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
     PyMem_RawFree(c.cols)
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
+    PyMem_RawFree(c.col_moved)
     PyMem_RawFree(c)
 
 
@@ -849,6 +889,9 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
         if cs.bytes and cs.filled > keep:
             cs.filled = keep
             cs.arena_len = (<uint32_t*>cs.values)[keep]
+        c.col_moved[i] = -1   # (element numbers are given out again)
+        if cs.arena_cap < 0:
+            unpoison(cs)
     for i in range(c.n_groups):
         c.groups[i].count = checkpoint[i]
 
@@ -981,21 +1024,30 @@ cdef inline int enter_node(Ctx* c, const Node* node, int64_t e) noexcept nogil:
     return OK
 
 
-cdef inline void clear_siblings(Ctx* c, const FieldEntry* f) noexcept nogil:
+cdef inline bint clear_siblings(Ctx* c, const FieldEntry* f, int32_t node_id) noexcept nogil:
     # oneof: the member read last wins, so every other member's columns become null.
+    # True when one of them is a string member of this message that had a value moved to
+    # the unknown fields (see move_string): this occurrence must go there after it too, or
+    # replaying the unknown fields would end the oneof on that string. Such a member keeps
+    # its mark (an empty null value), so that it sees this when it comes again itself.
     cdef int32_t k, col
     cdef ColumnStore* cs
     cdef int64_t e
+    cdef bint after_moved = False
     for k in range(f.clear, f.clear + f.n_clear):
         col = c.clear_cols[k]
         cs = &c.cols[col]
         e = c.cur[cs.group]
-        if e < cs.capacity:
-            cs.valid[e] = 0
         if cs.bytes and e + 1 == cs.filled:
             # Its value was the arena's last: drop it (the element is the newest).
             cs.filled = e
             cs.arena_len = (<uint32_t*>cs.values)[e]
+        if e < cs.capacity:
+            cs.valid[e] = 0
+        if c.col_member[col] == node_id + 1 and c.col_moved[col] == e:
+            after_moved = True
+            mark_moved(c, col, e)
+    return after_moved
 
 
 # ---- skipping ------------------------------------------------------------------------
@@ -1278,8 +1330,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if f.group >= 0:
                     opened = f
                 break
-            if f.n_clear > 0:
-                clear_siblings(c, f)
+            if f.n_clear > 0 and clear_siblings(c, f, node_id):
+                st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+                if st != OK:
+                    break
             el = node_element
             if f.group >= 0:
                 st = open_element(c, f.group)
@@ -1307,8 +1361,10 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 # The inner level recorded itself; add this one.
                 return record_level(c, node_id, fn, element_index(c, f), st)
             continue
-        if f.n_clear > 0:
-            clear_siblings(c, f)
+        if f.n_clear > 0 and clear_siblings(c, f, node_id):
+            st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+            if st != OK:
+                break
         el = node_element
         if f.group >= 0:
             st = open_element(c, f.group)
@@ -1351,7 +1407,12 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             else:
                 st = store_string(c, f.column, el, p, n, False)
             if st != OK:
-                break
+                # (cold) a string the schema does not validate, not stored: see there
+                if not (f.flags & F_UTF8_OR_UNKNOWN):
+                    break
+                st = NOT_STORED(c, f, node, el, node_element, field_start, p, n, st)
+                if st != OK:
+                    break
             p += n
         elif act == A_VARINT64 or act == A_BOOL or act == A_ZIGZAG32 or act == A_ZIGZAG64:
             q = p
@@ -1488,8 +1549,12 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
     pp[0] = p
     if not enum_declared(c, f.aux, <int32_t>v):
         return unknown_field(c, node, field_start, p)
-    if f.n_clear > 0:
-        clear_siblings(c, f)
+    if f.n_clear > 0 and clear_siblings(c, f, <int32_t>(node - c.nodes)):
+        # A string sibling was moved to the unknown fields: this value follows it there
+        # (as after_moved does; the value is read already).
+        st = to_unknown(c, node, field_start, p)
+        if st != OK:
+            return st
     el = node_element
     if f.group >= 0:
         st = open_element(c, f.group)
@@ -1884,6 +1949,8 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
         # newest element, its value is the arena's tail, which is dropped.
         if e + 1 != cs.filled:
             return E_INTERNAL
+        if c.col_moved[col] == e:
+            return E_MOVED   # a value of this field was moved to the unknown fields
         cs.filled = e
         cs.arena_len = (<uint32_t*>cs.values)[e]
     elif e >= cs.capacity and grow_column(cs, e) != OK:
@@ -1959,6 +2026,135 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     return OK
 
 
+cdef int not_stored(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                    int64_t message, const uint8_t* field_start, const uint8_t* s,
+                    int64_t n, int st) noexcept nogil:
+    """F_UTF8_OR_UNKNOWN: a string the schema does not validate, read into a utf8 column
+    of element e (`message`: the element of the message holding the field), which
+    store_string did not store (status st). Not UTF-8, the value cannot be in the column,
+    and upb accepts it: it is moved to the message's unknown fields (dropped without them),
+    tag and bytes as they came, and counted. So that replaying the unknown fields after the
+    known ones (encode, parsed by the runtime) gives the message back, a repeated field's
+    later values in the same message follow the moved one, and a later value of a singular
+    field is stored and also copied after it.
+
+    Valid strings pay nothing for this: store_string sends E_MOVED here only for a column
+    marked by move_string (a singular element's mark; a repeated column's poisoned arena).
+    """
+    cdef ColumnStore* cs = &c.cols[f.column]
+    if st == E_UTF8:
+        return move_string(c, f, node, e, message, field_start, s + n)
+    if st != E_MOVED:
+        return st
+    if f.group >= 0:
+        if c.col_moved[f.column] == message:   # a later value of the list that had one moved
+            return move_string(c, f, node, e, message, field_start, s + n)
+        unpoison(cs)              # another message: stored as usual
+        st = store_string(c, f.column, e, s, n, True)
+        if st == E_UTF8:
+            return move_string(c, f, node, e, message, field_start, s + n)
+        return st
+    # An earlier value of this singular field was moved: this one replaces what the
+    # element holds (the mark, or a value copied after the moved one), and goes after it.
+    cs.filled = e
+    cs.arena_len = (<uint32_t*>cs.values)[e]
+    st = store_string(c, f.column, e, s, n, True)
+    if st == E_UTF8:
+        return move_string(c, f, node, e, message, field_start, s + n)
+    if st == OK:
+        st = to_unknown(c, node, field_start, s + n)
+    return st
+
+
+cdef int after_moved(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                     const uint8_t* field_start, const uint8_t* p, const uint8_t* end,
+                     int depth) noexcept nogil:
+    """A oneof member after another member of this message was moved to the unknown fields
+    (clear_siblings): it is copied there too; a string member does it itself, as if it had
+    moved before."""
+    cdef const uint8_t* q = p
+    cdef int st
+    if f.flags & F_UTF8_OR_UNKNOWN and f.action == A_STRING:
+        return mark_moved(c, f.column, e)
+    if node.unknown < 0:
+        return OK
+    st = skip_field(c, &q, end, f.number, f.wire_type, depth)
+    if st != OK:
+        return st
+    return to_unknown(c, node, field_start, q)
+
+
+# Called through pointers, so that the compiler keeps these (cold, and not_stored holds two
+# more copies of store_string) out of decode_fields, whose loop would pay in registers.
+ctypedef int (*not_stored_fn)(Ctx*, const FieldEntry*, const Node*, int64_t, int64_t,
+                              const uint8_t*, const uint8_t*, int64_t, int) noexcept nogil
+ctypedef int (*after_moved_fn)(Ctx*, const FieldEntry*, const Node*, int64_t, const uint8_t*,
+                               const uint8_t*, const uint8_t*, int) noexcept nogil
+cdef not_stored_fn NOT_STORED = not_stored
+cdef after_moved_fn AFTER_MOVED = after_moved
+
+
+cdef inline void unpoison(ColumnStore* cs) noexcept nogil:
+    cdef int64_t cap = cs.arena_alloc
+    cs.arena_cap = cap if cap < ARENA_MAX else ARENA_MAX
+
+
+cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
+                     int64_t message, const uint8_t* field_start,
+                     const uint8_t* stop) noexcept nogil:
+    """Move the field [field_start, stop) of element e to the unknown fields (see
+    not_stored). A repeated field gives back the element its value opened and marks
+    the message (Ctx.col_moved); a singular field's element is left null but filled
+    (an empty value, valid 0): the mark store_string and clear_siblings see."""
+    cdef ColumnStore* cs = &c.cols[f.column]
+    cdef GroupStore* gs
+    if f.group >= 0:
+        gs = &c.groups[f.group]
+        gs.count -= 1   # the newest element: nothing else was written into it
+        c.cur[f.group] = gs.count - 1
+        c.col_moved[f.column] = message
+        # Poisoned: every later store_string into this column reserves arena room, which
+        # answers E_MOVED, so not_stored sees the list's later values (unpoison: stored).
+        cs.arena_cap = -1
+    elif mark_moved(c, f.column, e) != OK:
+        return E_NO_MEMORY
+    c.moved += 1
+    return to_unknown(c, node, field_start, stop)
+
+
+cdef inline int to_unknown(Ctx* c, const Node* node, const uint8_t* start,
+                           const uint8_t* stop) noexcept nogil:
+    """Field [start, stop) of `node`, a string moved (or a value copied after one), goes to
+    the message's unknown fields, if they are kept. In a map entry (upb inserts it, key or
+    value as they came, but a utf8 map column cannot hold it) unknown_field makes the
+    whole entry an unknown field of the parent, written back by keep_entry."""
+    return unknown_field(c, node, start, stop)
+
+
+cdef int mark_moved(Ctx* c, int32_t col, int64_t e) noexcept nogil:
+    """Mark singular element e as having had a value moved to the unknown fields: null,
+    with an empty value in the offsets, so that another value for it takes store_string's
+    path of a field repeated on the wire, which sees Ctx.col_moved."""
+    cdef ColumnStore* cs = &c.cols[col]
+    cdef uint32_t* off
+    cdef int64_t k
+    if e >= cs.capacity and grow_column(cs, e) != OK:
+        return E_NO_MEMORY
+    off = <uint32_t*>cs.values
+    if cs.filled > e:   # (the newest element: its value is the arena's tail)
+        cs.filled = e
+        cs.arena_len = off[e]
+    k = cs.filled
+    while k < e:
+        k += 1
+        off[k] = <uint32_t>cs.arena_len
+    off[e + 1] = <uint32_t>cs.arena_len
+    cs.filled = e + 1
+    cs.valid[e] = 0
+    c.col_moved[col] = e
+    return OK
+
+
 cdef int merge_message_bytes(Ctx* c, int32_t col, int64_t e, const uint8_t* s,
                              int64_t n) noexcept nogil:
     """The raw bytes of a singular sub-message (kept whole: Struct / Value / ListValue, a
@@ -1995,6 +2191,8 @@ cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
     cdef uint8_t* grown
     if cs.arena_len + n <= cs.arena_cap:
         return OK
+    if cs.arena_cap < 0:
+        return E_MOVED   # poisoned by move_string
     cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
     while cap < cs.arena_len + n:
         cap *= 2
@@ -2120,7 +2318,7 @@ KIND = {
 }
 FLAG = {
     "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,
-    "merge": F_MERGE, "closed": F_CLOSED, "map": F_MAP,
+    "merge": F_MERGE, "utf8_or_unknown": F_UTF8_OR_UNKNOWN, "closed": F_CLOSED, "map": F_MAP,
 }
 FORM = {
     "int32": R_INT32, "uint32": R_UINT32, "int64": R_INT64, "bool": R_BOOL, "fixed32": R_FIXED32,

@@ -33,6 +33,10 @@ cdef enum Flag:
     F_UTF8 = 4          # string whose bytes must be valid UTF-8
     F_LENIENT = 8       # only checked, not read: another wire type makes it an unknown field
     F_MERGE = 16        # raw bytes of a singular sub-message: a second occurrence is appended
+    F_UTF8_OR_UNKNOWN = 32 # (with F_UTF8) a string the schema does not validate (proto2,
+                        # editions NONE) read into a utf8 column: a value that is not UTF-8
+                        # is moved to the message's unknown fields instead of failing the
+                        # record. Stored by A_STRING: looked at only when a store fails.
     F_CLOSED = 64       # closed enum: an undeclared value is an unknown field (`aux`: its set)
     F_MAP = 128         # map field: an entry holding an unknown field is an unknown field of
                         # the parent, whole (`aux`: its MapSpec, to write it back)
@@ -49,7 +53,8 @@ cdef enum Action:
     A_FIXED32 = 5
     A_FIXED64 = 6
     A_BYTES = 7         # stored bytes, not checked
-    A_STRING = 8        # stored bytes, UTF-8 checked
+    A_STRING = 8        # stored bytes, UTF-8 checked (F_UTF8_OR_UNKNOWN: on failure only,
+                        # the value is moved to the unknown fields instead)
     A_SKIP_VARINT = 9   # no column: read (checked) and drop
     A_SKIP_FIXED32 = 10
     A_SKIP_FIXED64 = 11
@@ -132,6 +137,8 @@ ctypedef struct ColumnStore:
     int64_t values_alloc
     int64_t valid_alloc
     bint bytes          # string / bytes values, copied into `arena`
+    # (F_UTF8_OR_UNKNOWN's per-column state is in decoder.pyx's Ctx, col_moved and
+    # col_member: the size of this struct is in the address of every store)
 
 ctypedef struct GroupStore:
     int64_t* parent     # element -> element of parent_group (the root group: record index)

@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 TIME_UNITS = ("s", "ms", "us", "ns")
-UNVALIDATED_STRINGS = ("utf8", "binary")
+UNVALIDATED_STRINGS = ("utf8", "binary", "reject")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
@@ -151,7 +151,7 @@ class PlanOptions(Protocol):
     @property
     def well_known_types(self) -> bool: ...  # False: well-known types as plain messages
     @property
-    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: "utf8" or "binary"
+    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: utf8, binary, reject
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,6 +200,7 @@ def compile_plan(
 ) -> CompiledPlan:
     check_expression_depth(columns)
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
+    builder.reject_unvalidated = options.unvalidated_strings == "reject"
     resolver = _Resolver(builder, options)
     problems: list[str] = []
     inputs = _Inputs(resolver)
@@ -709,10 +710,9 @@ class _Resolver:
                         )
                     return Operand(leaf)
                 # filters compare enum numbers whatever the output form of enums, and
-                # strings as text (so checked to be UTF-8 whatever unvalidated_strings says)
-                column = self.b.scalar(node, fd)
-                self.b.text_columns.add(column)
-                return Operand(ScalarLeaf(node.group, scalar_kind(fd).arrow, column, fd))
+                # strings as the columns read them: a binary column's bytes with the
+                # literal's UTF-8, a utf8 column as text (a value not UTF-8 is null there)
+                return Operand(self._scalar(node.group, fd, self.b.scalar(node, fd), names=False))
             if not is_message(fd):
                 raise PathError(f"{name!r} is a scalar: it has no fields", text, atom.pos)
             node = self.b.message(node, fd)
@@ -783,8 +783,10 @@ class _Resolver:
     def _scalar_leaf(self, node: NodeSpec, fd: FieldDescriptor) -> ScalarLeaf:
         return self._scalar(node.group, fd, self.b.scalar(node, fd))
 
-    def _scalar(self, group: int, fd: FieldDescriptor, column: int) -> ScalarLeaf:
-        if fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
+    def _scalar(
+        self, group: int, fd: FieldDescriptor, column: int, *, names: bool = True
+    ) -> ScalarLeaf:
+        if names and fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
             names = tuple((v.number, v.name) for v in fd.enum_type.values)
             return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
         if fd.type == FieldDescriptor.TYPE_STRING:
@@ -1052,7 +1054,10 @@ def _kind_of(operand: Operand) -> str:
     if pa.types.is_string(t):
         return "string"
     if pa.types.is_binary(t):
-        return "bytes"
+        fd = getattr(operand.leaf, "field", None)
+        # a string read as binary (unvalidated_strings="binary") is compared with the
+        # literal's UTF-8 bytes
+        return "string" if fd is not None and fd.type == FieldDescriptor.TYPE_STRING else "bytes"
     if pa.types.is_temporal(t):
         return "temporal"
     return "other"

@@ -83,9 +83,12 @@ class ProgramBuilder:
         # Column -> the column whose validity it shares (-1: always valid), filled by build().
         self.validity_from: dict[int, int] = {}
         # String columns read as binary (unvalidated_strings="binary") need no UTF-8 check,
-        # unless a leaf also reads them as text (a filter operand).
+        # unless a leaf also reads them as text.
         self.binary_columns: set[int] = set()
         self.text_columns: set[int] = set()
+        # unvalidated_strings="reject": a string the schema does not validate, read into a
+        # utf8 column and not UTF-8, fails its record instead of becoming an unknown field.
+        self.reject_unvalidated = False
         self.root = self._node(root, group=0, presence=-1)
         # Closed enums' declared values and maps' entry rules, one row per distinct type.
         self.enum_sets: list[DecodeEnumSet] = []
@@ -375,13 +378,18 @@ class ProgramBuilder:
             kind, wire_type, child = sk.kind, sk.wire_type, -1
             if is_repeated(fd) and sk.wire_type != 2:
                 flags |= FLAG["packable"]
-            # proto3 requires valid UTF-8 in strings; proto2 does not, but a string the plan
-            # outputs goes into an Arrow utf8 column, which must be valid: check it either way.
+            # proto3 requires valid UTF-8 in strings: a value that is not is a bad record, as
+            # upb rejects it. proto2 does not, but a string the plan outputs goes into an Arrow
+            # utf8 column, which must be valid: checked too, and a value that is not UTF-8
+            # is moved to the message's unknown fields (upb accepts it; docs/types.md).
             as_bytes = entry.column in self.binary_columns - self.text_columns
-            if needs_utf8_check(fd) or (
-                fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes
-            ):
+            if needs_utf8_check(fd):
                 flags |= FLAG["utf8"]
+            elif fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes:
+                flags |= FLAG["utf8"]
+                # (in a map entry: the whole entry becomes an unknown field of the parent)
+                if not self.reject_unvalidated:
+                    flags |= FLAG["utf8_or_unknown"]
         return DecodeEntry(
             number=fd.number,
             wire_type=wire_type,
@@ -444,6 +452,8 @@ class ProgramBuilder:
         child = entry.child
         if child is not None and child.presence >= 0:
             cols.append(child.presence)
+            if child.unknown >= 0:  # a member that is unset takes its unknown fields along
+                cols.append(child.unknown)
             for sub in child.fields.values():
                 if sub.group < 0:
                     cols.extend(self._columns_under(sub))
