@@ -787,8 +787,8 @@ class _Resolver:
         self, group: int, fd: FieldDescriptor, column: int, *, names: bool = True
     ) -> ScalarLeaf:
         if names and fd.type == FieldDescriptor.TYPE_ENUM and self.options.enums == "name":
-            names = tuple((v.number, v.name) for v in fd.enum_type.values)
-            return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, names)
+            declared = tuple((v.number, v.name) for v in fd.enum_type.values)
+            return EnumLeaf(group, pa.dictionary(pa.int32(), pa.utf8()), column, fd, declared)
         if fd.type == FieldDescriptor.TYPE_STRING:
             if self.options.unvalidated_strings == "binary" and not needs_utf8_check(fd):
                 self.b.binary_columns.add(column)
