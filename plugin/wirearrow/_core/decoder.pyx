@@ -34,7 +34,7 @@ from wirearrow._core.tables cimport (
 )
 from wirearrow._core.wire cimport (
     E_LENGTH, E_LENGTH_LONG, E_TAG_LONG, E_TAG_OVERFLOW, E_TRUNCATED, E_VARINT_OVERFLOW, OK,
-    read_length, read_tag,
+    put_varint, read_length, read_tag,
     read_varint, skip_fixed, skip_varint, zigzag32, zigzag64,
 )
 
@@ -1602,16 +1602,6 @@ cdef int decode_packed_enum(Ctx* c, const FieldEntry* f, const uint8_t* p,
             v32 = <uint32_t>v
             memcpy(dst, &v32, 4)
     return OK
-
-
-cdef inline int put_varint(uint8_t* d, uint64_t v) noexcept nogil:
-    cdef int k = 0
-    while v >= 0x80:
-        d[k] = <uint8_t>(v | 0x80)
-        v >>= 7
-        k += 1
-    d[k] = <uint8_t>v
-    return k + 1
 
 
 cdef int skip_plain(const uint8_t** pp, const uint8_t* end, int wt) noexcept nogil:

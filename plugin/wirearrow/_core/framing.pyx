@@ -11,7 +11,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from wirearrow._core.buffers cimport OwnedBuffer
-from wirearrow._core.wire cimport E_VARINT_OVERFLOW, OK, read_varint
+from wirearrow._core.wire cimport E_VARINT_OVERFLOW, OK, put_varint, read_varint
 
 FRAMINGS = {"varint": 0, "u32le": 1, "u32be": 2, "tfrecord": 3}
 # Bytes after each record's data (TFRecord's CRC of the data): the next frame starts there.
@@ -473,16 +473,6 @@ cdef enum:  # merge_custom statuses, per record
 MERGE_OK = M_OK
 MERGE_UNDECLARED = M_UNDECLARED
 MERGE_MALFORMED = M_MALFORMED
-
-
-cdef inline int64_t put_varint(uint8_t* out, uint64_t v) noexcept nogil:
-    cdef int64_t n = 0
-    while v >= 0x80:
-        out[n] = <uint8_t>(v | 0x80)
-        v >>= 7
-        n += 1
-    out[n] = <uint8_t>v
-    return n + 1
 
 
 cdef inline int skip_value(const uint8_t** pp, const uint8_t* end, int wire_type) noexcept nogil:

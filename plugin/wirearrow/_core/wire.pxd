@@ -144,3 +144,14 @@ cdef inline int varint_size(uint64_t v) noexcept nogil:
     if v < 0x80:
         return 1
     return (63 - __builtin_clzll(v)) // 7 + 1
+
+
+cdef inline int64_t put_varint(uint8_t* out, uint64_t v) noexcept nogil:
+    """Write ``v`` as a varint at ``out`` (room for 10 bytes): the bytes written."""
+    cdef int64_t n = 0
+    while v >= 0x80:
+        out[n] = <uint8_t>(v | 0x80)
+        v >>= 7
+        n += 1
+    out[n] = <uint8_t>v
+    return n + 1
