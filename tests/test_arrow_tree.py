@@ -35,7 +35,8 @@ def test_tree_of_struct_list_string_bool_and_a_given_array() -> None:
         ],
         dtype=np.int64,
     )
-    tree = ArrowTree(prog, np.array([1, 2, 3, 4], dtype=np.int64), np.array([0, 5]), schema)
+    tree = ArrowTree(prog, np.array([1, 2, 3, 4], dtype=np.int64), np.array([0, 5]), schema,
+                     pa.RecordBatch._import_from_c)
     col_values = [
         np.array([7, 8, 9], dtype=np.int32),
         np.array([1, 0, 5], dtype=np.uint8),  # any non-zero byte is True

@@ -1,7 +1,7 @@
-from typing import TypeAlias
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import numpy as np
-import pyarrow as pa
 from typing_extensions import Buffer, disjoint_base
 
 # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on.
@@ -29,7 +29,12 @@ def epoch_values(
 @disjoint_base
 class ArrowTree:
     def __init__(
-        self, prog: np.ndarray, kids: np.ndarray, roots: np.ndarray, schema: pa.Schema
+        self,
+        prog: np.ndarray,
+        kids: np.ndarray,
+        roots: np.ndarray,
+        schema: Any,  # a pyarrow Schema: _core names no pyarrow type
+        import_batch: Callable[[int, Any], Any],
     ) -> None: ...
     def build(
         self,
@@ -37,9 +42,9 @@ class ArrowTree:
         col_valid: list[object],
         col_arena: list[object],
         counts: list[int],
-        list_offsets: dict[int, pa.Buffer],
-        given: dict[int, pa.Array],
-    ) -> list[pa.Array]: ...
+        list_offsets: dict[int, Any],
+        given: dict[int, Any],
+    ) -> list[Any]: ...
 def epoch_outside(
     seconds: _Bytes,
     nanos: _Bytes,

@@ -22,7 +22,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_
 from libc.string cimport memcpy, memset
 
 import numpy as np
-import pyarrow as pa
 
 
 cdef extern from *:
@@ -587,14 +586,18 @@ cdef class ArrowTree:
     cdef const int64_t[::1] kids
     cdef const int64_t[::1] roots
     cdef object schema
+    cdef object import_batch
     cdef int64_t n_nodes
     cdef int64_t n_kids
 
-    def __init__(self, prog, kids, roots, schema):
+    def __init__(self, prog, kids, roots, schema, import_batch):
+        # import_batch(address, schema): pyarrow's RecordBatch._import_from_c, handed in by
+        # the cold path, so that _core itself imports no pyarrow (tests/test_core_isolation).
         self.prog = prog
         self.kids = kids
         self.roots = roots
         self.schema = schema
+        self.import_batch = import_batch
         self.n_nodes = self.prog.shape[0]
         self.n_kids = self.kids.shape[0]
         if self.prog.shape[1] != P_WIDTH or len(schema) != self.roots.shape[0]:
@@ -795,7 +798,7 @@ cdef class ArrowTree:
         for node, arr in given.items():
             if t.nodes[node].private_data != NULL and t.nodes[node].release == NULL:
                 arr._export_to_c(<uintptr_t>&t.nodes[node])
-        batch = pa.RecordBatch._import_from_c(<uintptr_t>a, self.schema)
+        batch = self.import_batch(<uintptr_t>a, self.schema)
         return batch.columns
 
 

@@ -790,6 +790,7 @@ def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
         np.array(kids, dtype=np.int64),
         np.array(roots, dtype=np.int64),
         schema,
+        pa.RecordBatch._import_from_c,
     )
     return _TreeProgram(tree, tuple(columns), tuple(types), tuple(given), tuple(maps))
 
