@@ -12,9 +12,10 @@
   occurrences (merged by the parser), an earlier junk value for a singular scalar or another
   oneof member (last one wins), explicit zeros of implicit fields, map entries with the key
   or value left out or written value-first, an earlier entry for a key that a later one
-  replaces, unknown fields of every wire type, bytes that are not UTF-8 in the strings the
-  schema does not validate (proto2, editions NONE; not in map entries). Map entries are written in key order, any
-  replaced entry before all of them, as :mod:`oracle` expects. The oracle parses these bytes
+  replaces, unknown fields of every wire type, known fields under a wrong wire type, bytes
+  that are not UTF-8 in the strings the schema does not validate (proto2, editions NONE;
+  not in map keys). Map entries are written in key order, any replaced entry before all
+  of them, as :mod:`oracle` expects. The oracle parses these bytes
   with the runtime, so the encoder need not be right, only valid.
 * :func:`plans` draws 1–8 paths over a descriptor, often extending an earlier path's prefix
   so that columns share fan-outs.
@@ -673,7 +674,33 @@ def _message_body(draw: Any, message: Any) -> list[bytes]:
         groups.insert(draw(st.integers(0, len(groups))), [_unknown_field(draw, used)])
     for chunk in _closed_enum_noise(draw, descriptor):
         groups.insert(draw(st.integers(0, len(groups))), [chunk])
+    for chunk in _wrong_wire_type_noise(draw, descriptor):
+        groups.insert(draw(st.integers(0, len(groups))), [chunk])
     return [chunk for group in groups for chunk in group]
+
+
+_FIXED64 = (_FD.TYPE_FIXED64, _FD.TYPE_SFIXED64, _FD.TYPE_DOUBLE)
+_FIXED32 = (_FD.TYPE_FIXED32, _FD.TYPE_SFIXED32, _FD.TYPE_FLOAT)
+
+
+def _wrong_wire_type_noise(draw: Any, descriptor: Descriptor) -> list[bytes]:
+    """A known field (not a group, not a map) under a wire type it cannot have: upb keeps it
+    as an unknown field and leaves the field as it is. A repeated scalar's packed form (2)
+    is not wrong, so it is not drawn for one."""
+    if draw(st.integers(0, 4)):
+        return []
+    fields = [fd for fd in descriptor.fields if fd.type != _FD.TYPE_GROUP and not _is_map(fd)]
+    if not fields:
+        return []
+    fd = draw(st.sampled_from(fields))
+    if _is_message(fd) or fd.type in (_FD.TYPE_STRING, _FD.TYPE_BYTES):
+        right = {2}
+    else:
+        right = {1 if fd.type in _FIXED64 else 5 if fd.type in _FIXED32 else 0}
+        if is_repeated(fd):
+            right.add(2)
+    wrong = draw(st.sampled_from([w for w in _WRONG_PAYLOAD if w not in right]))
+    return [tag(fd.number, wrong) + _WRONG_PAYLOAD[wrong]]
 
 
 def _message_record(draw: Any, fd: FieldDescriptor, message: Any) -> list[bytes]:
