@@ -1570,6 +1570,18 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
     return OK
 
 
+# How upb re-encodes an undeclared value of a packed closed enum as an unknown varint:
+# protobuf 6 writes its low 32 bits (5 bytes for -5), protobuf 7 the int32 sign-extended
+# to 64 bits (10 bytes). The plan compiler sets it from the installed runtime
+# (set_packed_enum_sign_extends), as the oracle of what a record decodes to.
+cdef bint packed_enum_sign_extends = 0
+
+
+def set_packed_enum_sign_extends(bint on):
+    global packed_enum_sign_extends
+    packed_enum_sign_extends = on
+
+
 cdef int decode_packed_enum(Ctx* c, const FieldEntry* f, const uint8_t* p,
                             const uint8_t* end, int32_t unknown) noexcept nogil:
     """Packed closed-enum values: each undeclared one becomes an unknown varint field of its
@@ -1586,7 +1598,10 @@ cdef int decode_packed_enum(Ctx* c, const FieldEntry* f, const uint8_t* p,
         if not enum_declared(c, f.aux, <int32_t>v):
             if unknown >= 0:
                 k = put_varint(buf, <uint64_t>f.number << 3)
-                k += put_varint(buf + k, <uint32_t>v)
+                if packed_enum_sign_extends:
+                    k += put_varint(buf + k, <uint64_t><int64_t><int32_t>v)
+                else:
+                    k += put_varint(buf + k, <uint32_t>v)
                 st = keep_unknown(c, unknown, buf, buf + k)
                 if st != OK:
                     return st

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from google.protobuf import __version__ as PROTOBUF_VERSION
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from wirearrow._core.decoder import FLAG, FORM, KIND, Program
+from wirearrow._core.decoder import FLAG, FORM, KIND, Program, set_packed_enum_sign_extends
 from wirearrow._core.layout import (
     DecodeColumn,
     DecodeDefault,
@@ -47,6 +48,10 @@ _FORMS = {
     _T.TYPE_SFIXED64: "fixed64", _T.TYPE_DOUBLE: "fixed64", _T.TYPE_STRING: "bytes",
     _T.TYPE_BYTES: "bytes", _T.TYPE_MESSAGE: "message",
 }  # fmt: skip
+
+# upb's re-encoding of a packed closed enum's undeclared values changed in protobuf 7
+# (decoder.pyx, packed_enum_sign_extends): decode as the installed runtime does.
+set_packed_enum_sign_extends(int(PROTOBUF_VERSION.split(".")[0]) >= 7)
 
 
 @dataclass(eq=False)
