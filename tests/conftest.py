@@ -172,6 +172,10 @@ ENGINE_MARKS = ("ray", "beam", "cluster")
 ENGINE_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own modifyitems hook (it appends
+# "@group" to each node id, which is what its loadgroup scheduler groups by); a conftest hook
+# is otherwise called after it, and marks added then were never seen.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n 2 --dist loadgroup``, as ``./run test`` runs the suite) every
     test that runs an engine goes to one worker, in collection order: they share that
@@ -186,3 +190,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or any(f in item.fixturenames for f in ENGINE_FIXTURES)
         ):
             item.add_marker(pytest.mark.xdist_group("engines"))
+
+
+
+_GROUPING_LOST = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a worker of ``--dist loadgroup``, after xdist's own hook: a test whose group did
+    not reach its node id fails (below) instead of running on whichever worker. On pytest
+    9.2 xdist's suffix no longer takes effect (pytest-dev/pytest-xdist#1386): every group is
+    silently spread over the workers, and two sdist builds in the checkout, or two local
+    Rays, run at once. (A worker's UsageError would be an INTERNALERROR without its text.)"""
+    if not getattr(session.config.option, "loadgroup", False):  # set only on such a worker
+        return
+    why = (
+        f"--dist loadgroup is not grouping this test on pytest {pytest.__version__} "
+        "(pytest-dev/pytest-xdist#1386): install the pytest that pyproject.toml's test "
+        "group names, or run with -n 0"
+    )
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            item.stash[_GROUPING_LOST] = why
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    why = item.stash.get(_GROUPING_LOST, None)
+    if why is not None:  # before any fixture: a module's sdist build would race already
+        pytest.fail(why, pytrace=False)
