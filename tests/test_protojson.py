@@ -212,6 +212,31 @@ def test_edited_texts_are_accepted_and_rejected_as_the_runtime_does(rich, data) 
     check_parity([text], cls, schema, ignore)
 
 
+# Floats past float's range: the runtime refuses a JSON number with a fraction or exponent
+# (3.4028235e38) but takes a quoted or integer one, rounded as C rounds (to FLT_MAX, or to
+# infinity from the halfway point 2**128 - 2**103 on). A hypothesis run found the quoted case.
+FLOAT_EDGES = [
+    '{"wFloat": "3.4028235e38"}',
+    '{"wFloat": "-3.4028235e38"}',
+    '{"wFloat": "1e39"}',
+    '{"wFloat": "1e400"}',
+    '{"wFloat": "3.4028235677973362e38"}',
+    '{"wFloat": "3.4028235677973366e38"}',
+    '{"wFloat": 340282356779733661637539395458142568447}',
+    '{"wFloat": 340282356779733661637539395458142568448}',
+    '{"scalars": {"fFloat": "-3.40282357e38"}}',
+]
+
+
+@pytest.mark.parametrize("text", FLOAT_EDGES)
+def test_floats_past_the_range_read_as_the_runtime_reads_them(rich, text) -> None:
+    _compiled, cls, schema = rich
+    assert runtime(text, cls, cls.DESCRIPTOR.file.pool) is not None  # accepted there
+    check_parity([text], cls, schema)
+    assert runtime('{"wFloat": 3.4028235e38}', cls, cls.DESCRIPTOR.file.pool) is None
+    check_parity(['{"wFloat": 3.4028235e38}'], cls, schema)
+
+
 MALFORMED = [
     '{"id": 5}',  # wrong type
     '{"opt": "x"}',

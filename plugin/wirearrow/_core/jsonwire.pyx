@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json.loads sti
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from libc.math cimport copysign
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Size
@@ -73,6 +74,8 @@ cdef enum:
     W_TIMESTAMP = 7
 
 cdef double FLOAT_MAX = float.fromhex("0x1.fffffep+127")
+# Halfway from FLT_MAX to 2**128: a float rounds up to infinity from here (ties to even).
+cdef double FLOAT_HALFWAY = float.fromhex("0x1.ffffffp+127")
 cdef object _EXTENSION_NAME = re.compile(r"\[[a-zA-Z0-9\._]*\]$")
 cdef object _urlsafe_b64decode = base64.urlsafe_b64decode
 cdef object _loads = json.loads
@@ -339,8 +342,12 @@ cdef object to_scalar(Field fd, object value, bint key):
         return value
     if kind == K_DOUBLE or kind == K_FLOAT:
         v = to_float(value, kind)
-        if kind == K_FLOAT and v == v and abs(v) > FLOAT_MAX and abs(v) != float("inf"):
-            raise JsonError(f"Float value out of range: {value}")
+        if kind == K_FLOAT and v == v and FLOAT_MAX < abs(v) < float("inf"):
+            # A quoted (or integer) value past float's range: the runtime range-checks only
+            # JSON numbers with a fraction or exponent (to_float) and rounds the rest to
+            # float as C does, to FLT_MAX or, from the halfway point on, infinity. Rounded
+            # here, since C's cast of an out-of-range double is undefined behaviour.
+            v = copysign(FLOAT_MAX if abs(v) < FLOAT_HALFWAY else float("inf"), v)
         return v
     if kind == K_ENUM:
         number = fd.enum_names.get(value)
