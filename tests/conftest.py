@@ -178,9 +178,9 @@ ENGINE_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n 2 --dist loadgroup``, as ``./run test`` runs the suite) every
-    test that runs an engine goes to one worker, in collection order: they share that
-    worker's one local Ray and broker, and two engines never compete for the 2 CPUs a
-    local Ray claims. The rest (most of the suite, single-threaded Python) runs on the
+    test that runs Ray or a broker goes to one worker, in collection order: they share that
+    worker's one local Ray and broker, and two Rays never compete for the 2 CPUs each
+    claims. Beam's tests go to another worker, together. The rest (most of the suite, single-threaded Python) runs on the
     other workers meanwhile. Without xdist the mark does nothing."""
     for item in items:
         module = item.module.__name__ if item.module is not None else ""
@@ -189,7 +189,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or any(item.get_closest_marker(m) for m in ENGINE_MARKS)
             or any(f in item.fixturenames for f in ENGINE_FIXTURES)
         ):
-            item.add_marker(pytest.mark.xdist_group("engines"))
+            # Beam's tests (FnApiRunner processes, no Ray) get a worker of their own beside
+            # Ray's: they share no state, and one worker for both was most of the suite's time.
+            beam_only = item.get_closest_marker("beam") is not None and not (
+                any(item.get_closest_marker(m) for m in ("ray", "cluster"))
+                or any(f in item.fixturenames for f in ENGINE_FIXTURES)
+            )
+            item.add_marker(pytest.mark.xdist_group("beam" if beam_only else "engines"))
 
 
 
