@@ -160,7 +160,7 @@ def complete_direct_metrics(monkeypatch) -> None:
     monkeypatch.setattr(statesampler.StateSampler, "scoped_state", fresh)
 
 
-# ---- two test processes: the engines in one, everything else spread ---------------------
+# ---- test processes: Ray's tests in one, Beam's in another, everything else spread -------
 
 # Modules whose tests start Ray, Beam's multi-process runner, a broker or a notebook kernel,
 # whether or not they carry the ray/beam marks (a docs page's examples, the pipelines).
@@ -168,8 +168,8 @@ ENGINE_MODULES = {
     "test_docs", "test_notebook", "test_pipelines", "test_protojson_engines", "test_kafka",
     "test_cache",
 }  # fmt: skip
-ENGINE_MARKS = ("ray", "beam", "cluster")
-ENGINE_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
+RAY_MARKS = ("ray", "cluster")
+RAY_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
 
 
 # tryfirst: xdist's worker reads the xdist_group marks in its own modifyitems hook (it appends
@@ -180,23 +180,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``-n 2 --dist loadgroup``, as ``./run test`` runs the suite) every
     test that runs Ray or a broker goes to one worker, in collection order: they share that
     worker's one local Ray and broker, and two Rays never compete for the 2 CPUs each
-    claims. Beam's tests go to another worker, together. The rest (most of the suite, single-threaded Python) runs on the
-    other workers meanwhile. Without xdist the mark does nothing."""
+    claims. Beam's tests (FnApiRunner processes, no Ray) go to another worker together: they
+    share no state with Ray's, and one worker for both was most of the suite's time. The rest
+    (most of the suite, single-threaded Python) runs on the other workers meanwhile. Without
+    xdist the marks do nothing."""
     for item in items:
         module = item.module.__name__ if item.module is not None else ""
-        if (
-            module in ENGINE_MODULES
-            or any(item.get_closest_marker(m) for m in ENGINE_MARKS)
-            or any(f in item.fixturenames for f in ENGINE_FIXTURES)
-        ):
-            # Beam's tests (FnApiRunner processes, no Ray) get a worker of their own beside
-            # Ray's: they share no state, and one worker for both was most of the suite's time.
-            beam_only = item.get_closest_marker("beam") is not None and not (
-                any(item.get_closest_marker(m) for m in ("ray", "cluster"))
-                or any(f in item.fixturenames for f in ENGINE_FIXTURES)
-            )
-            item.add_marker(pytest.mark.xdist_group("beam" if beam_only else "engines"))
-
+        ray = any(item.get_closest_marker(m) for m in RAY_MARKS) or any(
+            f in item.fixturenames for f in RAY_FIXTURES
+        )
+        beam = item.get_closest_marker("beam") is not None
+        if beam and not ray:
+            item.add_marker(pytest.mark.xdist_group("beam"))
+        elif ray or module in ENGINE_MODULES:
+            item.add_marker(pytest.mark.xdist_group("engines"))
 
 
 _GROUPING_LOST = pytest.StashKey[str]()
