@@ -4,7 +4,7 @@
 A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` are the
 elements of parent p. A selection picks, for each parent, some of those elements in order.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memset
 
 from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
@@ -194,6 +194,26 @@ cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
                 o[pos] = <out_t>r
                 el[pos] = <out_t>sel[k]
                 pos += 1
+
+
+def gather_rows(const index_t[::1] values, const out_t[::1] owner):
+    """values[owner] (values' dtype): a row table carried onto the rows a fan-out made
+    (`owner` from expand). numpy's own fancy indexing first casts an int32 index to intp,
+    with the GIL held: this is the largest array work of a flat plan's row tables."""
+    cdef int64_t n = owner.shape[0], n_values = values.shape[0], i, o
+    cdef bint outside = False
+    out = np.empty(n, dtype=np.int32 if index_t is int32_t else np.int64)
+    cdef index_t[::1] dst = out
+    with nogil:
+        for i in range(n):
+            o = owner[i]
+            if <uint64_t>o >= <uint64_t>n_values:  # (negative too: as unsigned, too large)
+                outside = True
+                break
+            dst[i] = values[o]
+    if outside:
+        raise ValueError("gather_rows: owner outside the row table")
+    return out
 
 
 cdef enum:

@@ -32,6 +32,7 @@ from wirearrow._core.buffers import (
 from wirearrow._core.decoder import Result
 from wirearrow._core.rows import (
     expand,
+    gather_rows,
     group_offsets,
     keys_unique,
     list_offsets,
@@ -404,7 +405,9 @@ class Assembler:
             if len(owner) != len(e):
                 expanded = True
                 for k in table:
-                    table[k] = table[k][owner]
+                    # The root's table is 0..n-1 until a fan-out: its rows are the owners.
+                    same = table[k] is root and owner.dtype == root.dtype
+                    table[k] = owner if same else gather_rows(table[k], owner)
             table[s.index] = element
         return table, expanded
 
