@@ -86,3 +86,23 @@ def test_polars_and_duckdb(case) -> None:
     table = pa.table({"n": range(len(records)), "value": pa.array(records, pa.binary())})
     relation = duckdb.from_arrow(table).order("n")
     _check(tc, tc.transcode(relation, column="value"), case)
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary(), pa.string(), pa.large_string()])
+def test_sliced_and_empty_arrays(bid_schema, bid_corpus, kind) -> None:
+    """A slice starts its records at its offset into the parent's offsets buffer (int32, or
+    int64 for the large types)."""
+    records = [*bid_corpus[:30], None, b"\x0a\x05\x41", *bid_corpus[30:40]]
+    tc = wa.Transcoder(bid_schema, ["id", "imp[*].id"], on_error="dead_letter")
+    whole = pa.array(records, pa.binary()).cast(kind, safe=False)  # (b"\x0a\x05\x41": not UTF-8)
+    for lo, hi in [(0, len(records)), (7, 36), (29, 33), (12, 12), (len(records), len(records))]:
+        want = tc.transcode(records[lo:hi])
+        want_dead = tc.dead_letters()
+        got = tc.transcode(whole.slice(lo, hi - lo))
+        assert got.equals(want), (lo, hi)
+        dead = tc.dead_letters()
+        assert dead.equals(want_dead), (lo, hi)
+        assert len(dead) == sum(r is None or r == b"\x0a\x05\x41" for r in records[lo:hi])
+    assert tc.transcode(pa.array([], kind)).num_rows == 0
+    assert tc.transcode(pa.nulls(3, kind)).num_rows == 0
+    assert len(tc.dead_letters()) == 3

@@ -11,7 +11,13 @@ import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
-from wirearrow._core.framing import MERGE_OK, MERGE_UNDECLARED, merge_custom, pack_records
+from wirearrow._core.framing import (
+    MERGE_OK,
+    MERGE_UNDECLARED,
+    array_bounds,
+    merge_custom,
+    pack_records,
+)
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import TRAILERS, corrupt_reason, split_framed_prefix
@@ -378,7 +384,7 @@ class Transcoder:
                 f"carry= has {carried.num_rows} rows, the batch has {n_in} records: give one "
                 "row per record"
             )
-        n_bytes = int((ends - starts).sum()) if len(starts) else 0
+        n_bytes = -1  # the first decode's input_bytes: every record, before any is rejected
         raising = self._spec.on_error == "raise"
         entry = self._entry
         while True:
@@ -395,6 +401,8 @@ class Transcoder:
                 # the call: pooled, they would lift its peak memory (docs/memory.md).
                 pooled=self._spec.columns is None,
             )
+            if n_bytes < 0:
+                n_bytes = result.input_bytes
             failed = [(self._error(e, index, starts, raw_starts), e[0]) for e in result.errors]
             # (read before assembly releases the arenas column by column)
             arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
@@ -927,27 +935,24 @@ def _records(messages: object, framing: str | None):
     if not isinstance(messages, pa.Array):
         return _from_python(messages)
     t = messages.type
-    width: type[np.signedinteger[Any]]
     if pa.types.is_binary(t) or pa.types.is_string(t):
-        width = np.int32
+        wide = False
     elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
-        width = np.int64
+        wide = True
     else:
         raise TypeError(f"records must be binary, not {t}")
     n = len(messages)
     _, offsets_buf, data_buf = messages.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=width)[messages.offset : messages.offset + n + 1]
-    offsets = offsets.astype(np.int64, copy=False)
     data = memoryview(data_buf if data_buf is not None else b"").cast("B")
-    starts, ends = offsets[:-1], offsets[1:]
-    index = np.arange(n, dtype=np.int64)
+    bounds = array_bounds(offsets_buf, messages.offset, n, wide)
+    starts, ends, index = (np.frombuffer(b, dtype=np.int64) for b in bounds)
     extra = []
     if messages.null_count:
         valid = np.asarray(messages.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         for i in np.flatnonzero(~valid):
             extra.append((DecodeError("null record", index=int(i), offset=0, path=""), None))
         starts, ends, index = starts[valid], ends[valid], index[valid]
-    return data, np.ascontiguousarray(starts), np.ascontiguousarray(ends), index, extra
+    return data, starts, ends, index, extra
 
 
 def _from_python(messages: object):
