@@ -95,3 +95,76 @@ def test_a_child_outlives_its_batch_and_the_reused_pool(bid_schema: wa.Schema) -
         tc.transcode(batches[1])
     child.validate(full=True)
     assert child.to_pylist() == expected
+
+
+def _gather_tree(types: list[pa.DataType], columns: list[int] | None = None) -> ArrowTree:
+    """One scalar root a type over group 0, reading decoder column `columns[i]` (default i;
+    _gather_columns: int64, bool, utf8, float32, int16)."""
+    columns = columns or list(range(len(types)))
+    kinds = {pa.int64(): (FIXED, 8), pa.bool_(): (BOOL, 0), pa.utf8(): (BINARY, 0),
+             pa.float32(): (FIXED, 4), pa.int16(): (FIXED, 2)}
+    prog = np.array(
+        [node(kinds[t][0], 0, column=c, valid=c, width=kinds[t][1]) for c, t in zip(columns, types, strict=True)],
+        dtype=np.int64,
+    )
+    schema = pa.schema([(str(i), t) for i, t in enumerate(types)])
+    return ArrowTree(prog, np.zeros(0, dtype=np.int64), np.arange(len(types)), schema,
+                     pa.RecordBatch._import_from_c)
+
+
+def _gather_columns():
+    col_values = [
+        np.array([10, -2, 30, 40], dtype=np.int64),
+        np.array([1, 0, 7, 1], dtype=np.uint8),
+        np.array([0, 1, 3, 3, 7], dtype=np.uint32),
+        np.array([0.5, 1.5, 2.5, 3.5], dtype=np.float32),
+        np.array([1, -1, 300, -300], dtype=np.int16),
+    ]
+    col_valid = [np.array([1, 1, 0, 1], dtype=np.uint8) for _ in col_values]
+    col_arena = [None, None, np.frombuffer(b"abcdefg", dtype=np.uint8), None, None]
+    return col_values, col_valid, col_arena
+
+
+def test_rows_gather_each_root_as_arrow_take_would() -> None:
+    types = [pa.int64(), pa.bool_(), pa.utf8(), pa.float32(), pa.int16()]
+    tree = _gather_tree(types)
+    col_values, col_valid, col_arena = _gather_columns()
+    leaves = tree.build(*_gather_columns(), [4], {}, {})  # the elements themselves
+    for dtype in (np.int32, np.int64):
+        table = np.array([3, 3, -1, 0, 2, 1, 1, 3], dtype=dtype)
+        got = tree.build(col_values, col_valid, col_arena, [4], {}, {},
+                         rows=[table] * len(types), drops=[()] * len(types))
+        want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
+        for arr, leaf in zip(got, leaves, strict=True):
+            arr.validate(full=True)
+            assert len(arr) == len(table) and arr.equals(leaf.take(want_indices))
+    # A root left to None, and a 0 .. n-1 table, are the decoder's buffers as they are.
+    got = tree.build(col_values, col_valid, col_arena, [4], {}, {},
+                     rows=[None, np.arange(4, dtype=np.int32), None, None, None])
+    assert all(a.equals(b) for a, b in zip(got, leaves, strict=True))
+    assert got[1].buffers()[1] is not None and got[0].buffers()[1].address == \
+        col_values[0].ctypes.data
+
+
+def test_rows_drop_what_the_last_reader_read_and_refuse_bad_tables() -> None:
+    import pytest
+
+    tree = _gather_tree([pa.int64(), pa.utf8()], [0, 2])
+    col_values, col_valid, col_arena = _gather_columns()
+    table = np.array([1, 0], dtype=np.int32)
+    a, b = tree.build(col_values, col_valid, col_arena, [4], {}, {},
+                      rows=[table, table], drops=[(0,), (2, 4)])
+    assert a.to_pylist() == [-2, 10] and b.to_pylist() == ["bc", "a"]
+    # Gathered, the columns let go of the decoder's buffers their drops name.
+    assert [v is None for v in col_values] == [True, False, True, False, True]
+    assert col_valid[0] is None and col_arena[2] is None and col_valid[1] is not None
+    col_values, col_valid, col_arena = _gather_columns()
+    with pytest.raises(ValueError, match="outside its group"):
+        tree.build(col_values, col_valid, col_arena, [4], {}, {},
+                   rows=[np.array([0, 4], dtype=np.int64), table])
+    col_values[2] = np.array([0, 1, 9, 3, 7], dtype=np.uint32)  # an offset past the arena
+    with pytest.raises(ValueError, match="outside the arena"):
+        tree.build(col_values, col_valid, col_arena, [4], {}, {},
+                   rows=[table, np.array([1, 2], dtype=np.int32)])
+    with pytest.raises(ValueError, match="one entry a root"):
+        tree.build(col_values, col_valid, col_arena, [4], {}, {}, rows=[None])

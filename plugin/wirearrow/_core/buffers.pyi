@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -44,6 +44,8 @@ class ArrowTree:
         counts: list[int],
         list_offsets: dict[int, Any],
         given: dict[int, Any],
+        rows: Sequence[np.ndarray | None] | None = None,
+        drops: Sequence[Sequence[int]] | None = None,
     ) -> list[Any]: ...
 def epoch_outside(
     seconds: _Bytes,

@@ -604,11 +604,20 @@ cdef class ArrowTree:
             raise ValueError("ArrowTree: program and schema do not match")
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
-              dict given):
+              dict given, rows=None, drops=None):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
         int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
-        built in Python (T_GIVEN, or any node given instead, e.g. a map deduplicated)."""
+        built in Python (T_GIVEN, or any node given instead, e.g. a map deduplicated).
+
+        rows (a fan-out's columns): per root, None or its row table, an int32 / int64
+        array (row -> element of the root's group, -1: none, a null row); such a root,
+        scalar only (T_FIXED / T_BOOL / T_BINARY), is its values gathered at those rows
+        into buffers of its own (no copy when the table is 0 .. n-1), Arrow's take done
+        without the GIL. drops: per root, the decoder columns to let go of (set to None in
+        the three lists) once that root is gathered: their last reader, so that a batch's
+        peak memory holds the buffers of the columns still to come only.
+        """
         cdef int64_t n_nodes = self.n_nodes, n_roots = self.roots.shape[0]
         cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
         if t == NULL:
@@ -619,8 +628,10 @@ cdef class ArrowTree:
         t.nodes = <ArrowArray*>PyMem_RawCalloc(n_nodes + 1, sizeof(ArrowArray))
         t.bufs = <const void**>PyMem_RawCalloc(3 * (n_nodes + 1), sizeof(void*))
         t.kids = <ArrowArray**>PyMem_RawCalloc(self.n_kids + n_roots + 1, sizeof(ArrowArray*))
-        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(uint8_t*))
-        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
+        # Blocks: a bitmap per validity key and bool node, three per gathered root.
+        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * n_nodes + 3 * n_roots + 1, sizeof(uint8_t*))
+        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 3 * n_roots + 1,
+                                                   sizeof(int64_t))
         # Packing jobs, run without the GIL once every pointer is known.
         cdef const uint8_t** src = <const uint8_t**>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(void*))
         cdef int64_t* src_n = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
@@ -635,6 +646,14 @@ cdef class ArrowTree:
         cdef int64_t n_groups = len(counts)
         cdef int64_t* sizes = <int64_t*>PyMem_RawMalloc((n_groups + 1) * sizeof(int64_t))
         cdef uint8_t* is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
+        # Roots gathered at their row table (rows=): how many rows each, -1 elsewhere.
+        cdef int64_t* gather_rows = NULL
+        cdef const uint8_t* g_values
+        cdef const uint8_t* g_valid
+        cdef const uint8_t* g_arena
+        cdef const int32_t* g32
+        cdef const int64_t* g64
+        cdef int64_t g_arena_size, g_status
         cdef const uint32_t* off
         cdef int64_t* stack = NULL
         cdef ArrowArray* a
@@ -647,6 +666,28 @@ cdef class ArrowTree:
                 if not 0 <= i < n_nodes:
                     raise ValueError(f"ArrowTree: no node {i}")
                 is_given[i] = 1
+            if rows is not None:
+                if len(rows) != n_roots or (drops is not None and len(drops) != n_roots):
+                    raise ValueError("ArrowTree: rows= and drops= need one entry a root")
+                gather_rows = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+                if gather_rows == NULL:
+                    raise MemoryError()
+                for i in range(n_nodes + 1):
+                    gather_rows[i] = -1
+                for i in range(n_roots):
+                    table = rows[i]
+                    if table is None:
+                        continue
+                    node = self.roots[i]
+                    kind = self.prog[node, P_KIND]
+                    if kind not in (T_FIXED, T_BOOL, T_BINARY) or is_given[node]:
+                        raise ValueError(f"ArrowTree: rows= for node {node}, not a scalar")
+                    j = self.prog[node, P_GROUP]
+                    if not 0 <= j < n_groups:
+                        raise ValueError(f"ArrowTree: node {node} in no group")
+                    # 0 .. n-1 (a fan-out that added no rows here): the node as it is.
+                    if not table_is_identity(table, sizes[j]):
+                        gather_rows[node] = len(table)
             if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
                     or t.bitmap_alloc == NULL or src == NULL or src_n == NULL
                     or zeros == NULL or node_job == NULL or bits_job == NULL
@@ -677,6 +718,12 @@ cdef class ArrowTree:
                 a.buffers = &t.bufs[3 * node]
                 a.private_data = <void*>t
                 visited += 1
+                if gather_rows != NULL and gather_rows[node] >= 0:
+                    a.length = gather_rows[node]  # buffers: gathered below
+                    a.n_buffers = 3 if kind == T_BINARY else 2
+                    a.release = release_node
+                    t.refs += 1
+                    continue
                 if kind == T_GIVEN or is_given[node]:
                     arr = given[node]
                     if len(arr) != n:
@@ -769,11 +816,67 @@ cdef class ArrowTree:
                     a.null_count = zeros[job]
                 if bits_job[node] >= 0:
                     a.buffers[1] = t.bitmaps[bits_job[node]]
+            # Gathered roots, in the caller's order: a root's sources are held (refs) only
+            # while it is gathered, and its last-read decoder columns dropped right after.
+            for i in range(n_roots if rows is not None else 0):
+                node = self.roots[i]
+                if gather_rows[node] >= 0:
+                    refs = []
+                    kind = self.prog[node, P_KIND]
+                    j = self.prog[node, P_GROUP]
+                    n = sizes[j]
+                    col = self.prog[node, P_COLUMN]
+                    values = col_values[col]
+                    nbytes = (n + 1) * 4 if kind == T_BINARY else n * self.prog[node, P_BYTES]
+                    if kind == T_BOOL:
+                        nbytes = n
+                    if size_of(values) < nbytes:
+                        raise ValueError("ArrowTree: values shorter than their group")
+                    g_values = buffer_of(values, refs)
+                    g_valid = NULL
+                    if self.prog[node, P_VALID] >= 0:
+                        valid = col_valid[self.prog[node, P_VALID]]
+                        if size_of(valid) < n:
+                            raise ValueError("ArrowTree: validity shorter than its group")
+                        g_valid = buffer_of(valid, refs)
+                    g_arena = <const uint8_t*>wa_empty_buffer
+                    g_arena_size = 0
+                    if kind == T_BINARY and col_arena[col] is not None:
+                        g_arena = buffer_of(col_arena[col], refs)
+                        g_arena_size = size_of(col_arena[col])
+                    table = rows[i]
+                    refs.append(table)
+                    g32 = NULL
+                    g64 = NULL
+                    if table.dtype.itemsize == 4:
+                        g32 = <const int32_t*>buffer_of(table, refs)
+                    else:
+                        g64 = <const int64_t*>buffer_of(table, refs)
+                    with nogil:
+                        g_status = gather_into(t, &t.nodes[node], kind, self.prog[node, P_BYTES],
+                                               g_values, g_valid, g_arena, g_arena_size, n,
+                                               g32, g64, gather_rows[node])
+                    refs = values = valid = table = None
+                    if g_status == G_MEMORY:
+                        raise MemoryError()
+                    if g_status == G_INDEX:
+                        raise ValueError("ArrowTree: a row table points outside its group")
+                    if g_status == G_OFFSETS:
+                        raise ValueError("ArrowTree: an offset points outside the arena")
+                    if g_status == G_OVERFLOW:
+                        raise OverflowError(
+                            "a string column exceeds 2 GiB in one batch: use smaller batches")
+                if drops is not None:
+                    for col in drops[i]:
+                        col_values[col] = None
+                        col_valid[col] = None
+                        col_arena[col] = None
         except BaseException:
             tree_free(t)
             raise
         finally:  # the scratch arrays, on either path (PyMem_RawFree(NULL) does nothing)
             PyMem_RawFree(stack)
+            PyMem_RawFree(gather_rows)
             PyMem_RawFree(sizes)
             PyMem_RawFree(is_given)
             PyMem_RawFree(src)
@@ -801,6 +904,136 @@ cdef class ArrowTree:
         batch = self.import_batch(<uintptr_t>a, self.schema)
         return batch.columns
 
+
+
+cdef bint table_is_identity(object table, int64_t n) except -1:
+    """Whether a row table (int32 / int64) is 0, 1, ..., n - 1."""
+    cdef const int32_t[::1] t32
+    cdef const int64_t[::1] t64
+    cdef int64_t i, rows = len(table)
+    cdef bint same = rows == n
+    if not same or rows == 0:
+        return same
+    if table.dtype.itemsize == 4:
+        t32 = table
+        with nogil:
+            for i in range(rows):
+                if t32[i] != i:
+                    same = False
+                    break
+    else:
+        t64 = table
+        with nogil:
+            for i in range(rows):
+                if t64[i] != i:
+                    same = False
+                    break
+    return same
+
+
+cdef enum:
+    G_OK = 0
+    G_MEMORY = 1
+    G_INDEX = 2
+    G_OFFSETS = 3
+    G_OVERFLOW = 4
+
+
+cdef uint8_t* tree_block(Tree* t, int64_t size) noexcept nogil:
+    """A pooled block freed with the tree (NULL when out of memory)."""
+    cdef uint8_t* p = pool_alloc(size, False, &t.bitmap_alloc[t.n_bitmaps])
+    if p != NULL:
+        t.bitmaps[t.n_bitmaps] = p
+        t.n_bitmaps += 1
+    return p
+
+
+cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
+                         const uint8_t* values, const uint8_t* valid, const uint8_t* arena,
+                         int64_t arena_size, int64_t n, const int32_t* i32, const int64_t* i64,
+                         int64_t rows) noexcept nogil:
+    """Node `a` (its length already `rows`) as its n-element scalar column read at rows
+    i32 / i64 (-1: null): Arrow's take of the column at the row table, into tree blocks.
+    values: T_FIXED slots of `width` bytes, T_BOOL bytes, T_BINARY n + 1 uint32 offsets
+    into arena; valid: a byte an element (NULL: every element valid)."""
+    cdef int64_t i, k, kp, nulls = 0, total = 0, pos = 0, nbits = (rows + 7) // 8 + 1
+    cdef const uint32_t* off = <const uint32_t*>values
+    cdef uint8_t* bitmap = tree_block(t, nbits)
+    cdef uint8_t* out
+    cdef int32_t* out_off
+    if bitmap == NULL:
+        return G_MEMORY
+    memset(bitmap, 0, nbits)
+    for i in range(rows):
+        k = i32[i] if i32 != NULL else i64[i]
+        if k >= n:
+            return G_INDEX
+        if k < 0 or (valid != NULL and not valid[k]):
+            nulls += 1
+            continue
+        bitmap[i >> 3] |= <uint8_t>(1 << (i & 7))
+        if kind == T_BINARY:
+            if off[k] > off[k + 1] or off[k + 1] > arena_size:
+                return G_OFFSETS
+            total += off[k + 1] - off[k]
+    a.null_count = nulls
+    a.buffers[0] = bitmap if nulls else NULL
+    if kind == T_FIXED:
+        out = tree_block(t, rows * width)
+        if out == NULL:
+            return G_MEMORY
+        if width == 8:
+            for i in range(rows):
+                k = i32[i] if i32 != NULL else i64[i]
+                (<uint64_t*>out)[i] = ((<const uint64_t*>values)[k]
+                                       if (bitmap[i >> 3] >> (i & 7)) & 1 else 0)
+        elif width == 4:
+            for i in range(rows):
+                k = i32[i] if i32 != NULL else i64[i]
+                (<uint32_t*>out)[i] = ((<const uint32_t*>values)[k]
+                                       if (bitmap[i >> 3] >> (i & 7)) & 1 else 0)
+        else:
+            for i in range(rows):
+                k = i32[i] if i32 != NULL else i64[i]
+                if (bitmap[i >> 3] >> (i & 7)) & 1:
+                    memcpy(out + i * width, values + k * width, width)
+                else:
+                    memset(out + i * width, 0, width)
+        a.buffers[1] = out
+    elif kind == T_BOOL:
+        out = tree_block(t, nbits)
+        if out == NULL:
+            return G_MEMORY
+        memset(out, 0, nbits)
+        for i in range(rows):
+            k = i32[i] if i32 != NULL else i64[i]
+            if (bitmap[i >> 3] >> (i & 7)) & 1 and values[k]:
+                out[i >> 3] |= <uint8_t>(1 << (i & 7))
+        a.buffers[1] = out
+    else:
+        if total > 0x7FFFFFFF:
+            return G_OVERFLOW
+        out_off = <int32_t*>tree_block(t, (rows + 1) * sizeof(int32_t))
+        out = tree_block(t, total)
+        if out_off == NULL or out == NULL:
+            return G_MEMORY
+        out_off[0] = 0
+        for i in range(rows):
+            # Rows pick values all over the arena: ask for the one PREFETCH rows ahead so
+            # that its cache miss overlaps this copy.
+            if i + PREFETCH < rows:
+                kp = i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]
+                if 0 <= kp < n:
+                    __builtin_prefetch(arena + off[kp])
+            if (bitmap[i >> 3] >> (i & 7)) & 1:
+                k = i32[i] if i32 != NULL else i64[i]
+                if off[k + 1] > off[k]:
+                    memcpy(out + pos, arena + off[k], off[k + 1] - off[k])
+                    pos += off[k + 1] - off[k]
+            out_off[i + 1] = <int32_t>pos
+        a.buffers[1] = out_off
+        a.buffers[2] = out
+    return G_OK
 
 
 cdef int64_t pack_into(const uint8_t* src, int64_t n, uint8_t* out) noexcept nogil:

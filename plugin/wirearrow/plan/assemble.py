@@ -587,6 +587,11 @@ class Assembler:
         for tree, program in facts.trees.items():
             if not tables[tree][1]:
                 whole.update(self._whole_columns(program))
+        # A fan-out's scalar columns: gathered at their row tables in one call a tree.
+        for tree, gather in facts.gathers.items():
+            rows, fanned = tables[tree]
+            if fanned:
+                whole.update(self._gathered(gather, rows))
         for i in facts.order:
             column = self.plan.columns[i]
             rows, fanned = tables[column.tree]
@@ -641,6 +646,21 @@ class Assembler:
         )
         return dict(zip(program.columns, arrays, strict=True))
 
+    def _gathered(self, gather: _GatherProgram, table: dict[int, np.ndarray]) -> dict[int, pa.Array]:
+        """The scalar columns of an expanded fan-out tree (column index -> array), each its
+        leaf taken at its row table, all in one call (buffers.ArrowTree with rows=) instead
+        of a Python take per column, which held the GIL while other threads' batches wait."""
+        program = gather.program
+        rows = [
+            np.ascontiguousarray(table[self.plan.columns[i].selection.index])
+            for i in program.columns
+        ]
+        arrays = program.tree.build(
+            self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
+            self._list_offsets, {}, rows=rows, drops=gather.drops,
+        )
+        return dict(zip(program.columns, arrays, strict=True))
+
     def _column(
         self, column: OutputColumn, table: dict[int, np.ndarray], expanded: bool
     ) -> pa.Array:
@@ -687,15 +707,18 @@ class _Facts:
     checked: tuple[tuple[OutputColumn, Leaf], ...]
     # tree -> its columns that read whole records (no fan-out), built as one tree of arrays
     trees: dict[int, _TreeProgram]
+    # tree -> its scalar columns, gathered at their row tables when the tree fans out
+    gathers: dict[int, _GatherProgram]
 
     @staticmethod
     def of(plan: CompiledPlan) -> _Facts:
         columns = plan.columns
         leaves = [x for col in columns for x in _walk(col.leaf)]
+        order = tuple(
+            sorted(range(len(columns)), key=lambda i: -len(columns[i].selection.ancestors()))
+        )
         return _Facts(
-            order=tuple(
-                sorted(range(len(columns)), key=lambda i: -len(columns[i].selection.ancestors()))
-            ),
+            order=order,
             storage_uses=dict(Counter(c for col in columns for c in _storage(col.leaf))),
             table_uses=dict(Counter((col.tree, col.selection.index) for col in columns)),
             map_keys=tuple((x.child_group, x.key) for x in leaves if isinstance(x, MapLeaf)),
@@ -709,6 +732,7 @@ class _Facts:
                 or (isinstance(x, CutLeaf) and x.validate)
             ),
             trees=_tree_programs(plan),
+            gathers=_gather_programs(plan, order),
         )
 
 
@@ -736,6 +760,47 @@ def _tree_programs(plan: CompiledPlan) -> dict[int, _TreeProgram]:
         if col.selection.parent is None and col.leaf.group == 0:
             by_tree.setdefault(col.tree, []).append(i)
     return {tree: _tree_program(plan, columns) for tree, columns in by_tree.items()}
+
+
+@dataclass(frozen=True)
+class _GatherProgram:
+    """The scalar columns of one fan-out tree, as an ArrowTree program of scalar roots
+    each built at its row table (ArrowTree.build's rows=), in the order of _Facts.order."""
+
+    program: _TreeProgram
+    drops: tuple[tuple[int, ...], ...]  # by root: decoder columns it is the last reader of
+
+
+def _gathers_scalar(leaf: Leaf) -> bool:
+    """A leaf ArrowTree can gather at a row table: a plain fixed, bool or binary value."""
+    t = leaf.type
+    return type(leaf) in (ScalarLeaf, CutLeaf) and (
+        pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t)
+        or pa.types.is_integer(t) or pa.types.is_floating(t)
+    )
+
+
+def _gather_programs(plan: CompiledPlan, order: tuple[int, ...]) -> dict[int, _GatherProgram]:
+    by_tree: dict[int, list[int]] = {}
+    for i in order:
+        if _gathers_scalar(plan.columns[i].leaf):
+            by_tree.setdefault(plan.columns[i].tree, []).append(i)
+    # A decoder column is dropped after the root that reads it last, when no column built
+    # elsewhere (another tree, a struct, an expression's input ...) reads it too.
+    readers = Counter(c for col in plan.columns for c in _storage(col.leaf))
+    out = {}
+    for tree, columns in by_tree.items():
+        seen: Counter[int] = Counter()
+        drops = []
+        for i in columns:
+            last = []
+            for c in _storage(plan.columns[i].leaf):
+                seen[c] += 1
+                if seen[c] == readers[c]:
+                    last.append(c)
+            drops.append(tuple(last))
+        out[tree] = _GatherProgram(_tree_program(plan, columns), tuple(drops))
+    return out
 
 
 def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
