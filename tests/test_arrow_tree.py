@@ -130,10 +130,13 @@ def test_rows_gather_each_root_as_arrow_take_would() -> None:
     tree = _gather_tree(types)
     col_values, col_valid, col_arena = _gather_columns()
     leaves = tree.build(*_gather_columns(), [4], {}, {})  # the elements themselves
-    for dtype in (np.int32, np.int64):
+    # allocate=: fixed and bool roots written into Arrow's buffers (as its take would).
+    for dtype, allocate in [(np.int32, None), (np.int64, None), (np.int32, pa.allocate_buffer)]:
         table = np.array([3, 3, -1, 0, 2, 1, 1, 3], dtype=dtype)
+        before = pa.total_allocated_bytes()
         got = tree.build(col_values, col_valid, col_arena, [4], {}, {},
-                         rows=[table] * len(types), drops=[()] * len(types))
+                         rows=[table] * len(types), drops=[()] * len(types), allocate=allocate)
+        assert (pa.total_allocated_bytes() > before) == (allocate is not None)
         want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
         for arr, leaf in zip(got, leaves, strict=True):
             arr.validate(full=True)

@@ -46,6 +46,7 @@ class ArrowTree:
         given: dict[int, Any],
         rows: Sequence[np.ndarray | None] | None = None,
         drops: Sequence[Sequence[int]] | None = None,
+        allocate: Callable[[int], Any] | None = None,
     ) -> list[Any]: ...
 def epoch_outside(
     seconds: _Bytes,

@@ -564,6 +564,17 @@ cdef inline const uint8_t* buffer_of(object obj, list owners) except? NULL:
     return p if p != NULL else <const uint8_t*>wa_empty_buffer
 
 
+cdef inline uint8_t* writable_of(object obj, list owners) except NULL:
+    """The bytes of a writable buffer (an allocate() block), kept alive by `owners`."""
+    cdef Py_buffer view
+    cdef uint8_t* p
+    owners.append(obj)
+    PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE)
+    p = <uint8_t*>view.buf
+    PyBuffer_Release(&view)
+    return p if p != NULL else <uint8_t*>wa_empty_buffer
+
+
 cdef inline int64_t size_of(object obj) except -1:
     cdef Py_buffer view
     cdef int64_t n
@@ -604,7 +615,7 @@ cdef class ArrowTree:
             raise ValueError("ArrowTree: program and schema do not match")
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
-              dict given, rows=None, drops=None):
+              dict given, rows=None, drops=None, allocate=None):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
         int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
@@ -616,7 +627,11 @@ cdef class ArrowTree:
         into buffers of its own (no copy when the table is 0 .. n-1), Arrow's take done
         without the GIL. drops: per root, the decoder columns to let go of (set to None in
         the three lists) once that root is gathered: their last reader, so that a batch's
-        peak memory holds the buffers of the columns still to come only.
+        peak memory holds the buffers of the columns still to come only. A list given as
+        rows has each entry let go of (set to None) once its root is built, for the same.
+        allocate(nbytes) -> a writable buffer (pyarrow.allocate_buffer): where a gathered
+        fixed or bool root's values and bitmap go, as Arrow's take would put them (Arrow's
+        pool reuses the pages it holds; ours, string roots' blocks, the ones of past batches).
         """
         cdef int64_t n_nodes = self.n_nodes, n_roots = self.roots.shape[0]
         cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
@@ -654,6 +669,8 @@ cdef class ArrowTree:
         cdef const int32_t* g32
         cdef const int64_t* g64
         cdef int64_t g_arena_size, g_status
+        cdef uint8_t* g_out
+        cdef uint8_t* g_bits
         cdef const uint32_t* off
         cdef int64_t* stack = NULL
         cdef ArrowArray* a
@@ -852,10 +869,18 @@ cdef class ArrowTree:
                         g32 = <const int32_t*>buffer_of(table, refs)
                     else:
                         g64 = <const int64_t*>buffer_of(table, refs)
+                    g_out = g_bits = NULL
+                    if allocate is not None and kind != T_BINARY:
+                        block = allocate(gather_rows[node] * self.prog[node, P_BYTES]
+                                         if kind == T_FIXED else (gather_rows[node] + 7) // 8 + 1)
+                        g_out = writable_of(block, owners)
+                        block = allocate((gather_rows[node] + 7) // 8 + 1)
+                        g_bits = writable_of(block, owners)
+                        block = None
                     with nogil:
                         g_status = gather_into(t, &t.nodes[node], kind, self.prog[node, P_BYTES],
                                                g_values, g_valid, g_arena, g_arena_size, n,
-                                               g32, g64, gather_rows[node])
+                                               g32, g64, gather_rows[node], g_out, g_bits)
                     refs = values = valid = table = None
                     if g_status == G_MEMORY:
                         raise MemoryError()
@@ -866,6 +891,8 @@ cdef class ArrowTree:
                     if g_status == G_OVERFLOW:
                         raise OverflowError(
                             "a string column exceeds 2 GiB in one batch: use smaller batches")
+                if type(rows) is list:
+                    rows[i] = None  # (its last reference, when the caller kept no other)
                 if drops is not None:
                     for col in drops[i]:
                         col_values[col] = None
@@ -951,14 +978,15 @@ cdef uint8_t* tree_block(Tree* t, int64_t size) noexcept nogil:
 cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
                          const uint8_t* values, const uint8_t* valid, const uint8_t* arena,
                          int64_t arena_size, int64_t n, const int32_t* i32, const int64_t* i64,
-                         int64_t rows) noexcept nogil:
+                         int64_t rows, uint8_t* given_values, uint8_t* given_bitmap) noexcept nogil:
     """Node `a` (its length already `rows`) as its n-element scalar column read at rows
     i32 / i64 (-1: null): Arrow's take of the column at the row table, into tree blocks.
     values: T_FIXED slots of `width` bytes, T_BOOL bytes, T_BINARY n + 1 uint32 offsets
-    into arena; valid: a byte an element (NULL: every element valid)."""
+    into arena; valid: a byte an element (NULL: every element valid). given_values and
+    given_bitmap: where a T_FIXED / T_BOOL node's values and bitmap go (NULL: tree blocks)."""
     cdef int64_t i, k, kp, nulls = 0, total = 0, pos = 0, nbits = (rows + 7) // 8 + 1
     cdef const uint32_t* off = <const uint32_t*>values
-    cdef uint8_t* bitmap = tree_block(t, nbits)
+    cdef uint8_t* bitmap = given_bitmap if given_bitmap != NULL else tree_block(t, nbits)
     cdef uint8_t* out
     cdef int32_t* out_off
     if bitmap == NULL:
@@ -979,7 +1007,7 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
     a.null_count = nulls
     a.buffers[0] = bitmap if nulls else NULL
     if kind == T_FIXED:
-        out = tree_block(t, rows * width)
+        out = given_values if given_values != NULL else tree_block(t, rows * width)
         if out == NULL:
             return G_MEMORY
         if width == 8:
@@ -1001,7 +1029,7 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
                     memset(out + i * width, 0, width)
         a.buffers[1] = out
     elif kind == T_BOOL:
-        out = tree_block(t, nbits)
+        out = given_values if given_values != NULL else tree_block(t, nbits)
         if out == NULL:
             return G_MEMORY
         memset(out, 0, nbits)

@@ -600,7 +600,7 @@ class Assembler:
             use = (column.tree, column.selection.index)
             table_uses[use] -= 1
             if table_uses[use] == 0 and column.selection.parent is not None:
-                rows.pop(column.selection.index)
+                rows.pop(column.selection.index, None)  # (or gone with a gather)
             for c in _storage(column.leaf):
                 storage_uses[c] -= 1
                 if storage_uses[c] == 0:
@@ -655,9 +655,11 @@ class Assembler:
             np.ascontiguousarray(table[self.plan.columns[i].selection.index])
             for i in program.columns
         ]
+        for selection in gather.tables:  # read by these columns only: build lets them go
+            table.pop(selection)
         arrays = program.tree.build(
             self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
-            self._list_offsets, {}, rows=rows, drops=gather.drops,
+            self._list_offsets, {}, rows=rows, drops=gather.drops, allocate=pa.allocate_buffer,
         )
         return dict(zip(program.columns, arrays, strict=True))
 
@@ -769,6 +771,9 @@ class _GatherProgram:
 
     program: _TreeProgram
     drops: tuple[tuple[int, ...], ...]  # by root: decoder columns it is the last reader of
+    # Row tables (selection index) only these columns read: freed by build as it goes
+    # (a fan-out's table is gone before the broadcast columns are built).
+    tables: tuple[int, ...]
 
 
 def _gathers_scalar(leaf: Leaf) -> bool:
@@ -799,7 +804,11 @@ def _gather_programs(plan: CompiledPlan, order: tuple[int, ...]) -> dict[int, _G
                 if seen[c] == readers[c]:
                     last.append(c)
             drops.append(tuple(last))
-        out[tree] = _GatherProgram(_tree_program(plan, columns), tuple(drops))
+        mine = Counter(plan.columns[i].selection.index for i in columns)
+        every = Counter(col.selection.index for col in plan.columns if col.tree == tree)
+        parents = {s.index: s.parent for s in plan.trees[tree]}
+        tables = tuple(s for s, n in mine.items() if n == every[s] and parents[s] is not None)
+        out[tree] = _GatherProgram(_tree_program(plan, columns), tuple(drops), tables)
     return out
 
 
