@@ -270,7 +270,7 @@ def gather_strings(const uint8_t[::1] arena, const uint8_t[::1] offsets,
         rows = idx64.shape[0]
         i64 = &idx64[0] if rows > 0 else NULL
     cdef const uint8_t* ok = &valid[0] if n > 0 else NULL
-    cdef int64_t i, k, kp, total = 0, nulls = 0, bad = -1
+    cdef int64_t i, k, total = 0, nulls = 0, bad = -1
     with nogil:
         for i in range(rows):
             k = i32[i] if i32 != NULL else i64[i]
@@ -296,26 +296,15 @@ def gather_strings(const uint8_t[::1] arena, const uint8_t[::1] offsets,
         pool_free(bitmap, bitmap_alloc)
         raise MemoryError()
     cdef const uint8_t* src = &arena[0] if size > 0 else NULL
-    cdef int64_t pos = 0
     with nogil:
         if nulls:
             memset(bitmap, 0, (rows + 7) // 8 + 1)
-        out_off[0] = 0
-        for i in range(rows):
-            # Rows pick values all over the arena: ask for the one PREFETCH rows ahead so
-            # that its cache miss overlaps this copy.
-            if i + PREFETCH < rows:
-                kp = i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]
-                if 0 <= kp < n:
-                    __builtin_prefetch(src + off[kp])
-            k = i32[i] if i32 != NULL else i64[i]
-            if k >= 0 and ok[k]:
-                if nulls:
+        if nulls:
+            for i in range(rows):
+                k = i32[i] if i32 != NULL else i64[i]
+                if k >= 0 and ok[k]:
                     bitmap[i >> 3] |= 1 << (i & 7)
-                if off[k + 1] > off[k]:
-                    memcpy(out + pos, src + off[k], off[k + 1] - off[k])
-                    pos += off[k + 1] - off[k]
-            out_off[i + 1] = <int32_t>pos
+        copy_strings(src, off, n, i32, i64, rows, ok, NULL, out_off, out)
     return (OwnedBuffer.adopt(bitmap, (rows + 7) // 8, bitmap_alloc) if nulls else None, nulls,
             OwnedBuffer.adopt(<uint8_t*>out_off, (rows + 1) * sizeof(int32_t), offsets_alloc),
             OwnedBuffer.adopt(out, total, out_alloc))
@@ -933,6 +922,35 @@ cdef class ArrowTree:
 
 
 
+cdef void copy_strings(const uint8_t* arena, const uint32_t* off, int64_t n,
+                       const int32_t* i32, const int64_t* i64, int64_t rows,
+                       const uint8_t* valid, const uint8_t* bitmap, int32_t* out_off,
+                       uint8_t* out) noexcept nogil:
+    """Row i of out / out_off (Arrow binary layout) is value i32[i] / i64[i] of the n
+    values at off into arena, empty where the row is null: no element (< 0), a 0 byte in
+    `valid`, or (given instead) a 0 bit in the row's `bitmap`. Bounds checked by the caller."""
+    cdef int64_t i, k, kp, pos = 0
+    cdef bint present
+    out_off[0] = 0
+    for i in range(rows):
+        # Rows pick values all over the arena: ask for the one PREFETCH rows ahead so
+        # that its cache miss overlaps this copy.
+        if i + PREFETCH < rows:
+            kp = i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]
+            if 0 <= kp < n:
+                __builtin_prefetch(arena + off[kp])
+        k = i32[i] if i32 != NULL else i64[i]
+        if bitmap != NULL:
+            present = (bitmap[i >> 3] >> (i & 7)) & 1
+        else:
+            present = k >= 0 and valid[k] != 0
+        if present:
+            if off[k + 1] > off[k]:
+                memcpy(out + pos, arena + off[k], off[k + 1] - off[k])
+                pos += off[k + 1] - off[k]
+        out_off[i + 1] = <int32_t>pos
+
+
 cdef bint table_is_identity(object table, int64_t n) except -1:
     """Whether a row table (int32 / int64) is 0, 1, ..., n - 1."""
     cdef const int32_t[::1] t32
@@ -984,7 +1002,7 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
     values: T_FIXED slots of `width` bytes, T_BOOL bytes, T_BINARY n + 1 uint32 offsets
     into arena; valid: a byte an element (NULL: every element valid). given_values and
     given_bitmap: where a T_FIXED / T_BOOL node's values and bitmap go (NULL: tree blocks)."""
-    cdef int64_t i, k, kp, nulls = 0, total = 0, pos = 0, nbits = (rows + 7) // 8 + 1
+    cdef int64_t i, k, nulls = 0, total = 0, nbits = (rows + 7) // 8 + 1
     cdef const uint32_t* off = <const uint32_t*>values
     cdef uint8_t* bitmap = given_bitmap if given_bitmap != NULL else tree_block(t, nbits)
     cdef uint8_t* out
@@ -1045,20 +1063,7 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
         out = tree_block(t, total)
         if out_off == NULL or out == NULL:
             return G_MEMORY
-        out_off[0] = 0
-        for i in range(rows):
-            # Rows pick values all over the arena: ask for the one PREFETCH rows ahead so
-            # that its cache miss overlaps this copy.
-            if i + PREFETCH < rows:
-                kp = i32[i + PREFETCH] if i32 != NULL else i64[i + PREFETCH]
-                if 0 <= kp < n:
-                    __builtin_prefetch(arena + off[kp])
-            if (bitmap[i >> 3] >> (i & 7)) & 1:
-                k = i32[i] if i32 != NULL else i64[i]
-                if off[k + 1] > off[k]:
-                    memcpy(out + pos, arena + off[k], off[k + 1] - off[k])
-                    pos += off[k + 1] - off[k]
-            out_off[i + 1] = <int32_t>pos
+        copy_strings(arena, off, n, i32, i64, rows, NULL, bitmap, out_off, out)
         a.buffers[1] = out_off
         a.buffers[2] = out
     return G_OK
