@@ -945,7 +945,7 @@ def _records(messages: object, framing: str | None):
     _, offsets_buf, data_buf = messages.buffers()
     data = memoryview(data_buf if data_buf is not None else b"").cast("B")
     bounds = array_bounds(offsets_buf, messages.offset, n, wide)
-    starts, ends, index = (np.frombuffer(b, dtype=np.int64) for b in bounds)
+    starts, ends, index = (np.frombuffer(memoryview(b), dtype=np.int64) for b in bounds)
     extra = []
     if messages.null_count:
         valid = np.asarray(messages.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
