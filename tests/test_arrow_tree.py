@@ -171,3 +171,38 @@ def test_rows_drop_what_the_last_reader_read_and_refuse_bad_tables() -> None:
                    rows=[table, np.array([1, 2], dtype=np.int32)])
     with pytest.raises(ValueError, match="one entry a root"):
         tree.build(col_values, col_valid, col_arena, [4], {}, {}, rows=[None])
+
+
+def test_rows_gather_a_given_fixed_width_root_as_arrow_take_would() -> None:
+    import pytest
+
+    # Roots built in Python (as a Timestamp's epoch values are): a timestamp with nulls,
+    # sliced so that its values and bitmap start at an offset, and a date without nulls.
+    types = [pa.timestamp("us", tz="UTC"), pa.date32(), pa.int64()]
+    prog = np.array([node(GIVEN, 0), node(GIVEN, 0), node(FIXED, 0, column=0, valid=0, width=8)],
+                    dtype=np.int64)
+    tree = ArrowTree(prog, np.zeros(0, dtype=np.int64), np.arange(3),
+                     pa.schema([(str(i), t) for i, t in enumerate(types)]),
+                     pa.RecordBatch._import_from_c)
+    col_values, col_valid, col_arena = _gather_columns()
+    stamps = pa.array([None, 5, 6, None, 8, 9, 10, 11, 12, None], types[0]).slice(3, 4)
+    dates = pa.array([100, 200, 300, 400], types[1])
+    table = np.array([3, 3, -1, 0, 2, 1, 1, 0, 3], dtype=np.int32)
+    want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
+    for allocate in (None, pa.allocate_buffer):
+        given = {0: stamps, 1: dates}
+        got = tree.build(col_values, col_valid, col_arena, [4], {}, given,
+                         rows=[table, table.astype(np.int64), table], allocate=allocate)
+        for arr, source in zip(got[:2], (stamps, dates), strict=True):
+            arr.validate(full=True)
+            assert arr.type == source.type and arr.equals(source.take(want_indices))
+        assert got[0].null_count == 3 and got[1].null_count == 1  # -1 and the two None reads
+    # A 0 .. n-1 table: the given array as it is; one not fixed width is refused.
+    got = tree.build(col_values, col_valid, col_arena, [4], {}, {0: stamps, 1: dates},
+                     rows=[np.arange(4, dtype=np.int32), None, None])
+    assert got[0].equals(stamps)
+    strings = ArrowTree(np.array([node(GIVEN, 0)], dtype=np.int64), np.zeros(0, dtype=np.int64),
+                        np.arange(1), pa.schema([("0", pa.utf8())]), pa.RecordBatch._import_from_c)
+    with pytest.raises(ValueError, match="not a fixed-width array"):
+        strings.build(col_values, col_valid, col_arena, [4], {}, {0: pa.array(list("abcd"))},
+                      rows=[table])

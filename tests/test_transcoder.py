@@ -518,6 +518,46 @@ def test_raise_prefers_an_earlier_strict_failure_to_a_later_wire_error(root) -> 
     assert s.bytes_in == len(good) + len(short) + len(broken)
 
 
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_times_broadcast_onto_a_fan_out_are_the_runtimes(compile_proto, unit) -> None:
+    # A fan-out's Timestamp and Duration columns are gathered at their row tables inside
+    # ArrowTree.build (their epoch values, built first): as the runtime reads them, nulls kept.
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto";'
+        ' import "google/protobuf/duration.proto";'
+        " message M { repeated string tags = 1; google.protobuf.Timestamp ts = 2;"
+        " google.protobuf.Duration d = 3; }",
+        "M",
+    )
+    messages = [
+        Msg(tags=["a", "b"], ts={"seconds": 1_700_000_000, "nanos": 123_456_789}),
+        Msg(tags=["c"], d={"seconds": -3, "nanos": -500_000_000}),
+        Msg(ts={"seconds": 5}),  # no tags: one row, its tag null (docs/paths.md)
+        Msg(tags=["d", "e", "f"], ts={"seconds": -86_400}, d={"seconds": 7}),
+        Msg(tags=["g"]),
+    ]
+    tc = wa.Transcoder(schema, columns=["tags[*]", "ts", "d"], timestamp_unit=unit)
+    batch = tc.transcode([m.SerializeToString() for m in messages])
+    per = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    want = [
+        (
+            tag,
+            (m.ts.seconds * per + m.ts.nanos * per // 10**9) if m.HasField("ts") else None,
+            (m.d.seconds * per + int(m.d.nanos * per / 10**9)) if m.HasField("d") else None,
+        )
+        for m in messages
+        for tag in (m.tags or [None])
+    ]
+    got = list(zip(
+        batch.column(0).to_pylist(),
+        *(batch.column(i).cast(pa.int64()).to_pylist() for i in (1, 2)),
+        strict=True,
+    ))
+    assert got == want
+    assert batch.schema.field("ts").type == pa.timestamp(unit, tz="UTC")
+    assert batch.schema.field("d").type == pa.duration(unit)
+
+
 def test_range_check_reads_only_the_selected_elements(compile_proto) -> None:
     schema, Msg = compile_proto(
         'syntax = "proto3"; import "google/protobuf/timestamp.proto";'

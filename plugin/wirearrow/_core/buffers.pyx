@@ -612,9 +612,9 @@ cdef class ArrowTree:
 
         rows (a fan-out's columns): per root, None or its row table, an int32 / int64
         array (row -> element of the root's group, -1: none, a null row); such a root,
-        scalar only (T_FIXED / T_BOOL / T_BINARY), is its values gathered at those rows
-        into buffers of its own (no copy when the table is 0 .. n-1), Arrow's take done
-        without the GIL. drops: per root, the decoder columns to let go of (set to None in
+        scalar only (T_FIXED / T_BOOL / T_BINARY, or a given fixed-width array: a
+        Timestamp's epoch values), is its values gathered at those rows into buffers of
+        its own (no copy when the table is 0 .. n-1), Arrow's take done without the GIL. drops: per root, the decoder columns to let go of (set to None in
         the three lists) once that root is gathered: their last reader, so that a batch's
         peak memory holds the buffers of the columns still to come only. A list given as
         rows has each entry let go of (set to None) once its root is built, for the same.
@@ -652,6 +652,10 @@ cdef class ArrowTree:
         cdef uint8_t* is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
         # Roots gathered at their row table (rows=): how many rows each, -1 elsewhere.
         cdef int64_t* gather_rows = NULL
+        # Given roots gathered (a fixed-width array built in Python): its bytes a value.
+        cdef int64_t* given_width = NULL
+        cdef const uint8_t* g_bitmap
+        cdef int64_t g_first, width
         cdef const uint8_t* g_values
         cdef const uint8_t* g_valid
         cdef const uint8_t* g_arena
@@ -676,7 +680,8 @@ cdef class ArrowTree:
                 if len(rows) != n_roots or (drops is not None and len(drops) != n_roots):
                     raise ValueError("ArrowTree: rows= and drops= need one entry a root")
                 gather_rows = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
-                if gather_rows == NULL:
+                given_width = <int64_t*>PyMem_RawCalloc(n_nodes + 1, sizeof(int64_t))
+                if gather_rows == NULL or given_width == NULL:
                     raise MemoryError()
                 for i in range(n_nodes + 1):
                     gather_rows[i] = -1
@@ -686,7 +691,12 @@ cdef class ArrowTree:
                         continue
                     node = self.roots[i]
                     kind = self.prog[node, P_KIND]
-                    if kind not in (T_FIXED, T_BOOL, T_BINARY) or is_given[node]:
+                    if kind == T_GIVEN or is_given[node]:
+                        given_width[node] = fixed_width_of(given.get(node))
+                        if given_width[node] <= 0:
+                            raise ValueError(
+                                f"ArrowTree: rows= for given node {node}, not a fixed-width array")
+                    elif kind not in (T_FIXED, T_BOOL, T_BINARY):
                         raise ValueError(f"ArrowTree: rows= for node {node}, not a scalar")
                     j = self.prog[node, P_GROUP]
                     if not 0 <= j < n_groups:
@@ -829,27 +839,49 @@ cdef class ArrowTree:
                 if gather_rows[node] >= 0:
                     refs = []
                     kind = self.prog[node, P_KIND]
+                    width = self.prog[node, P_BYTES]
                     j = self.prog[node, P_GROUP]
                     n = sizes[j]
-                    col = self.prog[node, P_COLUMN]
-                    values = col_values[col]
-                    nbytes = (n + 1) * 4 if kind == T_BINARY else n * self.prog[node, P_BYTES]
-                    if kind == T_BOOL:
-                        nbytes = n
-                    if size_of(values) < nbytes:
-                        raise ValueError("ArrowTree: values shorter than their group")
-                    g_values = buffer_of(values, refs)
-                    g_valid = NULL
-                    if self.prog[node, P_VALID] >= 0:
-                        valid = col_valid[self.prog[node, P_VALID]]
-                        if size_of(valid) < n:
-                            raise ValueError("ArrowTree: validity shorter than its group")
-                        g_valid = buffer_of(valid, refs)
+                    g_valid = g_bitmap = NULL
+                    g_first = 0
                     g_arena = <const uint8_t*>wa_empty_buffer
                     g_arena_size = 0
-                    if kind == T_BINARY and col_arena[col] is not None:
-                        g_arena = buffer_of(col_arena[col], refs)
-                        g_arena_size = size_of(col_arena[col])
+                    if given_width[node] > 0:
+                        # A fixed-width array built in Python (a Timestamp's epoch values):
+                        # gathered as a T_FIXED column whose validity is its bitmap.
+                        arr = given[node]
+                        if len(arr) != n:
+                            raise AssertionError(
+                                f"ArrowTree: node {node} given {len(arr)} values, not {n}")
+                        kind = T_FIXED
+                        width = given_width[node]
+                        g_first = arr.offset
+                        validity, values = arr.buffers()
+                        if size_of(values) < (g_first + n) * width:
+                            raise ValueError("ArrowTree: values shorter than their group")
+                        g_values = buffer_of(values, refs) + g_first * width
+                        if validity is not None and arr.null_count:
+                            if size_of(validity) * 8 < g_first + n:
+                                raise ValueError("ArrowTree: validity shorter than its group")
+                            g_bitmap = buffer_of(validity, refs)
+                        arr = validity = None
+                    else:
+                        col = self.prog[node, P_COLUMN]
+                        values = col_values[col]
+                        nbytes = (n + 1) * 4 if kind == T_BINARY else n * width
+                        if kind == T_BOOL:
+                            nbytes = n
+                        if size_of(values) < nbytes:
+                            raise ValueError("ArrowTree: values shorter than their group")
+                        g_values = buffer_of(values, refs)
+                        if self.prog[node, P_VALID] >= 0:
+                            valid = col_valid[self.prog[node, P_VALID]]
+                            if size_of(valid) < n:
+                                raise ValueError("ArrowTree: validity shorter than its group")
+                            g_valid = buffer_of(valid, refs)
+                        if kind == T_BINARY and col_arena[col] is not None:
+                            g_arena = buffer_of(col_arena[col], refs)
+                            g_arena_size = size_of(col_arena[col])
                     table = rows[i]
                     refs.append(table)
                     g32 = NULL
@@ -860,15 +892,19 @@ cdef class ArrowTree:
                         g64 = <const int64_t*>buffer_of(table, refs)
                     g_out = g_bits = NULL
                     if allocate is not None and kind != T_BINARY:
-                        block = allocate(gather_rows[node] * self.prog[node, P_BYTES]
-                                         if kind == T_FIXED else (gather_rows[node] + 7) // 8 + 1)
+                        # Values, then the validity bitmap at the next 64-byte boundary, in
+                        # one block: one allocate() call a root, which (pyarrow's) hands the
+                        # GIL over twice, letting the other thread's batch in each time.
+                        nbytes = (gather_rows[node] * width
+                                  if kind == T_FIXED else (gather_rows[node] + 7) // 8 + 1)
+                        nbytes = (nbytes + 63) // 64 * 64
+                        block = allocate(nbytes + (gather_rows[node] + 7) // 8 + 1)
                         g_out = writable_of(block, owners)
-                        block = allocate((gather_rows[node] + 7) // 8 + 1)
-                        g_bits = writable_of(block, owners)
+                        g_bits = g_out + nbytes
                         block = None
                     with nogil:
-                        g_status = gather_into(t, &t.nodes[node], kind, self.prog[node, P_BYTES],
-                                               g_values, g_valid, g_arena, g_arena_size, n,
+                        g_status = gather_into(t, &t.nodes[node], kind, width, g_values, g_valid,
+                                               g_bitmap, g_first, g_arena, g_arena_size, n,
                                                g32, g64, gather_rows[node], g_out, g_bits)
                     refs = values = valid = table = None
                     if g_status == G_MEMORY:
@@ -893,6 +929,7 @@ cdef class ArrowTree:
         finally:  # the scratch arrays, on either path (PyMem_RawFree(NULL) does nothing)
             PyMem_RawFree(stack)
             PyMem_RawFree(gather_rows)
+            PyMem_RawFree(given_width)
             PyMem_RawFree(sizes)
             PyMem_RawFree(is_given)
             PyMem_RawFree(src)
@@ -951,6 +988,20 @@ cdef void copy_strings(const uint8_t* arena, const uint32_t* off, int64_t n,
         out_off[i + 1] = <int32_t>pos
 
 
+cdef int64_t fixed_width_of(object arr) except -2:
+    """Bytes a value of a pyarrow array of a fixed-width type (int, float, timestamp,
+    duration, date, time: a validity bitmap and one values buffer); 0 for any other."""
+    if arr is None:
+        return 0
+    try:
+        bits = arr.type.bit_width
+    except (ValueError, AttributeError):  # (nested, variable-width, dictionary types)
+        return 0
+    if bits % 8 or bits == 0 or arr.type.num_buffers != 2:
+        return 0
+    return bits // 8
+
+
 cdef bint table_is_identity(object table, int64_t n) except -1:
     """Whether a row table (int32 / int64) is 0, 1, ..., n - 1."""
     cdef const int32_t[::1] t32
@@ -994,13 +1045,15 @@ cdef uint8_t* tree_block(Tree* t, int64_t size) noexcept nogil:
 
 
 cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
-                         const uint8_t* values, const uint8_t* valid, const uint8_t* arena,
-                         int64_t arena_size, int64_t n, const int32_t* i32, const int64_t* i64,
-                         int64_t rows, uint8_t* given_values, uint8_t* given_bitmap) noexcept nogil:
+                         const uint8_t* values, const uint8_t* valid, const uint8_t* valid_bits,
+                         int64_t first, const uint8_t* arena, int64_t arena_size, int64_t n,
+                         const int32_t* i32, const int64_t* i64, int64_t rows,
+                         uint8_t* given_values, uint8_t* given_bitmap) noexcept nogil:
     """Node `a` (its length already `rows`) as its n-element scalar column read at rows
     i32 / i64 (-1: null): Arrow's take of the column at the row table, into tree blocks.
     values: T_FIXED slots of `width` bytes, T_BOOL bytes, T_BINARY n + 1 uint32 offsets
-    into arena; valid: a byte an element (NULL: every element valid). given_values and
+    into arena; valid: a byte an element, or valid_bits: an Arrow bitmap whose bit first + k
+    is element k's (both NULL: every element valid). given_values and
     given_bitmap: where a T_FIXED / T_BOOL node's values and bitmap go (NULL: tree blocks)."""
     cdef int64_t i, k, nulls = 0, total = 0, nbits = (rows + 7) // 8 + 1
     cdef const uint32_t* off = <const uint32_t*>values
@@ -1014,7 +1067,8 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
         k = i32[i] if i32 != NULL else i64[i]
         if k >= n:
             return G_INDEX
-        if k < 0 or (valid != NULL and not valid[k]):
+        if k < 0 or (valid != NULL and not valid[k]) or (
+                valid_bits != NULL and not (valid_bits[(first + k) >> 3] >> ((first + k) & 7)) & 1):
             nulls += 1
             continue
         bitmap[i >> 3] |= <uint8_t>(1 << (i & 7))

@@ -651,6 +651,11 @@ class Assembler:
         leaf taken at its row table, all in one call (buffers.ArrowTree with rows=) instead
         of a Python take per column, which held the GIL while other threads' batches wait."""
         program = gather.program
+        # Timestamps and durations: their epoch values at their elements, gathered in build.
+        given = {node: self.leaf(leaf) for node, leaf in program.given}
+        for node, arr in given.items():
+            if arr.type != program.types[node]:  # not what the tree declares: build apart
+                return {}
         rows = [
             np.ascontiguousarray(table[self.plan.columns[i].selection.index])
             for i in program.columns
@@ -659,7 +664,7 @@ class Assembler:
             table.pop(selection)
         arrays = program.tree.build(
             self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
-            self._list_offsets, {}, rows=rows, drops=gather.drops, allocate=pa.allocate_buffer,
+            self._list_offsets, given, rows=rows, drops=gather.drops, allocate=pa.allocate_buffer,
         )
         return dict(zip(program.columns, arrays, strict=True))
 
@@ -777,8 +782,11 @@ class _GatherProgram:
 
 
 def _gathers_scalar(leaf: Leaf) -> bool:
-    """A leaf ArrowTree can gather at a row table: a plain fixed, bool or binary value."""
+    """A leaf ArrowTree can gather at a row table: a plain fixed, bool or binary value, or
+    a Timestamp / Duration (its epoch values, built in Python, gathered as a fixed one)."""
     t = leaf.type
+    if isinstance(leaf, TemporalLeaf):
+        return leaf.kind in ("timestamp", "duration")
     return type(leaf) in (ScalarLeaf, CutLeaf) and (
         pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t)
         or pa.types.is_integer(t) or pa.types.is_floating(t)
