@@ -558,6 +558,52 @@ def test_times_broadcast_onto_a_fan_out_are_the_runtimes(compile_proto, unit) ->
     assert batch.schema.field("d").type == pa.duration(unit)
 
 
+def test_picked_elements_are_the_runtimes(compile_proto) -> None:
+    # A tree that adds no rows: its picked columns (items[0].name) are gathered at their
+    # pick tables inside ArrowTree.build; a missing element or field is null.
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto";'
+        " message Item { string name = 1; optional double price = 2; bool on = 3;"
+        " google.protobuf.Timestamp at = 4; bytes raw = 5; }"
+        " message M { string id = 1; repeated Item items = 2; }",
+        "M",
+    )
+    messages = [
+        Msg(id="a", items=[{"name": "x", "price": 1.5, "on": True, "at": {"seconds": 9}},
+                           {"name": "y", "raw": b"\x00\xff"}]),
+        Msg(id="b"),
+        Msg(items=[{"price": 0.0}]),
+        Msg(id="d", items=[{"name": "p"}, {"name": "q"}, {"name": "r", "on": True}]),
+    ]
+    paths = ["id", "items[0].name", "items[-1].name", "items[1].price", "items[0].on",
+             "items[0].at", "items[1].raw", "items[0].price"]
+    batch = wa.Transcoder(schema, columns=paths).transcode([m.SerializeToString() for m in messages])
+
+    def pick(m, k, field):
+        if not -len(m.items) <= k < len(m.items):
+            return None
+        item = m.items[k]
+        if field == "price":
+            return item.price if item.HasField("price") else None
+        if field == "at":
+            return item.at.seconds * 10**6 if item.HasField("at") else None
+        return getattr(item, field)
+
+    want = {
+        "id": [m.id for m in messages],
+        "items[0].name": [pick(m, 0, "name") for m in messages],
+        "items[-1].name": [pick(m, -1, "name") for m in messages],
+        "items[1].price": [pick(m, 1, "price") for m in messages],
+        "items[0].on": [pick(m, 0, "on") for m in messages],
+        "items[0].at": [pick(m, 0, "at") for m in messages],
+        "items[1].raw": [pick(m, 1, "raw") for m in messages],
+        "items[0].price": [pick(m, 0, "price") for m in messages],
+    }
+    got = batch.to_pydict()
+    got["items[0].at"] = batch.column("items[0].at").cast(pa.int64()).to_pylist()
+    assert got == want
+
+
 def test_range_check_reads_only_the_selected_elements(compile_proto) -> None:
     schema, Msg = compile_proto(
         'syntax = "proto3"; import "google/protobuf/timestamp.proto";'

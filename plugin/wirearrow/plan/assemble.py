@@ -587,11 +587,14 @@ class Assembler:
         for tree, program in facts.trees.items():
             if not tables[tree][1]:
                 whole.update(self._whole_columns(program))
-        # A fan-out's scalar columns: gathered at their row tables in one call a tree.
+        # A fan-out's scalar columns: gathered at their row tables in one call a tree (when
+        # it adds no rows, those of its columns that pick an element: imp[0].id).
         for tree, gather in facts.gathers.items():
             rows, fanned = tables[tree]
             if fanned:
                 whole.update(self._gathered(gather, rows))
+            elif tree in facts.picks:
+                whole.update(self._gathered(facts.picks[tree], rows))
         for i in facts.order:
             column = self.plan.columns[i]
             rows, fanned = tables[column.tree]
@@ -716,6 +719,8 @@ class _Facts:
     trees: dict[int, _TreeProgram]
     # tree -> its scalar columns, gathered at their row tables when the tree fans out
     gathers: dict[int, _GatherProgram]
+    # tree -> its scalar columns under a selection, gathered when it adds no rows (imp[0])
+    picks: dict[int, _GatherProgram]
 
     @staticmethod
     def of(plan: CompiledPlan) -> _Facts:
@@ -740,6 +745,7 @@ class _Facts:
             ),
             trees=_tree_programs(plan),
             gathers=_gather_programs(plan, order),
+            picks=_gather_programs(plan, order, picked=True),
         )
 
 
@@ -793,11 +799,16 @@ def _gathers_scalar(leaf: Leaf) -> bool:
     )
 
 
-def _gather_programs(plan: CompiledPlan, order: tuple[int, ...]) -> dict[int, _GatherProgram]:
+def _gather_programs(
+    plan: CompiledPlan, order: tuple[int, ...], *, picked: bool = False
+) -> dict[int, _GatherProgram]:
+    """Per tree, its scalar columns as one gather; `picked`: only those under a selection
+    (imp[0].id, a tree that adds no rows: its record-level columns are whole columns)."""
     by_tree: dict[int, list[int]] = {}
     for i in order:
-        if _gathers_scalar(plan.columns[i].leaf):
-            by_tree.setdefault(plan.columns[i].tree, []).append(i)
+        column = plan.columns[i]
+        if _gathers_scalar(column.leaf) and (not picked or column.selection.parent is not None):
+            by_tree.setdefault(column.tree, []).append(i)
     # A decoder column is dropped after the root that reads it last, when no column built
     # elsewhere (another tree, a struct, an expression's input ...) reads it too.
     readers = Counter(c for col in plan.columns for c in _storage(col.leaf))
