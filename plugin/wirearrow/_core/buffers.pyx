@@ -614,7 +614,8 @@ cdef class ArrowTree:
         array (row -> element of the root's group, -1: none, a null row); such a root,
         scalar only (T_FIXED / T_BOOL / T_BINARY, or a given fixed-width array: a
         Timestamp's epoch values), is its values gathered at those rows into buffers of
-        its own (no copy when the table is 0 .. n-1), Arrow's take done without the GIL. drops: per root, the decoder columns to let go of (set to None in
+        its own (no copy when the table is 0 .. n-1), Arrow's take done without the GIL.
+        drops: per root, the decoder columns to let go of (set to None in
         the three lists) once that root is gathered: their last reader, so that a batch's
         peak memory holds the buffers of the columns still to come only. A list given as
         rows has each entry let go of (set to None) once its root is built, for the same.

@@ -632,17 +632,26 @@ class Assembler:
         for g in range(len(self.r.group_parents)):
             self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end
 
-    def _whole_columns(self, program: _TreeProgram) -> dict[int, pa.Array]:
-        """The columns of `program` (column index -> array), their arrays over the
-        decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
-        per array: that Python runs with the GIL held, while other threads' batches wait."""
+    def _given(self, program: _TreeProgram) -> dict[int, pa.Array] | None:
+        """The nodes of `program` built in Python (node -> array: enums, temporal, JSON ...,
+        a map whose batch repeats a key); None when one is not of the type the tree
+        declares, for its columns to be built apart."""
         given = {node: self.leaf(leaf) for node, leaf in program.given}
         for node, leaf in program.maps:
             if self._keep.get(leaf.child_group) is not None:  # repeated keys: deduplicated
                 given[node] = self.leaf(leaf)
         for node, arr in given.items():
-            if arr.type != program.types[node]:  # not what the tree declares: build apart
-                return {}
+            if arr.type != program.types[node]:
+                return None
+        return given
+
+    def _whole_columns(self, program: _TreeProgram) -> dict[int, pa.Array]:
+        """The columns of `program` (column index -> array), their arrays over the
+        decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
+        per array: that Python runs with the GIL held, while other threads' batches wait."""
+        given = self._given(program)
+        if given is None:
+            return {}
         arrays = program.tree.build(
             self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
             self._list_offsets, given,
@@ -654,11 +663,9 @@ class Assembler:
         leaf taken at its row table, all in one call (buffers.ArrowTree with rows=) instead
         of a Python take per column, which held the GIL while other threads' batches wait."""
         program = gather.program
-        # Timestamps and durations: their epoch values at their elements, gathered in build.
-        given = {node: self.leaf(leaf) for node, leaf in program.given}
-        for node, arr in given.items():
-            if arr.type != program.types[node]:  # not what the tree declares: build apart
-                return {}
+        given = self._given(program)  # Timestamps and durations, gathered by build
+        if given is None:
+            return {}
         rows = [
             np.ascontiguousarray(table[self.plan.columns[i].selection.index])
             for i in program.columns
