@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plans", nargs="+", default=["flat-4", "flat-15", NESTED])
     parser.add_argument("--batch", type=int, nargs="+", default=[8192, 32768])
     parser.add_argument("--batches", type=int, default=16, help="total batches per way (even)")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=15,
+                        help="best of this many, interleaved (a shared host is noisy)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every measurement here")
     args = parser.parse_args(argv)
