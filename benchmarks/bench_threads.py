@@ -10,6 +10,7 @@ total work (``--batches`` batches of ``--batch`` records each, sliced from one
   over one plan does), half the batches each;
 * ``2 threads, own``: a ``Transcoder`` per thread, half the batches each.
 
+Every way runs on threads kept for the whole run, as a thread pool's are (``_Workers``).
 The ``scaling`` column divides the one-thread time by the two-thread time (2.0 is perfect on
 two cores). The target line is ``>= 1.8x`` for batches of 8k records or more. Each figure is
 the best of ``--repeat`` runs; only ratios from the same run compare. Nothing here asserts
@@ -55,29 +56,56 @@ def make_transcoder(wa: Any, plan: str) -> Any:
     return wa.Transcoder(schema, columns=list(PLANS[plan]))
 
 
+class _Workers:
+    """Threads that live as long as the process and run one job each per call, as the
+    threads of a pool do (``ThreadPoolExecutor``, an engine's worker threads). Threads
+    started anew for each measurement wrote fresh pages: the C allocator may give a new
+    thread another arena than the one earlier batches freed into (measured, alternated
+    in one process: 1.5-15 minor faults a batch against 0-4.3 here, and two-thread rates
+    4-22% lower)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.jobs: list[Callable[[], None] | None] = [None] * n
+        self.errors: list[BaseException] = []
+        self.go = threading.Barrier(n + 1)
+        self.done = threading.Barrier(n + 1)
+        for i in range(n):
+            threading.Thread(target=self._serve, args=(i,), daemon=True).start()
+
+    def _serve(self, i: int) -> None:
+        while True:
+            self.go.wait()
+            job = self.jobs[i]
+            try:
+                if job is not None:
+                    job()
+            except BaseException as exc:  # re-raised in the caller, once all are done
+                self.errors.append(exc)
+            self.done.wait()
+
+    def run(self, jobs: Sequence[Callable[[], None]]) -> float:
+        self.jobs = [*jobs, *[None] * (self.n - len(jobs))]
+        self.errors = []
+        self.go.wait()
+        t0 = time.perf_counter()
+        self.done.wait()
+        elapsed = time.perf_counter() - t0
+        if self.errors:
+            raise self.errors[0]
+        return elapsed
+
+
+_workers: _Workers | None = None
+
+
 def run_threads(workers: Sequence[Callable[[], None]]) -> float:
-    """Wall time of running every worker at once, from a common start."""
-    start = threading.Barrier(len(workers) + 1)
-    done: list[BaseException] = []
-
-    def body(work: Callable[[], None]) -> None:
-        start.wait()
-        try:
-            work()
-        except BaseException as exc:  # re-raised in the caller, after every join
-            done.append(exc)
-
-    threads = [threading.Thread(target=body, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if done:
-        raise done[0]
-    return elapsed
+    """Wall time of running every worker at once, from a common start, each on a thread
+    of one pool kept for the whole run (_Workers)."""
+    global _workers
+    if _workers is None or _workers.n < len(workers):
+        _workers = _Workers(max(2, len(workers)))
+    return _workers.run(workers)
 
 
 def measure(wa: Any, plan: str, batches: list[pa.Array], repeat: int) -> dict[str, float]:

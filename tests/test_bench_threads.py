@@ -64,3 +64,32 @@ def test_bench_threads_prints_every_way_and_the_target_lines(tmp_path) -> None:
     )
     assert targets == ["shared", "own"]
     assert out.exists() and '"scaling"' in out.read_text()
+
+
+def test_bench_threads_runs_every_way_on_the_same_kept_threads(monkeypatch) -> None:
+    import threading
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_threads
+
+    seen: list[list[int]] = []
+
+    def job(into: list[int]):
+        return lambda: into.append(threading.get_ident())
+
+    for _ in range(3):
+        one: list[int] = []
+        two: list[int] = []
+        assert bench_threads.run_threads([job(one)]) >= 0
+        bench_threads.run_threads([job(two), job(two)])
+        seen.append(one + sorted(two))
+    assert len(set(seen[0][1:])) == 2  # two threads at once
+    assert seen[0] == seen[1] == seen[2]  # the same threads every time, started once
+    assert threading.get_ident() not in seen[0]
+
+    def fails() -> None:
+        raise KeyError("from a worker")
+
+    with pytest.raises(KeyError, match="from a worker"):
+        bench_threads.run_threads([fails, job([])])
+    bench_threads.run_threads([job([])])  # and the workers still serve
