@@ -42,7 +42,7 @@ SHIM = r"""
 #include <stdint.h>
 #include <time.h>
 static __thread int64_t released, since, calls;
-static _Atomic int64_t waited, waits;  /* summed over threads */
+static _Atomic int64_t waited;  /* summed over threads */
 static void* (*save)(void);
 static void (*restore)(void*);
 static int64_t cpu(void) {
@@ -60,12 +60,11 @@ static int64_t wall(void) {
 void PyEval_RestoreThread(void* s) {
     if (!restore) restore = dlsym(RTLD_NEXT, "PyEval_RestoreThread");
     released += cpu() - since;
-    int64_t t0 = wall(); restore(s); waited += wall() - t0; waits++;
+    int64_t t0 = wall(); restore(s); waited += wall() - t0;
 }
 int64_t gil_released_ns(void) { return released; }
 int64_t gil_releases(void) { return calls; }
 int64_t gil_waited_ns(void) { return waited; }
-int64_t gil_waits(void) { return waits; }
 """
 
 
@@ -94,13 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyarrow as pa
 
     from bench_flat import import_wirearrow
-    from bench_threads import make_transcoder, run_threads
+    from bench_threads import make_transcoder
 
     wa = import_wirearrow()
     # PyDLL: the counters are read holding the GIL (CDLL would release it around each
     # read, and the shim would count those releases as the batch's).
     meter = ctypes.PyDLL(None)
-    for counter in ("gil_released_ns", "gil_releases", "gil_waited_ns", "gil_waits"):
+    for counter in ("gil_released_ns", "gil_releases", "gil_waited_ns"):
         getattr(meter, counter).restype = ctypes.c_int64
     array = pa.array(corpus.generate(4 * args.batch, 0), pa.binary())
     batches = [array.slice(i * args.batch, args.batch) for i in range(4)]
@@ -125,16 +124,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu.sort()
         held.sort()
         c, h = cpu[len(cpu) // 2] / 1e6, held[len(held) // 2] / 1e6
-        wait, share = gil_wait(tc, batches * args.repeat, meter, run_threads)
+        wait, share = gil_wait(tc, batches * args.repeat, meter)
         print(f"{plan:<9} {c:6.2f} [{cpu[0] / 1e6:5.2f}] {h:6.3f} [{held[0] / 1e6:5.3f}] "
               f"{h / c:6.1%} {calls:8d} {2 / (1 + h / c):7.2f}x  {wait:18.3f} {share:7.1%}")
     return 0
 
 
-def gil_wait(tc: Any, todo: list[Any], meter: Any, run_threads: Any) -> tuple[float, float]:
+def gil_wait(tc: Any, todo: list[Any], meter: Any) -> tuple[float, float]:
     """Two threads transcoding half of `todo` each: the wall time spent taking the GIL
     back, in ms per batch, and as a share of a thread's time per batch (2 * wall / batches:
     each thread does half of them)."""
+    from bench_threads import run_threads
+
     half = len(todo) // 2
 
     def work(part: list[Any]) -> Any:
