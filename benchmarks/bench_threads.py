@@ -108,25 +108,28 @@ def run_threads(workers: Sequence[Callable[[], None]]) -> float:
     return _workers.run(workers)
 
 
+def transcode_all(tc: Any, todo: Sequence[Any]) -> Callable[[], None]:
+    """A thread's job: transcode every batch of `todo` in turn."""
+
+    def run() -> None:
+        for b in todo:
+            tc.transcode(b)
+
+    return run
+
+
 def measure(wa: Any, plan: str, batches: list[pa.Array], repeat: int) -> dict[str, float]:
     shared = make_transcoder(wa, plan)
     own = [make_transcoder(wa, plan), make_transcoder(wa, plan)]
     half = len(batches) // 2
     first, second = batches[:half], batches[half:]
 
-    def work(tc: Any, todo: list[pa.Array]) -> Callable[[], None]:
-        def run() -> None:
-            for b in todo:
-                tc.transcode(b)
-
-        return run
-
     for tc in (shared, *own):  # warm: plan caches, buffer pool, page faults
-        work(tc, batches[:2])()
+        transcode_all(tc, batches[:2])()
     ways = {
-        "1 thread": lambda: run_threads([work(shared, batches)]),
-        "2 threads, shared": lambda: run_threads([work(shared, first), work(shared, second)]),
-        "2 threads, own": lambda: run_threads([work(own[0], first), work(own[1], second)]),
+        "1 thread": lambda: run_threads([transcode_all(shared, batches)]),
+        "2 threads, shared": lambda: run_threads([transcode_all(shared, first), transcode_all(shared, second)]),
+        "2 threads, own": lambda: run_threads([transcode_all(own[0], first), transcode_all(own[1], second)]),
     }
     zlib_one, zlib_two = zlib_ways()
     ways[ZLIB_ONE] = zlib_one

@@ -134,19 +134,11 @@ def gil_wait(tc: Any, todo: list[Any], meter: Any) -> tuple[float, float]:
     """Two threads transcoding half of `todo` each: the wall time spent taking the GIL
     back, in ms per batch, and as a share of a thread's time per batch (2 * wall / batches:
     each thread does half of them)."""
-    from bench_threads import run_threads
+    from bench_threads import run_threads, transcode_all
 
     half = len(todo) // 2
-
-    def work(part: list[Any]) -> Any:
-        def run() -> None:
-            for b in part:
-                tc.transcode(b)
-
-        return run
-
     w0 = meter.gil_waited_ns()
-    elapsed = run_threads([work(todo[:half]), work(todo[half:])])
+    elapsed = run_threads([transcode_all(tc, todo[:half]), transcode_all(tc, todo[half:])])
     waited = (meter.gil_waited_ns() - w0) / len(todo) / 1e6
     return waited, waited / (2 * elapsed * 1e3 / len(todo))
 
