@@ -7,6 +7,7 @@ message or an exponential compile (issue 15); none may take more than a moment n
 from __future__ import annotations
 
 import pathlib
+import re
 import time
 
 import pytest
@@ -136,7 +137,7 @@ def test_a_deep_expression_is_a_plan_error(bid: wa.Schema) -> None:
 
 @pytest.mark.parametrize("style", ["flow", "block", "mapping"])
 def test_deep_yaml_is_a_plan_error(style: str) -> None:
-    n = 100_000 if style == "flow" else 3000
+    n = 100_000 if style == "flow" else 1000  # (block: 1 MB of indentation, under the size limit)
     if style == "flow":
         text = HEAD + "denormalizer: " + "[" * n + "]" * n + "\n"
     elif style == "block":
@@ -184,3 +185,117 @@ def test_non_utf8_yaml_is_a_plan_error(tmp_path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_bytes(raw)
     assert "cannot read the plan" in _plan_error(str(path))
+
+
+# ---- issue 33: the YAML loader, the plan's size, literals, quoted text --------------------
+
+
+def test_plans_are_read_by_libyaml_with_their_lines() -> None:
+    """PyYAML's pure-Python parser took 5.6 s a MB (50 MB of comments: minutes); libyaml's,
+    in PyYAML's wheels, ~0.01 s. Line numbers still come with every problem."""
+    import yaml
+
+    from wirearrow import config
+
+    assert yaml.__with_libyaml__
+    assert issubclass(config._LineLoader, yaml.CSafeLoader)
+    text = HEAD + ("#" + " comment" * 10 + "\n") * 30_000 + "validate: everything\n"
+    assert len(text) > 2_000_000
+    message = _plan_error(text)
+    assert message.startswith("<string>:30004: validate: unknown value 'everything'"), message
+
+
+def test_plan_text_over_the_size_limit_is_refused_before_parsing(tmp_path) -> None:
+    from wirearrow.config import MAX_PLAN_BYTES
+
+    text = HEAD + "#" * MAX_PLAN_BYTES + "\n"
+    expected = f"the plan is {len(text):,} bytes, over the limit of {MAX_PLAN_BYTES:,}"
+    assert expected in _plan_error(text)
+    assert expected in _plan_error(text.encode())
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    assert _plan_error(path).startswith(f"{path}: {expected}")
+    # UTF-8 bytes, not characters: 2 bytes each
+    assert "over the limit of 100" in _plan_error_with(HEAD + "#" + "é" * 40, max_bytes=100)
+    # configurable both ways
+    assert wa.load_plan(text, max_bytes=len(text)).source == "<string>"
+    assert "over the limit of 64" in _plan_error_with(HEAD, max_bytes=64)
+    with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
+        wa.load_plan(HEAD, max_bytes=0)
+
+
+def _plan_error_with(source: object, **options: object) -> str:
+    with pytest.raises(wa.PlanError) as info:
+        wa.load_plan(source, **options)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_a_large_literal_is_refused_when_the_plan_compiles(bid: wa.Schema, bid_corpus) -> None:
+    """A 10 MB concat literal compiled, and transcode raised ArrowCapacityError on the first
+    batch over 200 records (10 MB a row: more than an Arrow string array holds)."""
+    from wirearrow.plan.expressions import MAX_LITERAL_BYTES
+
+    big = "x" * 10_000_000
+    for expr in (
+        wa.concat("id", wa.lit(big)),
+        wa.concat("id", big),  # a bare string that is no path: a literal
+        wa.concat("id", sep=big),
+        wa.default("id", big),
+        wa.coerce("id", "yes", big),
+    ):
+        with pytest.raises(wa.PlanError, match=f"over the limit of {MAX_LITERAL_BYTES:,}"):
+            wa.Transcoder(bid, columns=[wa.Column(name="x", expr=expr)])
+    yaml_text = _columns("{func: concat, args: [{path: id}, {literal: " + "y" * 70_000 + "}]}")
+    message = _plan_error(yaml_text)
+    assert "<string>:6: denormalizer.columns[0]" in message and "70,000 bytes" in message
+    # at the limit: fine, and every row gets it
+    at_limit = wa.Transcoder(
+        bid, columns=[wa.Column(name="x", expr=wa.concat(wa.lit("z" * MAX_LITERAL_BYTES)))]
+    )
+    assert at_limit.transcode(bid_corpus[:3]).column("x").to_pylist() == ["z" * MAX_LITERAL_BYTES] * 3
+
+
+def test_errors_quote_a_bounded_part_of_a_huge_text(bid: wa.Schema) -> None:
+    """A 1 MB field name gave a 2 MB message: every error quotes at most MAX_QUOTED
+    characters of an offending text, and says how long it was."""
+    from wirearrow.errors import MAX_MESSAGE, MAX_QUOTED
+
+    name = "f" * 1_000_000
+    messages = []
+    for columns in (
+        [name],
+        [wa.Column(name=name, path="nope")],
+        [wa.Column(name="x", expr=wa.concat(wa.path(name)))],
+        [f"imp[*].{name}"],
+        ["imp[" + "9" * 100_000 + "].id"],  # also: int() refuses over 4300 digits
+        # (under the literal limit)
+        [wa.Column(name="x", expr=wa.strptime("id", "%" * 60_001 + "Q"))],
+        [wa.Column(name="x", expr=wa.date_part("id", "q" * 60_000))],
+    ):
+        messages.append(_transcoder_error(bid, columns=columns))
+    for source in (
+        HEAD + f"validate: {name}\n",
+        HEAD + f"denormalizer: {{columns: [{{name: x, expr: {{func: {name}}}}}]}}\n",
+        HEAD + f"denormalizer: {{columns: [{{name: {name}, path: nope}}]}}\n",
+        {"proto": {"file": f"{EXAMPLES}/bidrequest.proto", "message": name}},
+    ):
+        with pytest.raises(ValueError) as info:  # a PlanError, or a SchemaError (the message)
+            wa.load_plan(source).transcoder()  # type: ignore[arg-type]
+        messages.append(str(info.value))
+    for i, message in enumerate(messages):
+        assert len(message) < MAX_MESSAGE + 500, message[:300]
+        assert re.search(rf"(.)\1{{{MAX_QUOTED + 50}}}", message) is None, message[:300]
+        if i != 9:  # (YAML names the column by its place, not by its name)
+            assert re.search(r"\([0-9][0-9,]+ (characters|digits)\)", message), message
+
+
+def test_a_path_error_in_a_long_path_shows_the_fault() -> None:
+    from wirearrow.errors import MAX_QUOTED, PathError
+
+    text = "a." * 50_000 + "b?c"
+    err = PathError("illegal character '?'", text, text.index("?"))
+    _, shown, caret = str(err).split("\n")
+    assert len(shown) < MAX_QUOTED + 10 and shown.startswith("  ...")
+    assert shown[caret.index("^")] == "?"
+    short = PathError("x", "ab?", 2)
+    assert str(short) == "x\n  ab?\n    ^"

@@ -10,18 +10,50 @@ import difflib
 from collections.abc import Sequence
 
 __all__ = [
+    "MAX_MESSAGE",
+    "MAX_QUOTED",
     "DecodeError",
     "EncodeError",
     "PathError",
     "PlanError",
     "SchemaError",
     "WirearrowError",
+    "capped",
     "did_you_mean",
+    "quoted",
 ]
+
+# Plans and records are untrusted input, and errors quote them (a name, a value, a path): a
+# message quotes at most MAX_QUOTED characters of one text, and one problem (a PlanError's
+# line, a DecodeError's reason) is cut to MAX_MESSAGE characters whatever built it, so that a
+# 1 MB field name gives a short error, not a 2 MB one.
+MAX_QUOTED = 200
+MAX_MESSAGE = 2000
+
+
+def quoted(text: object, limit: int = MAX_QUOTED) -> str:
+    """``repr(text)`` for an error message; a text over ``limit`` characters is cut there
+    and says its length: ``'ffff...' (1,000,000 characters)``."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= limit:
+        return repr(s)
+    return f"{s[:limit]!r}... ({len(s):,} characters)"
+
+
+def capped(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to about ``limit`` characters, keeping its start (where) and its end
+    (the hint), and saying how much was cut."""
+    if len(message) <= limit:
+        return message
+    keep = limit // 2
+    cut = len(message) - 2 * keep
+    return f"{message[:keep]}... [{cut:,} characters cut] ...{message[-keep:]}"
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt ``word``, or ""."""
+    if len(word) > MAX_QUOTED:  # no name is that long, and difflib's cost grows with it
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     if not close:
         close = [c for c in choices if c == word.lower()]
@@ -34,6 +66,10 @@ class WirearrowError(Exception):
 
 class SchemaError(WirearrowError, ValueError):
     """A .proto file, descriptor set or message name could not be turned into a schema."""
+
+    def __init__(self, message: object = "") -> None:
+        # (protoc's diagnostics, one a line, can be many: a larger cap)
+        super().__init__(capped(str(message), 5 * MAX_MESSAGE))
 
 
 class PathError(WirearrowError, ValueError):
@@ -53,15 +89,23 @@ class PathError(WirearrowError, ValueError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        caret = " " * max(self.pos, 0) + "^"
-        return f"{self.message}\n  {self.text}\n  {caret}"
+        """The message, and the path with a caret under the fault; a long path shows only
+        the MAX_QUOTED characters around the fault, ``...`` where it is cut."""
+        text, pos = self.text, max(self.pos, 0)
+        if len(text) > MAX_QUOTED:
+            start = max(0, min(pos - MAX_QUOTED // 2, len(text) - MAX_QUOTED))
+            end = start + MAX_QUOTED
+            head = "..." if start > 0 else ""
+            text = head + text[start:end] + ("..." if end < len(text) else "")
+            pos = pos - start + len(head)
+        return f"{capped(self.message)}\n  {text}\n  {' ' * pos}^"
 
 
 class PlanError(WirearrowError, ValueError):
     """A plan (its columns, their names or types) is invalid; lists every problem at once."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
+        self.problems = [capped(p) for p in problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -87,10 +131,10 @@ class DecodeError(WirearrowError, ValueError):
     """
 
     def __init__(self, reason: str, *, index: int, offset: int, path: str) -> None:
-        self.reason = _valid_text(reason)
+        self.reason = capped(_valid_text(reason))
         self.index = index
         self.offset = offset
-        self.path = _valid_text(path)
+        self.path = capped(_valid_text(path), MAX_QUOTED)
         where = f" at {self.path}" if path else ""
         super().__init__(f"record {index}, byte {offset}{where}: {self.reason}")
 
@@ -104,9 +148,9 @@ class EncodeError(WirearrowError, ValueError):
     """
 
     def __init__(self, reason: str, *, row: int | None, path: str) -> None:
-        self.reason = reason
+        self.reason = capped(reason)
         self.row = row
-        self.path = path
+        self.path = capped(path, MAX_QUOTED)
         where = [f"row {row}"] if row is not None else []
         where += [f"column {path}"] if path else []
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)

@@ -377,6 +377,8 @@ class _Lexer:
             if not math.isfinite(value):
                 self.error(f"float literal {lexeme} is out of range", start)
             return _Token(_Kind.FLOAT, lexeme, start, value)
+        if end - body > 100:  # far outside 64 bits (and int() refuses over 4300 digits)
+            self.error(f"integer literal {lexeme[:40]}... ({end - body:,} digits) is out of range", start)
         if is_hex:
             if end == body + 2:
                 self.error(f"hex literal {lexeme} has no digits", start)

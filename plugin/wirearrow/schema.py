@@ -43,7 +43,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from google.protobuf.message import DecodeError
 
-from wirearrow.errors import SchemaError
+from wirearrow.errors import MAX_QUOTED, SchemaError, quoted
 
 __all__ = ["Schema"]
 
@@ -138,12 +138,14 @@ class _FileSet:
                     f"message name {query!r} is ambiguous in {where}; use one of the full "
                     f"names: {_listing(matches)}"
                 )
-        raise SchemaError(f"message {query!r} not found in {where}; {self._suggest(query)}")
+        raise SchemaError(f"message {quoted(query)} not found in {where}; {self._suggest(query)}")
 
     def _suggest(self, query: str) -> str:
         names = sorted(full for full, (_, is_entry) in self.messages.items() if not is_entry)
         if not names:
             return "it defines no messages"
+        if len(query) > MAX_QUOTED:  # no message name is that long
+            return f"messages defined: {_listing(names)}"
         by_short = {full.rsplit(".", 1)[-1]: full for full in names}
         close = difflib.get_close_matches(query.lstrip("."), names, n=5)
         close += [

@@ -14,7 +14,7 @@ import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import Program
-from wirearrow.errors import PathError, PlanError, did_you_mean
+from wirearrow.errors import PathError, PlanError, did_you_mean, quoted
 from wirearrow.paths import (
     And,
     Compare,
@@ -43,6 +43,7 @@ from wirearrow.plan.expressions import (
     Lit,
     MaybePath,
     PathRef,
+    literal_problem,
     literal_type,
 )
 from wirearrow.plan.leaves import (
@@ -106,7 +107,7 @@ def check_expression_depth(columns: Sequence[object]) -> None:
             if depth > MAX_EXPR_DEPTH:
                 name = getattr(column, "output_name", None) or f"column {i}"
                 problems.append(
-                    f"column {name!r}: expression nested deeper than {MAX_EXPR_DEPTH} calls"
+                    f"column {quoted(name)}: expression nested deeper than {MAX_EXPR_DEPTH} calls"
                 )
                 break
             stack += [(a, depth + 1) for a in call.args if isinstance(a, Call)]
@@ -213,26 +214,29 @@ def compile_plan(
             continue
         name = column.output_name
         if column.expr is not None and column.path is not None:
-            problems.append(f"column {name!r}: path and expr are mutually exclusive")
+            problems.append(f"column {quoted(name)}: path and expr are mutually exclusive")
             continue
         if not name:
             problems.append(f"column {i}: an expression column needs a name")
             continue
         if name in seen:
             problems.append(
-                f"column {i}: duplicate output name {name!r} (also column {seen[name]})"
+                f"column {i}: duplicate output name {quoted(name)} (also column {seen[name]})"
             )
             continue
         seen[name] = i
         try:
             if column.expr is not None:
+                too_large = literal_problem(column.expr)
+                if too_large is not None:
+                    raise ExprTypeError(too_large)
                 outputs.append((name, inputs.bind(column.expr)))
             elif column.path is not None:
                 outputs.append((name, inputs.path(column.path, name, column.strict)))
             else:
-                problems.append(f"column {name!r}: needs a path or an expr")
+                problems.append(f"column {quoted(name)}: needs a path or an expr")
         except (PathError, ValueError) as err:
-            problems.append(f"column {name!r}: {err}")
+            problems.append(f"column {quoted(name)}: {err}")
     if not columns:
         problems.append("a flat plan needs at least one column")
     if problems:
@@ -332,7 +336,7 @@ class _Inputs:
         if isinstance(expr, Call):
             function = FUNCTIONS.get(expr.func)
             if function is None:
-                raise ExprTypeError(f"unknown function {expr.func!r}")
+                raise ExprTypeError(f"unknown function {quoted(expr.func)}")
             function.check_arity(len(expr.args))
             if expr.param is not None and not (
                 isinstance(expr.param, int) and -(2**63) <= expr.param < 2**63
@@ -909,7 +913,7 @@ def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
 
 def _no_field(message: Descriptor, name: str) -> str:
     names = [f.name for f in message.fields]
-    return f"field {name!r} not in message {message.full_name}{did_you_mean(name, names)}"
+    return f"field {quoted(name)} not in message {message.full_name}{did_you_mean(name, names)}"
 
 
 def _describe(step: object) -> str:

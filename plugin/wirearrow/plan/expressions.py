@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 __all__ = [
     "FUNCTIONS",
+    "MAX_LITERAL_BYTES",
     "Call",
     "Expr",
     "ExprTypeError",
@@ -33,6 +34,7 @@ __all__ = [
     "PathRef",
     "as_expr",
     "lit",
+    "literal_problem",
     "path",
 ]
 
@@ -78,6 +80,38 @@ def lit(value: object) -> Lit:
     if not (value is None or isinstance(value, str | int | float | bool)):
         raise TypeError(f"a literal is a str, int, float, bool or None, not {type(value).__name__}")
     return Lit(value)
+
+
+# A text literal (a value, sep, literal, literal2) is copied into every row it reaches
+# (concat, cond, coalesce): bounded when the plan compiles, so that a large one is a plan
+# error rather than a batch that outgrows an Arrow array (2 GiB of text) at run time.
+MAX_LITERAL_BYTES = 65_536
+
+
+def literal_problem(expr: Expr) -> str | None:
+    """Why an expression's literals are refused (one over MAX_LITERAL_BYTES of UTF-8), or None;
+    iterative over the whole tree."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        texts: list[tuple[str, object]] = []
+        if isinstance(e, Lit):
+            texts.append(("literal", e.value))
+        elif isinstance(e, MaybePath):
+            texts.append(("literal", e.text))  # a path's text too: no path is that long
+        elif isinstance(e, Call):
+            texts += [(key, getattr(e, key)) for key in ("sep", "literal", "literal2")]
+            stack.extend(e.args)
+        for key, value in texts:
+            if isinstance(value, str) and len(value) > MAX_LITERAL_BYTES // 4:
+                size = len(value.encode("utf-8", "surrogatepass"))
+                if size > MAX_LITERAL_BYTES:
+                    where = f"{e.func}: {key}" if isinstance(e, Call) else key
+                    return (
+                        f"{where} is {size:,} bytes, over the limit of {MAX_LITERAL_BYTES:,} "
+                        "for a literal"
+                    )
+    return None
 
 
 def as_expr(value: object) -> Expr:

@@ -84,6 +84,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wirearrow.errors import MAX_QUOTED, quoted
 from wirearrow.plan.expressions import (
     Call,
     Evaluator,
@@ -195,9 +196,9 @@ def _fn(
 def _describe(call: Call, i: int) -> str:
     a = call.args[i] if i < len(call.args) else None
     if isinstance(a, PathRef | MaybePath):
-        return a.text
+        return a.text if len(a.text) <= MAX_QUOTED else f"{a.text[:MAX_QUOTED]}..."
     if isinstance(a, Lit):
-        return f"literal {a.value!r}"
+        return f"literal {quoted(repr(a.value))}"
     if isinstance(a, Call):
         return f"{a.func}(...)"
     return f"argument {i + 1}"
@@ -1088,7 +1089,7 @@ def _date_part_name(call: Call) -> str:
     part = (call.sep or "").lower()
     if part not in _PARTS and part != "epoch":
         raise ExprTypeError(
-            f"date_part: unknown part {call.sep!r} (sep): one of {', '.join(_PARTS)}, epoch"
+            f"date_part: unknown part {quoted(call.sep)} (sep): one of {', '.join(_PARTS)}, epoch"
         )
     return part
 
@@ -1259,7 +1260,7 @@ def _compile_percent(fmt: str) -> _Layout:
         if flag:
             i += 1
         if i >= len(fmt):
-            raise ExprTypeError(f"strptime: format {fmt!r} ends with a lone %")
+            raise ExprTypeError(f"strptime: format {quoted(fmt)} ends with a lone %")
         spec = fmt[i]
         i += 1
         if spec in _PERCENT_NUMBERS:
@@ -1289,7 +1290,7 @@ def _compile_percent(fmt: str) -> _Layout:
         elif spec in "nt":
             b.raw(r"[ \t\r\n]+")
         else:
-            raise ExprTypeError(f"strptime: unsupported specifier %{spec} in format {fmt!r}")
+            raise ExprTypeError(f"strptime: unsupported specifier %{spec} in format {quoted(fmt)}")
     return b.build()
 
 
