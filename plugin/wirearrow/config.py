@@ -37,7 +37,15 @@ import yaml
 
 from wirearrow.cache import ParserCache
 from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
-from wirearrow.errors import PathError, PlanError, SchemaError, did_you_mean, quoted
+from wirearrow.errors import (
+    MAX_QUOTED,
+    PathError,
+    PlanError,
+    SchemaError,
+    capped,
+    did_you_mean,
+    quoted,
+)
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
@@ -687,7 +695,7 @@ class _Checker:
         for key in value:
             key_line = self.key_line(value, key)
             if not isinstance(key, str):
-                self.problem(key_line, keypath, f"keys are strings, got {quoted(repr(key))}")
+                self.problem(key_line, keypath, f"keys are strings, got {capped(repr(key), MAX_QUOTED)}")
             elif key not in allowed:
                 hint = _suggest(key, allowed)
                 if not keypath and key in _PYBUFARROW_KEYS:
