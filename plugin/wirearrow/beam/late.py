@@ -2,63 +2,139 @@
 letters instead of vanishing at the next GroupByKey.
 
 Beam's Python SDK drops such records at a window's grouping without a count (its trigger
-driver skips elements of expired windows; Java's ``droppedDueToLateness`` counter has no
-Python counterpart), and a DoFn cannot read the watermark. Event-time timers can: a timer
-set at a window's expiry (its end plus the allowed lateness) fires once the watermark has
-passed it. So every record goes, in the global window and under one key, through a
-stateful DoFn that keeps the expiries of the windows it has seen, with a timer at the
-earliest; the latest fired expiry is a watermark the DoFn has observed. A record whose
-window expired at or before that is late: a DeadLetter with reason "late", counted in
-the ``records_late`` metric. Every other record goes on in its own window (restored by a
-WindowFn that keeps each element's window), under the input's windowing strategy.
+driver skips elements of windows whose end plus the allowed lateness the input watermark
+has passed; Java's ``droppedDueToLateness`` counter has no Python counterpart), and a DoFn
+cannot read the watermark. Event-time timers can observe it: a timer fires once the
+watermark has reached it. So every record goes, in the global window and under one key,
+through a stateful DoFn that watches the watermark itself, whatever windows its records
+belong to (a record of a window no earlier record had must be judged as well):
+
+* the times that matter are the expiries a window can have (``max_timestamp()`` plus the
+  allowed lateness): for fixed and sliding windows a lattice (every window end is the
+  offset plus a multiple of the size or period), for other WindowFns a lattice of
+  ``resolution`` steps (:class:`_ExpiryLattice`);
+* the DoFn keeps a ladder of event-time timers on that lattice above the highest point it
+  has seen fire: 15 rungs 1, 2, .. 15 steps up, 15 rungs 16, 32, .. 240 steps up, and so
+  on (base 16), plus one at the next step. A watermark jump fires every rung below it
+  at once; the highest of them re-arms the level under it from its point, so each round
+  of timers descends a level, and the DoFn knows the watermark again, to the lattice
+  step, after at most one round per level (about ten from the beginning of time to its
+  end), not one per step;
+* an Impulse flattened into its input arms the ladder from the lowest time there is, before
+  any watermark can pass it, so that even the first record is judged.
+
+A record whose window's expiry lies below the next rung (at or below the highest fired
+point; for the ``resolution`` lattice, also within one step above it) is late: a
+DeadLetter with reason "late", counted in the ``records_late`` metric. The others go on in
+their own windows (restored by a WindowFn that keeps each element's window), under the
+input's windowing strategy, and no grouping after can drop them: a runner that delivers
+fired timers before further input (the direct runner's streaming engine) has the guard
+know the watermark exactly when the record comes, and a runner that holds a stateful
+DoFn's output watermark at its pending timers (the portable runners: Dataflow, Flink,
+Prism) cannot let the watermark past the pending rung before the record is through.
 """
 
 # No `from __future__ import annotations`: Beam reads the DoFns' annotations at run time.
 
 import typing
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.coders import PickleCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger
 from apache_beam.transforms import window as beam_window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from wirearrow.beam.transcode import METRICS_NAMESPACE, DeadLetter, _key_text, _origin
 
 __all__ = ["SplitLate"]
 
+# The step of the lattice of WindowFns whose windows can end anywhere (sessions, custom
+# ones), in microseconds: a record within this much of its window's expiry may be counted
+# late though the grouping would still have taken it (never the other way round).
+DEFAULT_RESOLUTION_US = 1_000_000
+# The highest time a timer in the global window can have.
+_TOP_US = beam_window.GlobalWindow().max_timestamp().micros
+
+
+class _ExpiryLattice:
+    """The times at which a window of ``windowfn`` can expire, in microseconds: its
+    ``max_timestamp()`` (end - 1 us) plus the allowed lateness, which is at or before the
+    moment the grouping drops its records (the Python SDK's trigger driver drops them
+    once the watermark is past end + lateness, Java's once it is past end - 1 us +
+    lateness). Points ``phase + k * step`` for integer k; ``exact`` if every expiry is one."""
+
+    def __init__(self, windowfn: Any, lateness_us: int, resolution_us: int) -> None:
+        while isinstance(windowfn, _KeepWindow):  # a guard after a guard
+            windowfn = windowfn.original
+        if isinstance(windowfn, beam_window.FixedWindows):
+            step, end = windowfn.size.micros, windowfn.offset.micros
+        elif isinstance(windowfn, beam_window.SlidingWindows):
+            step, end = windowfn.period.micros, windowfn.offset.micros + windowfn.size.micros
+        else:
+            step, end = 0, 0
+        self.exact = step > 0
+        self.step = step if step > 0 else max(1, int(resolution_us))
+        self.phase = (end - 1 + lateness_us) % self.step if self.exact else 0
+        self.bottom = self.index(MIN_TIMESTAMP.micros)
+        self.top = self.index(_TOP_US)
+        # Levels 0 .. levels-1 of rungs reach from the bottom to the top in one ladder.
+        self.levels = 1
+        while _BASE**self.levels <= self.top - self.bottom:
+            self.levels += 1
+
+    def index(self, micros: int) -> int:
+        """The highest lattice index whose point is at or before ``micros``."""
+        return (micros - self.phase) // self.step
+
+    def point(self, k: int) -> int:
+        return self.phase + k * self.step
+
 
 def _with_window(element: Any, win: Any = beam.DoFn.WindowParam, ts: Any = beam.DoFn.TimestampParam):
-    # One key: the expiries every record is checked against are the whole stream's.
+    # One key: the watermark every record is checked against is the whole stream's.
     return (0, (element, win, ts))
 
 
-# The guard's state: the latest expiry whose timer fired (a watermark it has seen), the
-# expiries of the windows seen since, and the timer at the earliest of them.
-_SEEN = ReadModifyWriteStateSpec("watermark_seen", PickleCoder())
-_PENDING = ReadModifyWriteStateSpec("pending_expiries", PickleCoder())
-_EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
-_SEEN_STATE = beam.DoFn.StateParam(_SEEN)
-_PENDING_STATE = beam.DoFn.StateParam(_PENDING)
-_EXPIRY_TIMER = beam.DoFn.TimerParam(_EXPIRY)
+def _start(_: Any) -> tuple:
+    # The element that arms the guard's timers (see _LateGuardFn.process).
+    return (0, None)
+
+
+# The guard's state: the lattice index of the highest rung that fired (the watermark has
+# reached its point), and the ladder of timers above it (one per rung, by dynamic tag):
+# BASE-1 rungs per level, level i's BASE**i lattice steps apart, and "next", one step up.
+_BASE = 16
+_FIRED = ReadModifyWriteStateSpec("watermark_index", VarIntCoder())
+_RUNG = TimerSpec("rung", TimeDomain.WATERMARK)
+_FIRED_STATE = beam.DoFn.StateParam(_FIRED)
+_RUNG_TIMER = beam.DoFn.TimerParam(_RUNG)
 
 
 class _LateGuardFn(beam.DoFn):
     """(0, (element, window, timestamp)) -> the element in its window, or (tagged
-    ``late_tag``) what :meth:`_late_element` makes of it, counted in ``metric`` by
-    :meth:`_weight`. This class passes late elements on as they are, one each."""
+    ``late_tag``) what :meth:`_late_element` makes of it, counted in ``metric`` (if any)
+    by :meth:`_weight`; (0, None) arms the ladder. This class passes late elements on as
+    they are, one each."""
 
-    def __init__(self, allowed_lateness: Any, late_tag: str, metric: str) -> None:
+    def __init__(
+        self,
+        windowing: Any,
+        late_tag: str,
+        metric: Optional[str],  # noqa: UP045
+        resolution_us: int = DEFAULT_RESOLUTION_US,
+    ) -> None:
         super().__init__()
-        self._lateness = allowed_lateness
+        self._lateness = Duration.of(windowing.allowed_lateness)
+        self._lattice = _ExpiryLattice(windowing.windowfn, self._lateness.micros, resolution_us)
         self._late_tag = late_tag
-        self._late = Metrics.counter(METRICS_NAMESPACE, metric)
+        self._late = Metrics.counter(METRICS_NAMESPACE, metric) if metric else None
 
     def _weight(self, element: Any) -> int:
         return 1
@@ -66,48 +142,70 @@ class _LateGuardFn(beam.DoFn):
     def _late_element(self, element: Any, win: Any, expiry: Any) -> Any:
         return element
 
+    def _arm(self, timer: Any, k: int, level: int) -> None:
+        """The rungs of ``level`` above lattice index k: k + d * BASE**level, d = 1 .. BASE-1
+        (none past the top), tagged "level.d"."""
+        lattice, spacing = self._lattice, _BASE**level
+        for d in range(1, _BASE):
+            at = k + d * spacing
+            if at > lattice.top:
+                break
+            timer.set(Timestamp(micros=lattice.point(at)), dynamic_timer_tag=f"{level}.{d}")
+
+    def _next(self, timer: Any, k: int) -> None:
+        if k < self._lattice.top:
+            timer.set(Timestamp(micros=self._lattice.point(k + 1)), dynamic_timer_tag="next")
+
     def process(
-        self,
-        item: tuple,
-        seen: Any = _SEEN_STATE,
-        pending: Any = _PENDING_STATE,
-        timer: Any = _EXPIRY_TIMER,
+        self, item: tuple, fired: Any = _FIRED_STATE, timer: Any = _RUNG_TIMER
     ) -> Iterator[Any]:
+        if item[1] is None:  # the start: arm the ladder from the lowest time there is
+            if fired.read() is None:
+                bottom = self._lattice.bottom
+                fired.write(bottom)
+                self._next(timer, bottom)
+                for level in range(self._lattice.levels):
+                    self._arm(timer, bottom, level)
+            return
         element, win, ts = item[1]
         expiry = win.max_timestamp() + self._lateness
-        watermark = seen.read()
-        if watermark is not None and expiry <= watermark:
-            self._late.inc(self._weight(element))
+        k = fired.read()
+        # None: the start has not come yet, so neither has any watermark.
+        if k is not None and expiry.micros < self._lattice.point(k + 1):
+            if self._late is not None:
+                self._late.inc(self._weight(element))
             yield pvalue.TaggedOutput(self._late_tag, self._late_element(element, win, expiry))
             return
-        expiries = pending.read() or []
-        if expiry not in expiries:
-            expiries = sorted([*expiries, expiry])
-            pending.write(expiries)
-            timer.set(expiries[0])
         yield WindowedValue(element, ts, (win,))
 
-    @on_timer(_EXPIRY)
-    def expired(
+    @on_timer(_RUNG)
+    def rung_fired(
         self,
-        fired: Any = beam.DoFn.TimestampParam,
-        seen: Any = _SEEN_STATE,
-        pending: Any = _PENDING_STATE,
-        timer: Any = _EXPIRY_TIMER,
+        at: Any = beam.DoFn.TimestampParam,
+        tag: Any = beam.DoFn.DynamicTimerTagParam,
+        fired: Any = _FIRED_STATE,
+        timer: Any = _RUNG_TIMER,
     ) -> None:
-        seen.write(fired)
-        expiries = [e for e in (pending.read() or []) if e > fired]
-        pending.write(expiries)
-        if expiries:
-            timer.set(expiries[0])
-
+        k = self._lattice.index(Timestamp.of(at).micros)
+        current = fired.read()
+        if current is not None and k <= current:
+            return  # a rung below the highest that fired: the ladder is already above it
+        fired.write(k)
+        # The next point is always pending: on a runner that holds the output watermark
+        # at pending timers, nothing this DoFn lets through can be overtaken by it.
+        self._next(timer, k)
+        level = int(tag.partition(".")[0]) if tag != "next" else 0
+        if level > 0:
+            # Between here and the next rung of this level or above (BASE**level steps
+            # up), the level below takes over: each round of firings descends a level.
+            self._arm(timer, k, level - 1)
 
 
 class _LateRecordFn(_LateGuardFn):
     """SplitLate's guard: a late record becomes a DeadLetter, counted in records_late."""
 
-    def __init__(self, allowed_lateness: Any, field: str, late_tag: str) -> None:
-        super().__init__(allowed_lateness, late_tag, "records_late")
+    def __init__(self, windowing: Any, field: str, late_tag: str) -> None:
+        super().__init__(windowing, late_tag, "records_late")
         self._field = field
 
     def _late_element(self, element: Any, win: Any, expiry: Any) -> DeadLetter:
@@ -132,13 +230,13 @@ class _KeepWindow(beam_window.NonMergingWindowFn):
     """Assigns each element the window it already has (set by _LateGuardFn's output)."""
 
     def __init__(self, original: beam_window.WindowFn) -> None:
-        self._original = original
+        self.original = original
 
     def assign(self, context: Any) -> list:
         return [context.window]
 
     def get_window_coder(self) -> Any:
-        return self._original.get_window_coder()
+        return self.original.get_window_coder()
 
 
 def split_expired(pcoll: beam.PCollection, guard: _LateGuardFn, late_type: Any) -> tuple:
@@ -146,11 +244,22 @@ def split_expired(pcoll: beam.PCollection, guard: _LateGuardFn, late_type: Any) 
     elements whose window has not expired, in their windows under ``pcoll``'s windowing,
     and the late ones (``late_type``) firing one by one in the global window."""
     windowing = pcoll.windowing
-    checked = (
+    any_type = typing.Tuple[int, typing.Any]  # noqa: UP006
+    keyed = (
         pcoll
-        | "WithWindow"
-        >> beam.Map(_with_window).with_output_types(typing.Tuple[int, typing.Any])  # noqa: UP006
+        | "WithWindow" >> beam.Map(_with_window).with_output_types(any_type)
         | "Global" >> beam.WindowInto(beam_window.GlobalWindows())
+    )
+    # An element at the beginning of time: its arrival arms the guard's timers before the
+    # watermark can pass anything (it holds the guard's input watermark until then).
+    start = (
+        pcoll.pipeline
+        | "Start" >> beam.Impulse()
+        | "StartKey" >> beam.Map(_start).with_output_types(any_type)
+    )
+    checked = (
+        (keyed, start)
+        | "WithStart" >> beam.Flatten()
         | "Guard"
         >> beam.ParDo(guard)
         .with_output_types(typing.Any, late=late_type)
@@ -184,9 +293,12 @@ class SplitLate(beam.PTransform):
     Apply it right after ``WindowInto`` and before ``ToArrow`` to have too-late records
     as dead letters rather than rows, or before a grouping of your own (which would drop
     them). ``WriteToParquetFiles(late_dir=...)`` keeps the rows of too-late records
-    instead, checking batches rather than records. Elements are what ToArrow takes (bytes, ``(key, bytes)``, rows with a
-    ``field``). The check runs under one key (a watermark the whole stream shares): one
-    state read per record on one worker.
+    instead, checking batches rather than records. Elements are what ToArrow takes
+    (bytes, ``(key, bytes)``, rows with a ``field``). The check runs under one key (a
+    watermark the whole stream shares): one state read per record on one worker, and a
+    few timers per window end the watermark passes. Fixed and sliding windows are judged
+    exactly; for other WindowFns a record within a second of its window's expiry may be
+    counted late though the grouping would still have taken it.
     """
 
     def __init__(self, field: str = "value") -> None:
@@ -194,6 +306,6 @@ class SplitLate(beam.PTransform):
         self._field = field
 
     def expand(self, pcoll: beam.PCollection):  # -> {"on_time", "late"} (Beam reads hints)
-        guard = _LateRecordFn(pcoll.windowing.allowed_lateness, self._field, "late")
+        guard = _LateRecordFn(pcoll.windowing, self._field, "late")
         on_time, late = split_expired(pcoll, guard, DeadLetter)
         return {"on_time": on_time, "late": late}

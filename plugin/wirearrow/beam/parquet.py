@@ -13,11 +13,13 @@ import pyarrow as pa
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 
 from wirearrow.beam.late import _LateGuardFn, split_expired
+from wirearrow.beam.transcode import METRICS_NAMESPACE
 from wirearrow.transcoder import DEAD_LETTER_SCHEMA
 
 _LOG = logging.getLogger(__name__)
@@ -30,17 +32,24 @@ class _ParquetFileSink(fileio.FileSink):
     """fileio FileSink writing record batches to one Parquet file.
 
     Batches are buffered up to ``row_group_size`` rows and written as one row group;
-    flush() writes the rest and the footer. fileio calls flush() once, just before it
-    closes the file; a Parquet footer can be written only once, so a write after flush()
-    is an error rather than a silently broken file.
+    flush() writes the rest and the footer, and adds the file's rows to the ``metric``
+    counter (if any): the count is of rows in complete files, not of rows that reached
+    the sink. fileio calls flush() once, just before it closes the file; a Parquet footer
+    can be written only once, so a write after flush() is an error rather than a silently
+    broken file.
     """
 
     def __init__(
-        self, schema: pa.Schema | None, compression: str | None, row_group_size: int
+        self,
+        schema: pa.Schema | None,
+        compression: str | None,
+        row_group_size: int,
+        metric: str | None = None,
     ) -> None:
         self._source_schema = schema
         self._compression = compression or "none"
         self._row_group_size = row_group_size
+        self._metric = metric
 
     def create_metadata(self, destination: str, full_file_name: str) -> Any:
         # Parquet compresses inside the file: the file itself is never wrapped.
@@ -55,6 +64,7 @@ class _ParquetFileSink(fileio.FileSink):
         self._schema: pa.Schema | None = None
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
+        self._rows = 0
         self._finished = False
         if self._source_schema is not None:
             self._start(self._source_schema)
@@ -83,6 +93,7 @@ class _ParquetFileSink(fileio.FileSink):
             self._start(batch.schema)
         self._pending.append(self._conform(batch))
         self._pending_rows += batch.num_rows
+        self._rows += batch.num_rows
         if self._pending_rows >= self._row_group_size:
             self._write_pending()
 
@@ -117,19 +128,28 @@ class _ParquetFileSink(fileio.FileSink):
         self._write_pending()
         self._writer.close()  # the footer; the file handle stays open for fileio to close
         self._finished = True
+        if self._metric and self._rows:
+            Metrics.counter(METRICS_NAMESPACE, self._metric).inc(self._rows)
 
 
 class _SinkFactory:
     """fileio's sink argument: a fresh _ParquetFileSink per file (fileio instantiates a
     FileSink subclass without arguments, so the settings travel in this callable)."""
 
-    def __init__(self, schema: pa.Schema | None, compression: str | None, row_group_size: int):
+    def __init__(
+        self,
+        schema: pa.Schema | None,
+        compression: str | None,
+        row_group_size: int,
+        metric: str | None = None,
+    ):
         self.schema = schema
         self.compression = compression
         self.row_group_size = row_group_size
+        self.metric = metric
 
     def __call__(self, destination: Any) -> _ParquetFileSink:
-        return _ParquetFileSink(self.schema, self.compression, self.row_group_size)
+        return _ParquetFileSink(self.schema, self.compression, self.row_group_size, self.metric)
 
 
 class _AssignShardFn(beam.DoFn):
@@ -201,10 +221,7 @@ class _FileNaming:
 
 class _LateBatchFn(_LateGuardFn):
     """The sink's guard: a batch of a window already expired goes on whole (to the late
-    files), its rows counted in the sink's late metric."""
-
-    def _weight(self, element: pa.RecordBatch) -> int:
-        return element.num_rows
+    files, whose writer counts its rows in the sink's late metric)."""
 
 
 class _DeleteDirFn(beam.DoFn):
@@ -230,16 +247,18 @@ class WriteToParquetFiles(beam.PTransform):
     firings (allowed lateness) add files, never rewrite one. Files are written to a
     temporary directory and renamed into place when complete (fileio.WriteToFiles), so
     ``path`` never holds a file without its footer. Accumulating triggers are refused
-    (each firing would repeat earlier rows).
+    (each firing would repeat earlier rows). The rows of the complete files are counted
+    in the ``rows_metric`` metric (``rows_out``): what the files hold, so rows dropped on
+    the way (too late, see below) are not counted.
 
     **Too late** (``late_dir``, e.g. ``"_late"``; off by default): on windowed unbounded
     input, a batch whose window expired (its end plus the allowed lateness) before it
     arrived -- which the grouping would drop, uncounted -- is written whole under
     ``path/late_dir`` instead (a name starting with ``_`` keeps it out of readers of
     ``path``), one file per firing as it comes, its rows counted in the ``late_metric``
-    metric. The check is one state read per batch, not per record (SplitLate's), but on
-    the direct runner its steps cost as much: docs/beam.md. None: Beam's own behaviour
-    (dropped).
+    metric. The check is one state read per batch, not per record (SplitLate's, and as
+    exact: it knows the watermark whatever windows it has seen), but on the direct runner
+    its steps cost as much: docs/beam.md. None: Beam's own behaviour (dropped, uncounted).
 
     Returns the PCollection of fileio.FileResult of the files written.
 
@@ -254,6 +273,7 @@ class WriteToParquetFiles(beam.PTransform):
         max_writers_per_bundle: files one bundle may have open at once (fileio's limit).
         late_dir: where the batches of expired windows go (relative to ``path``), or None.
         late_metric: the counter of their rows (namespace ``wirearrow``).
+        rows_metric: the counter of the rows in the complete files (None: no counter).
     """
 
     def __init__(
@@ -267,6 +287,7 @@ class WriteToParquetFiles(beam.PTransform):
         max_writers_per_bundle: int = 64,
         late_dir: Optional[str] = None,  # noqa: UP045
         late_metric: str = "rows_late",
+        rows_metric: Optional[str] = "rows_out",  # noqa: UP045
     ) -> None:
         super().__init__()
         if shards is not None and shards < 1:
@@ -280,6 +301,7 @@ class WriteToParquetFiles(beam.PTransform):
         self._max_writers = int(max_writers_per_bundle)
         self._late_dir = late_dir
         self._late_metric = late_metric
+        self._rows_metric = rows_metric
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
         windowing = batches.windowing
@@ -320,7 +342,9 @@ class WriteToParquetFiles(beam.PTransform):
             file_naming=_FileNaming(self._prefix),
             destination=destination,
             temp_directory=StaticValueProvider(str, temp_dir),
-            sink=_SinkFactory(self._schema, self._compression, self._row_group_size),
+            sink=_SinkFactory(
+                self._schema, self._compression, self._row_group_size, self._rows_metric
+            ),
             max_writers_per_bundle=self._max_writers,
         )
         if batches.is_bounded:
@@ -338,7 +362,7 @@ class WriteToParquetFiles(beam.PTransform):
     def _keep_too_late(self, batches: beam.PCollection) -> beam.PCollection:
         """The batches whose window has not expired; the others are written to late_dir."""
         assert self._late_dir is not None
-        guard = _LateBatchFn(batches.windowing.allowed_lateness, "late", self._late_metric)
+        guard = _LateBatchFn(batches.windowing, "late", None)
         on_time, late = split_expired(batches, guard, pa.RecordBatch)
         _ = late | "WriteTooLate" >> WriteToParquetFiles(
             FileSystems.join(self._path, self._late_dir),
@@ -349,6 +373,7 @@ class WriteToParquetFiles(beam.PTransform):
             row_group_size=self._row_group_size,
             max_writers_per_bundle=self._max_writers,
             late_dir=None,
+            rows_metric=self._late_metric,
         )
         return on_time
 
@@ -384,8 +409,9 @@ class WriteDeadLetters(beam.PTransform):
     columns of batch dead letters (``index, offset, path, reason, raw``, plus ``key`` and
     the Kafka position ``topic, partition, kafka_offset, timestamp``, null when unknown).
 
-    Written like :class:`WriteToParquetFiles` (same naming, same atomic rename): batch jobs one
-    file per bundle, streaming one file per window firing, e.g.
+    Written like :class:`WriteToParquetFiles` (same naming, same atomic rename, its
+    arguments taken; their rows counted in ``dead_letters_out``): batch jobs one file per
+    bundle, streaming one file per window firing, e.g.
     ``dead-20240601T000000.000000Z-20240601T000100.000000Z-0-00000-of-00001.parquet``.
     """
 
@@ -404,7 +430,11 @@ class WriteDeadLetters(beam.PTransform):
                 self._path,
                 schema=DEAD_LETTER_FILE_SCHEMA,
                 file_prefix=self._prefix,
-                **{"late_metric": "dead_letters_late", **self._args},
+                **{
+                    "late_metric": "dead_letters_late",
+                    "rows_metric": "dead_letters_out",
+                    **self._args,
+                },
             )
         )
 

@@ -252,7 +252,9 @@ class _TranscodeFn(beam.DoFn):
         self._dead_tag = dead_tag
         self._tables = tables  # emit pa.Table (what Beam's WriteToParquetBatched takes)
         self._records_in = Metrics.counter(METRICS_NAMESPACE, "records_in")
-        self._rows_out = Metrics.counter(METRICS_NAMESPACE, "rows_out")
+        # rows_out is the sink's (WriteToParquetFiles): rows in complete files. The rows
+        # made here can still be dropped downstream (a grouping's late data).
+        self._rows_transcoded = Metrics.counter(METRICS_NAMESPACE, "rows_transcoded")
         self._records_failed = Metrics.counter(METRICS_NAMESPACE, "records_failed")
         self._batches_out = Metrics.counter(METRICS_NAMESPACE, "batches_out")
         # Record batches received whole from a batch-producing source (ReadFromDelimited).
@@ -379,7 +381,7 @@ class _TranscodeFn(beam.DoFn):
                 )
         self._records_in.inc(after.records_in - before.records_in)
         self._records_failed.inc(after.records_failed - before.records_failed)
-        self._rows_out.inc(batch.num_rows)
+        self._rows_transcoded.inc(batch.num_rows)
         self._batches_out.inc(1)
         if self._tables:
             return pa.Table.from_batches([batch]), dead
