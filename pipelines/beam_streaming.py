@@ -11,7 +11,9 @@ the dead letters. It runs on the direct runner's streaming engine (BundleBasedDi
 FnApiRunner does not run TestStream), offline.
 
 Output: ``OUT/parquet/part-<window start>-<window end>-<firing>-<shard>-of-<shards>.parquet``,
-one complete file per window, firing and shard, and a per-window summary printed at the end.
+one complete file per window, firing and shard, and a per-window summary printed at the end,
+then the run's balance, counted from the files: records in = records with rows + dead
+letters + late records (a record missing from all three is reported as vanished).
 With a real source (``beam.io.ReadFromPubSub(...)`` instead of the TestStream) the same
 transforms run on Dataflow: see docs/beam.md.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,8 +41,11 @@ DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 CORRUPT = [bytes([0x00]), bytes([0x0A, 0x05, 0x41])]  # field number 0; string past the end
 
 
-def simulated_source(n: int, rate: float, window_s: int, late: int, seed: int) -> TestStream:
-    """TestStream of ``n`` records at ``rate``/s of event time, in steps of ~1 s."""
+def simulated_source(
+    n: int, rate: float, window_s: int, late: int, seed: int
+) -> tuple[TestStream, int]:
+    """TestStream of ``n`` records at ``rate``/s of event time, in steps of ~1 s, and how
+    many records it sends (the corrupt ones too)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import corpus
 
@@ -49,6 +55,7 @@ def simulated_source(n: int, rate: float, window_s: int, late: int, seed: int) -
     stream = TestStream()
     late_batch: list = []
     step = max(1, int(rate))
+    sent = n
     for start in range(0, n, step):
         now = start / rate
         events = []
@@ -60,6 +67,7 @@ def simulated_source(n: int, rate: float, window_s: int, late: int, seed: int) -
                 events.append(window.TimestampedValue(records[i], event_time))
         if start % (step * 7) == 0:  # now and then a corrupt record
             events.append(window.TimestampedValue(CORRUPT[start // (step * 7) % 2], now))
+            sent += 1
         stream.add_elements(events)
         stream.advance_watermark_to(now)
         if late_batch and now - late_batch[0].timestamp.micros / 1e6 > window_s:
@@ -67,7 +75,7 @@ def simulated_source(n: int, rate: float, window_s: int, late: int, seed: int) -
             late_batch = []
     if late_batch:
         stream.add_elements(late_batch)
-    return stream.advance_watermark_to_infinity()
+    return stream.advance_watermark_to_infinity(), sent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     options.view_as(StandardOptions).streaming = True
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
+    for name in ("parquet", "dead_letters", "late"):  # this job's outputs of an earlier run
+        shutil.rmtree(Path(args.out, name), ignore_errors=True)
     started = time.perf_counter()
-    source = simulated_source(args.n, args.rate, args.window, args.late, args.seed)
+    source, sent = simulated_source(args.n, args.rate, args.window, args.late, args.seed)
     with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
         records = (
             p
@@ -144,14 +154,46 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in sorted(per_window.items()):
         print(f"  window {name}: {len(rows)} files, {sum(rows):,} rows")
     print(f"{len(files)} Parquet files in {args.out}/parquet/ ({elapsed:.1f} s)")
-    if args.split_late:
-        late = sum(pq.read_metadata(f).num_rows for f in Path(args.out, "late").glob("*.parquet"))
-        print(f"{late:,} records later than the allowed lateness -> {args.out}/late/")
-    if args.keep_too_late:
-        late_rows = Path(args.out, "parquet", "_late").glob("*.parquet")
-        late = sum(pq.read_metadata(f).num_rows for f in late_rows)
-        print(f"{late:,} rows of records later than the allowed lateness -> "
-              f"{args.out}/parquet/_late/")
+    print_balance(Path(args.out), sent, args.split_late, args.keep_too_late)
+    return 0
+
+
+def _count(directory: Path, column: str | None = None) -> tuple[int, set]:
+    """Rows of the Parquet files in ``directory``, and the distinct values of ``column``."""
+    rows, values = 0, set()
+    for f in sorted(directory.glob("*.parquet")):
+        rows += pq.read_metadata(f).num_rows
+        if column and column in pq.read_schema(f).names:
+            values.update(pq.read_table(f, columns=[column]).column(column).to_pylist())
+    return rows, values
+
+
+def print_balance(out: Path, sent: int, split_late: bool, keep_too_late: bool) -> None:
+    """Records in, rows (and the records they came from, by request_id), dead letters and
+    late records of the run, from its files: the three must add up to the records in."""
+    rows, ids = _count(out / "parquet", "request_id")
+    dead, _ = _count(out / "dead_letters")
+    late = late_rows = 0
+    if split_late:  # SplitLate's dead letters: one per record
+        late, _ = _count(out / "late")
+    if keep_too_late:  # the sinks' late files: rows (by record) and dead letters
+        late_rows, late_ids = _count(out / "parquet" / "_late", "request_id")
+        late += len(late_ids) + _count(out / "dead_letters" / "_late")[0]
+    print(f"records in:   {sent:,}")
+    late_text = f" ({late_rows:,} rows)" if keep_too_late else ""
+    print(f"rows:         {rows:,}, from {len(ids):,} records")
+    print(f"dead letters: {dead:,}")
+    print(f"late records: {late:,}{late_text}")
+    if not ids and rows:
+        print("balance:      not counted (no request_id column in the rows)")
+        return
+    accounted = len(ids) + dead + late
+    verdict = "every record accounted for" if accounted == sent else (
+        f"{sent - accounted:,} records vanished (too late, dropped by the windows' grouping)"
+    )
+    print(f"balance:      {len(ids):,} + {dead:,} + {late:,} = {accounted:,} of {sent:,}: {verdict}")
+
+
     return 0
 
 

@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.coders import VarIntCoder
+from apache_beam.coders import PickleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger
 from apache_beam.transforms import window as beam_window
@@ -109,11 +109,14 @@ def _start(_: Any) -> tuple:
 
 # The guard's state: the lattice index of the highest rung that fired (the watermark has
 # reached its point), and the ladder of timers above it (one per rung, by dynamic tag):
-# BASE-1 rungs per level, level i's BASE**i lattice steps apart, and "next", one step up.
+# BASE-1 rungs per level, level i's BASE**i lattice steps apart from the level's base
+# (the index it was armed from), and "next", one step up.
 _BASE = 16
 _FIRED = ReadModifyWriteStateSpec("watermark_index", VarIntCoder())
+_BASES = ReadModifyWriteStateSpec("ladder_bases", PickleCoder())
 _RUNG = TimerSpec("rung", TimeDomain.WATERMARK)
 _FIRED_STATE = beam.DoFn.StateParam(_FIRED)
+_BASES_STATE = beam.DoFn.StateParam(_BASES)
 _RUNG_TIMER = beam.DoFn.TimerParam(_RUNG)
 
 
@@ -157,12 +160,17 @@ class _LateGuardFn(beam.DoFn):
             timer.set(Timestamp(micros=self._lattice.point(k + 1)), dynamic_timer_tag="next")
 
     def process(
-        self, item: tuple, fired: Any = _FIRED_STATE, timer: Any = _RUNG_TIMER
+        self,
+        item: tuple,
+        fired: Any = _FIRED_STATE,
+        bases: Any = _BASES_STATE,
+        timer: Any = _RUNG_TIMER,
     ) -> Iterator[Any]:
         if item[1] is None:  # the start: arm the ladder from the lowest time there is
             if fired.read() is None:
                 bottom = self._lattice.bottom
                 fired.write(bottom)
+                bases.write([bottom] * self._lattice.levels)
                 self._next(timer, bottom)
                 for level in range(self._lattice.levels):
                     self._arm(timer, bottom, level)
@@ -184,21 +192,42 @@ class _LateGuardFn(beam.DoFn):
         at: Any = beam.DoFn.TimestampParam,
         tag: Any = beam.DoFn.DynamicTimerTagParam,
         fired: Any = _FIRED_STATE,
+        bases: Any = _BASES_STATE,
         timer: Any = _RUNG_TIMER,
     ) -> None:
         k = self._lattice.index(Timestamp.of(at).micros)
         current = fired.read()
-        if current is not None and k <= current:
-            return  # a rung below the highest that fired: the ladder is already above it
+        if current is None:
+            return  # (a timer of an earlier run of this state: cannot happen)
+        level, _, digit = tag.partition(".")
+        if k <= current:
+            # A rung below the highest that fired, fired late or twice. The direct runner
+            # delivers a firing again when it extracts timers before the first delivery
+            # ran, and clears the tag's timer on each delivery, whatever it was set to
+            # since: put the tag back where it belongs.
+            if tag == "next":
+                self._next(timer, current)
+            else:
+                i = int(level)
+                at_index = bases.read()[i] + int(digit) * _BASE**i
+                if current < at_index <= self._lattice.top:
+                    timer.set(Timestamp(micros=self._lattice.point(at_index)), dynamic_timer_tag=tag)
+            return
         fired.write(k)
         # The next point is always pending: on a runner that holds the output watermark
         # at pending timers, nothing this DoFn lets through can be overtaken by it.
         self._next(timer, k)
-        level = int(tag.partition(".")[0]) if tag != "next" else 0
-        if level > 0:
+        if tag != "next" and int(level) > 0:
             # Between here and the next rung of this level or above (BASE**level steps
             # up), the level below takes over: each round of firings descends a level.
-            self._arm(timer, k, level - 1)
+            # Near the top, the highest level below with a rung before it.
+            below = int(level) - 1
+            while below > 0 and k + _BASE**below > self._lattice.top:
+                below -= 1
+            levels = bases.read()
+            levels[below] = k
+            bases.write(levels)
+            self._arm(timer, k, below)
 
 
 class _LateRecordFn(_LateGuardFn):
