@@ -93,6 +93,13 @@ class _ExpiryLattice:
         """The highest lattice index whose point is at or before ``micros``."""
         return (micros - self.phase) // self.step
 
+    def nearest(self, micros: int) -> int:
+        """The lattice index whose point is nearest ``micros``: the rung a timer firing at
+        ``micros`` was set for. The Fn API carries timers in milliseconds, so a rung
+        fires up to 999 us before its point (floor(index) would take it for the rung
+        below, which would be set again, and fire again, for ever)."""
+        return (micros - self.phase + self.step // 2) // self.step
+
     def point(self, k: int) -> int:
         return self.phase + k * self.step
 
@@ -195,7 +202,7 @@ class _LateGuardFn(beam.DoFn):
         bases: Any = _BASES_STATE,
         timer: Any = _RUNG_TIMER,
     ) -> None:
-        k = self._lattice.index(Timestamp.of(at).micros)
+        k = self._lattice.nearest(Timestamp.of(at).micros)
         current = fired.read()
         if current is None:
             return  # (a timer of an earlier run of this state: cannot happen)
