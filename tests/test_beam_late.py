@@ -368,12 +368,12 @@ def test_the_streaming_pipeline_prints_its_balance(tmp_path, capsys) -> None:
     sys.path.insert(0, str(ROOT / "pipelines"))
     import beam_streaming
 
-    args = ["--n", "200", "--rate", "20", "--window", "5", "--lateness", "2", "--late", "20"]
+    args = ["--n", "600", "--rate", "20", "--window", "10", "--lateness", "5", "--late", "30"]
     assert beam_streaming.main([*args, "--out", str(tmp_path)]) == 0
     lines = dict(
         line.split(":", 1) for line in capsys.readouterr().out.splitlines() if ":" in line
     )
     sent, dead, late = (int(lines[k].replace(",", "")) for k in ("records in", "dead letters",
                                                                   "late records"))
-    assert sent == 200 + len(range(0, 200, 20 * 7)) and dead == sent - 200 and late > 0
+    assert sent == 600 + len(range(0, 600, 20 * 7)) and dead == sent - 600 and late > 0
     assert lines["balance"].endswith(f"of {sent}: every record accounted for"), lines["balance"]
