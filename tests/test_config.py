@@ -165,13 +165,13 @@ def test_extensions(project: Path) -> None:
             """,
         )
     )
-    assert plan.settings == (
-        ("on_error", "dead_letter"),
-        ("timestamp_unit", "ns"),
-        ("validate", "full"),
-        ("enums", "number"),
-        ("max_nesting", 7),
-    )
+    assert dict(plan.settings) == {
+        "on_error": "dead_letter",
+        "timestamp_unit": "ns",
+        "validate": "full",
+        "enums": "number",
+        "max_nesting": 7,
+    }
     assert plan.spec() == wa.TranscodeSpec(
         plan.schema(),
         None,

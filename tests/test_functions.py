@@ -105,34 +105,34 @@ def ts(*args: int) -> dt.datetime:
 
 
 REFERENCE_EXAMPLES = [
-    (wa.has("id"), pa.bool_(), True),
-    (wa.has("n"), pa.bool_(), False),
-    (wa.len("id"), pa.int64(), 15),
-    (wa.len("imps"), pa.int64(), 3),
-    (wa.len("blob"), pa.int64(), 2),
-    (wa.trim_prefix("id", "  He"), pa.utf8(), "llo World  "),
+    (wa.fn.has("id"), pa.bool_(), True),
+    (wa.fn.has("n"), pa.bool_(), False),
+    (wa.fn.len("id"), pa.int64(), 15),
+    (wa.fn.len("imps"), pa.int64(), 3),
+    (wa.fn.len("blob"), pa.int64(), 2),
+    (wa.fn.trim_prefix("id", "  He"), pa.utf8(), "llo World  "),
     # reference: "2;2.5;01ab;true;0": the unset oneof member n is null here (presence), so ''
-    (wa.concat("color", "f", "blob", wa.lit(True), "n", sep=";"), pa.utf8(), "2;2.5;01ab;true;"),
-    (wa.div("si", 2), pa.int64(), -3),
-    (wa.mod("si", 3), pa.int64(), -1),
-    (wa.div("si", 0), pa.int64(), None),  # reference: 0
-    (wa.strptime("s", "%Y-%m-%d %H:%M:%S"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
-    (wa.cast_int(wa.strptime("s", "%Y-%m-%d %H:%M:%S")), pa.int64(), 1_710_498_600_000_000),
-    (wa.strptime("s", "2006-01-02 15:04:05"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
-    (wa.try_strptime("id", "%Y"), pa.timestamp("us", "UTC"), ts(1970, 1, 1)),
-    (wa.strptime("id", "%Y"), pa.timestamp("us", "UTC"), None),
-    (wa.date_part("secs", "year", unit="s"), pa.int64(), 2023),
-    (wa.date_part("ts", "YEAR"), pa.int64(), 2023),
-    (wa.epoch_to_date("secs", unit="s"), pa.date32(), dt.date(2023, 11, 14)),  # ref: int32 19675
-    (wa.epoch_to_date("ts"), pa.date32(), dt.date(2023, 11, 14)),
-    (wa.enum_name("color"), pa.utf8(), "GREEN"),
-    (wa.mask("id", keep=3, char="#"), pa.utf8(), "  H############"),
-    (wa.bucket("si", size=4), pa.int32(), -4),
-    (wa.coerce("opt", 1, 0), pa.utf8(), "1"),
-    (wa.coalesce("n", "si"), pa.int64(), -7),
-    (wa.default("n", 99), pa.int64(), 99),
-    (wa.hash(wa.lit("abc"), 1), pa.int64(), -281498599332273074),
-    (wa.hash(wa.lit(None)), pa.int64(), -3750763034362895579),
+    (wa.fn.concat("color", "f", "blob", wa.fn.lit(True), "n", sep=";"), pa.utf8(), "2;2.5;01ab;true;"),
+    (wa.fn.div("si", 2), pa.int64(), -3),
+    (wa.fn.mod("si", 3), pa.int64(), -1),
+    (wa.fn.div("si", 0), pa.int64(), None),  # reference: 0
+    (wa.fn.strptime("s", "%Y-%m-%d %H:%M:%S"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
+    (wa.fn.cast_int(wa.fn.strptime("s", "%Y-%m-%d %H:%M:%S")), pa.int64(), 1_710_498_600_000_000),
+    (wa.fn.strptime("s", "2006-01-02 15:04:05"), pa.timestamp("us", "UTC"), ts(2024, 3, 15, 10, 30)),
+    (wa.fn.try_strptime("id", "%Y"), pa.timestamp("us", "UTC"), ts(1970, 1, 1)),
+    (wa.fn.strptime("id", "%Y"), pa.timestamp("us", "UTC"), None),
+    (wa.fn.date_part("secs", "year", unit="s"), pa.int64(), 2023),
+    (wa.fn.date_part("ts", "YEAR"), pa.int64(), 2023),
+    (wa.fn.epoch_to_date("secs", unit="s"), pa.date32(), dt.date(2023, 11, 14)),  # ref: int32 19675
+    (wa.fn.epoch_to_date("ts"), pa.date32(), dt.date(2023, 11, 14)),
+    (wa.fn.enum_name("color"), pa.utf8(), "GREEN"),
+    (wa.fn.mask("id", keep=3, char="#"), pa.utf8(), "  H############"),
+    (wa.fn.bucket("si", size=4), pa.int32(), -4),
+    (wa.fn.coerce("opt", 1, 0), pa.utf8(), "1"),
+    (wa.fn.coalesce("n", "si"), pa.int64(), -7),
+    (wa.fn.default("n", 99), pa.int64(), 99),
+    (wa.fn.hash(wa.fn.lit("abc"), 1), pa.int64(), -281498599332273074),
+    (wa.fn.hash(wa.fn.lit(None)), pa.int64(), -3750763034362895579),
 ]
 
 
@@ -144,13 +144,13 @@ def test_reference_examples(fx, expr, type_, value) -> None:
 def test_reference_aggregate_examples(fx) -> None:
     values, types = run(
         fx,
-        {"sum": wa.sum("imps[*].deals[*].price"), "n": wa.distinct("imps[*].deals[*].id")},
+        {"sum": wa.fn.sum("imps[*].deals[*].price"), "n": wa.fn.distinct("imps[*].deals[*].id")},
         "imps[*].id",
     )
     assert values["imps[*].id"] == ["i1", "i2", "i3"]  # aggregates add no rows
     assert values["sum"] == [3.75] * 3 and types["sum"] == pa.float64()
     assert values["n"] == [2] * 3 and types["n"] == pa.int64()
-    values, _ = run(fx, {"ids": wa.list_concat("imps[*].id", sep=",")}, "imps[*].id")
+    values, _ = run(fx, {"ids": wa.fn.list_concat("imps[*].id", sep=",")}, "imps[*].id")
     assert values["ids"] == ["i1,i2,i3"] * 3
 
 
@@ -159,9 +159,9 @@ def test_aggregates_over_different_fanouts_are_independent(fx) -> None:
     values, _ = run(
         fx,
         {
-            "ids": wa.list_concat("imps[*].id", sep=","),
-            "sum": wa.sum("imps[*].deals[*].price"),
-            "keys": wa.distinct("m[*]"),
+            "ids": wa.fn.list_concat("imps[*].id", sep=","),
+            "sum": wa.fn.sum("imps[*].deals[*].price"),
+            "keys": wa.fn.distinct("m[*]"),
         },
         messages=[{**EXAMPLE, "m": {"a": 1, "b": 2}}],
     )
@@ -173,7 +173,7 @@ def test_scalars_broadcast_across_fanout(fx) -> None:
     # rows); here the root value is broadcast onto each impression row.
     values, _ = run(
         fx,
-        {"c": wa.concat("color", "imps[*].id", sep="-"), "w": wa.add("si", "imps[*].w")},
+        {"c": wa.fn.concat("color", "imps[*].id", sep="-"), "w": wa.fn.add("si", "imps[*].w")},
         "imps[*].id",
         messages=[EXAMPLE, {"si": 1, "imps": [{"id": "j", "w": 10}]}],
     )
@@ -185,7 +185,7 @@ def test_scalars_broadcast_across_fanout(fx) -> None:
 def test_has_with_fanout_in_either_column_order(fx) -> None:
     empty = [{"id": "x"}]
     for order in (0, 1):
-        exprs = {"h": wa.has("imps[*].id")}
+        exprs = {"h": wa.fn.has("imps[*].id")}
         schema, Msg = fx
         cols = [wa.Column(name="h", expr=exprs["h"]), "imps[*].id"]
         batch = wa.Transcoder(schema, columns=cols[::-1] if order else cols).transcode(
@@ -199,56 +199,56 @@ def test_has_with_fanout_in_either_column_order(fx) -> None:
 
 # On a message where every explicit-presence field is absent (opt, d, u, ms, name, flag, n).
 NULLS = [
-    (wa.add("opt", 1), None),
-    (wa.sub("d", "opt"), None),
-    (wa.mul("ms", 2), None),
-    (wa.div("ms", 2), None),
-    (wa.mod("d", 2), None),
-    (wa.abs("opt"), None),
-    (wa.ceil("d"), None),
-    (wa.floor("d"), None),
-    (wa.round("d"), None),
-    (wa.min("opt", 1), None),
-    (wa.max("d", 1.0), None),
-    (wa.bucket("ms", 10), None),
-    (wa.eq("opt", 0), None),
-    (wa.ne("opt", 0), None),  # SQL null (reference: false); filters and cond read it as false
-    (wa.lt("name", "a"), None),
-    (wa.cond(wa.ne("opt", 0), "yes", "no"), "no"),
-    (wa.and_("flag", True), False),
-    (wa.or_("flag", "opt"), False),
-    (wa.not_("flag"), True),
-    (wa.has("opt"), False),
-    (wa.coalesce("opt", "ms"), None),
-    (wa.default("opt", 7), 7),
-    (wa.default("opt", None), None),
-    (wa.coerce("opt", "t", "f"), "f"),
-    (wa.coerce("opt", "t"), None),
-    (wa.concat("name", "opt", wa.lit("x"), sep="|"), "||x"),
-    (wa.upper("name"), ""),
-    (wa.lower("name"), ""),
-    (wa.trim("name"), ""),
-    (wa.trim_prefix("name", "a"), ""),
-    (wa.trim_suffix("name", "a"), ""),
-    (wa.cast_string("opt"), ""),
-    (wa.len("name"), None),  # reference: 0
-    (wa.mask("name", keep=1), None),
-    (wa.cast_int("name"), None),
-    (wa.cast_int("d"), None),
-    (wa.cast_float("name"), None),
-    (wa.strptime("name", "%Y"), None),
-    (wa.try_strptime("name", "%Y"), ts(1970, 1, 1)),
-    (wa.extract_year("ms", unit="ms"), None),
-    (wa.extract_month("ts"), None),
-    (wa.date_part("ts", "day"), None),
-    (wa.epoch_to_date("secs", unit="s"), None),
-    (wa.age("ts"), None),
-    (wa.age("ms", "secs", unit="ms"), None),
-    (wa.hash("name", "opt"), -3750763034362895579),
-    (wa.enum_name("colors[0]"), None),
-    (wa.sum("imps[*].w"), None),
-    (wa.distinct("imps[*].id"), 0),
-    (wa.list_concat("imps[*].id", sep=","), ""),
+    (wa.fn.add("opt", 1), None),
+    (wa.fn.sub("d", "opt"), None),
+    (wa.fn.mul("ms", 2), None),
+    (wa.fn.div("ms", 2), None),
+    (wa.fn.mod("d", 2), None),
+    (wa.fn.abs("opt"), None),
+    (wa.fn.ceil("d"), None),
+    (wa.fn.floor("d"), None),
+    (wa.fn.round("d"), None),
+    (wa.fn.min("opt", 1), None),
+    (wa.fn.max("d", 1.0), None),
+    (wa.fn.bucket("ms", 10), None),
+    (wa.fn.eq("opt", 0), None),
+    (wa.fn.ne("opt", 0), None),  # SQL null (reference: false); filters and cond read it as false
+    (wa.fn.lt("name", "a"), None),
+    (wa.fn.cond(wa.fn.ne("opt", 0), "yes", "no"), "no"),
+    (wa.fn.and_("flag", True), False),
+    (wa.fn.or_("flag", "opt"), False),
+    (wa.fn.not_("flag"), True),
+    (wa.fn.has("opt"), False),
+    (wa.fn.coalesce("opt", "ms"), None),
+    (wa.fn.default("opt", 7), 7),
+    (wa.fn.default("opt", None), None),
+    (wa.fn.coerce("opt", "t", "f"), "f"),
+    (wa.fn.coerce("opt", "t"), None),
+    (wa.fn.concat("name", "opt", wa.fn.lit("x"), sep="|"), "||x"),
+    (wa.fn.upper("name"), ""),
+    (wa.fn.lower("name"), ""),
+    (wa.fn.trim("name"), ""),
+    (wa.fn.trim_prefix("name", "a"), ""),
+    (wa.fn.trim_suffix("name", "a"), ""),
+    (wa.fn.cast_string("opt"), ""),
+    (wa.fn.len("name"), None),  # reference: 0
+    (wa.fn.mask("name", keep=1), None),
+    (wa.fn.cast_int("name"), None),
+    (wa.fn.cast_int("d"), None),
+    (wa.fn.cast_float("name"), None),
+    (wa.fn.strptime("name", "%Y"), None),
+    (wa.fn.try_strptime("name", "%Y"), ts(1970, 1, 1)),
+    (wa.fn.extract_year("ms", unit="ms"), None),
+    (wa.fn.extract_month("ts"), None),
+    (wa.fn.date_part("ts", "day"), None),
+    (wa.fn.epoch_to_date("secs", unit="s"), None),
+    (wa.fn.age("ts"), None),
+    (wa.fn.age("ms", "secs", unit="ms"), None),
+    (wa.fn.hash("name", "opt"), -3750763034362895579),
+    (wa.fn.enum_name("colors[0]"), None),
+    (wa.fn.sum("imps[*].w"), None),
+    (wa.fn.distinct("imps[*].id"), 0),
+    (wa.fn.list_concat("imps[*].id", sep=","), ""),
 ]
 
 
@@ -259,7 +259,7 @@ def test_nulls(fx, expr, value) -> None:
 
 def test_null_literals_adapt(fx) -> None:
     values, types = run(
-        fx, {"a": wa.add(wa.lit(None), 1), "c": wa.coalesce(wa.lit(None), "si"), "l": wa.len(None)}
+        fx, {"a": wa.fn.add(wa.fn.lit(None), 1), "c": wa.fn.coalesce(wa.fn.lit(None), "si"), "l": wa.fn.len(None)}
     )
     assert values == {"a": [None], "c": [-7], "l": [None]}
     assert types["a"] == pa.int64() and types["c"] == pa.int32()
@@ -273,13 +273,13 @@ def test_arithmetic_result_types(fx) -> None:
     values, types = run(
         fx,
         {
-            "int_float": wa.add("i32", "f"),
-            "int_int": wa.add("i32", "si"),
-            "wrap": wa.mul("ms", 4),
-            "uint": wa.add("u", 0),
-            "bool": wa.add("flag", 1),
-            "sub": wa.sub("i32", 10),
-            "float_lit": wa.mul("si", 0.5),
+            "int_float": wa.fn.add("i32", "f"),
+            "int_int": wa.fn.add("i32", "si"),
+            "wrap": wa.fn.mul("ms", 4),
+            "uint": wa.fn.add("u", 0),
+            "bool": wa.fn.add("flag", 1),
+            "sub": wa.fn.sub("i32", 10),
+            "float_lit": wa.fn.mul("si", 0.5),
         },
         messages=[m],
     )
@@ -297,18 +297,18 @@ def test_division_and_modulo(fx) -> None:
     values, types = run(
         fx,
         {
-            "trunc": wa.div("si", 2),
-            "trunc_neg": wa.div(7, wa.lit(-2)),
-            "by_zero": wa.div("si", "i32"),
-            "mod_zero": wa.mod("si", "i32"),
-            "float_zero": wa.div("d", 0.0),
-            "float_mod_zero": wa.mod("d", 0),
-            "min_by_minus_one": wa.div("ms", "opt"),
-            "mod_minus_one": wa.mod("ms", "opt"),
-            "float_div": wa.div("d", 2),
-            "fmod": wa.mod("d", 2),
-            "mod_sign": wa.mod(7, wa.lit(-3)),
-            "mixed": wa.div("si", 2.0),
+            "trunc": wa.fn.div("si", 2),
+            "trunc_neg": wa.fn.div(7, wa.fn.lit(-2)),
+            "by_zero": wa.fn.div("si", "i32"),
+            "mod_zero": wa.fn.mod("si", "i32"),
+            "float_zero": wa.fn.div("d", 0.0),
+            "float_mod_zero": wa.fn.mod("d", 0),
+            "min_by_minus_one": wa.fn.div("ms", "opt"),
+            "mod_minus_one": wa.fn.mod("ms", "opt"),
+            "float_div": wa.fn.div("d", 2),
+            "fmod": wa.fn.mod("d", 2),
+            "mod_sign": wa.fn.mod(7, wa.fn.lit(-3)),
+            "mixed": wa.fn.div("si", 2.0),
         },
         messages=[m],
     )
@@ -328,15 +328,15 @@ def test_unary_numbers(fx) -> None:
     values, types = run(
         fx,
         {
-            "abs32": wa.abs("i32"),
-            "abs64": wa.abs("ms"),
-            "absu": wa.abs("u"),
-            "ceil": wa.ceil("d"),
-            "floor": wa.floor(wa.lit(-2.5)),
-            "round": wa.round("d"),
-            "round35": wa.round(3.5),
-            "round_neg": wa.round(-2.5),
-            "ceil_int": wa.ceil("i32"),
+            "abs32": wa.fn.abs("i32"),
+            "abs64": wa.fn.abs("ms"),
+            "absu": wa.fn.abs("u"),
+            "ceil": wa.fn.ceil("d"),
+            "floor": wa.fn.floor(wa.fn.lit(-2.5)),
+            "round": wa.fn.round("d"),
+            "round35": wa.fn.round(3.5),
+            "round_neg": wa.fn.round(-2.5),
+            "ceil_int": wa.fn.ceil("i32"),
         },
         messages=[m],
     )
@@ -354,11 +354,11 @@ def test_min_max(fx) -> None:
     values, types = run(
         fx,
         {
-            "ints": wa.min("si", "i32"),
-            "mixed": wa.max("si", 2.5),
-            "nan": wa.max("d", 1.0),
-            "strings": wa.min("name", "a"),
-            "times": wa.max("ts", wa.strptime(wa.lit("2030"), "%Y")),
+            "ints": wa.fn.min("si", "i32"),
+            "mixed": wa.fn.max("si", 2.5),
+            "nan": wa.fn.max("d", 1.0),
+            "strings": wa.fn.min("name", "a"),
+            "times": wa.fn.max("ts", wa.fn.strptime(wa.fn.lit("2030"), "%Y")),
         },
         messages=[m],
     )
@@ -374,17 +374,17 @@ def test_bucket(fx) -> None:
     values, types = run(
         fx,
         {
-            "neg": wa.bucket("si", 4),
-            "pos": wa.bucket("ms", 5),
-            "zero": wa.bucket("ms", 0),
-            "u": wa.bucket("u", 10),
+            "neg": wa.fn.bucket("si", 4),
+            "pos": wa.fn.bucket("ms", 5),
+            "zero": wa.fn.bucket("ms", 0),
+            "u": wa.fn.bucket("u", 10),
         },
         messages=[m],
     )
     assert values == {"neg": [-4], "pos": [10], "zero": [13], "u": [2**64 - 6]}
     assert types["neg"] == pa.int32() and types["u"] == pa.uint64()
     with pytest.raises(wa.PlanError, match="param must be an int64"):
-        wa.Transcoder(fx[0], columns=[wa.Column(name="huge", expr=wa.bucket("ms", 2**70))])
+        wa.Transcoder(fx[0], columns=[wa.Column(name="huge", expr=wa.fn.bucket("ms", 2**70))])
 
 
 # ---- comparisons and logic -------------------------------------------------------------------
@@ -395,19 +395,19 @@ def test_comparisons(fx) -> None:
     values, _ = run(
         fx,
         {
-            "int_float": wa.lt("si", -6.5),
-            "uint_vs_neg": wa.gt("u", "si"),
-            "uint_eq": wa.eq("u", wa.lit(2**64 - 1)),
-            "strings": wa.lt("name", "ba"),
-            "bytewise": wa.lt(wa.lit("Z"), wa.lit("a")),
-            "enum": wa.eq("color", 2),
-            "bools": wa.gt("flag", False),
-            "bytes": wa.eq("blob", "a"),
-            "nan_eq": wa.eq("d", "d"),
-            "nan_ne": wa.ne("d", 1.0),
-            "times": wa.lt("ts", wa.strptime(wa.lit("2000"), "%Y")),
-            "ge": wa.ge("si", -7),
-            "le": wa.le("si", -8),
+            "int_float": wa.fn.lt("si", -6.5),
+            "uint_vs_neg": wa.fn.gt("u", "si"),
+            "uint_eq": wa.fn.eq("u", wa.fn.lit(2**64 - 1)),
+            "strings": wa.fn.lt("name", "ba"),
+            "bytewise": wa.fn.lt(wa.fn.lit("Z"), wa.fn.lit("a")),
+            "enum": wa.fn.eq("color", 2),
+            "bools": wa.fn.gt("flag", False),
+            "bytes": wa.fn.eq("blob", "a"),
+            "nan_eq": wa.fn.eq("d", "d"),
+            "nan_ne": wa.fn.ne("d", 1.0),
+            "times": wa.fn.lt("ts", wa.fn.strptime(wa.fn.lit("2000"), "%Y")),
+            "ge": wa.fn.ge("si", -7),
+            "le": wa.fn.le("si", -8),
         },
         messages=[m],
     )
@@ -425,8 +425,8 @@ def test_comparisons_of_times(fx) -> None:
     values, _ = run(
         fx,
         {
-            "ts": wa.gt("ts", wa.strptime(wa.lit("2023-11-14 22:13:20"), "%Y-%m-%d %H:%M:%S")),
-            "dur": wa.eq("dur", wa.sub("ts", wa.sub("ts", "dur"))),
+            "ts": wa.fn.gt("ts", wa.fn.strptime(wa.fn.lit("2023-11-14 22:13:20"), "%Y-%m-%d %H:%M:%S")),
+            "dur": wa.fn.eq("dur", wa.fn.sub("ts", wa.fn.sub("ts", "dur"))),
         },
         messages=[m],
     )
@@ -438,11 +438,11 @@ def test_logic_uses_truthiness(fx) -> None:
     values, types = run(
         fx,
         {
-            "and": wa.and_("si", "imps"),
-            "and_empty": wa.and_("si", "name"),
-            "or": wa.or_("name", "opt"),
-            "not": wa.not_("opt"),
-            "not_msg": wa.not_("ts"),
+            "and": wa.fn.and_("si", "imps"),
+            "and_empty": wa.fn.and_("si", "name"),
+            "or": wa.fn.or_("name", "opt"),
+            "not": wa.fn.not_("opt"),
+            "not_msg": wa.fn.not_("ts"),
         },
         messages=[m],
     )
@@ -464,20 +464,20 @@ def test_string_functions(fx) -> None:
     values, _ = run(
         fx,
         {
-            "upper": wa.upper("id"),
-            "lower": wa.lower(wa.lit("ÀÉ")),
-            "trim": wa.trim("name"),
-            "trim_prefix": wa.trim_prefix("s", "prefix-"),
-            "trim_prefix_absent": wa.trim_prefix("s", "body"),
-            "trim_suffix": wa.trim_suffix("s", "-suffix"),
-            "trim_suffix_once": wa.trim_suffix(wa.lit("aa"), "a"),
-            "len_bytes": wa.len("id"),  # UTF-8 bytes, not code points
-            "mask": wa.mask("id", keep=1),
-            "mask_all_kept": wa.mask("id", keep=10),
-            "mask_negative": wa.mask("id", keep=-2, char="#x"),
-            "upper_number": wa.upper("f"),
-            "cast_string": wa.cast_string("f"),  # float32 0.1 -> "0.1"
-            "concat_plain": wa.concat("id", wa.lit(1), wa.lit(2.5), wa.lit(None), wa.lit(False)),
+            "upper": wa.fn.upper("id"),
+            "lower": wa.fn.lower(wa.fn.lit("ÀÉ")),
+            "trim": wa.fn.trim("name"),
+            "trim_prefix": wa.fn.trim_prefix("s", "prefix-"),
+            "trim_prefix_absent": wa.fn.trim_prefix("s", "body"),
+            "trim_suffix": wa.fn.trim_suffix("s", "-suffix"),
+            "trim_suffix_once": wa.fn.trim_suffix(wa.fn.lit("aa"), "a"),
+            "len_bytes": wa.fn.len("id"),  # UTF-8 bytes, not code points
+            "mask": wa.fn.mask("id", keep=1),
+            "mask_all_kept": wa.fn.mask("id", keep=10),
+            "mask_negative": wa.fn.mask("id", keep=-2, char="#x"),
+            "upper_number": wa.fn.upper("f"),
+            "cast_string": wa.fn.cast_string("f"),  # float32 0.1 -> "0.1"
+            "concat_plain": wa.fn.concat("id", wa.fn.lit(1), wa.fn.lit(2.5), wa.fn.lit(None), wa.fn.lit(False)),
         },
         messages=[m],
     )
@@ -524,11 +524,11 @@ def test_coerce_renders_literals_as_go(fx) -> None:
     values, _ = run(
         fx,
         {
-            "int": wa.coerce("si", 1, 0),
-            "bool": wa.coerce("si", True, False),
-            "big": wa.coerce("si", 1e21, 0.5),
-            "million": wa.coerce("si", 1e6, None),
-            "small": wa.coerce("opt", 1, 1e-5),
+            "int": wa.fn.coerce("si", 1, 0),
+            "bool": wa.fn.coerce("si", True, False),
+            "big": wa.fn.coerce("si", 1e21, 0.5),
+            "million": wa.fn.coerce("si", 1e6, None),
+            "small": wa.fn.coerce("opt", 1, 1e-5),
         },
         messages=[dict(si=1)],
     )
@@ -570,7 +570,7 @@ def test_coerce_renders_literals_as_go(fx) -> None:
 )
 def test_casts_from_text(fx, text, as_int, as_float) -> None:
     values, _ = run(
-        fx, {"i": wa.cast_int("name"), "f": wa.cast_float("name")}, messages=[{"name": text}]
+        fx, {"i": wa.fn.cast_int("name"), "f": wa.fn.cast_float("name")}, messages=[{"name": text}]
     )
     assert values["i"] == [as_int]
     assert values["f"] == [as_float]
@@ -581,16 +581,16 @@ def test_casts_from_numbers(fx) -> None:
     values, types = run(
         fx,
         {
-            "trunc": wa.cast_int("d"),
-            "bool": wa.cast_int("flag"),
-            "enum": wa.cast_int("color"),
-            "uint": wa.cast_int("u"),
-            "ts": wa.cast_int("ts"),  # ticks of the column's unit (us)
-            "too_big": wa.cast_int(wa.lit(1e30)),
-            "nan": wa.cast_int(wa.lit(math.nan)),
-            "float": wa.cast_float("color"),
-            "float_bool": wa.cast_float("flag"),
-            "string": wa.cast_string("u"),
+            "trunc": wa.fn.cast_int("d"),
+            "bool": wa.fn.cast_int("flag"),
+            "enum": wa.fn.cast_int("color"),
+            "uint": wa.fn.cast_int("u"),
+            "ts": wa.fn.cast_int("ts"),  # ticks of the column's unit (us)
+            "too_big": wa.fn.cast_int(wa.fn.lit(1e30)),
+            "nan": wa.fn.cast_int(wa.fn.lit(math.nan)),
+            "float": wa.fn.cast_float("color"),
+            "float_bool": wa.fn.cast_float("flag"),
+            "string": wa.fn.cast_string("u"),
         },
         messages=[m],
     )
@@ -618,10 +618,10 @@ def test_hash_matches_the_reference(fx) -> None:
     values, types = run(
         fx,
         {
-            "h": wa.hash("id", "si", "f", "blob", "flag", "color"),
-            "null_skipped": wa.hash("id", "opt", "si"),
-            "one": wa.hash("id"),
-            "per_row": wa.hash("imps[*].id"),
+            "h": wa.fn.hash("id", "si", "f", "blob", "flag", "color"),
+            "null_skipped": wa.fn.hash("id", "opt", "si"),
+            "one": wa.fn.hash("id"),
+            "per_row": wa.fn.hash("imps[*].id"),
         },
         messages=[{**m, "imps": [{"id": "a"}, {"id": ""}, {"id": "a"}]}],
     )
@@ -644,10 +644,10 @@ def test_hash_of_many_lengths() -> None:
 def test_time_functions_on_timestamps(fx) -> None:
     m = dict(ts={"seconds": 1_710_498_645, "nanos": 999_000_000})  # 2024-03-15 10:30:45.999
     parts = ("year", "month", "day", "hour", "minute", "second")
-    exprs = {p: getattr(wa, f"extract_{p}")("ts") for p in parts}
-    exprs |= {f"dp_{p}": wa.date_part("ts", p) for p in parts}
-    exprs["epoch"] = wa.date_part("ts", "epoch")
-    exprs["date"] = wa.epoch_to_date("ts")
+    exprs = {p: getattr(wa.fn, f"extract_{p}")("ts") for p in parts}
+    exprs |= {f"dp_{p}": wa.fn.date_part("ts", p) for p in parts}
+    exprs["epoch"] = wa.fn.date_part("ts", "epoch")
+    exprs["date"] = wa.fn.epoch_to_date("ts")
     values, types = run(fx, exprs, messages=[m])
     expected = dict(zip(parts, (2024, 3, 15, 10, 30, 45), strict=True))
     for p, v in expected.items():
@@ -665,11 +665,11 @@ def test_integer_epochs_take_a_unit(fx, unit, value) -> None:
     values, _ = run(
         fx,
         {
-            "y": wa.extract_year("ms", unit=unit),
-            "h": wa.extract_hour("ms", unit=unit),
-            "dp": wa.date_part("ms", "minute", unit=unit),
-            "d": wa.epoch_to_date("ms", unit=unit),
-            "epoch": wa.date_part("ms", "epoch", unit=unit),
+            "y": wa.fn.extract_year("ms", unit=unit),
+            "h": wa.fn.extract_hour("ms", unit=unit),
+            "dp": wa.fn.date_part("ms", "minute", unit=unit),
+            "d": wa.fn.epoch_to_date("ms", unit=unit),
+            "epoch": wa.fn.date_part("ms", "epoch", unit=unit),
         },
         messages=[dict(ms=value)],
     )
@@ -685,7 +685,7 @@ def test_integer_epochs_take_a_unit(fx, unit, value) -> None:
 def test_dates_are_floored_before_1970(fx) -> None:
     values, _ = run(
         fx,
-        {"d": wa.epoch_to_date("secs", unit="s"), "e": wa.date_part("ms", "epoch", unit="ms")},
+        {"d": wa.fn.epoch_to_date("secs", unit="s"), "e": wa.fn.date_part("ms", "epoch", unit="ms")},
         messages=[dict(secs=-1, ms=-1)],
     )
     assert values == {"d": [dt.date(1969, 12, 31)], "e": [-1]}  # reference: 1970-01-01
@@ -696,10 +696,10 @@ def test_age(fx) -> None:
     values, types = run(
         fx,
         {
-            "two": wa.age("ts", wa.sub("ts", "dur")),
-            "ints": wa.age("ms", "secs", unit="ms"),
-            "now": wa.age("ts"),
-            "now_int": wa.age("secs", unit="s"),
+            "two": wa.fn.age("ts", wa.fn.sub("ts", "dur")),
+            "ints": wa.fn.age("ms", "secs", unit="ms"),
+            "now": wa.fn.age("ts"),
+            "now_int": wa.fn.age("secs", unit="s"),
         },
         messages=[m],
     )
@@ -713,7 +713,7 @@ def test_time_arithmetic(fx) -> None:
     m = dict(ts={"seconds": 100}, dur={"seconds": 30})
     values, types = run(
         fx,
-        {"later": wa.add("ts", "dur"), "earlier": wa.sub("ts", "dur"), "span": wa.sub("ts", "ts")},
+        {"later": wa.fn.add("ts", "dur"), "earlier": wa.fn.sub("ts", "dur"), "span": wa.fn.sub("ts", "ts")},
         messages=[m],
     )
     assert values["later"] == [dt.datetime.fromtimestamp(130, UTC)]
@@ -777,7 +777,7 @@ def test_strptime_through_the_transcoder(fx) -> None:
     texts = ["2024-03-15", "bad", "", "2024-01-01"]
     values, types = run(
         fx,
-        {"p": wa.strptime("name", "%Y-%m-%d"), "t": wa.try_strptime("name", "%Y-%m-%d")},
+        {"p": wa.fn.strptime("name", "%Y-%m-%d"), "t": wa.fn.try_strptime("name", "%Y-%m-%d")},
         messages=[{"name": t} for t in texts] + [{}],
     )
     assert values["p"] == [ts(2024, 3, 15), None, None, ts(2024, 1, 1), None]
@@ -787,7 +787,7 @@ def test_strptime_through_the_transcoder(fx) -> None:
 
 
 def test_strptime_of_numbers(fx) -> None:
-    assert one(fx, wa.strptime("secs", "%Y%m%d"), {"secs": 20240315})[1] == ts(2024, 3, 15)
+    assert one(fx, wa.fn.strptime("secs", "%Y%m%d"), {"secs": 20240315})[1] == ts(2024, 3, 15)
 
 
 # ---- enums and maps --------------------------------------------------------------------------
@@ -796,7 +796,7 @@ def test_strptime_of_numbers(fx) -> None:
 def test_enum_name(fx) -> None:
     values, types = run(
         fx,
-        {"c": wa.enum_name("color"), "cs": wa.enum_name("colors[*]")},
+        {"c": wa.fn.enum_name("color"), "cs": wa.fn.enum_name("colors[*]")},
         "colors[*]",
         messages=[dict(color=3, colors=[0, 2, 7])],
     )
@@ -808,7 +808,7 @@ def test_enum_name(fx) -> None:
 def test_map_key(fx) -> None:
     values, _ = run(
         fx,
-        {"k": wa.map_key("m[*]"), "u": wa.upper(wa.map_key("m[*]"))},
+        {"k": wa.fn.map_key("m[*]"), "u": wa.fn.upper(wa.fn.map_key("m[*]"))},
         "m[*]",
         messages=[dict(m={"a": 1, "b": 2})],
     )
@@ -820,11 +820,11 @@ def test_whole_maps_and_lists(fx) -> None:
     values, _ = run(
         fx,
         {
-            "len_map": wa.len("m"),
-            "has_map": wa.has("m"),
-            "not_map": wa.not_("m"),
-            "len_list": wa.len("tags"),
-            "has_list": wa.has("tags"),
+            "len_map": wa.fn.len("m"),
+            "has_map": wa.fn.has("m"),
+            "not_map": wa.fn.not_("m"),
+            "len_list": wa.fn.len("tags"),
+            "has_list": wa.fn.has("tags"),
         },
         messages=[dict(m={"a": 1, "b": 2}, tags=["x"]), {}],
     )
@@ -849,9 +849,9 @@ def test_aggregates_over_nested_fanout_do_not_multiply_rows(fx) -> None:
     values, types = run(
         fx,
         {
-            "sum": wa.sum("imps[*].deals[*].price"),
-            "n": wa.distinct("imps[*].deals[*].price"),
-            "ids": wa.list_concat("imps[*].deals[*].id", sep="/"),
+            "sum": wa.fn.sum("imps[*].deals[*].price"),
+            "n": wa.fn.distinct("imps[*].deals[*].price"),
+            "ids": wa.fn.list_concat("imps[*].deals[*].id", sep="/"),
         },
         "id",
         "imps[*].id",
@@ -866,39 +866,39 @@ def test_aggregates_over_nested_fanout_do_not_multiply_rows(fx) -> None:
 
 def test_distinct_counts_string_forms(fx) -> None:
     m = {"imps": [{"deals": [{"price": 0.0}, {"price": -0.0}, {"price": 1.0}]}]}
-    assert one(fx, wa.distinct("imps[*].deals[*].price"), m)[1] == 3  # "0", "-0", "1"
+    assert one(fx, wa.fn.distinct("imps[*].deals[*].price"), m)[1] == 3  # "0", "-0", "1"
 
 
 # ---- type errors -----------------------------------------------------------------------------
 
 
 TYPE_ERRORS = [
-    (wa.add("id", 1), "not a number"),
-    (wa.mul("imps", 2), "not a number"),
-    (wa.lt("id", "si"), "cannot compare"),
-    (wa.eq("ts", 5), "cannot compare"),
-    (wa.eq("imps", "imps"), "cannot compare"),
-    (wa.upper("imps"), "no string form"),
-    (wa.hash("ts", "imps[0]"), "no string form"),
-    (wa.len("si"), "len takes"),
-    (wa.bucket("f", 4), "not an integer"),
-    (wa.abs("name"), "not a number"),
-    (wa.min("id", "si"), "cannot order"),
-    (wa.cond(wa.has("id"), 1, "x"), "cannot combine"),
-    (wa.default("si", "text"), "cannot combine"),
-    (wa.extract_year("ms"), "param"),
-    (wa.epoch_to_date("secs"), "seconds"),
-    (wa.extract_year("ms", unit=None), "unit"),
-    (wa.extract_day("name"), "needs a timestamp"),
-    (wa.date_part("ts", "epochs"), "unknown part"),
-    (wa.age("ts", "ms"), "param"),
-    (wa.strptime("s", "%Y %e"), "%e"),
-    (wa.enum_name("si"), "enum"),
-    (wa.sum("id"), "numbers"),
-    (wa.cast_float("ts"), "cast_float"),
-    (wa.cast_int("imps"), "cast_int"),
-    (wa.sub("ts", 1), "cannot combine"),
-    (wa.add("ts", "ts"), "cannot combine"),
+    (wa.fn.add("id", 1), "not a number"),
+    (wa.fn.mul("imps", 2), "not a number"),
+    (wa.fn.lt("id", "si"), "cannot compare"),
+    (wa.fn.eq("ts", 5), "cannot compare"),
+    (wa.fn.eq("imps", "imps"), "cannot compare"),
+    (wa.fn.upper("imps"), "no string form"),
+    (wa.fn.hash("ts", "imps[0]"), "no string form"),
+    (wa.fn.len("si"), "len takes"),
+    (wa.fn.bucket("f", 4), "not an integer"),
+    (wa.fn.abs("name"), "not a number"),
+    (wa.fn.min("id", "si"), "cannot order"),
+    (wa.fn.cond(wa.fn.has("id"), 1, "x"), "cannot combine"),
+    (wa.fn.default("si", "text"), "cannot combine"),
+    (wa.fn.extract_year("ms"), "param"),
+    (wa.fn.epoch_to_date("secs"), "seconds"),
+    (wa.fn.extract_year("ms", unit=None), "unit"),
+    (wa.fn.extract_day("name"), "needs a timestamp"),
+    (wa.fn.date_part("ts", "epochs"), "unknown part"),
+    (wa.fn.age("ts", "ms"), "param"),
+    (wa.fn.strptime("s", "%Y %e"), "%e"),
+    (wa.fn.enum_name("si"), "enum"),
+    (wa.fn.sum("id"), "numbers"),
+    (wa.fn.cast_float("ts"), "cast_float"),
+    (wa.fn.cast_int("imps"), "cast_int"),
+    (wa.fn.sub("ts", 1), "cannot combine"),
+    (wa.fn.add("ts", "ts"), "cannot combine"),
 ]
 
 
@@ -917,9 +917,9 @@ def test_every_bad_column_is_reported(fx) -> None:
         wa.Transcoder(
             schema,
             columns=[
-                wa.Column(name="one", expr=wa.add("id", 1)),
-                wa.Column(name="two", expr=wa.upper("imps")),
-                wa.Column(name="ok", expr=wa.add("si", 1)),
+                wa.Column(name="one", expr=wa.fn.add("id", 1)),
+                wa.Column(name="two", expr=wa.fn.upper("imps")),
+                wa.Column(name="ok", expr=wa.fn.add("si", 1)),
             ],
         )
     assert [p.split(":")[0] for p in err.value.problems] == ["column 'one'", "column 'two'"]
@@ -927,7 +927,7 @@ def test_every_bad_column_is_reported(fx) -> None:
 
 def test_unit_must_be_known() -> None:
     with pytest.raises(ValueError, match="unit"):
-        wa.extract_year("ms", unit="minutes")
+        wa.fn.extract_year("ms", unit="minutes")
 
 
 # ---- builders and the registry ---------------------------------------------------------------
@@ -935,27 +935,27 @@ def test_unit_must_be_known() -> None:
 
 def test_builders_build_the_reference_calls() -> None:
     p = MaybePath
-    assert wa.concat("a", "b", sep="-") == Call("concat", (p("a"), p("b")), sep="-")
-    assert wa.mask("id", keep=3, char="#") == Call("mask", (p("id"),), sep="#", param=3)
-    assert wa.bucket("si", size=4) == Call("bucket", (p("si"),), param=4)
-    assert wa.default("n", 99) == Call("default", (p("n"),), literal=99)
-    assert wa.coerce("o", 1, 0) == Call("coerce", (p("o"),), literal=1, literal2=0)
-    assert wa.strptime("s", "%Y") == Call("strptime", (p("s"),), sep="%Y")
-    assert wa.try_strptime("s", "%Y") == Call("try_strptime", (p("s"),), sep="%Y")
-    assert wa.date_part("t", "year") == Call("date_part", (p("t"),), sep="year")
-    assert wa.date_part("t", "day", unit="ms") == Call(
+    assert wa.fn.concat("a", "b", sep="-") == Call("concat", (p("a"), p("b")), sep="-")
+    assert wa.fn.mask("id", keep=3, char="#") == Call("mask", (p("id"),), sep="#", param=3)
+    assert wa.fn.bucket("si", size=4) == Call("bucket", (p("si"),), param=4)
+    assert wa.fn.default("n", 99) == Call("default", (p("n"),), literal=99)
+    assert wa.fn.coerce("o", 1, 0) == Call("coerce", (p("o"),), literal=1, literal2=0)
+    assert wa.fn.strptime("s", "%Y") == Call("strptime", (p("s"),), sep="%Y")
+    assert wa.fn.try_strptime("s", "%Y") == Call("try_strptime", (p("s"),), sep="%Y")
+    assert wa.fn.date_part("t", "year") == Call("date_part", (p("t"),), sep="year")
+    assert wa.fn.date_part("t", "day", unit="ms") == Call(
         "date_part", (p("t"),), sep="day", param=1000
     )
-    assert wa.extract_hour("t", unit="s") == Call("extract_hour", (p("t"),), param=1)
-    assert wa.trim_prefix("s", "x") == Call("trim_prefix", (p("s"),), sep="x")
-    assert wa.trim_suffix("s", "x") == Call("trim_suffix", (p("s"),), sep="x")
-    assert wa.list_concat("a[*]", sep=",") == Call("list_concat", (p("a[*]"),), sep=",")
-    assert wa.hash("a", 1) == Call("hash", (p("a"), Lit(1)))
-    assert wa.age("a", "b") == Call("age", (p("a"), p("b")))
-    assert wa.and_("a", "b").func == "and" and wa.or_("a", "b").func == "or"
-    assert wa.not_("a").func == "not" and wa.len("a").func == "len"
-    assert wa.abs("a").func == "abs" and wa.round("a").func == "round"
-    assert wa.min("a", "b").func == "min" and wa.max("a", "b").func == "max"
+    assert wa.fn.extract_hour("t", unit="s") == Call("extract_hour", (p("t"),), param=1)
+    assert wa.fn.trim_prefix("s", "x") == Call("trim_prefix", (p("s"),), sep="x")
+    assert wa.fn.trim_suffix("s", "x") == Call("trim_suffix", (p("s"),), sep="x")
+    assert wa.fn.list_concat("a[*]", sep=",") == Call("list_concat", (p("a[*]"),), sep=",")
+    assert wa.fn.hash("a", 1) == Call("hash", (p("a"), Lit(1)))
+    assert wa.fn.age("a", "b") == Call("age", (p("a"), p("b")))
+    assert wa.fn.and_("a", "b").func == "and" and wa.fn.or_("a", "b").func == "or"
+    assert wa.fn.not_("a").func == "not" and wa.fn.len("a").func == "len"
+    assert wa.fn.abs("a").func == "abs" and wa.fn.round("a").func == "round"
+    assert wa.fn.min("a", "b").func == "min" and wa.fn.max("a", "b").func == "max"
 
 
 REFERENCE_NAMES = [
@@ -1045,9 +1045,9 @@ def test_every_reference_function_is_registered() -> None:
 def test_to_timestamp_reads_an_integer_epoch_in_its_unit(fx, unit, value, when) -> None:
     schema, Msg = fx
     columns = [
-        wa.Column(name="t", expr=wa.to_timestamp("ms", unit=unit)),
-        wa.Column(name="u", expr=wa.to_timestamp("u", unit=unit)),
-        wa.Column(name="d", expr=wa.to_duration("ms", unit=unit)),
+        wa.Column(name="t", expr=wa.fn.to_timestamp("ms", unit=unit)),
+        wa.Column(name="u", expr=wa.fn.to_timestamp("u", unit=unit)),
+        wa.Column(name="d", expr=wa.fn.to_duration("ms", unit=unit)),
     ]
     records = [Msg(ms=value, u=abs(value)).SerializeToString(), Msg().SerializeToString()]
     batch = wa.Transcoder(schema, columns=columns).transcode(records)
@@ -1070,9 +1070,9 @@ def test_durations_from_differences_of_integer_epochs(fx) -> None:
     values, types = run(
         fx,
         {
-            "span": wa.sub(wa.to_timestamp("ms", unit="ms"), wa.to_timestamp("secs", unit="s")),
-            "end": wa.add(wa.to_timestamp("secs", unit="s"), wa.to_duration(90, unit="s")),
-            "longer": wa.gt(wa.to_duration("secs", unit="ms"), wa.to_duration(1, unit="s")),
+            "span": wa.fn.sub(wa.fn.to_timestamp("ms", unit="ms"), wa.fn.to_timestamp("secs", unit="s")),
+            "end": wa.fn.add(wa.fn.to_timestamp("secs", unit="s"), wa.fn.to_duration(90, unit="s")),
+            "longer": wa.fn.gt(wa.fn.to_duration("secs", unit="ms"), wa.fn.to_duration(1, unit="s")),
         },
         messages=[m],
     )
@@ -1083,7 +1083,7 @@ def test_durations_from_differences_of_integer_epochs(fx) -> None:
 
 
 def test_to_timestamp_of_uint64_beyond_int64_is_null(fx) -> None:
-    t, v = one(fx, wa.to_timestamp("u", unit="ns"), dict(u=2**63 + 5))
+    t, v = one(fx, wa.fn.to_timestamp("u", unit="ns"), dict(u=2**63 + 5))
     assert t == pa.timestamp("ns", tz="UTC") and v is None
 
 
@@ -1102,8 +1102,8 @@ denormalizer:
         base_dir=tmp_path,
     )
     assert [c.expr for c in plan.columns] == [
-        wa.to_timestamp(wa.path("ms"), unit="ms"),
-        wa.to_duration(wa.path("secs"), unit="s"),
+        wa.fn.to_timestamp(wa.fn.path("ms"), unit="ms"),
+        wa.fn.to_duration(wa.fn.path("secs"), unit="s"),
     ]
     batch = plan.transcoder().transcode([Msg(ms=1500, secs=7).SerializeToString()])
     assert batch.to_pylist() == [
@@ -1114,10 +1114,10 @@ denormalizer:
 @pytest.mark.parametrize(
     ("expr", "fragment"),
     [
-        (wa.to_timestamp("ms"), "to_timestamp: ms is an integer (int64): give the epoch unit"),
-        (wa.to_duration("secs"), "to_duration: secs is an integer (int64): give the epoch unit"),
-        (wa.to_timestamp("id", unit="s"), "to_timestamp: id is string; it needs a timestamp"),
-        (wa.to_duration("ts", unit="s"), "to_duration: ts is timestamp[us, tz=UTC]; it needs"),
+        (wa.fn.to_timestamp("ms"), "to_timestamp: ms is an integer (int64): give the epoch unit"),
+        (wa.fn.to_duration("secs"), "to_duration: secs is an integer (int64): give the epoch unit"),
+        (wa.fn.to_timestamp("id", unit="s"), "to_timestamp: id is string; it needs a timestamp"),
+        (wa.fn.to_duration("ts", unit="s"), "to_duration: ts is timestamp[us, tz=UTC]; it needs"),
     ],
 )
 def test_to_timestamp_and_to_duration_type_errors(fx, expr, fragment) -> None:
@@ -1128,4 +1128,4 @@ def test_to_timestamp_and_to_duration_type_errors(fx, expr, fragment) -> None:
 
 def test_to_timestamp_unit_must_be_known() -> None:
     with pytest.raises(ValueError, match="unit must be one of s, ms, us, ns"):
-        wa.to_timestamp("ms", unit="min")
+        wa.fn.to_timestamp("ms", unit="min")

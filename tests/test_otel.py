@@ -23,8 +23,8 @@ from otel_data import expected_rows, kv, random_request
 
 SPAN = "resource_spans[*].scope_spans[*].spans[*]"
 SERVICE = "resource_spans[*].resource.attributes[?(.key == 'service.name')][0].value.string_value"
-START = wa.to_timestamp(f"{SPAN}.start_time_unix_nano", unit="ns")
-END = wa.to_timestamp(f"{SPAN}.end_time_unix_nano", unit="ns")
+START = wa.fn.to_timestamp(f"{SPAN}.start_time_unix_nano", unit="ns")
+END = wa.fn.to_timestamp(f"{SPAN}.end_time_unix_nano", unit="ns")
 COLUMNS = [
     wa.Column(SERVICE, name="service"),
     wa.Column(
@@ -39,7 +39,7 @@ COLUMNS = [
     ),
     wa.Column(f"{SPAN}.attributes[?(.key == 'retry')][0].value.bool_value", name="retry"),
     wa.Column(name="start", expr=START),
-    wa.Column(name="duration", expr=wa.sub(END, START)),
+    wa.Column(name="duration", expr=wa.fn.sub(END, START)),
 ]
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 

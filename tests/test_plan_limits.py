@@ -14,9 +14,10 @@ import pytest
 
 import wirearrow as wa
 from wirearrow.config import MAX_PLAN_NESTING, MAX_PLAN_NODES
+from wirearrow.options import MAX_DEPTH
+from wirearrow.options import MAX_NESTING_LIMIT as MAX_NESTING
 from wirearrow.paths import MAX_FILTER_DEPTH
-from wirearrow.plan.compiler import MAX_DEPTH, MAX_EXPR_DEPTH, MAX_PLAN_FIELDS
-from wirearrow.spec import MAX_NESTING_LIMIT as MAX_NESTING
+from wirearrow.plan.compiler import MAX_EXPR_DEPTH, MAX_PLAN_FIELDS
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples" / "schema"
 HEAD = f"proto:\n  file: {EXAMPLES}/bidrequest.proto\n  message: BidRequestEvent\n"
@@ -128,9 +129,9 @@ def test_a_deep_expression_is_a_plan_error(bid: wa.Schema) -> None:
     ok = wa.load_plan(_columns(_nested_coalesce(MAX_EXPR_DEPTH))).transcoder()
     assert ok.transcode([b""]).num_rows == 1
     assert "nested deeper than" in _plan_error(_columns(_nested_coalesce(2000)))
-    x = wa.path("id")
+    x = wa.fn.path("id")
     for _ in range(2000):
-        x = wa.coalesce(x, wa.path("id"))
+        x = wa.fn.coalesce(x, wa.fn.path("id"))
     with pytest.raises(wa.PlanError, match=f"'x': expression nested deeper than {MAX_EXPR_DEPTH}"):
         wa.Transcoder(bid, columns=[wa.Column(name="x", expr=x)])
 

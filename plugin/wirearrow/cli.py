@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from wirearrow.arguments import add_import_paths
 from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
 from wirearrow.compression import strip_suffix
 
@@ -982,21 +983,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- entry point
-
-
-def add_import_paths(
-    command: argparse.ArgumentParser | argparse._ArgumentGroup, help: str
-) -> None:
-    """The repeatable -I/--import-path DIR option (protoc include directories)."""
-    command.add_argument(
-        "-I",
-        "--import-path",
-        dest="import_paths",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help=help,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,8 +10,7 @@ The reference's format (bufarrowlib, bufarrow-behaviour §4.1) loads unchanged::
           expr: {func: concat, sep: x, args: [{path: "imp[*].banner.w"}, {path: "imp[*].banner.h"}]}
 
 wirearrow's own keys sit next to it: no ``denormalizer`` (whole-message mode), ``errors``,
-``timestamp_unit``, ``validate``, ``enums``, ``max_nesting``, ``max_depth``,
-``keep_unknown``, ``well_known_types``, ``unvalidated_strings``, ``output`` and ``input``
+one key per transcoder option (``wirearrow.options``), ``output`` and ``input``
 (docs/yaml.md is the reference of every key).
 
 :func:`load_plan` checks the whole file before anything is compiled and raises one
@@ -46,21 +45,22 @@ from wirearrow.errors import (
     did_you_mean,
     quoted,
 )
+from wirearrow.options import (
+    ON_ERROR,
+    OPTIONS,
+    Choice,
+    Flag,
+    IntRange,
+    option_problem,
+    unknown_options,
+)
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
-from wirearrow.plan.compiler import MAX_DEPTH, TIME_UNITS, UNVALIDATED_STRINGS, Column
+from wirearrow.plan.compiler import Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.protojson import FORMATS
 from wirearrow.schema import Schema
-from wirearrow.spec import (
-    ENUMS,
-    MAX_NESTING_LIMIT,
-    ON_ERROR,
-    OPTIONS,
-    VALIDATE,
-    TranscodeSpec,
-    option_problem,
-)
+from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Transcoder
 
 __all__ = [
@@ -73,7 +73,6 @@ __all__ = [
     "load_plan",
 ]
 
-RESERVED_ENUMS: tuple[str, ...] = ()
 COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
 # input.framing: a file framing, or "confluent" (each record, delimited by input.delimited_by,
@@ -92,22 +91,10 @@ REFERENCE_FUNCTIONS = frozenset((
     "distinct", "list_concat",
 ))  # fmt: skip
 
-_TOP_KEYS = (
-    "proto",
-    "custom_message",
-    "denormalizer",
-    "errors",
-    "timestamp_unit",
-    "validate",
-    "enums",
-    "max_nesting",
-    "max_depth",
-    "keep_unknown",
-    "well_known_types",
-    "unvalidated_strings",
-    "output",
-    "input",
-)
+# The transcoder's options are top-level keys of their own names, but for on_error: the
+# errors key (a policy, or a mapping with the dead-letter path too).
+_OPTION_KEYS = tuple(name for name in OPTIONS if name != "on_error")
+_TOP_KEYS = ("proto", "custom_message", "denormalizer", "errors", *_OPTION_KEYS, "output", "input")
 _PROTO_KEYS = ("file", "descriptor_set", "module", "message", "import_paths")
 # Where a schema can come from: exactly one of these keys of `proto` (and custom_message).
 _SCHEMA_KEYS = ("file", "descriptor_set", "module")
@@ -226,11 +213,11 @@ class PlanConfig:
     @property
     def options(self) -> dict[str, Any]:
         """Every transcoder option of this plan by name (defaults for those it does not set)."""
-        return {**{name: default for name, (default, _) in OPTIONS.items()}, **dict(self.settings)}
+        return {**{name: f.default for name, f in OPTIONS.items()}, **dict(self.settings)}
 
     def with_options(self, **changes: Any) -> PlanConfig:
         """This plan with some transcoder options changed (checked: PlanError if invalid)."""
-        unknown = sorted(set(changes) - set(OPTIONS))
+        unknown = unknown_options(changes)
         if unknown:
             raise TypeError(f"unknown transcoder options: {', '.join(unknown)}")
         problems = [
@@ -725,7 +712,6 @@ class _Checker:
         keypath: str,
         line: int | None,
         allowed: Sequence[str],
-        reserved: Sequence[str] = (),
         fold_case: bool = False,
     ) -> str | None:
         if not isinstance(value, str):
@@ -734,13 +720,6 @@ class _Checker:
         text = value.lower() if fold_case else value
         if text in allowed:
             return text
-        if text in reserved:
-            self.problem(
-                line,
-                keypath,
-                f"{quoted(value)} is reserved but not supported yet; use {_choices(allowed)}",
-            )
-            return None
         self.problem(
             line,
             keypath,
@@ -767,6 +746,16 @@ class _Checker:
             self.problem(line, keypath, f"must be at most {maximum}, got {value}")
             return None
         return value
+
+    def option(self, value: object, key: str, line: int | None, rule: object) -> object:
+        """A transcoder option's value, checked by the kind of its rule."""
+        if isinstance(rule, Choice):
+            return self.choice(value, key, line, rule.values)
+        if isinstance(rule, IntRange):
+            return self.integer(value, key, line, minimum=rule.low, maximum=rule.high)
+        if isinstance(rule, Flag):
+            return self.boolean(value, key, line)
+        raise TypeError(f"no YAML check for the rule of option {key}: {rule!r}")
 
     def boolean(self, value: object, keypath: str, line: int | None) -> bool | None:
         if not isinstance(value, bool):
@@ -804,29 +793,12 @@ class _Checker:
         settings: dict[str, Any] = {}
         if on_error is not None:
             settings["on_error"] = on_error
-        for key, allowed, reserved in (
-            ("timestamp_unit", TIME_UNITS, ()),
-            ("validate", VALIDATE, ()),
-            ("enums", ENUMS, RESERVED_ENUMS),
-            ("unvalidated_strings", UNVALIDATED_STRINGS, ()),
-        ):
+        for key in _OPTION_KEYS:
             value, line = at(key)
             if value is not None:
-                chosen = self.choice(value, key, line, allowed, reserved)
-                if chosen is not None:
-                    settings[key] = chosen
-        for key, maximum in (("max_nesting", MAX_NESTING_LIMIT), ("max_depth", MAX_DEPTH)):
-            value, line = at(key)
-            if value is not None:
-                depth = self.integer(value, key, line, minimum=1, maximum=maximum)
-                if depth is not None:
-                    settings[key] = depth
-        for key in ("keep_unknown", "well_known_types"):
-            value, line = at(key)
-            if value is not None:
-                flag = self.boolean(value, key, line)
-                if flag is not None:
-                    settings[key] = flag
+                checked = self.option(value, key, line, OPTIONS[key].metadata["rule"])
+                if checked is not None:
+                    settings[key] = checked
         for key, value in settings.items():
             why = option_problem(key, value)  # the spec's rule is the last word
             if why is not None:

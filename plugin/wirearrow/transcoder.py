@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -22,12 +23,13 @@ from wirearrow.cache import ParserCache, default_cache
 from wirearrow.confluent import SchemaIds, SchemaLookup, refused, strip_prefixes
 from wirearrow.delimited import TRAILERS, corrupt_reason, split_framed_prefix
 from wirearrow.errors import DecodeError, EncodeError
+from wirearrow.options import ON_ERROR, OPTIONS, options_doc, unknown_options
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan, deepest_whole_read
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.protojson import JsonReader, check_format, to_json
 from wirearrow.schema import Schema
-from wirearrow.spec import ON_ERROR, OPTIONS, TranscodeSpec, as_columns
+from wirearrow.spec import TranscodeSpec, as_columns
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -103,38 +105,14 @@ class Transcoder:
     """Protobuf records -> Arrow record batches, for one schema and one plan.
 
     ``columns`` is the flat plan: path strings or :class:`Column`; without it the whole
-    message is read, one row per record, one column per top-level field.
-    ``on_error``: "raise" (a :class:`DecodeError` for the first bad record), "skip" (bad
-    records are counted in ``stats``), or "dead_letter" (also kept for ``dead_letters()``).
-    ``validate``: "plan" checks every byte the plan reads; "full" also walks every
-    sub-message the plan skips, as the protobuf runtime would.
-    ``timestamp_unit``: unit of Timestamp and Duration columns ("s", "ms", "us", "ns").
-    ``max_nesting``: messages and groups nested deeper on the wire are a decode error.
-    ``max_depth``: recursive message types read whole are cut there (deeper levels are kept
-    as their serialized bytes); without it such a plan is an error naming the cycle.
-    ``enums``: "number" (int32) or "name" (dictionary<int32, utf8> of the value names;
-    numbers the schema does not declare keep their decimal text).
-    ``keep_unknown``: add a binary column ``_unknown`` with each record's unknown fields (raw
-    tag and value bytes, in wire order; null when none), and the same ``_unknown`` child to
-    every struct, so that decoding and encoding back loses nothing. Any path can also read a
-    message's unknown fields as ``<path>._unknown``.
-    ``well_known_types``: True maps Timestamp, Duration, the wrappers, Struct/Value, Any,
-    FieldMask, google.type.Date and TimeOfDay to Arrow types (docs/types.md); False reads
-    them as the plain messages they are (``Timestamp`` -> ``struct<seconds, nanos>``), which
-    loses nothing, and ``encode`` reads those structs back.
-    ``unvalidated_strings``: the strings the schema does not require to be UTF-8 (proto2,
-    editions ``utf8_validation = NONE``), which the runtime accepts whatever their bytes:
-    "utf8" (default) columns, a value that is not UTF-8 (Arrow utf8 must be valid) moved to
-    its message's unknown fields, so the field reads as unset, ``keep_unknown=True`` keeps
-    the bytes and ``encode`` writes them back, and ``stats.strings_not_utf8`` counts it;
-    "binary" columns, which take whatever the runtime accepts and ``encode`` writes back as
-    they are; or "reject": utf8 columns, such a value makes a bad record (docs/types.md).
-    ``cache``: the :class:`~wirearrow.ParserCache` that compiles the plan (once per process,
-    shared by every transcoder of the same schema and plan) and learns its buffer sizes;
-    default: the process-wide cache (``wirearrow.cache.default_cache``).
+    message is read, one row per record, one column per top-level field. The other keywords
+    are the options below. ``cache``: the :class:`~wirearrow.ParserCache` that compiles the
+    plan (once per process, shared by every transcoder of the same schema and plan) and
+    learns its buffer sizes; default: the process-wide cache
+    (``wirearrow.cache.default_cache``).
 
     ``Transcoder(spec)`` takes a :class:`~wirearrow.TranscodeSpec` (the columns and every
-    option above in one value) instead; ``tc.spec`` gives it back.
+    option in one value) instead; ``tc.spec`` gives it back.
     """
 
     def __init__(
@@ -142,39 +120,21 @@ class Transcoder:
         schema: Schema | TranscodeSpec,
         columns: Sequence[str | Column] | None = None,
         *,
-        on_error: str = "raise",
-        validate: str = "plan",
-        timestamp_unit: str = "us",
-        max_nesting: int = 100,
-        max_depth: int | None = None,
-        enums: str = "number",
-        keep_unknown: bool = False,
-        well_known_types: bool = True,
-        unvalidated_strings: str = "utf8",
         cache: ParserCache | None = None,
+        **options: Any,
     ) -> None:
         if isinstance(schema, TranscodeSpec):
-            given = {k: v for k, v in locals().items() if k in OPTIONS}
-            if columns is not None or given != {k: d for k, (d, _) in OPTIONS.items()}:
+            if columns is not None or options:
                 raise TypeError(
                     "Transcoder(spec) takes its columns and options from the spec: "
                     "use spec.replace(...) to change them"
                 )
             spec = schema
         else:
-            spec = TranscodeSpec(
-                schema,
-                as_columns(columns),
-                on_error=on_error,
-                validate=validate,
-                timestamp_unit=timestamp_unit,
-                max_nesting=max_nesting,
-                max_depth=max_depth,
-                enums=enums,
-                keep_unknown=keep_unknown,
-                well_known_types=well_known_types,
-                unvalidated_strings=unvalidated_strings,
-            )
+            unknown = unknown_options(options)
+            if unknown:
+                raise TypeError(f"Transcoder got unknown options: {', '.join(unknown)}")
+            spec = TranscodeSpec(schema, as_columns(columns), **options)
         self._spec = spec
         self._cache = cache if cache is not None else default_cache()
         if not isinstance(self._cache, ParserCache):
@@ -738,6 +698,21 @@ class Transcoder:
             if dead_carried is not None:
                 self._dead_carry.append((len(self._dead), dead_carried))
             self._dead.extend(dead)
+
+
+def _init_signature() -> inspect.Signature:
+    """``Transcoder.__init__``'s signature with every option as a keyword (for help(), IDEs
+    and notebooks), from the one table of options."""
+    params = list(inspect.signature(Transcoder.__init__).parameters.values())
+    keywords = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+        for name, f in OPTIONS.items()
+    ]
+    return inspect.Signature([*params[:4], *keywords])  # self, schema, columns, cache
+
+
+Transcoder.__init__.__signature__ = _init_signature()  # type: ignore[attr-defined]
+Transcoder.__doc__ = f"{Transcoder.__doc__}\n    {options_doc()}\n"
 
 
 def _rebuild(spec: TranscodeSpec, cache: ParserCache | None) -> Transcoder:

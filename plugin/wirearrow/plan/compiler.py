@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import Program
 from wirearrow.errors import PathError, PlanError, did_you_mean, quoted
+from wirearrow.options import MAX_DEPTH, Options
 from wirearrow.paths import (
     And,
     Compare,
@@ -72,21 +72,14 @@ __all__ = [
     "UNKNOWN_FIELDS",
     "Column",
     "CompiledPlan",
-    "PlanOptions",
     "check_expression_depth",
     "compile_plan",
     "deepest_whole_read",
 ]
 
-TIME_UNITS = ("s", "ms", "us", "ns")
-UNVALIDATED_STRINGS = ("utf8", "binary", "reject")
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
-# Recursive levels read whole: a struct type nested much deeper cannot travel through Arrow
-# IPC (flatbuffers refuses it: Ray, Parquet's stored schema), and its plan is a tree that
-# doubles with each level of a type with two recursive fields.
-MAX_DEPTH = 100
 # Fields of the Arrow type of a whole message (structs, lists, maps and their leaves): a
 # recursive type cut at max_depth has a plan this large only when it grows exponentially.
 MAX_PLAN_FIELDS = 100_000
@@ -126,33 +119,11 @@ class Column:
     path: str | None = None
     name: str | None = None
     strict: bool = False
-    expr: Expr | None = None  # a computed column (wa.cond, wa.has, ...) instead of a path
+    expr: Expr | None = None  # a computed column (wa.fn.cond, wa.fn.has, ...) instead of a path
 
     @property
     def output_name(self) -> str:
         return self.name if self.name is not None else (self.path or "")
-
-
-class PlanOptions(Protocol):
-    """The options that shape a compiled plan (a ``wirearrow.TranscodeSpec`` has them all,
-    checked: the spec is the one place options are validated)."""
-
-    @property
-    def timestamp_unit(self) -> str: ...  # "s" / "ms" / "us" / "ns"
-    @property
-    def validate(self) -> str: ...  # "plan": what the plan reads; "full": every byte
-    @property
-    def max_nesting(self) -> int: ...  # wire: messages and groups nested deeper: an error
-    @property
-    def max_depth(self) -> int | None: ...  # schema: recursive types read whole cut below this
-    @property
-    def enums(self) -> str: ...  # "number": int32; "name": dictionary<int32, utf8>
-    @property
-    def keep_unknown(self) -> bool: ...  # whole messages: every struct gets `_unknown`
-    @property
-    def well_known_types(self) -> bool: ...  # False: well-known types as plain messages
-    @property
-    def unvalidated_strings(self) -> str: ...  # proto2 / NONE strings: utf8, binary, reject
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +168,7 @@ class CompiledPlan:
 
 
 def compile_plan(
-    message: Descriptor, columns: Sequence[str | Column], options: PlanOptions
+    message: Descriptor, columns: Sequence[str | Column], options: Options
 ) -> CompiledPlan:
     check_expression_depth(columns)
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
@@ -387,7 +358,7 @@ class _Inputs:
 
 
 class _Resolver:
-    def __init__(self, builder: ProgramBuilder, options: PlanOptions) -> None:
+    def __init__(self, builder: ProgramBuilder, options: Options) -> None:
         self.b = builder
         self.options = options
         self.root = Selection(0, None, 0, "root", text="")

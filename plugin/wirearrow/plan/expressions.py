@@ -14,6 +14,7 @@ and a vectorised evaluator.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -30,6 +31,7 @@ __all__ = [
     "ExprTypeError",
     "Function",
     "Grouped",
+    "Keyword",
     "Lit",
     "PathRef",
     "as_expr",
@@ -118,7 +120,7 @@ def as_expr(value: object) -> Expr:
     """Builder arguments: an Expr as is; a str is a path (see ``is_path_text``); else a literal.
 
     A bare string is a path when it names a field (resolved by the compiler) or looks like one
-    (contains ``.`` or ``[``); any other string is a string literal. ``wa.lit`` / ``wa.path``
+    (contains ``.`` or ``[``); any other string is a string literal. ``wa.fn.lit`` / ``wa.fn.path``
     make the choice explicit.
     """
     if isinstance(value, Expr):
@@ -156,6 +158,22 @@ Typer = Callable[[Sequence[pa.DataType], Call], pa.DataType]
 Evaluator = Callable[[Sequence[Value], Call, int], Value]
 
 
+# A Python builder keyword's default: required.
+_REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True, slots=True)
+class Keyword:
+    """A keyword of a function's Python builder, filling one aux field of its :class:`Call`
+    (``wa.fn.bucket(v, size=10)`` -> ``Call("bucket", (v,), param=10)``)."""
+
+    name: str  # the builder's keyword
+    aux: str  # the Call field it fills: sep, literal, literal2 or param
+    default: object = _REQUIRED
+    # The value as the Call holds it (a unit name -> ticks per second, ...); None: as given.
+    convert: Callable[[object], object] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Function:
     name: str
@@ -167,6 +185,11 @@ class Function:
     # An aggregate reduces all values of its argument within each record (sum, distinct,
     # list_concat): its evaluator gets Grouped arguments and returns one value per record.
     aggregate: bool = False
+    # The Python builder (wirearrow.fn): names of the value arguments (default by arity),
+    # its keywords (default: each aux key under its own name) and its docstring.
+    params: tuple[str, ...] = ()
+    keywords: tuple[Keyword, ...] = ()
+    doc: str = ""
 
     def check_arity(self, n: int) -> None:
         if n < self.min_args or (self.max_args is not None and n > self.max_args):
@@ -177,6 +200,60 @@ class Function:
             else:
                 want = f"{self.min_args} to {self.max_args}"
             raise ExprTypeError(f"{self.name} takes {want} args, got {n}")
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The Python builder's signature: value arguments, then keyword-only aux keys."""
+        kind = inspect.Parameter
+        names = self.params or _default_params(self.min_args, self.max_args)
+        out = []
+        for i, name in enumerate(names):
+            if name.startswith("*"):
+                out.append(kind(name[1:], kind.VAR_POSITIONAL))
+            else:
+                default = None if i >= self.min_args else kind.empty
+                out.append(kind(name, kind.POSITIONAL_OR_KEYWORD, default=default))
+        # After fixed value arguments a keyword may also be given by position
+        # (``bucket(v, 10)``); after ``*values`` it can only be named (``concat(a, b, sep="")``).
+        variadic = any(name.startswith("*") for name in names)
+        for k in self.builder_keywords:
+            how = kind.KEYWORD_ONLY if variadic else kind.POSITIONAL_OR_KEYWORD
+            out.append(kind(k.name, how, default=k.default))
+        return inspect.Signature(out, return_annotation="Call")
+
+    @property
+    def builder_keywords(self) -> tuple[Keyword, ...]:
+        return self.keywords or tuple(Keyword(a, a, None) for a in sorted(self.aux))
+
+    def build(self, *args: object, **kwargs: object) -> Call:
+        """The Call of this function: ``args`` as values (an expression, a path or a literal,
+        see :func:`as_expr`), keywords into their aux fields."""
+        bound = self.signature.bind(*args, **kwargs)
+        values: list[object] = []
+        aux: dict[str, object] = {}
+        by_name = {k.name: k for k in self.builder_keywords}
+        for name, value in bound.arguments.items():
+            keyword = by_name.get(name)
+            if keyword is not None:
+                aux[keyword.aux] = keyword.convert(value) if keyword.convert else value
+            elif isinstance(value, tuple):  # *values
+                values.extend(value)
+            else:
+                values.append(value)
+        # Optional value arguments left out (age's `other`) are not passed.
+        while len(values) > self.min_args and values[-1] is None:
+            values.pop()
+        return Call(self.name, tuple(as_expr(v) for v in values), **aux)  # type: ignore[arg-type]
+
+
+def _default_params(min_args: int, max_args: int | None) -> tuple[str, ...]:
+    if max_args is None:
+        return ("*values",)
+    if max_args == 1:
+        return ("value",)
+    if min_args == max_args == 2:
+        return ("a", "b")
+    return ("value", *(f"arg{i}" for i in range(1, max_args)))
 
 
 FUNCTIONS: dict[str, Function] = {}
@@ -189,9 +266,24 @@ def register(
     typer: Typer,
     aux: Sequence[str] = (),
     aggregate: bool = False,
+    *,
+    params: Sequence[str] = (),
+    keywords: Sequence[Keyword] = (),
+    doc: str = "",
 ) -> Callable[[Evaluator], Evaluator]:
     def deco(fn: Evaluator) -> Evaluator:
-        FUNCTIONS[name] = Function(name, min_args, max_args, typer, fn, frozenset(aux), aggregate)
+        FUNCTIONS[name] = Function(
+            name,
+            min_args,
+            max_args,
+            typer,
+            fn,
+            frozenset(aux),
+            aggregate,
+            tuple(params),
+            tuple(keywords),
+            doc,
+        )
         return fn
 
     return deco

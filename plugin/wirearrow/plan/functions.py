@@ -1,5 +1,5 @@
 """The function library of computed columns: typing rule, vectorised evaluator and Python
-builder of every function (names, arities and aux keys as the reference's §3.3, so its YAML
+builder description of every function (names, arities and aux keys as the reference's §3.3, so its YAML
 plans load unchanged; semantics per decisions.md "Expressions").
 
 Evaluators receive row-aligned arrays (or scalars for literals) and the row count; they use
@@ -90,12 +90,12 @@ from wirearrow.plan.expressions import (
     Evaluator,
     ExprTypeError,
     Grouped,
+    Keyword,
     Lit,
     MaybePath,
     PathRef,
     Typer,
     Value,
-    as_expr,
     broadcast,
     common_type,
     list_length,
@@ -105,65 +105,7 @@ from wirearrow.plan.expressions import (
     truthy,
 )
 
-__all__ = [
-    "abs_",
-    "add",
-    "age",
-    "and_",
-    "bucket",
-    "cast_float",
-    "cast_int",
-    "cast_string",
-    "ceil",
-    "coalesce",
-    "coerce",
-    "concat",
-    "cond",
-    "date_part",
-    "default",
-    "distinct",
-    "div",
-    "enum_name",
-    "epoch_to_date",
-    "eq",
-    "extract_day",
-    "extract_hour",
-    "extract_minute",
-    "extract_month",
-    "extract_second",
-    "extract_year",
-    "floor",
-    "ge",
-    "gt",
-    "has",
-    "hash_",
-    "le",
-    "len_",
-    "list_concat",
-    "lower",
-    "lt",
-    "map_key",
-    "mask",
-    "max_",
-    "min_",
-    "mod",
-    "mul",
-    "ne",
-    "not_",
-    "or_",
-    "round_",
-    "string_form",
-    "strptime",
-    "sub",
-    "sum_",
-    "to_duration",
-    "to_timestamp",
-    "trim",
-    "trim_prefix",
-    "trim_suffix",
-    "try_strptime",
-    "upper",
-]
+__all__ = ["compile_layout", "fnv1a64", "parse_times", "per_record", "string_form"]
 
 
 # ---- registration and type helpers ----------------------------------------------------------
@@ -176,6 +118,10 @@ def _fn(
     typer: Typer,
     aux: Sequence[str] = (),
     aggregate: bool = False,
+    *,
+    params: Sequence[str] = (),
+    keywords: Sequence[Keyword] = (),
+    doc: str = "",
 ) -> Callable[[Evaluator], Evaluator]:
     """register(), with the result cast to the type the typer gives for the actual arguments
     (so nested calls always see the types the plan was checked with)."""
@@ -187,7 +133,10 @@ def _fn(
             t = typer(types, call)
             return out if out.type == t else out.cast(t)
 
-        register(name, min_args, max_args, typer, aux, aggregate)(evaluate)
+        register(
+            name, min_args, max_args, typer, aux, aggregate,
+            params=params, keywords=keywords, doc=doc,
+        )(evaluate)  # fmt: skip
         return fn
 
     return deco
@@ -284,6 +233,25 @@ def _nulls(n: int, t: pa.DataType | None = None) -> pa.Array:
 
 _UNITS = {1: "s", 1_000: "ms", 1_000_000: "us", 1_000_000_000: "ns"}
 _PER_SECOND = {u: k for k, u in _UNITS.items()}
+
+
+def _literal(value: object) -> object:
+    """A builder's literal keyword, checked as wirearrow.fn.lit checks it."""
+    return lit(value).value
+
+
+def _unit_param(unit: object) -> int | None:
+    """A builder's ``unit="ms"`` as the ticks per second the Call's param holds."""
+    if unit is None:
+        return None
+    if unit not in _PER_SECOND:
+        raise ValueError(f"unit must be one of {', '.join(_PER_SECOND)}, not {unit!r}")
+    return _PER_SECOND[unit]
+
+
+# Builder keywords several functions share.
+_UNIT = Keyword("unit", "param", None, _unit_param)
+_FORMAT = Keyword("format", "sep")
 _FINER = ["s", "ms", "us", "ns"]
 
 
@@ -412,12 +380,12 @@ def string_form(v: Value, n: int, keep_nulls: bool = False) -> Value:
 # ---- presence and choice ----------------------------------------------------------------------
 
 
-@_fn("has", 1, 1, _bool)
+@_fn("has", 1, 1, _bool, doc="True when the value is present and truthy (non-zero, non-empty); a message: present.")
 def _has(args: Sequence[Value], call: Call, n: int) -> Value:
     return truthy(args[0], n)
 
 
-@_fn("coalesce", 2, None, _first_common)
+@_fn("coalesce", 2, None, _first_common, doc="The first truthy value (0, \"\" and false are skipped); null when none is.")
 def _coalesce(args: Sequence[Value], call: Call, n: int) -> Value:
     t = common_type([a.type for a in args], "coalesce")
     out = _nulls(n, t)
@@ -431,7 +399,11 @@ def _default_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return common_type([types[0], literal_type(call.literal)], "default")
 
 
-@_fn("default", 1, 1, _default_type, aux=("literal",))
+@_fn(
+    "default", 1, 1, _default_type, aux=("literal",),
+    keywords=(Keyword("literal", "literal", None, _literal),),
+    doc="The value when truthy, else `literal`.",
+)  # fmt: skip
 def _default(args: Sequence[Value], call: Call, n: int) -> Value:
     t = _default_type([args[0].type], call)
     value = _to(broadcast(args[0], n), t)
@@ -442,7 +414,10 @@ def _cond_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return common_type(types[1:], "cond")
 
 
-@_fn("cond", 3, 3, _cond_type)
+@_fn(
+    "cond", 3, 3, _cond_type, params=("predicate", "if_true", "if_false"),
+    doc="`if_true` where the predicate is truthy (null is false), else `if_false`.",
+)  # fmt: skip
 def _cond(args: Sequence[Value], call: Call, n: int) -> Value:
     t = common_type([a.type for a in args[1:]], "cond")
     yes, no = (_to(broadcast(a, n), t) for a in args[1:])
@@ -476,7 +451,14 @@ def _coerce_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.utf8()
 
 
-@_fn("coerce", 1, 1, _coerce_type, aux=("literal", "literal2"))
+@_fn(
+    "coerce", 1, 1, _coerce_type, aux=("literal", "literal2"),
+    keywords=(
+        Keyword("if_true", "literal", None, _literal),
+        Keyword("if_false", "literal2", None, _literal),
+    ),
+    doc="A text literal chosen by the value's truthiness (non-text literals rendered as Go's %v).",
+)  # fmt: skip
 def _coerce(args: Sequence[Value], call: Call, n: int) -> Value:
     yes = pa.scalar(_coerce_text(call.literal), pa.utf8())
     no = pa.scalar(_coerce_text(call.literal2), pa.utf8())
@@ -579,17 +561,17 @@ for _name, _op in {
     _fn(_name, 2, 2, _compare_type)(_comparison(_op))
 
 
-@_fn("and", 2, 2, _bool)
+@_fn("and", 2, 2, _bool, doc="Both truthy (never null).")
 def _and(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.and_(truthy(args[0], n), truthy(args[1], n))
 
 
-@_fn("or", 2, 2, _bool)
+@_fn("or", 2, 2, _bool, doc="Either truthy (never null).")
 def _or(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.or_(truthy(args[0], n), truthy(args[1], n))
 
 
-@_fn("not", 1, 1, _bool)
+@_fn("not", 1, 1, _bool, doc="Not truthy (null -> true).")
 def _not(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.invert(truthy(args[0], n))
 
@@ -662,14 +644,14 @@ def _divide(args: Sequence[Value], call: Call, n: int) -> tuple[Value, Value, Va
     return x, d, pc.if_else(minus_one, pc.negate(x), pc.divide(x, safe)), t
 
 
-@_fn("div", 2, 2, _arith_result)
+@_fn("div", 2, 2, _arith_result, doc="a / b: integers truncate toward zero; division by zero -> null.")
 def _div(args: Sequence[Value], call: Call, n: int) -> Value:
     if any(_is_null(a.type) for a in args):
         return _nulls(n)
     return _divide(args, call, n)[2]
 
 
-@_fn("mod", 2, 2, _arith_result)
+@_fn("mod", 2, 2, _arith_result, doc="Remainder with the sign of a (C semantics; floats: fmod); modulo by zero -> null.")
 def _mod(args: Sequence[Value], call: Call, n: int) -> Value:
     if any(_is_null(a.type) for a in args):
         return _nulls(n)
@@ -720,7 +702,7 @@ def _rounding(fn: Callable[[Value], Value]) -> Evaluator:
 
 _fn("ceil", 1, 1, _unary_number)(_rounding(pc.ceil))
 _fn("floor", 1, 1, _unary_number)(_rounding(pc.floor))
-_fn("round", 1, 1, _unary_number)(_rounding(lambda v: pc.round(v, round_mode="half_to_even")))
+_fn("round", 1, 1, _unary_number, doc="Round half to even (2.5 -> 2, 3.5 -> 4); integers unchanged.")(_rounding(lambda v: pc.round(v, round_mode="half_to_even")))
 
 
 def _minmax_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -772,7 +754,10 @@ def _bucket_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return t
 
 
-@_fn("bucket", 1, 1, _bucket_type, aux=("param",))
+@_fn(
+    "bucket", 1, 1, _bucket_type, aux=("param",), keywords=(Keyword("size", "param"),),
+    doc="The value rounded toward zero to a multiple of `size` (size <= 0: unchanged).",
+)  # fmt: skip
 def _bucket(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     size = call.param or 0
@@ -789,7 +774,10 @@ def _bucket(args: Sequence[Value], call: Call, n: int) -> Value:
 # ---- strings ----------------------------------------------------------------------------------
 
 
-@_fn("concat", 1, None, _string, aux=("sep",))
+@_fn(
+    "concat", 1, None, _string, aux=("sep",), keywords=(Keyword("sep", "sep", ""),),
+    doc="String forms joined by `sep`; a null contributes ''.",
+)  # fmt: skip
 def _concat(args: Sequence[Value], call: Call, n: int) -> Value:
     parts = [string_form(a, n) for a in args]
     if all(isinstance(p, pa.Scalar) for p in parts):
@@ -811,7 +799,7 @@ _GO_SPACE += "\u2028\u2029\u202f\u205f\u3000"
 
 _fn("upper", 1, 1, _string)(_text_function(lambda s, c: pc.utf8_upper(s)))
 _fn("lower", 1, 1, _string)(_text_function(lambda s, c: pc.utf8_lower(s)))
-_fn("trim", 1, 1, _string)(_text_function(lambda s, c: pc.utf8_trim(s, characters=_GO_SPACE)))
+_fn("trim", 1, 1, _string, doc="Unicode whitespace stripped at both ends.")(_text_function(lambda s, c: pc.utf8_trim(s, characters=_GO_SPACE)))
 
 
 def _trim_prefix(s: Value, call: Call) -> Value:
@@ -830,8 +818,8 @@ def _trim_suffix(s: Value, call: Call) -> Value:
     return pc.if_else(pc.ends_with(s, affix), cut, s)
 
 
-_fn("trim_prefix", 1, 1, _string, aux=("sep",))(_text_function(_trim_prefix))
-_fn("trim_suffix", 1, 1, _string, aux=("sep",))(_text_function(_trim_suffix))
+_fn("trim_prefix", 1, 1, _string, aux=("sep",), keywords=(Keyword("prefix", "sep"),))(_text_function(_trim_prefix))
+_fn("trim_suffix", 1, 1, _string, aux=("sep",), keywords=(Keyword("suffix", "sep"),))(_text_function(_trim_suffix))
 
 
 def _len_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -850,7 +838,7 @@ def _len_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.int64()
 
 
-@_fn("len", 1, 1, _len_type)
+@_fn("len", 1, 1, _len_type, doc="UTF-8 byte length of a string, length of bytes, element count of a list or map.")
 def _len(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     t = v.type
@@ -868,7 +856,11 @@ def _mask_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.utf8()
 
 
-@_fn("mask", 1, 1, _mask_type, aux=("param", "sep"))
+@_fn(
+    "mask", 1, 1, _mask_type, aux=("param", "sep"),
+    keywords=(Keyword("keep", "param", 0), Keyword("char", "sep", "*")),
+    doc="The string form with all but its first `keep` code points replaced by `char`.",
+)  # fmt: skip
 def _mask(args: Sequence[Value], call: Call, n: int) -> Value:
     s = broadcast(string_form(args[0], n, keep_nulls=True), n)
     keep = max(call.param or 0, 0)
@@ -1006,7 +998,7 @@ def _hash_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.int64()
 
 
-@_fn("hash", 1, None, _hash_type)
+@_fn("hash", 1, None, _hash_type, doc="FNV-1a 64 (as int64) of the concatenated string forms of the non-null values.")
 def _hash(args: Sequence[Value], call: Call, n: int) -> Value:
     # The string forms of the non-null children, concatenated without separator (a null
     # child contributes nothing: its string form is '').
@@ -1082,7 +1074,10 @@ def _extract(part: str) -> Evaluator:
 
 
 for _part in _PARTS:
-    _fn(f"extract_{_part}", 1, 1, _extract_type, aux=("param",))(_extract(_part))
+    _fn(
+        f"extract_{_part}", 1, 1, _extract_type, aux=("param",), keywords=(_UNIT,),
+        doc=f"The UTC {_part} of a timestamp/date, or of an integer epoch in `unit`.",
+    )(_extract(_part))  # fmt: skip
 
 
 def _date_part_name(call: Call) -> str:
@@ -1100,7 +1095,11 @@ def _date_part_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.int64()
 
 
-@_fn("date_part", 1, 1, _date_part_type, aux=("sep", "param"))
+@_fn(
+    "date_part", 1, 1, _date_part_type, aux=("sep", "param"),
+    keywords=(Keyword("part", "sep"), _UNIT),
+    doc="year, month, day, hour, minute, second or epoch (seconds) of a time, UTC.",
+)  # fmt: skip
 def _date_part(args: Sequence[Value], call: Call, n: int) -> Value:
     part = _date_part_name(call)
     ts = _instant(args[0], call)
@@ -1119,7 +1118,10 @@ def _epoch_to_date_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType
     return pa.date32()
 
 
-@_fn("epoch_to_date", 1, 1, _epoch_to_date_type, aux=("param",))
+@_fn(
+    "epoch_to_date", 1, 1, _epoch_to_date_type, aux=("param",), keywords=(_UNIT,),
+    doc="The UTC calendar date (date32) of a timestamp, or of an integer epoch in `unit`.",
+)  # fmt: skip
 def _epoch_to_date(args: Sequence[Value], call: Call, n: int) -> Value:
     if pa.types.is_date32(args[0].type):
         return args[0]
@@ -1134,7 +1136,10 @@ def _age_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.duration(_finest(*units))
 
 
-@_fn("age", 1, 2, _age_type, aux=("param",))
+@_fn(
+    "age", 1, 2, _age_type, aux=("param",), params=("value", "other"), keywords=(_UNIT,),
+    doc="now - value, or value - other: a duration. `unit` for integer epochs.",
+)  # fmt: skip
 def _age(args: Sequence[Value], call: Call, n: int) -> Value:
     unit = _age_type([a.type for a in args], call).unit
     values = [pc.cast(_instant(a, call), pa.timestamp(unit, tz="UTC")) for a in args]
@@ -1156,7 +1161,10 @@ def _to_timestamp_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return _instant_type(types[0], call)
 
 
-@_fn("to_timestamp", 1, 1, _to_timestamp_type, aux=("param",))
+@_fn(
+    "to_timestamp", 1, 1, _to_timestamp_type, aux=("param",), keywords=(_UNIT,),
+    doc="An integer epoch in `unit` (\"s\", \"ms\", \"us\", \"ns\") as timestamp[unit, UTC].",
+)  # fmt: skip
 def _to_timestamp(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     if _is_int(v.type):
@@ -1178,7 +1186,10 @@ def _to_duration_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     )
 
 
-@_fn("to_duration", 1, 1, _to_duration_type, aux=("param",))
+@_fn(
+    "to_duration", 1, 1, _to_duration_type, aux=("param",), keywords=(_UNIT,),
+    doc="An integer count of `unit` (\"s\", \"ms\", \"us\", \"ns\") as duration[unit].",
+)  # fmt: skip
 def _to_duration(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     t = _to_duration_type([v.type], call)
@@ -1510,8 +1521,14 @@ def _strptime_eval(default: int | None) -> Evaluator:
     return evaluate
 
 
-_fn("strptime", 1, 1, _strptime_type, aux=("sep",))(_strptime_eval(None))
-_fn("try_strptime", 1, 1, _strptime_type, aux=("sep",))(_strptime_eval(0))
+_fn(
+    "strptime", 1, 1, _strptime_type, aux=("sep",), keywords=(_FORMAT,),
+    doc="timestamp[us, UTC] parsed with a %-format (or a Go layout); failure -> null.",
+)(_strptime_eval(None))
+_fn(
+    "try_strptime", 1, 1, _strptime_type, aux=("sep",), keywords=(_FORMAT,),
+    doc="As strptime, but failure or null -> 1970-01-01T00:00:00Z.",
+)(_strptime_eval(0))
 
 
 # ---- enums and maps (bound with the compiler's help) -----------------------------------------
@@ -1537,7 +1554,7 @@ def _enum_name_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.utf8()
 
 
-@_fn("enum_name", 1, 1, _enum_name_type)
+@_fn("enum_name", 1, 1, _enum_name_type, doc="The declared name of an enum field's value (undeclared number or null -> null).")
 def _enum_name(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     if _is_null(v.type):
@@ -1557,7 +1574,7 @@ def _map_key_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     )
 
 
-@_fn("map_key", 1, 1, _map_key_type)
+@_fn("map_key", 1, 1, _map_key_type, params=("entry",), doc="The key of the map entry a path reaches with m[*] (or m[key]).")
 def _map_key(args: Sequence[Value], call: Call, n: int) -> Value:
     return args[0]
 
@@ -1587,7 +1604,7 @@ def _sum_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     raise ExprTypeError(f"sum needs numbers, not {t}")
 
 
-@_fn("sum", 1, 1, _sum_type, aggregate=True)
+@_fn("sum", 1, 1, _sum_type, aggregate=True, doc="Sum of all values of a path within each record (nulls skipped; none -> null).")
 def _sum(args: Sequence[Value], call: Call, n: int) -> Value:
     return per_record(args[0], "sum")
 
@@ -1597,7 +1614,7 @@ def _distinct_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.int64()
 
 
-@_fn("distinct", 1, 1, _distinct_type, aggregate=True)
+@_fn("distinct", 1, 1, _distinct_type, aggregate=True, doc="Number of distinct non-null values of a path within each record.")
 def _distinct(args: Sequence[Value], call: Call, n: int) -> Value:
     grouped: Grouped = args[0]
     values = grouped.values
@@ -1615,7 +1632,11 @@ def _list_concat_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.utf8()
 
 
-@_fn("list_concat", 1, 1, _list_concat_type, aux=("sep",), aggregate=True)
+@_fn(
+    "list_concat", 1, 1, _list_concat_type, aux=("sep",), aggregate=True,
+    keywords=(Keyword("sep", "sep", ""),),
+    doc="The non-null values of a path within each record, as text joined by `sep`.",
+)  # fmt: skip
 def _list_concat(args: Sequence[Value], call: Call, n: int) -> Value:
     grouped: Grouped = args[0]
     text = _text(grouped.values)
@@ -1626,273 +1647,3 @@ def _list_concat(args: Sequence[Value], call: Call, n: int) -> Value:
     np.cumsum(counts, out=offsets[1:])
     lists = pa.ListArray.from_arrays(pa.array(offsets), text.filter(pa.array(valid)))
     return pc.binary_join(lists, call.sep or "")  # in wire order; none -> ''
-
-
-# ---- builders (wa.cond, wa.add, ...) -----------------------------------------------------------
-#
-# Positional arguments are values: an expression, a path (a bare string naming a root field or
-# containing "." or "["), or a literal (wa.lit(...) to be explicit). Keyword arguments map to
-# the reference's aux keys (sep, literal, literal2, param), so YAML and Python build one Call.
-
-
-def _call(func: str, *values: object, **aux: object) -> Call:
-    return Call(func, tuple(as_expr(v) for v in values), **aux)  # type: ignore[arg-type]
-
-
-def _literal(value: object) -> object:
-    return lit(value).value
-
-
-def _unit_param(unit: str | None) -> int | None:
-    if unit is None:
-        return None
-    if unit not in _PER_SECOND:
-        raise ValueError(f"unit must be one of {', '.join(_PER_SECOND)}, not {unit!r}")
-    return _PER_SECOND[unit]
-
-
-def has(value: object) -> Call:
-    """True when the value is present and truthy (non-zero, non-empty); a message: present."""
-    return _call("has", value)
-
-
-def coalesce(*values: object) -> Call:
-    """The first truthy value (0, "" and false are skipped); null when none is."""
-    return _call("coalesce", *values)
-
-
-def default(value: object, literal: object = None) -> Call:
-    """The value when truthy, else `literal`."""
-    return _call("default", value, literal=_literal(literal))
-
-
-def cond(predicate: object, if_true: object, if_false: object) -> Call:
-    """`if_true` where the predicate is truthy (null is false), else `if_false`."""
-    return _call("cond", predicate, if_true, if_false)
-
-
-def coerce(value: object, if_true: object = None, if_false: object = None) -> Call:
-    """A text literal chosen by the value's truthiness (non-text literals rendered as Go's %v)."""
-    return _call("coerce", value, literal=_literal(if_true), literal2=_literal(if_false))
-
-
-def eq(a: object, b: object) -> Call:
-    return _call("eq", a, b)
-
-
-def ne(a: object, b: object) -> Call:
-    return _call("ne", a, b)
-
-
-def lt(a: object, b: object) -> Call:
-    return _call("lt", a, b)
-
-
-def le(a: object, b: object) -> Call:
-    return _call("le", a, b)
-
-
-def gt(a: object, b: object) -> Call:
-    return _call("gt", a, b)
-
-
-def ge(a: object, b: object) -> Call:
-    return _call("ge", a, b)
-
-
-def and_(a: object, b: object) -> Call:
-    """Both truthy (never null)."""
-    return _call("and", a, b)
-
-
-def or_(a: object, b: object) -> Call:
-    """Either truthy (never null)."""
-    return _call("or", a, b)
-
-
-def not_(value: object) -> Call:
-    """Not truthy (null -> true)."""
-    return _call("not", value)
-
-
-def add(a: object, b: object) -> Call:
-    return _call("add", a, b)
-
-
-def sub(a: object, b: object) -> Call:
-    return _call("sub", a, b)
-
-
-def mul(a: object, b: object) -> Call:
-    return _call("mul", a, b)
-
-
-def div(a: object, b: object) -> Call:
-    """a / b: integers truncate toward zero; division by zero -> null."""
-    return _call("div", a, b)
-
-
-def mod(a: object, b: object) -> Call:
-    """Remainder with the sign of a (C semantics; floats: fmod); modulo by zero -> null."""
-    return _call("mod", a, b)
-
-
-def abs_(value: object) -> Call:
-    return _call("abs", value)
-
-
-def ceil(value: object) -> Call:
-    return _call("ceil", value)
-
-
-def floor(value: object) -> Call:
-    return _call("floor", value)
-
-
-def round_(value: object) -> Call:
-    """Round half to even (2.5 -> 2, 3.5 -> 4); integers unchanged."""
-    return _call("round", value)
-
-
-def min_(a: object, b: object) -> Call:
-    return _call("min", a, b)
-
-
-def max_(a: object, b: object) -> Call:
-    return _call("max", a, b)
-
-
-def bucket(value: object, size: int) -> Call:
-    """The value rounded toward zero to a multiple of `size` (size <= 0: unchanged)."""
-    return _call("bucket", value, param=size)
-
-
-def concat(*values: object, sep: str = "") -> Call:
-    """String forms joined by ``sep``; a null contributes ''."""
-    return _call("concat", *values, sep=sep)
-
-
-def upper(value: object) -> Call:
-    return _call("upper", value)
-
-
-def lower(value: object) -> Call:
-    return _call("lower", value)
-
-
-def trim(value: object) -> Call:
-    """Unicode whitespace stripped at both ends."""
-    return _call("trim", value)
-
-
-def trim_prefix(value: object, prefix: str) -> Call:
-    return _call("trim_prefix", value, sep=prefix)
-
-
-def trim_suffix(value: object, suffix: str) -> Call:
-    return _call("trim_suffix", value, sep=suffix)
-
-
-def len_(value: object) -> Call:
-    """UTF-8 byte length of a string, length of bytes, element count of a list or map."""
-    return _call("len", value)
-
-
-def mask(value: object, keep: int = 0, char: str = "*") -> Call:
-    """The string form with all but its first `keep` code points replaced by `char`."""
-    return _call("mask", value, param=keep, sep=char)
-
-
-def cast_int(value: object) -> Call:
-    return _call("cast_int", value)
-
-
-def cast_float(value: object) -> Call:
-    return _call("cast_float", value)
-
-
-def cast_string(value: object) -> Call:
-    return _call("cast_string", value)
-
-
-def strptime(value: object, format: str) -> Call:
-    """timestamp[us, UTC] parsed with a %-format (or a Go layout); failure -> null."""
-    return _call("strptime", value, sep=format)
-
-
-def try_strptime(value: object, format: str) -> Call:
-    """As strptime, but failure or null -> 1970-01-01T00:00:00Z."""
-    return _call("try_strptime", value, sep=format)
-
-
-def age(value: object, other: object = None, unit: str | None = None) -> Call:
-    """now - value, or value - other: a duration. `unit` for integer epochs."""
-    values = (value,) if other is None else (value, other)
-    return _call("age", *values, param=_unit_param(unit))
-
-
-def epoch_to_date(value: object, unit: str | None = None) -> Call:
-    """The UTC calendar date (date32) of a timestamp, or of an integer epoch in `unit`."""
-    return _call("epoch_to_date", value, param=_unit_param(unit))
-
-
-def to_timestamp(value: object, unit: str | None = None) -> Call:
-    """An integer epoch in `unit` ("s", "ms", "us", "ns") as timestamp[unit, UTC]."""
-    return _call("to_timestamp", value, param=_unit_param(unit))
-
-
-def to_duration(value: object, unit: str | None = None) -> Call:
-    """An integer count of `unit` ("s", "ms", "us", "ns") as duration[unit]."""
-    return _call("to_duration", value, param=_unit_param(unit))
-
-
-def date_part(value: object, part: str, unit: str | None = None) -> Call:
-    """year, month, day, hour, minute, second or epoch (seconds) of a time, UTC."""
-    return _call("date_part", value, sep=part, param=_unit_param(unit))
-
-
-def _extractor(part: str) -> Callable[..., Call]:
-    def build(value: object, unit: str | None = None) -> Call:
-        return _call(f"extract_{part}", value, param=_unit_param(unit))
-
-    build.__name__ = build.__qualname__ = f"extract_{part}"
-    build.__doc__ = f"The UTC {part} of a timestamp/date, or of an integer epoch in `unit`."
-    return build
-
-
-extract_year = _extractor("year")
-extract_month = _extractor("month")
-extract_day = _extractor("day")
-extract_hour = _extractor("hour")
-extract_minute = _extractor("minute")
-extract_second = _extractor("second")
-
-
-def hash_(*values: object) -> Call:
-    """FNV-1a 64 (as int64) of the concatenated string forms of the non-null values."""
-    return _call("hash", *values)
-
-
-def enum_name(value: object) -> Call:
-    """The declared name of an enum field's value (undeclared number or null -> null)."""
-    return _call("enum_name", value)
-
-
-def map_key(entry: object) -> Call:
-    """The key of the map entry a path reaches with m[*] (or m[key])."""
-    return _call("map_key", entry)
-
-
-def sum_(value: object) -> Call:
-    """Sum of all values of a path within each record (nulls skipped; none -> null)."""
-    return _call("sum", value)
-
-
-def distinct(value: object) -> Call:
-    """Number of distinct non-null values of a path within each record."""
-    return _call("distinct", value)
-
-
-def list_concat(value: object, sep: str = "") -> Call:
-    """The non-null values of a path within each record, as text joined by `sep`."""
-    return _call("list_concat", value, sep=sep)

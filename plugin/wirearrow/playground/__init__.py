@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from wirearrow.arguments import add_import_paths
+
 __all__ = ["DESCRIPTION", "HELP", "configure", "run"]
 
 HELP = "try a plan on a sample of real records in a local web page"
@@ -28,8 +30,6 @@ FRAMINGS = ("varint", "u32le", "u32be")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's arguments, on the ``playground`` subparser of the ``wirearrow`` CLI."""
-    from wirearrow.cli import add_import_paths  # (the CLI imports this module when it runs)
-
     parser.add_argument(
         "inputs",
         nargs="*",
