@@ -274,7 +274,7 @@ def run_once(build: Builder, pattern: str, out: str, workers: int) -> float:
 
 def where_the_time_goes(files: list[Path], tc: wa.Transcoder, descriptor_set: bytes) -> dict:
     """Single-threaded costs of the pieces, outside Beam, on the same records."""
-    from wirearrow.delimited import read_delimited
+    from wirearrow.sources.framing import read_delimited
 
     out: dict[str, float] = {}
     t = time.perf_counter()

@@ -103,7 +103,7 @@ def setup_wirearrow(form: str, columns: list[str] | None):
 
 def setup_to_wire(c: Corpus):
     import_wirearrow()
-    from wirearrow.protojson import JsonReader
+    from wirearrow.sources.protojson import JsonReader
 
     reader = JsonReader(_transcoder().schema.descriptor)
     return (lambda: reader.to_wire(c.texts)), ""

@@ -62,8 +62,10 @@ def test_tables_with_column(case) -> None:
     for messages in (table, table.to_batches()[0], CStream(table), struct_capsule(table)):
         _check(tc, tc.transcode(messages, column="value"), case)
     _check(tc, tc.transcode(table.select(["value"])), case)  # one column: no column= needed
-    with pytest.raises(TypeError, match=r"needs column= \(one of \['n', 'value'\]\)"):
-        tc.transcode(table)
+    _check(tc, tc.transcode(table), case)  # several: the column named "value", as the engines'
+    other = table.rename_columns(["n", "payload"])
+    with pytest.raises(TypeError, match=r"needs column= \(one of \['n', 'payload'\]\)"):
+        tc.transcode(other)
     with pytest.raises(KeyError, match="no column 'val'"):
         tc.transcode(table, column="val")
     with pytest.raises(TypeError, match="column= names a column of a table"):

@@ -30,7 +30,7 @@ from apache_beam.transforms import trigger, window  # noqa: E402
 
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
-from wirearrow.transcoder import DEAD_LETTER_SCHEMA  # noqa: E402
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA  # noqa: E402
 
 pytestmark = [
     pytest.mark.beam,

@@ -24,7 +24,7 @@ from apache_beam.testing.util import assert_that  # noqa: E402
 
 import corpus  # noqa: E402  (benchmarks/, put on sys.path by conftest.py)
 import wirearrow.beam as wab  # noqa: E402
-from wirearrow.delimited import split_framed  # noqa: E402
+from wirearrow.sources.framing import split_framed  # noqa: E402
 
 pytestmark = [
     pytest.mark.beam,

@@ -81,10 +81,11 @@ def test_decoder_buffers_pooled_only_when_asked(
     # Flat plans decode unpooled: they drop most decoder buffers within the call, and
     # pooled blocks would lift the call's peak memory while Arrow allocates the output.
     from wirearrow._core.decoder import POLICY_SKIP, decode
-    from wirearrow.transcoder import _records
+    from wirearrow.sources.records import RecordReader
 
     tc = wa.Transcoder(bid_schema)
-    data, starts, ends, _, _ = _records(big_corpora[0], None)
+    records = RecordReader(bid_schema).read(big_corpora[0], wa.RecordFormat())
+    data, starts, ends = records.data, records.starts, records.ends
     sizes = [3000 * 4] * tc._plan.program.n_groups  # room for every element up front
     wa.buffer_pool(limit=0)
     wa.buffer_pool(limit=256 << 20)

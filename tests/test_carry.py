@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import message_factory
 
 import wirearrow as wa
-from wirearrow.transcoder import DEAD_LETTER_SCHEMA
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 
 PROTO = """\
 syntax = "proto3";

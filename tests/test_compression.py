@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wirearrow.compression import (
+from wirearrow.sources.compression import (
     FEED_BYTES,
     compression_name,
     compression_of,
     open_decompressed,
     strip_suffix,
 )
-from wirearrow.delimited import FrameReader
+from wirearrow.sources.framing import FrameReader
 
 try:  # an optional dependency (wirearrow[zstd]): the stdlib codecs are tested without it
     import zstandard

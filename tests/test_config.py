@@ -144,7 +144,7 @@ def test_defaults(project: Path) -> None:
     }
     assert plan.settings == ()
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)
-    assert plan.input == wa.config.InputConfig(None)
+    assert plan.input == wa.RecordFormat()
     assert plan.dead_letter_path is None
     assert plan.source.endswith("plan.yaml")
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import wirearrow as wa
-from wirearrow.confluent import SchemaIds
+from wirearrow.sources.confluent import SchemaIds
 
 pytest.importorskip("confluent_kafka.schema_registry.protobuf")
 

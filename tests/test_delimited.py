@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wirearrow as wa
-from wirearrow.delimited import FrameReader, plan_pieces, split_framed
+from wirearrow.sources.framing import FrameReader, plan_pieces, split_framed
 
 
 def frame(records: list[bytes], framing: str) -> bytes:

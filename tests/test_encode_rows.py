@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
-from wirearrow.transcoder import ENCODE_FAILURE_SCHEMA
+from wirearrow.encoder import ENCODE_FAILURE_SCHEMA
 
 N = 60
 

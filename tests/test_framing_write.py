@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import wirearrow as wa
 from wirearrow._core.framing import crc32c
-from wirearrow.confluent import confluent_prefix
-from wirearrow.delimited import FrameReader, plan_pieces, split_framed
+from wirearrow.sources.confluent import confluent_prefix
+from wirearrow.sources.framing import FrameReader, plan_pieces, split_framed
 
 STREAM_FRAMINGS = ["varint", "u32le", "u32be", "tfrecord"]
 records_st = st.lists(st.binary(max_size=300), max_size=40)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import wirearrow as wa
 from schemagen import compile_file, compile_source, messages, schema_specs
-from wirearrow.protojson import JsonReader
+from wirearrow.sources.protojson import JsonReader
 
 RICH = pathlib.Path(__file__).parent / "protos" / "rich.proto"
 ROOT = "wirearrow.tests.rich.Root"

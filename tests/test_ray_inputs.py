@@ -17,7 +17,7 @@ import pytest
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
 from wirearrow.config import load_plan
-from wirearrow.delimited import split_framed
+from wirearrow.sources.framing import split_framed
 
 ray = pytest.importorskip("ray")
 war = pytest.importorskip("wirearrow.ray")

@@ -10,8 +10,8 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 from wirearrow import fn
 from wirearrow._core.buffers import buffer_pool
 from wirearrow.cache import ParserCache
+from wirearrow.counts import Counts
 from wirearrow.config import PlanConfig, load_plan
-from wirearrow.delimited import frame_records, read_delimited
 from wirearrow.errors import (
     DecodeError,
     EncodeError,
@@ -20,24 +20,30 @@ from wirearrow.errors import (
     SchemaError,
     WirearrowError,
 )
+from wirearrow.encoder import Encoder
 from wirearrow.parquet import write_parquet
 from wirearrow.plan.compiler import Column
-from wirearrow.protojson import read_ndjson
 from wirearrow.schema import Schema
+from wirearrow.sources.format import RecordFormat
+from wirearrow.sources.framing import frame_records, read_delimited
+from wirearrow.sources.protojson import read_ndjson
 from wirearrow.spec import TranscodeSpec
-from wirearrow.transcoder import Stats, Transcoder
+from wirearrow.transcoder import Decoded, Transcoder
 
 __all__ = [
     "Column",
+    "Counts",
     "DecodeError",
+    "Decoded",
     "EncodeError",
+    "Encoder",
     "ParserCache",
     "PathError",
     "PlanConfig",
     "PlanError",
+    "RecordFormat",
     "Schema",
     "SchemaError",
-    "Stats",
     "TranscodeSpec",
     "Transcoder",
     "WirearrowError",

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from wirearrow.arguments import add_import_paths
-from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
-from wirearrow.compression import strip_suffix
+from wirearrow.parquet import PARQUET_COMPRESSIONS
+from wirearrow.sources.compression import INPUT_COMPRESSIONS, strip_suffix
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
-    from wirearrow.delimited import Frames
     from wirearrow.parquet import ParquetSink
     from wirearrow.schema import Schema
-    from wirearrow.transcoder import Stats, Transcoder
+    from wirearrow.sources.framing import Frames
+    from wirearrow.counts import Counts
+    from wirearrow.transcoder import Transcoder
 
 __all__ = ["main"]
 
@@ -48,7 +49,6 @@ FILE_FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
 # "confluent": each record, delimited by --delimited-by, in the Confluent wire format.
 FRAMING_CHOICES = (*FILE_FRAMINGS, "confluent")
 POLICIES = ("raise", "skip", "dead_letter")
-COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 DEFAULT_FRAMING = "varint"
 DEFAULT_BATCH_SIZE = 65_536
 DEFAULT_CHUNK_SIZE = 16 * 1024 * 1024
@@ -205,7 +205,7 @@ def _positive(text: str) -> int:
 def _dead_letter_schema() -> pa.Schema:
     import pyarrow as pa
 
-    from wirearrow.transcoder import DEAD_LETTER_SCHEMA
+    from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 
     return DEAD_LETTER_SCHEMA.append(pa.field("file", pa.utf8())).append(
         pa.field("file_offset", pa.int64())
@@ -290,9 +290,9 @@ class TranscodeJob:
     def run_file(self, path: str, sink: ParquetSink) -> FileResult:
         import numpy as np
 
-        from wirearrow.compression import compression_of
-        from wirearrow.delimited import FrameReader
         from wirearrow.errors import DecodeError
+        from wirearrow.sources.compression import compression_of
+        from wirearrow.sources.framing import FrameReader
 
         codec = compression_of(path, self.compression)
         if self.input_format == "json":
@@ -387,7 +387,7 @@ class TranscodeJob:
         import pyarrow as pa
 
         from wirearrow.errors import DecodeError
-        from wirearrow.protojson import ndjson_records, split_ndjson
+        from wirearrow.sources.protojson import ndjson_records, split_ndjson
 
         result = FileResult()
         label = os.path.basename(path)
@@ -424,7 +424,7 @@ class TranscodeJob:
         return result
 
     def _took(
-        self, result: FileResult, before: Stats, batch: pa.RecordBatch, sink: ParquetSink
+        self, result: FileResult, before: Counts, batch: pa.RecordBatch, sink: ParquetSink
     ) -> None:
         """Count one transcoded batch (the transcoder's stats since ``before``), write its rows."""
         after = self.tc.stats
@@ -560,7 +560,7 @@ def _decompressed(stream: _Reading, codec: str, path: str) -> object:
     """``stream`` itself, or its decompressed bytes (a break becomes the reader's tail)."""
     if codec == "none":
         return stream
-    from wirearrow.compression import open_decompressed
+    from wirearrow.sources.compression import open_decompressed
 
     try:
         return open_decompressed(stream, codec, name="the file")
@@ -803,12 +803,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={tc.spec.on_error}"]
     if framing:
         parts.append(f"framing={framing}")
-    if plan.input.schemas:
+    if plan.schema_ids:
         try:
             plan.confluent_schemas()  # every schema version compiles
         except (WirearrowError, ValueError) as err:
             raise CliError(str(err)) from err
-        parts.append("schema ids " + ",".join(str(sid) for sid, _ in plan.input.schemas))
+        parts.append("schema ids " + ",".join(str(sid) for sid, _ in plan.schema_ids))
     print(f"{args.plan}: OK ({', '.join(parts)})")
     print(format_schema(schema))
     _, dropped = writable_schema(schema)
@@ -1099,7 +1099,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument(
         "--compression",
-        choices=COMPRESSIONS,
+        choices=PARQUET_COMPRESSIONS,
         help="Parquet compression; default: the plan's output.compression",
     )
     tr.add_argument(

@@ -35,7 +35,6 @@ from typing import Any
 import yaml
 
 from wirearrow.cache import ParserCache
-from wirearrow.compression import COMPRESSIONS as INPUT_COMPRESSIONS
 from wirearrow.errors import (
     MAX_QUOTED,
     PathError,
@@ -54,30 +53,24 @@ from wirearrow.options import (
     option_problem,
     unknown_options,
 )
+from wirearrow.parquet import PARQUET_COMPRESSIONS
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
-from wirearrow.protojson import FORMATS
 from wirearrow.schema import Schema
+from wirearrow.sources.compression import INPUT_COMPRESSIONS
+from wirearrow.sources.format import CONFLUENT, FIELDS, RecordFormat
 from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Transcoder
 
 __all__ = [
-    "COMPRESSIONS",
-    "FRAMINGS",
-    "InputConfig",
     "OutputConfig",
     "PlanConfig",
     "ProtoSource",
     "load_plan",
 ]
 
-COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
-FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
-# input.framing: a file framing, or "confluent" (each record, delimited by input.delimited_by,
-# in the Confluent Schema Registry wire format).
-INPUT_FRAMINGS = (*FRAMINGS, "confluent")
 AUX_KEYS = ("sep", "literal", "literal2", "param")
 # The reference's YAML function names (bufarrow-behaviour §3.3): a name here that FUNCTIONS
 # lacks is reported as "not available yet" rather than unknown.
@@ -103,15 +96,7 @@ _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
 _OUTPUT_KEYS = ("path", "compression", "row_group_size")
-_INPUT_KEYS = (
-    "framing",
-    "format",
-    "ignore_unknown_fields",
-    "compression",
-    "delimited_by",
-    "schemas",
-    "schema_id",
-)
+_INPUT_KEYS = tuple(FIELDS)  # input: a RecordFormat, under the same names
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
 _INT64 = (-(2**63), 2**64 - 1)  # literals: int64, or uint64 above it
@@ -156,30 +141,6 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
-class InputConfig:
-    """How input files are framed when the command line is not told (None: not set).
-
-    ``format``: "binary" (protobuf wire records) or "json" (protojson, NDJSON files);
-    ``ignore_unknown_fields``: JSON input only, as ``json_format.Parse``'s.
-    ``compression``: the input files' codec (:mod:`wirearrow.compression`; "auto": by
-    each file's suffix).
-
-    ``framing="confluent"``: each record, delimited in the file by ``delimited_by``
-    (default varint), is in the Confluent Schema Registry wire format; ``schemas``: the
-    accepted schema ids, each with its ``.proto`` source (None: the plan's ``proto``);
-    ``schema_id``: True or a column name adds each row's schema id.
-    """
-
-    framing: str | None = None
-    format: str | None = None
-    ignore_unknown_fields: bool = False
-    compression: str | None = None
-    delimited_by: str | None = None
-    schemas: tuple[tuple[int, ProtoSource | None], ...] = ()
-    schema_id: bool | str = False
-
-
-@dataclass(frozen=True)
 class PlanConfig:
     """A checked plan: build its :meth:`transcoder` (or just its :meth:`schema`).
 
@@ -194,7 +155,11 @@ class PlanConfig:
     settings: tuple[tuple[str, Any], ...] = ()
     dead_letter_path: str | None = None
     output: OutputConfig = OutputConfig()
-    input: InputConfig = InputConfig()
+    # The input: fields of a RecordFormat the plan sets, as (name, value) pairs (read them
+    # as ``input``), and the source of each Confluent schema id of input.schemas (None:
+    # the plan's own schema).
+    input_settings: tuple[tuple[str, Any], ...] = ()
+    schema_ids: tuple[tuple[int, ProtoSource | None], ...] = ()
     source: str = "<dict>"  # the plan file as given, "<string>" or "<dict>"
     # Where things were written, for errors found later: "file:line" of each column, and
     # of proto.file / proto.message.
@@ -250,22 +215,32 @@ class PlanConfig:
             self._cache[key] = schema
         return schema
 
+    @property
+    def input(self) -> RecordFormat:
+        """How the plan's records arrive (its ``input:`` section; defaults elsewhere)."""
+        schemas = self.confluent_schema if self.schema_ids else None
+        return RecordFormat(**dict(self.input_settings), schemas=schemas)
+
     def confluent_schemas(self) -> dict[int, Schema]:
-        """``{schema_id: Schema}`` of ``input.schemas`` (compiled once each; an id without
-        a source names the plan's own schema)."""
-        out = {}
-        for schema_id, source in self.input.schemas:
-            if source is None:
-                out[schema_id] = self.schema()
+        """``{schema_id: Schema}`` of ``input.schemas`` (each compiled once)."""
+        return {sid: self.confluent_schema(sid) for sid, _ in self.schema_ids}  # type: ignore[misc]
+
+    def confluent_schema(self, schema_id: int) -> Schema | None:
+        """The schema of a Confluent schema id of ``input.schemas`` (compiled on first use;
+        an id without a source names the plan's own schema); None for other ids."""
+        for sid, source in self.schema_ids:
+            if sid != schema_id:
                 continue
+            if source is None:
+                return self.schema()
             schema = self._cache.get(source)
             if schema is None:
                 try:
                     schema = self._cache[source] = source.schema()
                 except SchemaError as err:
-                    raise SchemaError(f"{self.source}: input.schemas.{schema_id}: {err}") from err
-            out[schema_id] = schema
-        return out
+                    raise SchemaError(f"{self.source}: input.schemas.{sid}: {err}") from err
+            return schema
+        return None
 
     def transcoder(self, cache: ParserCache | None = None) -> Transcoder:
         """The :class:`~wirearrow.Transcoder` of this plan (on ``cache``, if given).
@@ -804,7 +779,7 @@ class _Checker:
             if why is not None:
                 self.problem(self.key_line(root, key), key, why)
         output = self.output(*at("output"))
-        input_config = self.input(*at("input"))
+        input_settings, schema_ids = self.input(*at("input"))
         if self.problems and proto is not None:
             self.path_problems(proto)
         if self.problems or proto is None:
@@ -815,7 +790,8 @@ class _Checker:
             settings=tuple(settings.items()),
             dead_letter_path=dead_letter_path,
             output=output,
-            input=input_config,
+            input_settings=input_settings,
+            schema_ids=schema_ids,
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
@@ -1246,7 +1222,7 @@ class _Checker:
                 m["compression"],
                 "output.compression",
                 self.key_line(m, "compression"),
-                COMPRESSIONS,
+                PARQUET_COMPRESSIONS,
                 fold_case=True,
             )
         if m.get("row_group_size") is not None:
@@ -1255,63 +1231,53 @@ class _Checker:
             )
         return OutputConfig(path, compression or "zstd", row_group_size)
 
-    def input(self, value: object, line: int | None) -> InputConfig:
+    def input(
+        self, value: object, line: int | None
+    ) -> tuple[tuple[tuple[str, Any], ...], tuple[tuple[int, ProtoSource | None], ...]]:
+        """input: the RecordFormat fields it sets, and input.schemas' sources."""
         if value is None:
-            return InputConfig()
+            return (), ()
         m = self.mapping(value, "input", line, _INPUT_KEYS)
         if m is None:
-            return InputConfig()
-        framing = fmt = None
-        if m.get("framing") is not None:
-            framing = self.choice(
-                m["framing"], "input.framing", self.key_line(m, "framing"), INPUT_FRAMINGS
-            )
-        if m.get("format") is not None:
-            fmt = self.choice(m["format"], "input.format", self.key_line(m, "format"), FORMATS)
-        ignore = False
+            return (), ()
+        settings: dict[str, Any] = {}
+        for key in ("format", "framing", "delimited_by", "compression"):
+            if m.get(key) is not None:
+                chosen = self.choice(
+                    m[key],
+                    f"input.{key}",
+                    self.key_line(m, key),
+                    FIELDS[key].metadata["choices"],
+                    fold_case=key == "compression",
+                )
+                if chosen is not None:
+                    settings[key] = chosen
         if m.get("ignore_unknown_fields") is not None:
             key = "ignore_unknown_fields"
-            ignore = bool(self.boolean(m[key], f"input.{key}", self.key_line(m, key)))
-        compression = None
-        if m.get("compression") is not None:
-            compression = self.choice(
-                m["compression"],
-                "input.compression",
-                self.key_line(m, "compression"),
-                INPUT_COMPRESSIONS,
-                fold_case=True,
-            )
-        delimited_by = None
-        if m.get("delimited_by") is not None:
-            delimited_by = self.choice(
-                m["delimited_by"],
-                "input.delimited_by",
-                self.key_line(m, "delimited_by"),
-                FRAMINGS,
-            )
+            flag = self.boolean(m[key], f"input.{key}", self.key_line(m, key))
+            if flag is not None:
+                settings[key] = flag
+        if m.get("column") is not None:
+            column = self.string(m["column"], "input.column", self.key_line(m, "column"))
+            if column is not None:
+                settings["column"] = column
         schemas = self.schema_ids(m.get("schemas"), self.key_line(m, "schemas"))
-        schema_id: bool | str = False
         raw_id = m.get("schema_id")
         if raw_id is not None:
             id_line = self.key_line(m, "schema_id")
             if isinstance(raw_id, bool):
-                schema_id = raw_id
+                settings["schema_id"] = raw_id
             elif isinstance(raw_id, str) and raw_id.strip():
-                schema_id = raw_id.strip()
+                settings["schema_id"] = raw_id.strip()
             else:
                 self.problem(
                     id_line,
                     "input.schema_id",
                     f"expected true, false or a column name, got {_kind(raw_id)}",
                 )
-        confluent = framing == "confluent"
-        given = {
-            "schemas": m.get("schemas") is not None,
-            "delimited_by": delimited_by is not None,
-            "schema_id": raw_id is not None,
-        }
-        for key, is_given in given.items():
-            if is_given and not confluent:
+        confluent = settings.get("framing") == CONFLUENT
+        for key in ("schemas", "delimited_by", "schema_id"):
+            if m.get(key) is not None and not confluent:
                 self.problem(self.key_line(m, key), f"input.{key}", "is for framing: confluent")
         if confluent and not schemas and m.get("schemas") is None:
             self.problem(
@@ -1320,7 +1286,12 @@ class _Checker:
                 "confluent needs input.schemas: the schema of each Confluent schema id "
                 "({7: null} for the plan's proto, or {7: {file: ..., message: ...}})",
             )
-        return InputConfig(framing, fmt, ignore, compression, delimited_by, schemas, schema_id)
+        if not self.problems:
+            try:  # the combinations RecordFormat refuses, located at the section
+                RecordFormat(**settings, schemas={} if confluent else None)
+            except (TypeError, ValueError) as err:
+                self.problem(line, "input", str(err))
+        return tuple(settings.items()), schemas
 
     def schema_ids(
         self, value: object, line: int | None

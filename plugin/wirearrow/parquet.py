@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = [
+    "PARQUET_COMPRESSIONS",
     "ParquetSchemaWarning",
     "ParquetSink",
     "ParquetSummary",
@@ -35,6 +36,8 @@ __all__ = [
 
 DEFAULT_ROW_GROUP_SIZE = 128_000
 DEFAULT_COMPRESSION = "zstd"
+# The Parquet codecs a sink writes with (pyarrow's names; "none": uncompressed).
+PARQUET_COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 # Rows are also flushed as a row group when the buffered batches reach this many bytes,
 # so wide or deeply nested rows cannot make one row group hold gigabytes.
 DEFAULT_MAX_BUFFER_BYTES = 256 * 1024 * 1024

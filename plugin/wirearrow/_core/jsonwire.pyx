@@ -10,7 +10,7 @@ order (map entries sorted by key), byte-identical to the runtime's
 ``SerializeToString(deterministic=True)``, which the binary decoder then reads as usual.
 
 This module works on Python objects (the parsed JSON), so it holds the GIL; the tables
-(``Msg``/``Field``) are built by ``wirearrow.protojson`` and never look at a descriptor here.
+(``Msg``/``Field``) are built by ``wirearrow.sources.protojson`` and never look at a descriptor here.
 """
 
 import base64

@@ -223,7 +223,7 @@ class EncodeResult(dict):
 
 
 def _confluent_framing(schema_id: int, message_index: Sequence[int]) -> Any:
-    from wirearrow.delimited import frame_records
+    from wirearrow.sources.framing import frame_records
 
     def frame(values: pa.Array) -> pa.Array:
         return frame_records(
@@ -246,7 +246,7 @@ def _encoder_spec(
     tc = message_transcoder(_resolve_transcoder(plan, None))
     confluent = None
     if framing == "confluent":
-        from wirearrow.confluent import message_index as index_of
+        from wirearrow.sources.confluent import message_index as index_of
 
         if schema_id is None:
             raise ValueError("framing='confluent' needs schema_id= (the registry's id)")

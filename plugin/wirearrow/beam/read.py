@@ -19,8 +19,15 @@ from wirearrow.beam.transcode import (
     RecordArray,
     same_binary_type,
 )
-from wirearrow.compression import compression_name, compression_of, open_decompressed
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, Tail, corrupt_reason, plan_pieces
+from wirearrow.sources.compression import compression_name, compression_of, open_decompressed
+from wirearrow.sources.framing import (
+    FrameReader,
+    Frames,
+    Tail,
+    check_framing,
+    corrupt_reason,
+    plan_pieces,
+)
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
@@ -214,8 +221,7 @@ class ReadFromDelimited(beam.PTransform):
         allow_empty: bool = False,
     ) -> None:
         super().__init__()
-        if framing not in FRAMINGS:
-            raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+        check_framing(framing)
         if truncated not in ("raise", "skip"):
             raise ValueError(f"truncated must be 'raise' or 'skip', not {truncated!r}")
         compression = compression_name(compression)

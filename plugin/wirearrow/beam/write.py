@@ -10,7 +10,7 @@ from apache_beam.io import filebasedsink, iobase
 from apache_beam.io.filesystem import CompressionTypes
 
 from wirearrow.beam.transcode import RecordArray
-from wirearrow.delimited import FRAMINGS, frame_records
+from wirearrow.sources.framing import check_framing, frame_records
 
 # Records are framed in C a block at a time: a block this big is written at once.
 _BLOCK_BYTES = 4 * 1024 * 1024
@@ -104,8 +104,7 @@ class WriteToDelimited(beam.PTransform):
         triggering_frequency: Optional[int] = None,  # noqa: UP045
     ) -> None:
         super().__init__()
-        if framing not in FRAMINGS:
-            raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+        check_framing(framing)
         self._sink = _DelimitedSink(
             file_path_prefix,
             framing,

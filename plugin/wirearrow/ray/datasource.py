@@ -15,9 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from wirearrow.compression import compression_name, compression_of, open_decompressed
 from wirearrow.config import PlanConfig
-from wirearrow.delimited import FRAMINGS, FrameReader, Frames, corrupt_reason, plan_pieces
+from wirearrow.sources.compression import compression_name, compression_of, open_decompressed
+from wirearrow.sources.framing import (
+    FrameReader,
+    Frames,
+    check_framing,
+    corrupt_reason,
+    plan_pieces,
+)
 from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:
@@ -124,7 +130,7 @@ def _index(
     truncated: str = "raise",
 ):
     """Split a file into pieces of about ``task_bytes``, cut at record boundaries (one
-    sequential pass: :func:`wirearrow.delimited.plan_pieces`)."""
+    sequential pass: :func:`wirearrow.sources.framing.plan_pieces`)."""
     with fs.open_input_stream(path, compression=None) as f:
         pieces, tail = plan_pieces(f, framing, task_bytes, block_bytes=INDEX_CHUNK_BYTES, name=path)
     planned = [_Piece(path, p.start, p.end, p.records) for p in pieces]
@@ -223,7 +229,7 @@ def _datasource_class() -> type:
         Files larger than a read task's share are split at record boundaries found by
         one indexing pass (at planning time, files read in parallel threads).
         ``compression``: "auto" (by suffix: .gz, .bz2, .zst, .xz, .deflate), "none" or a
-        codec of :mod:`wirearrow.compression`; a compressed file is one piece, read whole
+        codec of :mod:`wirearrow.sources.compression`; a compressed file is one piece, read whole
         as a stream by one task (its ``offset`` column counts decompressed bytes).
         ``bytes_per_task``: the share, default total / Ray's parallelism, clamped to
         [MIN_TASK_BYTES, MAX_TASK_BYTES]. Small files are grouped into one task.
@@ -241,8 +247,7 @@ def _datasource_class() -> type:
             truncated: str = "raise",
         ) -> None:
             super().__init__()
-            if framing not in FRAMINGS:
-                raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+            check_framing(framing)
             if truncated not in TRUNCATED:
                 raise ValueError(f"truncated must be one of {TRUNCATED}, not {truncated!r}")
             self._compression = compression_name(compression)

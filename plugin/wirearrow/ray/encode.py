@@ -19,10 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from wirearrow.confluent import message_index as message_index_of
-from wirearrow.delimited import FRAMINGS, frame_records
 from wirearrow.errors import EncodeError
-from wirearrow.transcoder import DEAD_LETTER_SCHEMA, Transcoder
+from wirearrow.sources.confluent import message_index as message_index_of
+from wirearrow.sources.framing import check_framing, frame_records
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -377,8 +378,7 @@ def _datasink_class() -> type:
             filesystem: pafs.FileSystem | None = None,
             **datasink_args: Any,
         ) -> None:
-            if framing not in FRAMINGS:
-                raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}")
+            check_framing(framing)
             if (plan is None) == (column is None):
                 raise ValueError("write_delimited takes a plan (rows to encode) or column= "
                                  "(records already encoded), one of them")

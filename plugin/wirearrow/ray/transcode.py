@@ -26,7 +26,9 @@ from wirearrow.cache import ParserCache, resolve_profile
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.errors import DecodeError
 from wirearrow.spec import TranscodeSpec
-from wirearrow.transcoder import DEAD_LETTER_SCHEMA, ON_ERROR, Transcoder
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+from wirearrow.options import ON_ERROR
+from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:
     from ray import ObjectRef

@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from wirearrow._core.framing import FRAMINGS, TRAILERS, compact, frame, prefix, split
-from wirearrow.confluent import confluent_prefix
+from wirearrow._core.framing import FRAMINGS as _CODES
+from wirearrow._core.framing import TRAILERS, compact, frame, prefix, split
+from wirearrow.sources.compression import compression_name, compression_of, decompress
+from wirearrow.sources.confluent import confluent_prefix
 
 __all__ = [
     "FRAMINGS",
@@ -38,6 +40,7 @@ __all__ = [
     "Frames",
     "Piece",
     "Tail",
+    "check_framing",
     "corrupt_reason",
     "frame_records",
     "plan_pieces",
@@ -47,6 +50,8 @@ __all__ = [
     "split_framed_prefix",
 ]
 
+# The stream framings, in the core's order of codes (varint, u32le, u32be, tfrecord).
+FRAMINGS: tuple[str, ...] = tuple(_CODES)
 BLOCK_BYTES = 8 * 1024 * 1024
 # A dead letter of a tail keeps at most this much of it (the rest is counted in its size).
 MAX_TAIL_RAW = 16 * 1024 * 1024
@@ -68,7 +73,7 @@ def looks_like(sample: bytes, framing: str, whole: bool) -> str:
                 "or give the compression (compression=, --input-compression)"
             )
     clean = []
-    for other in sorted(FRAMINGS) if whole else ():
+    for other in FRAMINGS if whole else ():
         if other == framing:
             continue
         try:
@@ -82,11 +87,15 @@ def looks_like(sample: bytes, framing: str, whole: bool) -> str:
     return ""
 
 
+def check_framing(framing: object) -> str:
+    """``framing`` if it is a stream framing, else a ValueError naming them."""
+    if framing not in _CODES:
+        raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
+    return framing  # type: ignore[return-value]
+
+
 def _framing_code(framing: str) -> int:
-    try:
-        return FRAMINGS[framing]
-    except KeyError:
-        raise ValueError(f"framing must be one of {sorted(FRAMINGS)}, not {framing!r}") from None
+    return _CODES[check_framing(framing)]
 
 
 _NONE_CORRUPT = np.zeros(0, dtype=np.int64)
@@ -172,7 +181,7 @@ def frame_records(
     (TensorFlow's TFRecord, with its masked CRC32Cs) returns one ``pa.Buffer`` holding the
     framed stream (write it to a file as it is). "confluent" returns a BinaryArray of the
     same records, each with the Confluent prefix of ``schema_id`` and ``message_index``
-    (the message's path in the schema's file; :func:`wirearrow.confluent.message_index`),
+    (the message's path in the schema's file; :func:`wirearrow.sources.confluent.message_index`),
     as Kafka values. A null record is not a record: ValueError naming it.
     """
     if isinstance(records, pa.ChunkedArray):
@@ -286,7 +295,7 @@ class FrameReader:
     """Whole records of a framed stream, a block at a time, never the whole stream at once.
 
     ``stream``: anything with ``read(n)`` (a binary file, a pyarrow ``NativeFile``, a Beam
-    filesystem stream, a :class:`~wirearrow.compression.DecompressedStream`, whose break
+    filesystem stream, a :class:`~wirearrow.sources.compression.DecompressedStream`, whose break
     becomes the tail); with ``start`` it must also ``seek``. ``end``: stop there (a record
     boundary found by :func:`plan_pieces`); a stream that ends before it raises ValueError
     (the file changed). ``size``: the stream's size when known (only to size the tail).
@@ -446,21 +455,36 @@ def plan_pieces(
 def read_delimited(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview | pa.Buffer,
     framing: str = "varint",
+    *,
+    compression: str = "auto",
 ) -> pa.BinaryArray:
-    """Read every record of a length-delimited stream into a BinaryArray (one copy).
+    """Read every record of a length-delimited file or buffer into a BinaryArray (one copy).
 
     framing: "varint" (protobuf's writeDelimitedTo), "u32le" or "u32be" (4-byte lengths),
     "tfrecord" (TensorFlow's TFRecord; both CRC32Cs of every record are checked).
-    A stream that ends inside a record, or a TFRecord whose CRC does not match, raises
-    ValueError naming the byte offset.
+    compression: "auto" (a file: by its suffix, .gz .bz2 .zst .xz .deflate; a buffer: none),
+    "none" or a codec (wirearrow.sources.compression), as every other reader takes it.
+    A stream that ends inside a record, a broken compressed stream, or a TFRecord whose CRC
+    does not match raises ValueError naming the byte offset (the engines' readers and
+    ``Transcoder.decode`` keep the good records and make the rest a dead letter instead).
     Records over 2 GiB in total come back as a LargeBinaryArray.
     """
+    check_framing(framing)
+    codec = compression_name(compression)
     if isinstance(source, str | os.PathLike):
-        with pa.memory_map(os.fspath(source), "r") as f:
-            buffer = f.read_buffer()
+        path = os.fspath(source)
+        codec = compression_of(path, codec)
+        with pa.memory_map(path, "r") as f:
+            buffer: object = f.read_buffer()
+        name = path
     else:
-        buffer = source
-    view = memoryview(buffer).cast("B")
+        buffer, name = source, "the buffer"
+        codec = "none" if codec == "auto" else codec
+    if codec != "none":
+        buffer, broken = decompress(buffer, codec, name)
+        if broken is not None:
+            raise ValueError(broken.replace(" (the records before it are kept)", ""))
+    view = memoryview(buffer).cast("B")  # type: ignore[arg-type]
     try:
         starts, ends, consumed = split_framed(view, framing)
     except ValueError as err:  # a prefix that cannot be a length: say what the data looks like

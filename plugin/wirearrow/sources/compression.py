@@ -1,5 +1,5 @@
 """Compressed input files: which codec a file is in, and a bounded-memory stream of its
-decompressed bytes for :class:`~wirearrow.delimited.FrameReader`.
+decompressed bytes for :class:`~wirearrow.sources.framing.FrameReader`.
 
 Every reader of framed files (the command line, the Ray datasource, Beam's
 ``ReadFromDelimited``) opens compressed files through :func:`open_decompressed`, so they all
@@ -10,7 +10,7 @@ A stream that is cut short (no end-of-stream marker) or corrupt does not raise o
 ``read``: the decompressed bytes before the break are returned, then ``read`` returns
 ``b""`` and :attr:`DecompressedStream.broken` says why and where, so that the records
 before the break are kept and the break is one accounted failure (the reader's
-:class:`~wirearrow.delimited.Tail`). gzip, bzip2, xz and deflate are the standard
+:class:`~wirearrow.sources.framing.Tail`). gzip, bzip2, xz and deflate are the standard
 library's; zstd needs the ``zstandard`` package (``pip install "wirearrow[zstd]"``).
 """
 
@@ -18,23 +18,25 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import zlib
 from typing import Any
 
 __all__ = [
-    "COMPRESSIONS",
+    "INPUT_COMPRESSIONS",
     "DecompressedStream",
     "compression_name",
     "compression_of",
+    "decompress",
     "open_decompressed",
     "strip_suffix",
 ]
 
 # "auto": by the file name's suffix. The names are also Beam's CompressionTypes values
 # ("uncompressed", "bzip2", "lzma", "deflate" are accepted for them).
-COMPRESSIONS = ("auto", "none", "gzip", "bz2", "zstd", "xz", "deflate")
+INPUT_COMPRESSIONS = ("auto", "none", "gzip", "bz2", "zstd", "xz", "deflate")
 _ALIASES = {"uncompressed": "none", "bzip2": "bz2", "lzma": "xz", "gz": "gzip", "zst": "zstd"}
 _SUFFIXES = {
     ".gz": "gzip",
@@ -58,9 +60,9 @@ def compression_name(compression: str | None) -> str:
     """The canonical name of a compression option (ValueError for an unknown one)."""
     name = "auto" if compression is None else str(compression).lower()
     name = _ALIASES.get(name, name)
-    if name not in COMPRESSIONS:
+    if name not in INPUT_COMPRESSIONS:
         raise ValueError(
-            f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}"
+            f"compression must be one of {', '.join(INPUT_COMPRESSIONS)}, not {compression!r}"
         )
     return name
 
@@ -146,6 +148,14 @@ def open_decompressed(raw: Any, compression: str, name: str = "the stream") -> D
     if name_ in ("auto", "none"):
         raise ValueError(f"open_decompressed needs a codec, not {compression!r}")
     return DecompressedStream(raw, name_, name)
+
+
+def decompress(buffer: object, compression: str, name: str = "the buffer") -> tuple[bytes, str | None]:
+    """The decompressed bytes of a compressed buffer, and None or why it broke off (the
+    bytes before a break are returned: their records are kept, as a file's would be)."""
+    with open_decompressed(io.BytesIO(memoryview(buffer).cast("B")), compression, name) as stream:  # type: ignore[arg-type]
+        data = stream.read()
+        return data, stream.broken
 
 
 # ---- codecs ---------------------------------------------------------------------------

@@ -19,10 +19,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.jsonwire import KINDS, WKTS, Context, Field, Msg, to_wire
 from wirearrow.errors import DecodeError
+from wirearrow.sources.varint import varint
 
-__all__ = ["FORMATS", "JsonReader", "ndjson_records", "read_ndjson", "split_ndjson", "to_json"]
-
-FORMATS = ("binary", "json")
+__all__ = ["JsonReader", "ndjson_records", "read_ndjson", "split_ndjson", "to_json"]
 
 _WIRE_TYPE = {
     FieldDescriptor.TYPE_DOUBLE: 1,
@@ -50,17 +49,8 @@ _JSON_WKTS = {
 assert set(KINDS.values()) == set(range(1, 19))  # the core's kinds are descriptor types
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
+    return varint(number << 3 | wire_type)
 
 
 class _Tables:
@@ -261,10 +251,3 @@ def to_json(
             )
         )
     return pa.array(texts, type=pa.utf8())
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, not {fmt!r}")
-    return fmt
-

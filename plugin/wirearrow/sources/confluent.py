@@ -28,6 +28,7 @@ from wirearrow._core.framing import (
     confluent_prefixes,
 )
 from wirearrow.schema import Schema
+from wirearrow.sources.varint import read_varint, varint, zigzag
 
 __all__ = ["SchemaIds", "SchemaLookup", "confluent_prefix", "message_index", "refused", "strip_prefixes"]
 
@@ -174,11 +175,7 @@ def confluent_prefix(schema_id: int, index: Iterable[int] = (0,)) -> bytes:
         out.append(0)
         return bytes(out)
     for value in [len(path), *path]:
-        v = value << 1  # zigzag of a non-negative number
-        while v >= 0x80:
-            out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        out.append(v)
+        out += varint(zigzag(value))
     return bytes(out)
 
 
@@ -227,20 +224,15 @@ def _message_at(file: FileDescriptor, path: tuple[int, ...]) -> str | None:
 
 
 def _read_path(record: bytes) -> tuple[int, ...]:
-    pos = 5
+    def signed(at: int) -> tuple[int, int]:
+        value, at = read_varint(record, at)
+        return (value >> 1) ^ -(value & 1), at  # ZigZag back
 
-    def varint() -> int:
-        nonlocal pos
-        value = shift = 0
-        while True:
-            b = record[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return (value >> 1) ^ -(value & 1)
-            shift += 7
-
-    count = varint()
+    count, pos = signed(5)
     if count == 0:
         return (0,)
-    return tuple(varint() for _ in range(count))
+    path = []
+    for _ in range(count):
+        index, pos = signed(pos)
+        path.append(index)
+    return tuple(path)

@@ -1,0 +1,70 @@
+"""Dead letters: the records a decode could not turn into rows, kept whole with why.
+
+One row per bad record (``DEAD_LETTER_SCHEMA``): its position in the batch (``index``),
+the byte inside the record where decoding failed (``offset``), the field path, the reason
+and the record's bytes (``raw``; null for a null record). Records decoded with ``carry=``
+keep their carried values in a struct column ``carry``. The engines add where a record came
+from (a file and offset, a Kafka partition and offset) beside these columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from wirearrow.errors import DecodeError
+
+__all__ = ["CARRY", "DEAD_LETTER_SCHEMA", "concat_dead_letters", "dead_letter_table"]
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("index", pa.int64(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("path", pa.utf8(), nullable=False),
+        pa.field("reason", pa.utf8(), nullable=False),
+        pa.field("raw", pa.binary()),
+    ]
+)
+CARRY = "carry"  # the column of the values carried by each bad record
+_EMPTY = DEAD_LETTER_SCHEMA.empty_table()
+
+
+def dead_letter_table(
+    failures: Sequence[tuple[DecodeError, bytes | None]], carried: pa.Table | None = None
+) -> pa.Table:
+    """The dead letters of ``failures`` in record order; with ``carried`` (one row per input
+    record) each one's carried values as the struct column ``carry``."""
+    if not failures:
+        return _EMPTY
+    rows = sorted(((e.index, e.offset, e.path, e.reason, raw) for e, raw in failures), key=_first)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(DEAD_LETTER_SCHEMA)
+    table = pa.table(
+        [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
+        schema=DEAD_LETTER_SCHEMA,
+    )
+    if carried is not None:
+        values = carried.take(table.column("index"))
+        table = table.append_column(
+            CARRY,
+            pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in values.columns], fields=list(values.schema)
+            ),
+        )
+    return table
+
+
+def concat_dead_letters(tables: Sequence[pa.Table]) -> pa.Table:
+    """Dead letters of several decodes as one table; those decoded without ``carry=`` have
+    a null ``carry``, and calls that carried other columns share one struct (missing
+    fields null)."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return _EMPTY
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+
+
+def _first(row: tuple) -> int:
+    return row[0]
