@@ -10,8 +10,9 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 from wirearrow import fn
 from wirearrow._core.buffers import buffer_pool
 from wirearrow.cache import ParserCache
-from wirearrow.counts import Counts
 from wirearrow.config import PlanConfig, load_plan
+from wirearrow.counts import Counts
+from wirearrow.encoder import Encoder
 from wirearrow.errors import (
     DecodeError,
     EncodeError,
@@ -20,9 +21,9 @@ from wirearrow.errors import (
     SchemaError,
     WirearrowError,
 )
-from wirearrow.encoder import Encoder
 from wirearrow.parquet import write_parquet
 from wirearrow.plan.compiler import Column
+from wirearrow.plans import resolve_plan
 from wirearrow.schema import Schema
 from wirearrow.sources.format import RecordFormat
 from wirearrow.sources.framing import frame_records, read_delimited
@@ -53,6 +54,7 @@ __all__ = [
     "load_plan",
     "read_delimited",
     "read_ndjson",
+    "resolve_plan",
     "write_parquet",
 ]
 __version__ = "0.1.0"

@@ -36,10 +36,10 @@ if TYPE_CHECKING:
 
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
+    from wirearrow.counts import Counts
     from wirearrow.parquet import ParquetSink
     from wirearrow.schema import Schema
     from wirearrow.sources.framing import Frames
-    from wirearrow.counts import Counts
     from wirearrow.transcoder import Transcoder
 
 __all__ = ["main"]

@@ -59,7 +59,6 @@ from wirearrow.plan import functions as _functions  # noqa: F401  (registers the
 from wirearrow.plan.compiler import Column
 from wirearrow.plan.expressions import FUNCTIONS, Call, Expr, ExprTypeError, Lit, PathRef
 from wirearrow.schema import Schema
-from wirearrow.sources.compression import INPUT_COMPRESSIONS
 from wirearrow.sources.format import CONFLUENT, FIELDS, RecordFormat
 from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Transcoder
@@ -252,7 +251,7 @@ class PlanConfig:
         try:
             return Transcoder(spec, cache=cache)
         except PlanError as err:
-            raise PlanError([self._locate(problem) for problem in err.problems]) from err
+            raise PlanError([self.locate(problem) for problem in err.problems]) from err
 
     def spec(self) -> TranscodeSpec:
         """The :class:`~wirearrow.TranscodeSpec` of this plan (the schema compiled once)."""
@@ -263,7 +262,7 @@ class PlanConfig:
             )
         return spec
 
-    def _locate(self, problem: str) -> str:
+    def locate(self, problem: str) -> str:
         """``column 'x': why`` (the compiler's words) -> ``file:line: denormalizer...: why``."""
         for i, column in enumerate(self.columns or ()):
             prefix = f"column {quoted(column.output_name)}: "

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 from wirearrow.errors import EncodeError
 from wirearrow.sources.confluent import message_index as message_index_of
 from wirearrow.sources.framing import check_framing, frame_records
-from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from wirearrow.cache import ParserCache, resolve_profile
 from wirearrow.config import PlanConfig, load_plan
-from wirearrow.errors import DecodeError
-from wirearrow.spec import TranscodeSpec
 from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+from wirearrow.errors import DecodeError
 from wirearrow.options import ON_ERROR
+from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Transcoder
 
 if TYPE_CHECKING:

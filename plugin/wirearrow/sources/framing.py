@@ -91,7 +91,7 @@ def check_framing(framing: object) -> str:
     """``framing`` if it is a stream framing, else a ValueError naming them."""
     if framing not in _CODES:
         raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
-    return framing  # type: ignore[return-value]
+    return framing
 
 
 def _framing_code(framing: str) -> int:
