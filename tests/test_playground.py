@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -85,7 +86,7 @@ def records_file(tmp_path_factory) -> tuple[Path, list[bytes], list[int]]:
 def client(records_file):
     session = Session(Limits(preview_rows=30))
     session.open_plan(str(PLAN))
-    session.set_records_file(str(records_file[0]), "u32le")
+    session.set_records_file(str(records_file[0]), wa.RecordFormat(framing="u32le"))
     server, client = _serve(session)
     yield client
     server.shutdown()
@@ -282,25 +283,50 @@ def test_records_from_a_paste_and_a_file(client, records_file) -> None:
 def test_sampling_is_bounded(records_file, tmp_path) -> None:
     path, records, offsets = records_file
     session = Session(Limits(max_records=10))
-    session.set_records_file(str(path), "u32le")
+    session.set_records_file(str(path), wa.RecordFormat(framing="u32le"))
     assert len(session.sample.records) == 10 and session.sample.truncated
     assert session.sample.records == records[:10]
     session = Session(Limits(max_bytes=offsets[3] + 2))
-    session.set_records_file(str(path), "u32le")
+    session.set_records_file(str(path), wa.RecordFormat(framing="u32le"))
     assert session.sample.records == records[:3] and "limit" in session.sample.note
     # A file cut inside its last record: the records before it, and why it stopped.
     cut = tmp_path / "cut.u32le"
     cut.write_bytes(path.read_bytes()[: offsets[4] + 9])
     session = Session()
-    session.set_records_file(str(cut), "u32le")
+    session.set_records_file(str(cut), wa.RecordFormat(framing="u32le"))
     assert session.sample.records == records[:4]
     assert f"record at byte {offsets[4]}" in session.sample.note
     # The same records read with the other framings.
     for framing in ("varint", "u32be"):
         framed = tmp_path / f"events.{framing}"
         corpus.write_corpus(framed, 12, seed=4, framing=framing)
-        session.set_records_file(str(framed), framing)
+        session.set_records_file(str(framed), wa.RecordFormat(framing=framing))
         assert session.sample.records == corpus.generate(12, seed=4)
+
+
+def test_a_sample_reads_every_framing_compression_and_format(tmp_path) -> None:
+    # The playground's sample goes through the readers' one splitter and decompressor.
+    import gzip
+    import json
+
+    from google.protobuf import json_format
+
+    records = corpus.generate(12, seed=4)
+    for framing in ("varint", "u32le", "u32be", "tfrecord"):
+        framed = bytes(wa.frame_records(pa.array(records, pa.binary()), framing))
+        for codec, data, suffix in (("none", framed, ""), ("gzip", gzip.compress(framed), ".gz")):
+            path = tmp_path / f"events.{framing}{suffix}"
+            path.write_bytes(data)
+            session = Session()
+            session.set_records_file(str(path), wa.RecordFormat(framing=framing))
+            assert session.sample.records == records, (framing, codec)
+    _, cls = corpus.load_schema()
+    lines = [json_format.MessageToJson(cls.FromString(r), indent=None) for r in records]
+    (tmp_path / "events.ndjson").write_text("\n".join(lines) + "\n")
+    session = Session()
+    session.set_records_file(str(tmp_path / "events.ndjson"), wa.RecordFormat(format="json"))
+    assert [json.loads(r) for r in session.sample.records] == [json.loads(t) for t in lines]
+    assert session.sample.offsets[1] == len(lines[0]) + 1
 
 
 def test_schema_from_a_descriptor_set_and_a_module(client, tmp_path, monkeypatch) -> None:

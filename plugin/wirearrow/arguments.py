@@ -1,11 +1,31 @@
 """Command-line arguments that several ``wirearrow`` commands share (``transcode``,
-``check``, ``schema``, ``playground``): defined once here, below the commands that use them."""
+``check``, ``schema``, ``bench``, ``playground``): defined once here, below the commands.
+
+The input flags are :class:`~wirearrow.RecordFormat`'s fields, their choices and help taken
+from its definition: a flag given overrides the plan's ``input:`` section field by field.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+from typing import Any
 
-__all__ = ["add_import_paths"]
+from wirearrow.sources.format import FIELDS, RecordFormat
+
+__all__ = ["INPUT_FLAGS", "add_import_paths", "add_input_arguments", "in_flags", "input_format"]
+
+# The flag of each RecordFormat field a file of records can need. compression is
+# --input-compression: --compression is the Parquet output's codec. schemas is --schema-id
+# (ids and their .proto files, resolved by the command); column: files have no columns.
+INPUT_FLAGS = {
+    "format": "--format",
+    "framing": "--framing",
+    "delimited_by": "--delimited-by",
+    "compression": "--input-compression",
+    "ignore_unknown_fields": "--ignore-unknown-fields",
+    "schema_id": "--schema-id-column",
+}
 
 
 def add_import_paths(
@@ -21,3 +41,51 @@ def add_import_paths(
         metavar="DIR",
         help=help,
     )
+
+
+def add_input_arguments(
+    command: argparse.ArgumentParser | argparse._ArgumentGroup, fields: tuple[str, ...] = tuple(INPUT_FLAGS)
+) -> None:
+    """The input flags of ``fields`` (default: all), each defaulting to the plan's input."""
+    for name in fields:
+        f = FIELDS[name]
+        kwargs: dict[str, Any] = {"dest": f"input_{name}", "default": None}
+        if name == "ignore_unknown_fields":
+            kwargs |= {"action": "store_const", "const": True}
+        elif name == "schema_id":
+            kwargs |= {"nargs": "?", "const": True, "metavar": "NAME"}
+        else:
+            kwargs["choices"] = f.metadata["choices"]
+        doc = f.metadata["doc"].replace("%", "%%")
+        command.add_argument(INPUT_FLAGS[name], help=f"{doc}; default: the plan's input.{name}", **kwargs)
+
+
+def input_format(args: argparse.Namespace, base: RecordFormat, **given: Any) -> RecordFormat:
+    """``base`` (the plan's input) with the input flags given on the command line, and
+    ``given`` (fields the command resolved itself, such as schemas) over it."""
+    changes = {
+        name: getattr(args, f"input_{name}")
+        for name in INPUT_FLAGS
+        if getattr(args, f"input_{name}", None) is not None
+    }
+    changes.update(given)
+    # A flag replaces what of the plan's input it contradicts: another framing its Confluent
+    # settings, another format its framing or its JSON option.
+    if changes.get("format") == "json" and "framing" not in changes:
+        changes["framing"] = None
+    if changes.get("format") == "binary" and "ignore_unknown_fields" not in changes:
+        changes["ignore_unknown_fields"] = False
+    confluent = changes.get("framing", base.framing) == "confluent"
+    if base.confluent and not confluent:
+        changes.update(schemas=None, schema_id=False, delimited_by=None)
+    return base.replace(**changes)
+
+
+def in_flags(message: str) -> str:
+    """A RecordFormat error in the command line's words (``schemas=`` -> ``--schema-id``,
+    ``framing='confluent'`` -> ``--framing confluent``)."""
+    flags = {**INPUT_FLAGS, "schemas": "--schema-id"}
+    for name in sorted(flags, key=len, reverse=True):
+        message = re.sub(rf"\b{name}='([^']*)'", rf"{flags[name]} \1", message)
+        message = re.sub(rf"\b{name}=", flags[name], message)
+    return message

@@ -61,8 +61,10 @@ def extra_column_name(option: str, value: bool | str, default: str, taken: list[
     name = default if value is True else value
     if name is False:
         return None
-    if not isinstance(name, str) or name in taken:
-        raise ValueError(f"{option} must be True or a column name not in the plan, not {value!r}")
+    if not isinstance(name, str):
+        raise ValueError(f"{option} must be True or a column name, not {value!r}")
+    if name in taken:
+        raise ValueError(f"{option} column {name!r} is already a column of the plan: give another name")
     return name
 
 

@@ -23,12 +23,12 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from wirearrow.arguments import add_import_paths
+from wirearrow.arguments import add_import_paths, add_input_arguments, in_flags, input_format
+from wirearrow.options import ON_ERROR
 from wirearrow.parquet import PARQUET_COMPRESSIONS
-from wirearrow.sources.compression import INPUT_COMPRESSIONS, strip_suffix
+from wirearrow.sources.compression import strip_suffix
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,18 +38,14 @@ if TYPE_CHECKING:
     from wirearrow.config import PlanConfig
     from wirearrow.counts import Counts
     from wirearrow.parquet import ParquetSink
+    from wirearrow.plans import Resolved
     from wirearrow.schema import Schema
-    from wirearrow.sources.framing import Frames
+    from wirearrow.sources.format import RecordFormat
     from wirearrow.transcoder import Transcoder
 
 __all__ = ["main"]
 
 PROG = "wirearrow"
-FILE_FRAMINGS = ("varint", "u32le", "u32be", "tfrecord")
-# "confluent": each record, delimited by --delimited-by, in the Confluent wire format.
-FRAMING_CHOICES = (*FILE_FRAMINGS, "confluent")
-POLICIES = ("raise", "skip", "dead_letter")
-DEFAULT_FRAMING = "varint"
 DEFAULT_BATCH_SIZE = 65_536
 DEFAULT_CHUNK_SIZE = 16 * 1024 * 1024
 # A dead letter for an unreadable stream tail keeps at most this many of its bytes.
@@ -67,30 +63,19 @@ class CliError(Exception):
 # --------------------------------------------------------------------------- plans
 
 
-def _load_plan(source: str) -> PlanConfig:
-    """The checked plan of a YAML file; a CliError with every problem on a bad one."""
-    from wirearrow.config import load_plan
+def _resolve(
+    source: str, on_error: str | None = None, cache: ParserCache | None = None
+) -> Resolved:
+    """The plan of a YAML file, resolved as every engine resolves one; a CliError with
+    every problem on a bad one."""
     from wirearrow.errors import WirearrowError
+    from wirearrow.plans import resolve_plan
 
     if not os.path.exists(source):
         raise CliError(f"{source}: plan file not found")
     try:
         # A path-like, so that a file named without .yaml is never read as YAML text.
-        return load_plan(pathlib.Path(source))
-    except (WirearrowError, ValueError) as err:
-        raise CliError(str(err)) from err
-
-
-def _build_transcoder(
-    plan: PlanConfig, on_error: str | None = None, cache: ParserCache | None = None
-) -> Transcoder:
-    """The plan's Transcoder, with ``on_error`` overriding the plan's policy when given."""
-    from wirearrow.errors import WirearrowError
-
-    try:
-        if on_error is not None and on_error != plan.options["on_error"]:
-            plan = plan.with_options(on_error=on_error)
-        return plan.transcoder(cache)
+        return resolve_plan(pathlib.Path(source), on_error=on_error, cache=cache)
     except (WirearrowError, ValueError) as err:
         raise CliError(str(err)) from err
 
@@ -212,50 +197,32 @@ def _dead_letter_schema() -> pa.Schema:
     )
 
 
-@dataclass(slots=True)
-class FileResult:
-    records_in: int = 0
-    rows_out: int = 0
-    failed: int = 0
-    bytes_in: int = 0
-
-    def add(self, other: FileResult) -> None:
-        self.records_in += other.records_in
-        self.rows_out += other.rows_out
-        self.failed += other.failed
-        self.bytes_in += other.bytes_in
-
-
 class TranscodeJob:
     """Files in, through one Transcoder, into Parquet sinks; dead letters aside."""
 
     def __init__(
         self,
         tc: Transcoder,
+        fmt: RecordFormat,
         *,
-        framing: str,
-        raising: bool,
         batch_size: int,
         chunk_size: int,
         progress: Progress,
         dead_sink: ParquetSink | None,
-        input_format: str = "binary",
-        ignore_unknown_fields: bool = False,
-        compression: str = "auto",
-        confluent: Confluent | None = None,
         source_column: str | None = None,
         offset_column: str | None = None,
     ) -> None:
         self.tc = tc
+        self.fmt = fmt
+        # Each batch's records as decode takes them: the file's framing is split (and its
+        # compression undone) here, so a batch is a framed piece of the file or, for
+        # Confluent records, the records themselves; JSON records are its lines.
+        self.batch_format = fmt.replace(compression="none", delimited_by=None)
+        if not fmt.confluent and fmt.format == "binary":
+            self.batch_format = self.batch_format.replace(framing=fmt.stream_framing)
         self.source_column = source_column
         self.offset_column = offset_column
-        # The file's framing; Confluent records are delimited by confluent.delimited_by.
-        self.framing = framing if confluent is None else confluent.delimited_by
-        self.confluent = confluent
-        self.compression = compression
-        self.input_format = input_format
-        self.ignore_unknown_fields = ignore_unknown_fields
-        self.raising = raising
+        self.raising = tc.spec.on_error == "raise"
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.progress = progress
@@ -264,17 +231,13 @@ class TranscodeJob:
 
     @property
     def row_schema(self) -> pa.Schema:
-        """The rows' schema: the plan's, then the --source-column and --offset-column."""
-        import pyarrow as pa
+        """The rows' schema: the plan's, the schema-id column, --source-column and
+        --offset-column (what decoding no records gives)."""
+        import numpy as np
 
-        schema = self.tc.arrow_schema
-        if self.confluent is not None:
-            schema = self.confluent.row_schema(schema)
-        if self.source_column is not None:
-            schema = schema.append(pa.field(self.source_column, pa.utf8()))
-        if self.offset_column is not None:
-            schema = schema.append(pa.field(self.offset_column, pa.int64()))
-        return schema
+        empty = [] if self.batch_format.framing is None or self.fmt.confluent else b""
+        carry = self._carry("", np.zeros(0, np.int64))
+        return self.tc.decode(empty, self.batch_format, carry=carry).rows.schema
 
     def _carry(self, path: str, at: np.ndarray) -> dict | None:
         """The carry= of a batch whose records start at bytes ``at`` of the file ``path``."""
@@ -287,109 +250,70 @@ class TranscodeJob:
             carry[self.offset_column] = pa.array(at, pa.int64())
         return carry or None
 
-    def run_file(self, path: str, sink: ParquetSink) -> FileResult:
+    def run_file(self, path: str, sink: ParquetSink) -> Counts:
         import numpy as np
 
-        from wirearrow.errors import DecodeError
+        from wirearrow.counts import Counts
         from wirearrow.sources.compression import compression_of
         from wirearrow.sources.framing import FrameReader
 
-        codec = compression_of(path, self.compression)
-        if self.input_format == "json":
+        codec = compression_of(path, self.fmt.compression)
+        if self.fmt.format == "json":
             if codec != "none":
                 raise CliError(
                     f"{path}: compressed ({codec}) NDJSON input is not supported: "
                     "decompress it first"
                 )
             return self.run_ndjson_file(path, sink)
-        result = FileResult()
+        result = Counts()
         label = os.path.basename(path)
         with _open_input(path) as f:
             st = os.fstat(f.fileno())
             # A compressed file's size is not its records' size (progress shows no total).
             size = st.st_size if stat.S_ISREG(st.st_mode) and codec == "none" else None
             reader = FrameReader(
-                _decompressed(_Reading(f, path), codec, path), self.framing,
+                _decompressed(_Reading(f, path), codec, path), self.fmt.stream_framing,
                 block_bytes=self.chunk_size, size=size, name="the file",
-            )
+            )  # fmt: skip
             t0 = time.perf_counter()
             record_base = 0
             for frames in reader:
                 view = memoryview(frames.data)
                 # (frame ends: TFRecord's data CRC follows each record)
                 base, ends = frames.offset, frames.frame_ends
-                n = len(frames)
-                for i0 in range(0, n, self.batch_size):
-                    i1 = min(n, i0 + self.batch_size)
-                    lo = int(ends[i0 - 1]) if i0 else 0
-                    hi = int(ends[i1 - 1])
-                    before = self.tc.stats
+                for i0 in range(0, len(frames), self.batch_size):
+                    i1 = min(len(frames), i0 + self.batch_size)
+                    lo, hi = (int(ends[i0 - 1]) if i0 else 0), int(ends[i1 - 1])
                     # Where each record's frame (length prefix) starts in the file.
                     frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
-                    try:
-                        batch = self._transcode(
-                            frames, view, i0, i1, lo, hi, self._carry(path, frame_at)
-                        )
-                    except DecodeError as err:
-                        index = record_base + i0 + err.index
-                        j = i0 + err.index
-                        at = base + (int(ends[j - 1]) if j else 0)
-                        located = DecodeError(
-                            err.reason, index=index, offset=err.offset, path=err.path
-                        )
-                        raise CliError(
-                            f"{path}: {located} (the record starts at byte {at} of the file)"
-                        ) from err
-                    self._took(result, before, batch, sink)
-                    if self.dead_sink is not None:
-                        self._dead_letters(path, record_base + i0, frame_at)
-                    result.bytes_in = base + hi
-                    self.progress.update(label, result.records_in, result.bytes_in, size, t0)
-                record_base += n
+                    # Confluent records keep their prefix: the file's framing is split first.
+                    records = frames.records(i0, i1) if self.fmt.confluent else view[lo:hi]
+                    result += self._batch(path, records, record_base + i0, frame_at, sink)
+                    self.progress.update(label, result.records_in, base + hi, size, t0)
+                record_base += len(frames)
             tail = reader.tail
             if tail is not None:
                 if self.raising:
                     raise CliError(f"{path}: {tail.reason}")
-                result.records_in += 1
-                result.failed += 1
-                if self.dead_sink is not None:
+                kept = self.dead_sink is not None
+                result += Counts(records_in=1, records_failed=1, dead_letters=int(kept))
+                if kept:
                     self._write_dead(
                         path,
                         [(record_base, 0, "", tail.reason, tail.raw, path, tail.offset)],
                     )
-            result.bytes_in = reader.position + (tail.size if tail is not None else 0)
-        return result
+            # The file's bytes read (framing included), for the summary's MB/s.
+            read = reader.position + (tail.size if tail is not None else 0)
+        return result.replace(bytes_in=read)
 
-    def _transcode(
-        self,
-        frames: Frames,
-        view: memoryview,
-        i0: int,
-        i1: int,
-        lo: int,
-        hi: int,
-        carry: dict | None = None,
-    ) -> pa.RecordBatch:
-        """Records i0:i1 of ``frames`` (bytes lo:hi of its data, framed) as rows."""
-        if self.confluent is None:
-            return self.tc.transcode(view[lo:hi], framing=self.framing, carry=carry)
-        # The file's framing is stripped first (one copy); each record keeps its prefix.
-        return self.tc.transcode(
-            frames.records(i0, i1),
-            framing="confluent",
-            schemas=self.confluent.schemas,
-            schema_id=self.confluent.schema_id,
-            carry=carry,
-        )
-
-    def run_ndjson_file(self, path: str, sink: ParquetSink) -> FileResult:
+    def run_ndjson_file(self, path: str, sink: ParquetSink) -> Counts:
         """NDJSON of protojson records: one per non-blank line, in batches of batch_size."""
         import pyarrow as pa
 
-        from wirearrow.errors import DecodeError
+        from wirearrow.counts import Counts
         from wirearrow.sources.protojson import ndjson_records, split_ndjson
 
-        result = FileResult()
+        result = Counts()
         label = os.path.basename(path)
         try:
             with pa.memory_map(path, "r") as f:
@@ -401,56 +325,52 @@ class TranscodeJob:
         for i0 in range(0, len(starts), self.batch_size):
             i1 = min(len(starts), i0 + self.batch_size)
             records = ndjson_records(buffer, starts[i0:i1], ends[i0:i1])
-            before = self.tc.stats
-            try:
-                batch = self.tc.transcode(
-                    records,
-                    format="json",
-                    ignore_unknown_fields=self.ignore_unknown_fields,
-                    carry=self._carry(path, starts[i0:i1]),
-                )
-            except DecodeError as err:
-                at = int(starts[i0 + err.index])
+            result += self._batch(path, records, i0, starts[i0:i1], sink, lines=True)
+            self.progress.update(label, result.records_in, int(ends[i1 - 1]), buffer.size, t0)
+        return result.replace(bytes_in=buffer.size)
+
+    def _batch(
+        self,
+        path: str,
+        records: object,
+        index_base: int,
+        at: np.ndarray,
+        sink: ParquetSink,
+        lines: bool = False,
+    ) -> Counts:
+        """Decode one batch (its records start at bytes ``at`` of the file), write its rows
+        and its dead letters (with their file positions); returns its counts."""
+        from wirearrow.errors import DecodeError
+
+        try:
+            rows, dead, counts = self.tc.decode(
+                records, self.batch_format, carry=self._carry(path, at)
+            )
+        except DecodeError as err:
+            j = err.index
+            if lines:
                 raise CliError(
-                    f"{path}: record {i0 + err.index} (the line at byte {at}): {err.reason}"
-                    + (f" at {err.path}" if err.path else "")
+                    f"{path}: record {index_base + j} (the line at byte {int(at[j])}): "
+                    f"{err.reason}" + (f" at {err.path}" if err.path else "")
                 ) from err
-            self._took(result, before, batch, sink)
-            if self.dead_sink is not None:
-                self._dead_letters(path, i0, starts[i0:i1])
-            result.bytes_in = int(ends[i1 - 1])
-            self.progress.update(label, result.records_in, result.bytes_in, buffer.size, t0)
-        result.bytes_in = buffer.size
-        return result
-
-    def _took(
-        self, result: FileResult, before: Counts, batch: pa.RecordBatch, sink: ParquetSink
-    ) -> None:
-        """Count one transcoded batch (the transcoder's stats since ``before``), write its rows."""
-        after = self.tc.stats
-        result.records_in += after.records_in - before.records_in
-        result.failed += after.records_failed - before.records_failed
-        result.rows_out += batch.num_rows
-        if batch.num_rows:
-            sink.write(batch)
-
-    def _dead_letters(self, path: str, index_base: int, frames: np.ndarray) -> None:
-        """Move the transcoder's dead letters to the side file, with file positions."""
-        table = self.tc.dead_letters()
-        if not table.num_rows:
-            return
-        local = table.column("index").to_numpy()
-        rows = zip(
-            (local + index_base).tolist(),
-            table.column("offset").to_pylist(),
-            table.column("path").to_pylist(),
-            table.column("reason").to_pylist(),
-            table.column("raw").to_pylist(),
-            [path] * table.num_rows,
-            frames[local].tolist(),
-            strict=True,
-        )
-        self._write_dead(path, list(rows))
+            located = DecodeError(
+                err.reason, index=index_base + j, offset=err.offset, path=err.path
+            )
+            raise CliError(
+                f"{path}: {located} (the record starts at byte {int(at[j])} of the file)"
+            ) from err
+        if rows.num_rows:
+            sink.write(rows)
+        if self.dead_sink is not None and dead.num_rows:
+            local = dead.column("index").to_numpy()
+            columns = [
+                (local + index_base).tolist(),
+                *(dead.column(name).to_pylist() for name in ("offset", "path", "reason", "raw")),
+                [path] * dead.num_rows,
+                at[local].tolist(),
+            ]
+            self._write_dead(path, list(zip(*columns, strict=True)))
+        return counts
 
     def _write_dead(self, path: str, rows: list[tuple]) -> None:
         import pyarrow as pa
@@ -464,62 +384,32 @@ class TranscodeJob:
         self.dead_sink.write(batch)
 
 
-@dataclass(frozen=True, slots=True)
-class Confluent:
-    """Confluent-framed records: the schema of each accepted schema id, the file framing
-    that delimits the records, and the schema-id column (False: none)."""
-
-    schemas: dict
-    delimited_by: str = DEFAULT_FRAMING
-    schema_id: bool | str = False
-
-    def row_schema(self, base: pa.Schema) -> pa.Schema:
-        """The rows' schema: the plan's, and the schema-id column when asked for."""
-        import pyarrow as pa
-
-        if self.schema_id is False:
-            return base
-        name = "_schema_id" if self.schema_id is True else str(self.schema_id)
-        if name in base.names:
-            raise CliError(f"the schema-id column {name!r} is already a column of the plan", 2)
-        return base.append(pa.field(name, pa.int64(), nullable=False))
-
-
-def _confluent(args: argparse.Namespace, plan: PlanConfig, framing: str) -> Confluent | None:
-    """--framing confluent's settings: the command line's, else the plan's input:."""
+def _record_format(args: argparse.Namespace, resolved: Resolved) -> RecordFormat:
+    """How the files' records arrive: the plan's input, the command line's flags over it
+    (``--schema-id``: the Confluent schema ids, each compiled now)."""
     from wirearrow.errors import WirearrowError
 
-    if framing != "confluent":
-        for flag, value in (
-            ("--schema-id", args.schema_id),
-            ("--delimited-by", args.delimited_by),
-            ("--schema-id-column", args.schema_id_column),
-        ):
-            if value:
-                raise CliError(f"{flag} is for --framing confluent", 2)
-        return None
+    plan = resolved.config
+    assert plan is not None  # a plan file
+    given: dict = {}
     try:
         if args.schema_id:
-            schemas: dict[int, Schema] = {}
-            for item in args.schema_id:
-                sid, schema = _schema_id_arg(item, plan)
-                schemas[sid] = schema
-        else:
-            schemas = plan.confluent_schemas()
+            given["schemas"] = dict(_schema_id_arg(item, plan) for item in args.schema_id)
+        elif plan.schema_ids:
+            plan.confluent_schemas()  # every schema version compiles, now
     except (WirearrowError, ValueError, OSError) as err:
         raise CliError(str(err)) from err
-    if not schemas:
-        raise CliError(
-            "--framing confluent needs the schema ids it accepts: --schema-id ID (the plan's "
-            "message) or --schema-id ID=FILE.proto:MESSAGE, or input.schemas in the plan",
-            2,
-        )
-    column = args.schema_id_column
-    if column is None:
-        column = plan.input.schema_id
-    return Confluent(
-        schemas, args.delimited_by or plan.input.delimited_by or DEFAULT_FRAMING, column
-    )
+    try:
+        return input_format(args, plan.input, **given)
+    except (TypeError, ValueError) as err:
+        if "needs schemas=" in str(err):
+            raise CliError(
+                "--framing confluent needs the schema ids it accepts: --schema-id ID (the "
+                "plan's message) or --schema-id ID=FILE.proto:MESSAGE, or input.schemas in "
+                "the plan",
+                2,
+            ) from err
+        raise CliError(in_flags(str(err)), 2) from err
 
 
 def _schema_id_arg(text: str, plan: PlanConfig) -> tuple[int, Schema]:
@@ -655,30 +545,35 @@ class _Outputs:
 
 
 def cmd_transcode(args: argparse.Namespace) -> int:
+    from wirearrow.counts import Counts
     from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
 
-    plan = _load_plan(args.plan)
+    policy = args.on_error
+    if args.dead_letters is not None:
+        if policy not in (None, "dead_letter"):
+            raise CliError("--dead-letters needs --on-error dead_letter (or no --on-error)", 2)
+        policy = "dead_letter"
+    cache = _profile_cache(args.profile)
+    resolved = _resolve(args.plan, policy, cache)
+    plan = resolved.config
+    assert plan is not None
     if plan.custom is not None:
         raise CliError(
             f"{args.plan}: custom_message plans read (base, custom) record pairs, which files "
             "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
             2,
         )
-    framing = args.framing or plan.input.framing or DEFAULT_FRAMING
-    confluent = _confluent(args, plan, framing)
-    policy = args.on_error
-    if args.dead_letters is not None:
-        if policy not in (None, "dead_letter"):
-            raise CliError("--dead-letters needs --on-error dead_letter (or no --on-error)", 2)
-        policy = "dead_letter"
-    policy = policy or plan.options["on_error"]
-    cache = _profile_cache(args.profile)
-    tc = _build_transcoder(plan, policy, cache)
-
+    fmt = _record_format(args, resolved)
+    tc = resolved.transcoder
+    policy = tc.spec.on_error
     extra = [name for name in (args.source_column, args.offset_column) if name is not None]
-    row_schema = tc.arrow_schema if confluent is None else confluent.row_schema(tc.arrow_schema)
+    try:
+        plain = TranscodeJob(tc, fmt, batch_size=1, chunk_size=1, progress=Progress(False), dead_sink=None)
+        row_names = plain.row_schema.names
+    except ValueError as err:  # the schema-id column's name is the plan's
+        raise CliError(in_flags(str(err)), 2) from err
     for name in extra:
-        if name in row_schema.names or extra.count(name) > 1:
+        if name in row_names or extra.count(name) > 1:
             raise CliError(f"column {name!r} is already in the output: give another name", 2)
     output = args.output or plan.output.path
     if not output:
@@ -700,7 +595,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     }
     progress = Progress(sys.stderr.isatty() and not args.no_progress)
     outputs = _Outputs()
-    total = FileResult()
+    total = Counts()
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -716,17 +611,11 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                 )
             job = TranscodeJob(
                 tc,
-                framing=framing,
-                raising=policy == "raise",
+                fmt,
                 batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
                 chunk_size=args.chunk_size,
                 progress=progress,
                 dead_sink=dead_sink,
-                input_format=args.format or plan.input.format or "binary",
-                ignore_unknown_fields=args.ignore_unknown_fields
-                or plan.input.ignore_unknown_fields,
-                compression=args.input_compression or plan.input.compression or "auto",
-                confluent=confluent,
                 source_column=args.source_column,
                 offset_column=args.offset_column,
             )
@@ -739,7 +628,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                     if shared is not None
                     else outputs.open(target, job.row_schema, **options)
                 )
-                total.add(job.run_file(source, sink))
+                total += job.run_file(source, sink)
                 if shared is None:
                     outputs.finish(sink)
             if shared is not None:
@@ -756,7 +645,7 @@ def cmd_transcode(args: argparse.Namespace) -> int:
     elapsed = max(time.perf_counter() - t0, 1e-9)
     mb = total.bytes_in / 1e6
     line = (
-        f"{total.records_in:,} records in, {total.rows_out:,} rows out, {total.failed:,} failed, "
+        f"{total.records_in:,} records in, {total.rows_out:,} rows out, {total.records_failed:,} failed, "
         f"{mb:,.1f} MB in {elapsed:.2f} s ({mb / elapsed:,.1f} MB/s) -> "
         f"{output if single or len(targets) > 1 else targets[0]}"
     )
@@ -796,8 +685,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return _check_proto(args.plan, args.import_paths)
     if args.import_paths:
         raise CliError("-I applies to a .proto file; a plan names its import_paths itself")
-    plan = _load_plan(args.plan)
-    tc = _build_transcoder(plan, None)
+    resolved = _resolve(args.plan)
+    plan, tc = resolved.config, resolved.transcoder
+    assert plan is not None
     schema = tc.arrow_schema
     framing = plan.input.framing
     parts = [tc.schema.message_name, f"{len(schema)} columns", f"on_error={tc.spec.on_error}"]
@@ -913,13 +803,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import wirearrow as wa
 
-    plan = _load_plan(args.plan)
-    tc = _build_transcoder(plan, None)
-    framing = args.framing or plan.input.framing or DEFAULT_FRAMING
-    if framing == "confluent":
-        raise CliError("bench does not read Confluent-framed records; give --framing", 2)
+    resolved = _resolve(args.plan)
+    tc = resolved.transcoder
+    assert resolved.config is not None
     try:
-        records = wa.read_delimited(args.file, framing=framing)
+        fmt = input_format(args, resolved.config.input)
+    except (TypeError, ValueError) as err:
+        raise CliError(in_flags(str(err)), 2) from err
+    if fmt.confluent or fmt.format == "json":
+        raise CliError("bench reads framed protobuf records; give --framing", 2)
+    framing = fmt.stream_framing
+    try:
+        records = wa.read_delimited(args.file, framing=framing, compression=fmt.compression)
     except OSError as err:
         raise CliError(f"cannot read {args.file}: {err.strerror or err}") from err
     except ValueError as err:
@@ -1025,17 +920,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a directory (one NAME.parquet per input FILE) or FILE.parquet (all inputs "
         "in one file); default: the plan's output.path",
     )
-    tr.add_argument(
-        "--framing",
-        choices=FRAMING_CHOICES,
-        help="length prefix of each record; default: the plan's input.framing, else varint",
-    )
-    tr.add_argument(
-        "--delimited-by",
-        choices=FILE_FRAMINGS,
-        help="--framing confluent: the length prefix of each record in the file; default: "
-        "the plan's input.delimited_by, else varint",
-    )
+    add_input_arguments(tr)
     tr.add_argument(
         "--schema-id",
         action="append",
@@ -1045,27 +930,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the plan's input.schemas",
     )
     tr.add_argument(
-        "--schema-id-column",
-        nargs="?",
-        const=True,
-        metavar="NAME",
-        help="--framing confluent: add each row's schema id as a column (default name "
-        "_schema_id); default: the plan's input.schema_id",
-    )
-    tr.add_argument(
-        "--format",
-        choices=("binary", "json"),
-        help="binary: framed protobuf records; json: NDJSON of protojson records (one per "
-        "line); default: the plan's input.format, else binary",
-    )
-    tr.add_argument(
-        "--ignore-unknown-fields",
-        action="store_true",
-        help="JSON input: skip unknown fields and enum names (as json_format.Parse's option)",
-    )
-    tr.add_argument(
         "--on-error",
-        choices=POLICIES,
+        choices=ON_ERROR,
         help="what a bad record does; default: the plan's errors.policy, else raise",
     )
     tr.add_argument(
@@ -1101,13 +967,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--compression",
         choices=PARQUET_COMPRESSIONS,
         help="Parquet compression; default: the plan's output.compression",
-    )
-    tr.add_argument(
-        "--input-compression",
-        choices=INPUT_COMPRESSIONS,
-        help="the input files' codec; default: the plan's input.compression, else auto "
-        "(by suffix: .gz, .bz2, .zst, .xz; zstd needs the zstandard package). A compressed "
-        "file is read as a stream, whole",
     )
     tr.add_argument(
         "--chunk-size",
@@ -1158,7 +1017,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("plan", metavar="PLAN.yaml", help=plan_help)
     bench.add_argument("file", metavar="FILE", help="framed protobuf records")
-    bench.add_argument("--framing", choices=FILE_FRAMINGS, help="as for transcode")
+    add_input_arguments(bench, ("framing", "compression"))
     bench.add_argument(
         "--repeat",
         type=_positive,

@@ -15,7 +15,8 @@ import argparse
 import os
 import sys
 
-from wirearrow.arguments import add_import_paths
+from wirearrow.arguments import add_import_paths, add_input_arguments
+from wirearrow.sources.format import RecordFormat
 
 __all__ = ["DESCRIPTION", "HELP", "configure", "run"]
 
@@ -25,7 +26,6 @@ DESCRIPTION = (
     "(read from the start of the file, at most --sample records and --max-bytes bytes). "
     "The URL is printed; stop with Ctrl-C."
 )
-FRAMINGS = ("varint", "u32le", "u32be")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,11 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PLAN.yaml|RECORDS",
         help="a YAML plan (a file ending in .yaml/.yml) and/or a file of framed records",
     )
-    parser.add_argument(
-        "--framing",
-        choices=FRAMINGS,
-        help="length prefix of each record; default: the plan's input.framing, else varint",
-    )
+    add_input_arguments(parser, ("format", "framing", "delimited_by", "compression"))
     schema = parser.add_argument_group("schema (when there is no plan, or to override it)")
     schema.add_argument("--proto", metavar="FILE", help="a .proto file")
     schema.add_argument("--descriptor-set", metavar="FILE", help="a serialized FileDescriptorSet")
@@ -71,6 +67,7 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Set up the session from the arguments, serve until interrupted."""
+    from wirearrow.arguments import in_flags, input_format
     from wirearrow.playground.server import make_server
     from wirearrow.playground.session import Limits, PlaygroundError, SchemaSource, Session
 
@@ -82,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--sample, --max-bytes and --rows must be at least 1")
     limits = Limits(max_records=args.sample, max_bytes=args.max_bytes, preview_rows=args.rows)
     session = Session(limits)
-    framing = args.framing
+    base = RecordFormat()
     try:
         if plans:
             session.open_plan(plans[0])
-            framing = framing or _plan_framing(plans[0])
+            base = _plan_input(plans[0])
         given = [k for k in ("proto", "descriptor_set", "module") if getattr(args, k)]
         if len(given) > 1:
             return _fail("give one of --proto, --descriptor-set, --module")
@@ -101,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
             if not plans:
                 session.mode = "lines"
         if records:
-            session.set_records_file(records[0], framing or "varint")
+            session.set_records_file(records[0], input_format(args, base))
     except PlaygroundError as err:
         return _fail(str(err))
+    except (TypeError, ValueError) as err:  # input flags that contradict each other
+        return _fail(in_flags(str(err)))
     try:
         server = make_server(session, port=args.port)
     except OSError as err:
@@ -119,11 +118,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_framing(path: str) -> str | None:
+def _plan_input(path: str) -> RecordFormat:
+    """The plan's input: section (the defaults when the plan does not load: the page
+    shows its problems)."""
     from wirearrow.config import load_plan
     from wirearrow.errors import WirearrowError
 
     try:
-        return load_plan(os.path.abspath(path)).input.framing
+        return load_plan(os.path.abspath(path)).input
     except (WirearrowError, ValueError):
-        return None  # the page shows the plan's problems
+        return RecordFormat()

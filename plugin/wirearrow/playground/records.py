@@ -1,8 +1,9 @@
-"""The playground's records: a bounded sample of a framed file, or one pasted record.
+"""The playground's records: a bounded sample of a file of records, or one pasted record.
 
-A file is read a record at a time from its start and never whole: at most ``max_records``
-records and ``max_bytes`` bytes. Framing problems (a length prefix that cannot be one, a
-record cut by the end of the file or of the byte budget) end the sample with a note; the
+A file is read from its start and never whole: at most ``max_records`` records and
+``max_bytes`` bytes (decompressed), framed as a :class:`~wirearrow.RecordFormat` says, by
+the same splitter every reader uses. Framing problems (a length prefix that cannot be one,
+a record cut by the end of the file or of the byte budget) end the sample with a note; the
 records before them are kept.
 """
 
@@ -14,11 +15,15 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["FRAMINGS", "RecordsError", "Sample", "parse_pasted", "sample_file"]
+import numpy as np
 
-FRAMINGS = ("varint", "u32le", "u32be")
-# A varint length prefix is at most 10 bytes; more continuation bytes cannot be a length.
-_MAX_VARINT = 10
+from wirearrow.sources.compression import compression_of, open_decompressed
+from wirearrow.sources.format import CONFLUENT, RecordFormat
+from wirearrow.sources.framing import TRAILERS, looks_like, split_framed_prefix
+from wirearrow.sources.protojson import split_ndjson
+
+__all__ = ["RecordsError", "Sample", "parse_pasted", "sample_file"]
+
 _HEX = re.compile(r"[0-9a-fA-F]+")
 
 
@@ -28,7 +33,8 @@ class RecordsError(ValueError):
 
 @dataclass
 class Sample:
-    """Records with the byte offset of each one's frame in its source."""
+    """Records with the byte offset of each one's frame (or line) in its source, and how to
+    read each of them (``fmt``: a record at a time, as ``Transcoder.decode`` takes a list)."""
 
     records: list[bytes] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
@@ -36,11 +42,13 @@ class Sample:
     framing: str | None = None  # None: pasted (no framing)
     note: str = ""  # why the sample stopped where it did, when not at the end of the input
     truncated: bool = False  # the input holds more than the sample
+    fmt: RecordFormat = field(default_factory=RecordFormat)
 
     def describe(self) -> dict:
         return {
             "source": self.source,
             "framing": self.framing,
+            "format": self.fmt.format,
             "records": len(self.records),
             "bytes": sum(map(len, self.records)),
             "note": self.note,
@@ -48,68 +56,65 @@ class Sample:
         }
 
 
-def _header(file, framing: str, at: int) -> tuple[int, int] | str | None:
-    """(header size, payload size) of the frame at ``at``; None at a clean end; else why not."""
-    if framing == "varint":
-        length = shift = 0
-        for i in range(_MAX_VARINT):
-            byte = file.read(1)
-            if not byte:
-                return None if i == 0 else f"the varint length prefix at byte {at} is cut short"
-            length |= (byte[0] & 0x7F) << shift
-            if byte[0] < 0x80:
-                return i + 1, length
-            shift += 7
-        return f"the varint length prefix at byte {at} is longer than {_MAX_VARINT} bytes"
-    head = file.read(4)
-    if not head:
-        return None
-    if len(head) < 4:
-        return f"the 4-byte length prefix at byte {at} is cut short ({len(head)} bytes left)"
-    return 4, int.from_bytes(head, "little" if framing == "u32le" else "big")
-
-
-def sample_file(path: str, framing: str, *, max_records: int, max_bytes: int) -> Sample:
-    """The first records of a framed file, within ``max_records`` and ``max_bytes``."""
-    if framing not in FRAMINGS:
-        raise RecordsError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
+def sample_file(path: str, fmt: RecordFormat, *, max_records: int, max_bytes: int) -> Sample:
+    """The first records of a file as ``fmt`` frames them (any framing, compression or
+    format a reader takes), within ``max_records`` and ``max_bytes`` of its (decompressed)
+    bytes: never read whole. A framing problem ends the sample with a note; the records
+    before it are kept."""
     path = os.path.expanduser(path)
-    sample = Sample(source=path, framing=framing)
+    codec = compression_of(path, fmt.compression)
     try:
-        with open(path, "rb") as file:
-            position = 0
-            while len(sample.records) < max_records:
-                header = _header(file, framing, position)
-                if header is None:
-                    return sample
-                if isinstance(header, str):
-                    sample.note = header
-                    return sample
-                head, size = header
-                if position + head + size > max_bytes:
-                    sample.note = (
-                        f"stopped at byte {position}: the next record ({size:,} bytes) would "
-                        f"pass the sample's limit of {max_bytes:,} bytes"
-                    )
-                    sample.truncated = True
-                    return sample
-                payload = file.read(size)
-                if len(payload) < size:
-                    sample.note = (
-                        f"truncated {framing} stream: the record at byte {position} needs "
-                        f"{size:,} bytes, {len(payload):,} are left"
-                    )
-                    return sample
-                sample.records.append(payload)
-                sample.offsets.append(position)
-                position += head + size
-            sample.truncated = bool(file.read(1))
-            if sample.truncated:
-                sample.note = f"the first {max_records:,} records (the sample's limit)"
+        with open(path, "rb") as raw:
+            stream = raw if codec == "none" else open_decompressed(raw, codec, "the file")
+            data = stream.read(max_bytes + 1)
+            broken = getattr(stream, "broken", None)
     except IsADirectoryError:
         raise RecordsError(f"{path}: is a directory, not a file of records") from None
-    except OSError as err:
-        raise RecordsError(f"cannot read {path}: {err.strerror or err}") from None
+    except (OSError, ImportError) as err:
+        raise RecordsError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    more = len(data) > max_bytes
+    data = data[:max_bytes]
+    # Each record is then read on its own: Confluent records keep their prefix.
+    each = fmt.replace(
+        framing=CONFLUENT if fmt.confluent else None, delimited_by=None, compression="none"
+    )
+    framing = None if fmt.format == "json" else fmt.stream_framing
+    sample = Sample(source=path, framing=framing or "lines", fmt=each)
+    if framing is None:
+        starts, ends = split_ndjson(data)
+        if more and len(ends) and ends[-1] == len(data):  # a line cut by the byte budget
+            starts, ends = starts[:-1], ends[:-1]
+        consumed = int(ends[-1]) + 1 if len(ends) else 0
+        problem, corrupt, frame_at = None, np.zeros(0, np.int64), starts
+    else:
+        starts, ends, consumed, problem, corrupt = split_framed_prefix(data, framing)
+        frame_at = np.concatenate(([0], ends[:-1] + TRAILERS[framing])).astype(np.int64)
+    bad = set(corrupt.tolist())
+    for i in range(len(starts)):
+        if len(sample.records) == max_records:
+            sample.truncated = True
+            sample.note = f"the first {max_records:,} records (the sample's limit)"
+            return sample
+        if i not in bad:
+            sample.records.append(bytes(data[starts[i] : ends[i]]))
+            sample.offsets.append(int(frame_at[i]))
+    if bad:
+        sample.note = f"{len(bad)} record(s) left out: their {framing} CRC32C does not match"
+    if problem is not None:
+        sample.note = f"{problem[1]} at byte {problem[0]}"
+    elif broken is not None:
+        sample.note = broken
+    elif more:
+        sample.truncated = True
+        sample.note = (
+            f"stopped at byte {consumed}: the next record would pass the sample's limit of "
+            f"{max_bytes:,} bytes"
+        )
+    elif framing is not None and consumed < len(data):
+        sample.note = (
+            f"truncated {framing} stream: the record at byte {consumed} runs past the end "
+            f"({len(data) - consumed:,} bytes left)" + looks_like(data, framing, whole=True)
+        )
     return sample
 
 

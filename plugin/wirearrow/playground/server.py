@@ -7,7 +7,7 @@ the server keeps serving. API (JSON in, JSON out, except downloads):
     GET  /api/state                       schema tree, sample, the starting plan
     POST /api/preview    {plan, mode, record}      problems, preview rows, dead letters, nested record
     POST /api/schema     {kind, value, message, import_paths}
-    POST /api/records    {kind: file|paste, path, framing, text}
+    POST /api/records    {kind: file|paste, path, framing, format, compression, text}
     POST /api/add_column {plan, mode, path}        -> {plan}
     POST /api/download   {plan, mode, format}      -> the file (yaml, parquet, csv)
 """
@@ -24,6 +24,7 @@ from importlib import resources
 from urllib.parse import urlsplit
 
 from wirearrow.playground.session import PlaygroundError, SchemaSource, Session
+from wirearrow.sources.format import RecordFormat
 
 __all__ = ["make_server"]
 
@@ -168,7 +169,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if _text(body, "kind", "file") == "paste":
             self.session.set_records_pasted(_text(body, "text"))
         else:
-            self.session.set_records_file(_text(body, "path"), _text(body, "framing", "varint"))
+            self.session.set_records_file(_text(body, "path"), _record_format(body))
         self._json(200, self.session.state())
 
     def _add_column(self, body: dict) -> None:
@@ -195,3 +196,16 @@ def make_server(session: Session, port: int = 0, host: str = "127.0.0.1") -> _Se
     """A server for ``session`` bound to ``host:port`` (0: a free port); not yet serving."""
     handler = type("SessionHandler", (Handler,), {"session": session})
     return _Server((host, port), handler)
+
+
+def _record_format(body: dict) -> RecordFormat:
+    """The RecordFormat fields a request gives (the page's framing, format, compression)."""
+    given = {
+        name: body[name]
+        for name in ("format", "framing", "delimited_by", "compression")
+        if body.get(name) not in (None, "")
+    }
+    try:
+        return RecordFormat(**given)
+    except (TypeError, ValueError) as err:
+        raise PlaygroundError(str(err)) from None

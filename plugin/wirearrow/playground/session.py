@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 import yaml
 
 from wirearrow.playground.lines import LineSyntaxErrors, parse_lines, to_yaml
-from wirearrow.playground.records import FRAMINGS, RecordsError, Sample, parse_pasted, sample_file
+from wirearrow.playground.records import RecordsError, Sample, parse_pasted, sample_file
 from wirearrow.playground.schema_tree import schema_tree
+from wirearrow.sources.format import FIELDS, RecordFormat
 
 if TYPE_CHECKING:
     from wirearrow.schema import Schema
@@ -241,16 +242,23 @@ class Session:
             raise PlaygroundError(str(err)) from None
         self.schema, self.schema_source = schema, source
 
-    def set_records_file(self, path: str, framing: str) -> None:
+    def set_records_file(self, path: str, fmt: RecordFormat) -> None:
+        """The sample of a file of records read as ``fmt`` says (Confluent records without
+        schema ids: every id is taken for the session's schema)."""
+        if fmt.confluent and fmt.schemas is None:
+            fmt = fmt.replace(schemas=self._any_schema_id)
         try:
             self.sample = sample_file(
                 path,
-                framing,
+                fmt,
                 max_records=self.limits.max_records,
                 max_bytes=self.limits.max_bytes,
             )
         except RecordsError as err:
             raise PlaygroundError(str(err)) from None
+
+    def _any_schema_id(self, schema_id: int) -> Schema | None:
+        return self.schema
 
     def set_records_pasted(self, text: str) -> None:
         try:
@@ -266,7 +274,9 @@ class Session:
             "plan": self.plan_text,
             "plan_name": self.plan_name,
             "mode": self.mode,
-            "framings": list(FRAMINGS),
+            "framings": list(FIELDS["framing"].metadata["choices"]),
+            "formats": list(FIELDS["format"].metadata["choices"]),
+            "compressions": list(FIELDS["compression"].metadata["choices"]),
             "limits": dataclasses.asdict(self.limits),
         }
 
@@ -398,20 +408,18 @@ class Session:
     def _preview(self, tc) -> dict:
         import pyarrow as pa
 
-        records = self.sample.records
-        batch = tc.transcode(records)
-        dead = tc.dead_letters().to_pylist()
+        records, fmt = self.sample.records, self.sample.fmt
+        batch, dead_letters, counts = tc.decode(records, fmt)
+        dead = dead_letters.to_pylist()
         # Rows per record, one record at a time: until the shown rows are covered, and
         # for at least FANOUT_MIN records (a per-record call each: not the whole sample).
         fanout: list[int] = []
         for record in records[:FANOUT_RECORDS]:
             if len(fanout) >= FANOUT_MIN and sum(fanout) >= self.limits.preview_rows:
                 break
-            fanout.append(tc.transcode([record]).num_rows)
-        tc.dead_letters()  # the second pass's dead letters repeat the first's
+            fanout.append(tc.decode([record], fmt).rows.num_rows)
         shown = batch.slice(0, self.limits.preview_rows)
         rows = [_jsonable(list(r.values())) for r in shown.to_pylist()]
-        stats = tc.stats
         return {
             "columns": [{"name": f.name, "type": str(f.type)} for f in batch.schema],
             "rows": rows,
@@ -429,7 +437,7 @@ class Session:
                 }
                 for d in dead
             ],
-            "bytes_in": stats.bytes_in,
+            "bytes_in": counts.bytes_in,
             "nested_type": any(
                 pa.types.is_nested(f.type) for f in batch.schema
             ),
@@ -448,8 +456,8 @@ class Session:
             # A recursive message cannot be read whole: levels below NESTED_DEPTH are shown
             # as their serialized bytes.
             whole = wa.Transcoder(schema, on_error="dead_letter", max_depth=NESTED_DEPTH)
-        batch = whole.transcode([records[record]])
-        dead = whole.dead_letters().to_pylist()
+        batch, dead_letters, _ = whole.decode([records[record]], self.sample.fmt)
+        dead = dead_letters.to_pylist()
         value = batch.to_pylist()[0] if batch.num_rows else None
         return {
             "record": record,
@@ -471,7 +479,7 @@ class Session:
         compiled = self.compile(text, mode)
         if compiled.transcoder is None:
             raise PlaygroundError("the plan has problems: " + compiled.problems[0]["text"])
-        batch = compiled.transcoder.transcode(self.sample.records)
+        batch = compiled.transcoder.decode(self.sample.records, self.sample.fmt).rows
         if fmt == "parquet":
             return _parquet(batch), "application/vnd.apache.parquet", f"{stem}.parquet"
         return _csv(batch), "text/csv", f"{stem}.csv"
