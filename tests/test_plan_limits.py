@@ -238,11 +238,11 @@ def test_a_large_literal_is_refused_when_the_plan_compiles(bid: wa.Schema, bid_c
 
     big = "x" * 10_000_000
     for expr in (
-        wa.concat("id", wa.lit(big)),
-        wa.concat("id", big),  # a bare string that is no path: a literal
-        wa.concat("id", sep=big),
-        wa.default("id", big),
-        wa.coerce("id", "yes", big),
+        wa.fn.concat("id", wa.fn.lit(big)),
+        wa.fn.concat("id", big),  # a bare string that is no path: a literal
+        wa.fn.concat("id", sep=big),
+        wa.fn.default("id", big),
+        wa.fn.coerce("id", "yes", big),
     ):
         with pytest.raises(wa.PlanError, match=f"over the limit of {MAX_LITERAL_BYTES:,}"):
             wa.Transcoder(bid, columns=[wa.Column(name="x", expr=expr)])
@@ -251,7 +251,7 @@ def test_a_large_literal_is_refused_when_the_plan_compiles(bid: wa.Schema, bid_c
     assert "<string>:6: denormalizer.columns[0]" in message and "70,000 bytes" in message
     # at the limit: fine, and every row gets it
     at_limit = wa.Transcoder(
-        bid, columns=[wa.Column(name="x", expr=wa.concat(wa.lit("z" * MAX_LITERAL_BYTES)))]
+        bid, columns=[wa.Column(name="x", expr=wa.fn.concat(wa.fn.lit("z" * MAX_LITERAL_BYTES)))]
     )
     assert at_limit.transcode(bid_corpus[:3]).column("x").to_pylist() == ["z" * MAX_LITERAL_BYTES] * 3
 
@@ -266,12 +266,12 @@ def test_errors_quote_a_bounded_part_of_a_huge_text(bid: wa.Schema) -> None:
     for columns in (
         [name],
         [wa.Column(name=name, path="nope")],
-        [wa.Column(name="x", expr=wa.concat(wa.path(name)))],
+        [wa.Column(name="x", expr=wa.fn.concat(wa.fn.path(name)))],
         [f"imp[*].{name}"],
         ["imp[" + "9" * 100_000 + "].id"],  # also: int() refuses over 4300 digits
         # (under the literal limit)
-        [wa.Column(name="x", expr=wa.strptime("id", "%" * 60_001 + "Q"))],
-        [wa.Column(name="x", expr=wa.date_part("id", "q" * 60_000))],
+        [wa.Column(name="x", expr=wa.fn.strptime("id", "%" * 60_001 + "Q"))],
+        [wa.Column(name="x", expr=wa.fn.date_part("id", "q" * 60_000))],
     ):
         messages.append(_transcoder_error(bid, columns=columns))
     for source in (
