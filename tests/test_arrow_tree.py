@@ -206,3 +206,104 @@ def test_rows_gather_a_given_fixed_width_root_as_arrow_take_would() -> None:
     with pytest.raises(ValueError, match="not a fixed-width array"):
         strings.build(col_values, col_valid, col_arena, [4], {}, {0: pa.array(list("abcd"))},
                       rows=[table])
+
+
+_RECURSIVE = """
+syntax = "proto3";
+import "google/protobuf/timestamp.proto";
+message Leaf { string key = 1; int64 value = 2; repeated string labels = 3; }
+message Node {
+  string name = 1;
+  int32 rank = 2;
+  optional string note = 3;
+  repeated int64 ids = 4;
+  map<string, Leaf> leaves = 5;
+  google.protobuf.Timestamp at = 6;
+  Leaf leaf = 7;
+  Node child = 8;
+  repeated Node children = 9;
+  oneof pick { Leaf a = 10; Leaf b = 11; }
+}
+"""
+
+
+def test_absent_subtrees_are_arrays_made_once_and_the_output_is_the_same(
+    compile_proto, monkeypatch
+) -> None:
+    """A recursive plan read at max_depth 3 in a small batch: the subtrees no record holds
+    (no elements, or null everywhere) are built from arrays made once per plan, the rest
+    node by node; the output is the one the whole tree builds, value for value."""
+    import wirearrow.plan.assemble as assemble
+
+    schema, cls = compile_proto(_RECURSIVE, "Node")
+    a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n"))
+    a.leaves["k"].key = "v"
+    a.at.seconds = 5
+    a.children.add(name="c").b.key = "x"
+    b = cls(name="z")
+    b.a.key = "first"
+    b.b.key = "then b"  # (a oneof: `a` is unset again, its fields stay written below it)
+    c = cls()
+    tc = wa.Transcoder(schema, max_depth=3)
+    for records in ([a], [b], [c], [a, b, c], [c, c], []):
+        arr = pa.array([m.SerializeToString() for m in records], pa.binary())
+        monkeypatch.setattr(assemble, "_ABSENT_NODES", 10**9)
+        whole = tc.transcode(arr)
+        monkeypatch.setattr(assemble, "_ABSENT_NODES", 2)
+        sparse = tc.transcode(arr)
+        sparse.validate(full=True)
+        assert sparse.to_pylist() == whole.to_pylist()
+        assert sparse.equals(whole)
+        assert sparse.to_pylist() == tc.transcode(arr).to_pylist()  # (from the cache)
+
+
+def test_absent_names_the_nodes_a_batch_does_not_hold(compile_proto) -> None:
+    import wirearrow.plan.assemble as assemble
+    from wirearrow._core.decoder import POLICY_RAISE, decode
+
+    schema, cls = compile_proto(_RECURSIVE, "Node")
+    tc = wa.Transcoder(schema, max_depth=3)
+    plan = tc._plan
+    record = cls(name="only").SerializeToString()
+    result = decode(plan.program, np.frombuffer(record, np.uint8), np.array([0]),
+                    np.array([len(record)]), POLICY_RAISE)
+    program = next(iter(assemble._facts(plan).trees.values()))
+    mixed, full, absent, state = program.tree.absent(
+        result.group_counts, result.col_valid, [], 2)
+    # child, leaf, a, b (null), children's and leaves' elements (none) are absent
+    assert len(absent) >= 6
+    assert all(str(program.types[n]).startswith("struct") for n in absent.tolist())
+    assert set(full.tolist()) & set(absent.tolist()) == set()
+    assert (state == 0).sum() > (state > 0).sum()  # most of the plan is never looked at
+    assert 0 < len(mixed) < len(full)
+
+
+def test_columns_no_record_writes_take_no_memory(compile_proto) -> None:
+    """The decoder gives a column its block when a record first writes to it: a column
+    of a wide plan that no record of the batch touches is a view of one shared block of
+    zeros (exact size: null values, empty strings)."""
+    from wirearrow._core.decoder import POLICY_RAISE, decode
+
+    schema, cls = compile_proto(_RECURSIVE, "Node")
+    tc = wa.Transcoder(schema, max_depth=3)
+    records = [cls(name="x", rank=3).SerializeToString(), cls(note="y").SerializeToString()]
+    arr = pa.array(records, pa.binary())
+    tc.transcode(arr)  # (sizes learned: the next call presizes as transcode does)
+    program = tc._plan.program
+    _, offsets, data = arr.buffers()
+    off = np.frombuffer(offsets, np.int32)[:3].astype(np.int64)
+    result = decode(program, np.frombuffer(data, np.uint8), off[:-1], off[1:], POLICY_RAISE,
+                    0, [4] * program.n_groups, [64] * program.n_cols)
+    sizes = [len(v) for v in result.col_valid]
+    assert sizes == [result.group_counts[g] for g in _column_groups(program)]
+    views = {id(v) for v in result.col_valid}
+    assert len(views) < program.n_cols // 2  # untouched columns share views
+    for values, valid, count in zip(result.col_values, result.col_valid, result.col_counts,
+                                    strict=True):
+        assert len(valid) == count
+        assert values is None or len(values) in (count * w for w in (1, 4, 8)) or \
+            len(values) == (count + 1) * 4
+
+
+def _column_groups(program) -> list[int]:
+    return [program.column(i).group for i in range(program.n_cols)]

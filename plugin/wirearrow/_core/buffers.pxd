@@ -66,6 +66,11 @@ cdef class OwnedBuffer:
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
     cdef int exports
+    cdef object base           # a view: the OwnedBuffer whose memory data points into
+                               # (kept alive by this one; never freed here)
 
     @staticmethod
     cdef OwnedBuffer adopt(uint8_t* data, int64_t size, int64_t allocated=*)
+
+    @staticmethod
+    cdef OwnedBuffer view(OwnedBuffer base, int64_t size)

@@ -1,4 +1,4 @@
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -9,6 +9,8 @@ _Bytes: TypeAlias = Buffer | np.ndarray
 
 @disjoint_base
 class OwnedBuffer:
+    @property
+    def unwritten(self) -> bool: ...
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
@@ -47,7 +49,12 @@ class ArrowTree:
         rows: Sequence[np.ndarray | None] | None = None,
         drops: Sequence[Sequence[int]] | None = None,
         allocate: Callable[[int], Any] | None = None,
+        roots: np.ndarray | None = None,
+        schema: Any = None,
     ) -> list[Any]: ...
+    def absent(
+        self, counts: list[int], col_valid: list[object], given: Iterable[int], threshold: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None: ...
 def epoch_outside(
     seconds: _Bytes,
     nanos: _Bytes,

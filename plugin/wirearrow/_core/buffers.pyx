@@ -149,7 +149,7 @@ cdef class OwnedBuffer:
         self.exports = 0
 
     def __dealloc__(self):
-        if self.data == NULL:
+        if self.data == NULL or self.base is not None:
             return
         if self.size >= FREE_NOGIL:
             # Freeing a large block gives its pages back to the kernel (munmap), in time
@@ -167,6 +167,20 @@ cdef class OwnedBuffer:
         b.size = size
         b.allocated = allocated
         return b
+
+    @staticmethod
+    cdef OwnedBuffer view(OwnedBuffer base, int64_t size):
+        """The first `size` bytes of base (at most its size), sharing its memory."""
+        cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
+        b.data = base.data
+        b.size = min(size, base.size)
+        b.base = base
+        return b
+
+    @property
+    def unwritten(self):
+        """True for a decoder column no record wrote to (a view of shared zeros)."""
+        return self.base is not None
 
     def __len__(self):
         return self.size
@@ -505,6 +519,8 @@ ctypedef struct Tree:
     uint8_t** bitmaps       # packed here, given back to the pool with the tree
     int64_t* bitmap_alloc
     int64_t n_bitmaps
+    uint8_t* zeros          # the offsets of lists whose elements' group is empty
+    int64_t zeros_alloc
 
 
 cdef void tree_free(Tree* t) noexcept nogil:
@@ -515,6 +531,7 @@ cdef void tree_free(Tree* t) noexcept nogil:
             Py_DECREF(<object>t.owners)
     for i in range(t.n_bitmaps):
         pool_free(t.bitmaps[i], t.bitmap_alloc[i])
+    pool_free(t.zeros, t.zeros_alloc)
     PyMem_RawFree(t.nodes)
     PyMem_RawFree(t.bufs)
     PyMem_RawFree(t.kids)
@@ -589,6 +606,7 @@ cdef class ArrowTree:
     cdef object import_batch
     cdef int64_t n_nodes
     cdef int64_t n_kids
+    cdef int64_t[::1] subtree   # nodes in each node's subtree, itself included
 
     def __init__(self, prog, kids, roots, schema, import_batch):
         # import_batch(address, schema): pyarrow's RecordBatch._import_from_c, handed in by
@@ -602,9 +620,155 @@ cdef class ArrowTree:
         self.n_kids = self.kids.shape[0]
         if self.prog.shape[1] != P_WIDTH or len(schema) != self.roots.shape[0]:
             raise ValueError("ArrowTree: program and schema do not match")
+        cdef int64_t i, j, node
+        for i in range(self.n_nodes):
+            if not (0 <= self.prog[i, P_CHILD0] and self.prog[i, P_NCHILD] >= 0
+                    and self.prog[i, P_CHILD0] + self.prog[i, P_NCHILD] <= self.n_kids):
+                raise ValueError(f"ArrowTree: node {i}'s children outside kids")
+        for i in range(self.n_kids):
+            if not 0 <= self.kids[i] < self.n_nodes:
+                raise ValueError(f"ArrowTree: kid {i} is no node")
+        # Subtree sizes, children before parents (depth first; a cycle is refused).
+        self.subtree = np.zeros(self.n_nodes, dtype=np.int64)
+        cdef uint8_t[::1] seen = np.zeros(self.n_nodes, dtype=np.uint8)  # 1 open, 2 done
+        cdef int64_t[::1] stack = np.empty(self.n_nodes + 1, dtype=np.int64)
+        cdef int64_t top, start, k
+        for start in range(self.n_nodes):
+            if seen[start]:
+                continue
+            stack[0] = start
+            top = 1
+            while top > 0:
+                node = stack[top - 1]
+                if seen[node] == 0:
+                    seen[node] = 1
+                    for j in range(self.prog[node, P_CHILD0],
+                                   self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
+                        k = self.kids[j]
+                        if seen[k] == 1:
+                            raise ValueError("ArrowTree: the nodes hold a cycle")
+                        if seen[k] == 0:
+                            if top > self.n_nodes:
+                                raise ValueError("ArrowTree: the nodes hold a cycle")
+                            stack[top] = k
+                            top += 1
+                    continue
+                top -= 1
+                if seen[node] == 2:
+                    continue
+                seen[node] = 2
+                self.subtree[node] = 1
+                for j in range(self.prog[node, P_CHILD0],
+                               self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
+                    self.subtree[node] += self.subtree[self.kids[j]]
+
+    def absent(self, counts, col_valid, given, int64_t threshold):
+        """The nested nodes of one batch that are empty (no elements) or null in every slot,
+        of a subtree of at least `threshold` nodes: built from arrays made once per plan
+        instead of node by node (a wide recursive plan has thousands of nodes, most of them
+        absent from a small batch). `given`: the nodes built in Python (never looked into).
+
+        Returns None when no node is absent, else (mixed, full, absent), int64 node ids:
+        mixed, the nodes with an absent node below them, children before parents (their
+        arrays are put together from their children's); full, the roots and children of
+        mixed nodes with none (build(roots=...) builds them); absent, the roots and children
+        of mixed nodes that are absent; and the state of every node, a uint8 array: 0 not
+        looked at (inside an absent subtree), 1 built, 2 mixed, 3 absent."""
+        cdef int64_t n_nodes = self.n_nodes, n_groups = len(counts), n_cols = len(col_valid)
+        cdef int64_t n_roots = self.roots.shape[0]
+        cdef int64_t i, j, k, node, kind, n, col, top = 0, visited = 0
+        cdef const uint8_t* v
+        cdef bint gone
+        cdef Py_buffer view
+        state_arr = np.zeros(n_nodes, dtype=np.uint8)   # 1 full, 2 mixed, 3 absent
+        order_arr = np.empty(n_nodes, dtype=np.int64)   # preorder
+        stack_arr = np.empty(n_nodes + 1, dtype=np.int64)
+        cdef uint8_t[::1] state = state_arr
+        cdef int64_t[::1] order = order_arr
+        cdef int64_t[::1] stack = stack_arr
+        cdef int64_t[::1] sizes = np.asarray(counts, dtype=np.int64)
+        for node in given:
+            if not 0 <= node < n_nodes:
+                raise ValueError(f"ArrowTree: no node {node}")
+            state[node] = 4   # (given: a leaf here)
+        for i in range(n_roots):
+            stack[top] = self.roots[i]
+            top += 1
+        while top > 0:
+            top -= 1
+            node = stack[top]
+            kind = self.prog[node, P_KIND]
+            j = self.prog[node, P_GROUP]
+            if not 0 <= j < n_groups:
+                raise ValueError(f"ArrowTree: node {node} in no group")
+            n = sizes[j]
+            order[visited] = node
+            visited += 1
+            if state[node] == 4:
+                state[node] = 1
+                continue
+            state[node] = 1
+            if kind != T_STRUCT and kind != T_LIST and kind != T_ENTRIES:
+                continue
+            gone = False
+            if self.subtree[node] >= threshold:
+                gone = n == 0
+                col = self.prog[node, P_VALID]
+                if not gone and 0 <= col < n_cols:
+                    obj = col_valid[col]
+                    if type(obj) is OwnedBuffer:
+                        if (<OwnedBuffer>obj).size < n:
+                            raise ValueError("ArrowTree: validity shorter than its group")
+                        v = (<OwnedBuffer>obj).data
+                        gone = all_zero(v, n)
+                    else:
+                        PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+                        try:
+                            if view.len < n:
+                                raise ValueError("ArrowTree: validity shorter than its group")
+                            gone = all_zero(<const uint8_t*>view.buf, n)
+                        finally:
+                            PyBuffer_Release(&view)
+            if gone:
+                state[node] = 3
+                continue
+            for j in range(self.prog[node, P_CHILD0], self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
+                stack[top] = self.kids[j]
+                top += 1
+        mixed = []
+        any_absent = False
+        for i in range(visited - 1, -1, -1):   # children before parents
+            node = order[i]
+            if state[node] != 1:
+                any_absent = any_absent or state[node] == 3
+                continue
+            for j in range(self.prog[node, P_CHILD0], self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
+                if state[self.kids[j]] >= 2:
+                    state[node] = 2
+                    mixed.append(node)
+                    break
+        if not any_absent:
+            return None
+        full = []
+        absent = []
+        for i in range(n_roots):
+            node = self.roots[i]
+            if state[node] == 1:
+                full.append(node)
+            elif state[node] == 3:
+                absent.append(node)
+        for node in mixed:
+            for j in range(self.prog[node, P_CHILD0], self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
+                k = self.kids[j]
+                if state[k] == 1:
+                    full.append(k)
+                elif state[k] == 3:
+                    absent.append(k)
+        return (np.array(mixed, dtype=np.int64), np.array(full, dtype=np.int64),
+                np.array(absent, dtype=np.int64), state_arr)
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
-              dict given, rows=None, drops=None, allocate=None):
+              dict given, rows=None, drops=None, allocate=None, roots=None, schema=None):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
         int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
@@ -622,8 +786,16 @@ cdef class ArrowTree:
         allocate(nbytes) -> a writable buffer (pyarrow.allocate_buffer): where a gathered
         fixed or bool root's values and bitmap go, as Arrow's take would put them (Arrow's
         pool reuses the pages it holds; ours, string roots' blocks, the ones of past batches).
+        roots and schema: build these nodes (int64 ids, all of one length) as the columns,
+        with this schema, instead of the program's roots (see absent()).
         """
-        cdef int64_t n_nodes = self.n_nodes, n_roots = self.roots.shape[0]
+        cdef const int64_t[::1] root_ids = self.roots if roots is None else roots
+        if roots is not None and (schema is None or len(schema) != root_ids.shape[0]):
+            raise ValueError("ArrowTree: roots= needs a schema= of one field a root")
+        for r in root_ids:
+            if not 0 <= r < self.n_nodes:
+                raise ValueError(f"ArrowTree: no node {r}")
+        cdef int64_t n_nodes = self.n_nodes, n_roots = root_ids.shape[0]
         cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
         if t == NULL:
             raise MemoryError()
@@ -690,7 +862,7 @@ cdef class ArrowTree:
                     table = rows[i]
                     if table is None:
                         continue
-                    node = self.roots[i]
+                    node = root_ids[i]
                     kind = self.prog[node, P_KIND]
                     if kind == T_GIVEN or is_given[node]:
                         given_width[node] = fixed_width_of(given.get(node))
@@ -720,7 +892,7 @@ cdef class ArrowTree:
             if stack == NULL:
                 raise MemoryError()
             for i in range(n_roots):
-                stack[i] = self.roots[i]
+                stack[i] = root_ids[i]
             k = n_roots
             while k > 0:
                 k -= 1
@@ -795,10 +967,22 @@ cdef class ArrowTree:
                                     else <const uint8_t*>wa_empty_buffer)
                 elif kind == T_LIST:
                     a.n_buffers = 2
-                    offsets = list_offsets[self.prog[node, P_OFFSETS]]
-                    if size_of(offsets) < (n + 1) * 4:
-                        raise ValueError("ArrowTree: list offsets shorter than their group")
-                    a.buffers[1] = buffer_of(offsets, owners)
+                    j = self.prog[node, P_OFFSETS]
+                    offsets = list_offsets.get(j)
+                    if offsets is None and 0 <= j < n_groups and sizes[j] == 0:
+                        # No elements: every list is empty, its offsets zeros.
+                        if t.zeros == NULL:
+                            t.zeros = pool_alloc((max_size(sizes, n_groups) + 1) * 4, True,
+                                                 &t.zeros_alloc)
+                            if t.zeros == NULL:
+                                raise MemoryError()
+                        a.buffers[1] = t.zeros
+                    else:
+                        if offsets is None:
+                            raise KeyError(f"ArrowTree: no list offsets of group {j}")
+                        if size_of(offsets) < (n + 1) * 4:
+                            raise ValueError("ArrowTree: list offsets shorter than their group")
+                        a.buffers[1] = buffer_of(offsets, owners)
                 else:  # T_STRUCT, T_ENTRIES
                     a.n_buffers = 1
                 a.n_children = self.prog[node, P_NCHILD]
@@ -808,7 +992,7 @@ cdef class ArrowTree:
                     stack[k] = self.kids[self.prog[node, P_CHILD0] + j]
                     k += 1
             for i in range(n_roots):
-                n = t.nodes[self.roots[i]].length
+                n = t.nodes[root_ids[i]].length
                 if root_len >= 0 and n != root_len:
                     raise AssertionError("ArrowTree: columns of different lengths")
                 root_len = n
@@ -836,7 +1020,7 @@ cdef class ArrowTree:
             # Gathered roots, in the caller's order: a root's sources are held (refs) only
             # while it is gathered, and its last-read decoder columns dropped right after.
             for i in range(n_roots if rows is not None else 0):
-                node = self.roots[i]
+                node = root_ids[i]
                 if gather_rows[node] >= 0:
                     refs = []
                     kind = self.prog[node, P_KIND]
@@ -947,7 +1131,7 @@ cdef class ArrowTree:
         a.n_children = n_roots
         a.children = &t.kids[self.n_kids]
         for i in range(n_roots):
-            a.children[i] = &t.nodes[self.roots[i]]
+            a.children[i] = &t.nodes[root_ids[i]]
         a.private_data = <void*>t
         a.release = release_node
         t.refs += 1
@@ -955,9 +1139,24 @@ cdef class ArrowTree:
         for node, arr in given.items():
             if t.nodes[node].private_data != NULL and t.nodes[node].release == NULL:
                 arr._export_to_c(<uintptr_t>&t.nodes[node])
-        batch = self.import_batch(<uintptr_t>a, self.schema)
+        batch = self.import_batch(<uintptr_t>a, self.schema if schema is None else schema)
         return batch.columns
 
+
+
+cdef int64_t max_size(const int64_t* sizes, int64_t n) noexcept nogil:
+    cdef int64_t i, m = 0
+    for i in range(n):
+        m = max(m, sizes[i])
+    return m
+
+
+cdef bint all_zero(const uint8_t* p, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if p[i]:
+            return False
+    return True
 
 
 cdef void copy_strings(const uint8_t* arena, const uint32_t* off, int64_t n,

@@ -130,6 +130,7 @@ ctypedef struct Ctx:
                                      # arena_cap is then -1 until a value of another
                                      # message: not_stored)
     const int32_t* col_member        # a oneof member's column: its node + 1, else 0
+    int64_t* arena_want              # per column: bytes its arena's first block gets
 
 
 cdef class Program:
@@ -588,9 +589,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.groups = <GroupStore*>PyMem_RawCalloc(program.n_groups, sizeof(GroupStore))
     c.cur = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
     c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+    c.arena_want = <int64_t*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(int64_t))
     c.col_member = program.col_member
     if (checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL
-            or c.col_moved == NULL):
+            or c.col_moved == NULL or c.arena_want == NULL):
         free_ctx(c, program)
         PyMem_RawFree(checkpoint)
         raise MemoryError()
@@ -628,7 +630,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     # The sizes as C arrays, so that the (zeroed) allocations behind them run without the GIL.
     cdef int64_t* caps = NULL
     cdef int64_t* arena_caps = NULL
-    cdef int presized = OK
+    cdef int presized = OK   # (E_NO_MEMORY: the sizes could not be read)
     cdef const int64_t[::1] given
     if capacity is not None:
         given = np.ascontiguousarray(capacity, dtype=np.int64)
@@ -645,15 +647,16 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     if (capacity is not None and caps == NULL) or (arena_capacity is not None and arena_caps == NULL):
         presized = E_NO_MEMORY
     else:
+        # The sizes are what a column's or group's first block gets, taken when a record
+        # first writes there (a plan's columns no record touches cost nothing: a wide
+        # recursive plan has thousands, most of them empty in a small batch).
         with nogil:
             if caps != NULL:
-                presized = presize(c, caps)
+                presize(c, caps)
             if arena_caps != NULL:
                 for i in range(program.n_cols):
-                    if c.cols[i].bytes and arena_caps[i] > 0:
-                        c.cols[i].arena = take_block(c, arena_caps[i], False,
-                                                     &c.cols[i].arena_alloc)
-                        c.cols[i].arena_cap = min(c.cols[i].arena_alloc, ARENA_MAX)
+                    if c.cols[i].bytes:
+                        c.arena_want[i] = arena_caps[i]
     if presized != OK:
         PyMem_RawFree(caps)
         PyMem_RawFree(arena_caps)
@@ -766,34 +769,34 @@ cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
             add_lines(ls, <const uint8_t*>c.groups[g].parent, a * 8, b * 8)
 
 
-cdef int presize(Ctx* c, const int64_t* capacity) noexcept nogil:
+cdef void presize(Ctx* c, const int64_t* capacity) noexcept nogil:
+    """The slots each group's and column's first block gets (see ColumnStore.want)."""
     cdef int32_t i
     cdef int64_t cap
-    cdef ColumnStore* cs
-    cdef int64_t allocated
     for i in range(c.n_groups):
-        cap = capacity[i]
-        if cap > 0:
-            c.groups[i].parent = <int64_t*>take_block(c, cap * 8, False, &allocated)
-            if c.groups[i].parent == NULL:
-                return E_NO_MEMORY
-            c.groups[i].capacity = allocated // 8
+        c.groups[i].want = <int32_t>min(capacity[i], 0x7FFFFFFF)
     for i in range(c.n_cols):
-        cs = &c.cols[i]
-        cap = capacity[cs.group]
-        if cap > 0:
-            # Zeroed: a slot never written is a null (and a zero value) of its element.
-            # Offsets are all written (see store_string), so they need no zeroing.
-            cs.valid = take_block(c, cap, True, &cs.valid_alloc)
-            if cs.bytes:
-                cs.values = take_block(c, (cap + 1) * 4, False, &cs.values_alloc)
-                if cs.values != NULL:
-                    memset(cs.values, 0, 4)
-            elif cs.width > 0:
-                cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc)
-            if cs.valid == NULL or (cs.width > 0 and cs.values == NULL):
-                return E_NO_MEMORY
-            cs.capacity = cap
+        cap = capacity[c.cols[i].group]
+        c.cols[i].want = <int32_t>min(cap, 0x7FFFFFFF)
+
+
+cdef int first_block(Ctx* c, ColumnStore* cs) noexcept nogil:
+    """A column's first block, of cs.want slots, when a record first writes to it."""
+    cdef int64_t cap = cs.want
+    # Zeroed: a slot never written is a null (and a zero value) of its element.
+    # Offsets are all written (see store_string), so they need no zeroing.
+    cs.valid = take_block(c, cap, True, &cs.valid_alloc)
+    if cs.valid == NULL:
+        return E_NO_MEMORY
+    if cs.bytes:
+        cs.values = take_block(c, (cap + 1) * 4, False, &cs.values_alloc)
+        if cs.values != NULL:
+            memset(cs.values, 0, 4)
+    elif cs.width > 0:
+        cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc)
+    if cs.width > 0 and cs.values == NULL:
+        return E_NO_MEMORY
+    cs.capacity = cap
     return OK
 
 
@@ -831,15 +834,23 @@ cdef void free_ctx(Ctx* c, Program program) noexcept:
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
     PyMem_RawFree(c.col_moved)
+    PyMem_RawFree(c.arena_want)
     PyMem_RawFree(c)
 
 
 cdef int export(Ctx* c, Result r) except -1:
-    # Ownership of every store moves into OwnedBuffers; the ctx keeps NULLs.
+    # Ownership of every store moves into OwnedBuffers; the ctx keeps NULLs. A column no
+    # record wrote to (no block: see ColumnStore.want) is read as zeros: null values,
+    # empty strings. Such columns share one zeroed block, each through a view of its exact
+    # size (a view per group and size, not an allocation per column).
     cdef int32_t i
     cdef GroupStore* gs
     cdef ColumnStore* cs
-    cdef int64_t count
+    cdef int64_t count, most = 0, allocated = 0
+    cdef OwnedBuffer zeros = None
+    cdef dict views = {}
+    for i in range(c.n_groups):
+        most = max(most, c.groups[i].count)
     r.group_parents = []
     r.group_counts = []
     for i in range(c.n_groups):
@@ -855,9 +866,21 @@ cdef int export(Ctx* c, Result r) except -1:
     for i in range(c.n_cols):
         cs = &c.cols[i]
         count = c.groups[cs.group].count
+        if cs.valid == NULL and cs.values == NULL and cs.arena == NULL:
+            if zeros is None:
+                zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
+                                          (most + 1) * 8, allocated)
+                if zeros.data == NULL:
+                    raise MemoryError()
+            r.col_values.append(zero_view(zeros, views, (count + cs.bytes) * cs.width)
+                                if cs.width > 0 else None)
+            r.col_valid.append(zero_view(zeros, views, count))
+            r.col_arena.append(None)
+            r.col_counts.append(count)
+            continue
         # Slots past the capacity were never written: grow so that every element has one.
         if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
-                grow_column(cs, max(count - 1, 0)) != OK:
+                grow_column(c, cs, max(count - 1, 0)) != OK:
             raise MemoryError()
         if cs.bytes:
             close_offsets(cs, count)
@@ -874,6 +897,13 @@ cdef int export(Ctx* c, Result r) except -1:
         cs.valid = NULL
         cs.arena = NULL
     return 0
+
+
+cdef inline OwnedBuffer zero_view(OwnedBuffer zeros, dict views, int64_t size):
+    v = views.get(size)
+    if v is None:
+        v = views[size] = OwnedBuffer.view(zeros, size)
+    return <OwnedBuffer>v
 
 
 cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
@@ -902,7 +932,9 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
 
 # ---- storage -------------------------------------------------------------------------
 
-cdef int grow_column(ColumnStore* cs, int64_t slot) noexcept nogil:
+cdef int grow_column(Ctx* c, ColumnStore* cs, int64_t slot) noexcept nogil:
+    if cs.capacity == 0 and cs.want > slot:
+        return first_block(c, cs)
     cdef int64_t cap = cs.capacity * 2
     if cap < 64:
         cap = 64
@@ -940,7 +972,7 @@ cdef inline uint8_t* slot(Ctx* c, int32_t col) noexcept nogil:
     cdef ColumnStore* cs = &c.cols[col]
     cdef int64_t e = c.cur[cs.group]
     if e >= cs.capacity:
-        return slot_grown(cs, e)
+        return slot_grown(c, cs, e)
     cs.valid[e] = 1
     # Presence-only columns have no values: hand back the validity byte as the non-NULL "ok".
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
@@ -951,7 +983,7 @@ cdef inline uint8_t* value_slot(Ctx* c, int32_t col, int64_t width) noexcept nog
     cdef ColumnStore* cs = &c.cols[col]
     cdef int64_t e = c.cur[cs.group]
     if e >= cs.capacity:
-        return slot_grown(cs, e)
+        return slot_grown(c, cs, e)
     cs.valid[e] = 1
     return cs.values + e * width
 
@@ -960,7 +992,7 @@ cdef inline uint8_t* slot_at(Ctx* c, int32_t col, int64_t e) noexcept nogil:
     """slot() of element e, which the caller already knows (see decode_fields)."""
     cdef ColumnStore* cs = &c.cols[col]
     if e >= cs.capacity:
-        return slot_grown(cs, e)
+        return slot_grown(c, cs, e)
     cs.valid[e] = 1
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
 
@@ -968,24 +1000,32 @@ cdef inline uint8_t* slot_at(Ctx* c, int32_t col, int64_t e) noexcept nogil:
 cdef inline uint8_t* value_slot_at(Ctx* c, int32_t col, int64_t e, int64_t width) noexcept nogil:
     cdef ColumnStore* cs = &c.cols[col]
     if e >= cs.capacity:
-        return slot_grown(cs, e)
+        return slot_grown(c, cs, e)
     cs.valid[e] = 1
     return cs.values + e * width
 
 
-cdef uint8_t* slot_grown(ColumnStore* cs, int64_t e) noexcept nogil:
-    # Out of line: rare once the buffers are sized from the previous batch.
-    if grow_column(cs, e) != OK:
+cdef uint8_t* slot_grown(Ctx* c, ColumnStore* cs, int64_t e) noexcept nogil:
+    # Out of line: once per column and batch (its first block), rarely more.
+    if grow_column(c, cs, e) != OK:
         return NULL
     cs.valid[e] = 1
     return cs.values + e * cs.width if cs.width > 0 else cs.valid + e
 
 
-cdef int grow_group(GroupStore* gs, int64_t count) noexcept nogil:
-    """Room for `count` elements in the group (doubling, from 64); the only place a group
-    grows. Out of line: rare once the buffers are sized from the previous batch."""
+cdef int grow_group(Ctx* c, GroupStore* gs, int64_t count) noexcept nogil:
+    """Room for `count` elements in the group (its first block of gs.want elements, then
+    doubling, from 64); the only place a group grows. Out of line: once per group and
+    batch (its first block), rarely more."""
     cdef int64_t cap = gs.capacity * 2 if gs.capacity >= 64 else 64
     cdef int64_t* parent
+    cdef int64_t allocated
+    if gs.capacity == 0 and gs.want >= count:
+        gs.parent = <int64_t*>take_block(c, <int64_t>gs.want * 8, False, &allocated)
+        if gs.parent == NULL:
+            return E_NO_MEMORY
+        gs.capacity = allocated // 8
+        return OK
     while cap < count:
         cap *= 2
     parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
@@ -998,7 +1038,7 @@ cdef int grow_group(GroupStore* gs, int64_t count) noexcept nogil:
 
 cdef inline int open_element(Ctx* c, int32_t g) noexcept nogil:
     cdef GroupStore* gs = &c.groups[g]
-    if gs.count == gs.capacity and grow_group(gs, gs.count + 1) != OK:
+    if gs.count == gs.capacity and grow_group(c, gs, gs.count + 1) != OK:
         return E_NO_MEMORY
     gs.parent[gs.count] = c.cur[gs.parent_group]
     c.cur[g] = gs.count
@@ -1174,7 +1214,7 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
     cdef int st
     c.cur[0] = -1   # the root group's parent is the record index, stored by open_element
     cdef GroupStore* root = &c.groups[0]
-    if root.count == root.capacity and grow_group(root, root.count + 1) != OK:
+    if root.count == root.capacity and grow_group(c, root, root.count + 1) != OK:
         return E_NO_MEMORY
     root.parent[root.count] = index
     c.cur[0] = root.count
@@ -1962,10 +2002,10 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
             return E_MOVED   # a value of this field was moved to the unknown fields
         cs.filled = e
         cs.arena_len = (<uint32_t*>cs.values)[e]
-    elif e >= cs.capacity and grow_column(cs, e) != OK:
+    elif e >= cs.capacity and grow_column(c, cs, e) != OK:
         return E_NO_MEMORY
     if cs.arena_len + n > cs.arena_cap:
-        st = arena_reserve(cs, n)
+        st = arena_reserve(c, cs, n)
         if st != OK:
             return E_UTF8 if utf8 and not utf8_valid(s, n) else st
     d = cs.arena + cs.arena_len
@@ -2147,7 +2187,7 @@ cdef int mark_moved(Ctx* c, int32_t col, int64_t e) noexcept nogil:
     cdef ColumnStore* cs = &c.cols[col]
     cdef uint32_t* off
     cdef int64_t k
-    if e >= cs.capacity and grow_column(cs, e) != OK:
+    if e >= cs.capacity and grow_column(c, cs, e) != OK:
         return E_NO_MEMORY
     off = <uint32_t*>cs.values
     if cs.filled > e:   # (the newest element: its value is the arena's tail)
@@ -2177,7 +2217,7 @@ cdef int merge_message_bytes(Ctx* c, int32_t col, int64_t e, const uint8_t* s,
         return store_string(c, col, e, s, n, False)
     if e + 1 != cs.filled:
         return E_INTERNAL
-    st = arena_reserve(cs, n)
+    st = arena_reserve(c, cs, n)
     if st != OK:
         return st
     memcpy(cs.arena + cs.arena_len, s, n)
@@ -2194,14 +2234,22 @@ cdef void close_offsets(ColumnStore* cs, int64_t count) noexcept nogil:
         off[cs.filled] = <uint32_t>cs.arena_len
 
 
-cdef int arena_reserve(ColumnStore* cs, int64_t n) noexcept nogil:
-    """Room for n more bytes at the end of the column's arena (it may move)."""
-    cdef int64_t cap
+cdef int arena_reserve(Ctx* c, ColumnStore* cs, int64_t n) noexcept nogil:
+    """Room for n more bytes at the end of the column's arena (it may move); the first
+    block is the size learned from earlier batches (Ctx.arena_want), when it holds them."""
+    cdef int64_t cap, want
     cdef uint8_t* grown
     if cs.arena_len + n <= cs.arena_cap:
         return OK
     if cs.arena_cap < 0:
         return E_MOVED   # poisoned by move_string
+    want = c.arena_want[cs - c.cols]
+    if cs.arena == NULL and want >= n:
+        cs.arena = take_block(c, want, False, &cs.arena_alloc)
+        if cs.arena == NULL:
+            return E_NO_MEMORY
+        cs.arena_cap = min(cs.arena_alloc, ARENA_MAX)
+        return OK
     cap = cs.arena_cap * 2 if cs.arena_cap >= 4096 else 4096
     while cap < cs.arena_len + n:
         cap *= 2
@@ -2235,9 +2283,9 @@ cdef int keep_unknown(Ctx* c, int32_t col, const uint8_t* start,
     if e < cs.filled:
         if e + 1 != cs.filled:
             return E_INTERNAL
-    elif e >= cs.capacity and grow_column(cs, e) != OK:
+    elif e >= cs.capacity and grow_column(c, cs, e) != OK:
         return E_NO_MEMORY
-    st = arena_reserve(cs, n)
+    st = arena_reserve(c, cs, n)
     if st != OK:
         return st
     off = <uint32_t*>cs.values
@@ -2277,7 +2325,7 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
             return OK
         cs = &c.cols[f.column]
         first = c.cur[f.group] - k + 1
-        if c.cur[f.group] >= cs.capacity and grow_column(cs, c.cur[f.group]) != OK:
+        if c.cur[f.group] >= cs.capacity and grow_column(c, cs, c.cur[f.group]) != OK:
             return E_NO_MEMORY
         memset(cs.valid + first, 1, k)
         memcpy(cs.values + first * width, p, k * width)
@@ -2309,7 +2357,7 @@ cdef int open_elements(Ctx* c, int32_t g, int64_t k) noexcept nogil:
     """open_element k times: k sibling elements, the last one current."""
     cdef GroupStore* gs = &c.groups[g]
     cdef int64_t i, parent_element
-    if gs.count + k > gs.capacity and grow_group(gs, gs.count + k) != OK:
+    if gs.count + k > gs.capacity and grow_group(c, gs, gs.count + k) != OK:
         return E_NO_MEMORY
     parent_element = c.cur[gs.parent_group]
     for i in range(gs.count, gs.count + k):

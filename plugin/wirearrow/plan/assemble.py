@@ -78,7 +78,9 @@ class Assembler:
         self.r = result
         self.data = data
         self.counts: list[int] = list(result.group_counts)
-        self.parents = [np.frombuffer(b, dtype=np.int64) for b in result.group_parents]
+        # Element parents per group, read on first use (a wide plan has thousands of
+        # groups, most of them empty in a small batch).
+        self._parents: list[np.ndarray | None] = [None] * len(self.counts)
         self._offsets: dict[int, np.ndarray] = {}
         self._list_offsets: dict[int, pa.Buffer] = {}
         self._keep: dict[int, np.ndarray | None] = {}
@@ -91,12 +93,19 @@ class Assembler:
 
     # -- groups -------------------------------------------------------------------------
 
+    def parents(self, group: int) -> np.ndarray:
+        """element -> element of the parent group (the root group: record index)."""
+        p = self._parents[group]
+        if p is None:
+            p = self._parents[group] = np.frombuffer(self.r.group_parents[group], dtype=np.int64)
+        return p
+
     def offsets(self, group: int) -> np.ndarray:
         """offsets[p]:offsets[p + 1] are the elements of `group` under parent element p."""
         off = self._offsets.get(group)
         if off is None:
             n_parent = self.counts[self.plan.group_parents[group]]
-            off = self._offsets[group] = group_offsets(self.parents[group], n_parent)
+            off = self._offsets[group] = group_offsets(self.parents(group), n_parent)
         return off
 
     def list_offsets(self, group: int) -> pa.Buffer:
@@ -108,9 +117,11 @@ class Assembler:
                 if off[-1] > np.iinfo(np.int32).max:
                     raise OverflowError("a list column exceeds 2**31 elements in one batch")
                 buf = pa.py_buffer(off.astype(np.int32))
+            elif self.counts[group] == 0:  # no elements: every list empty
+                buf = _zero_offsets(self.counts[self.plan.group_parents[group]] + 1)
             else:
                 n_parent = self.counts[self.plan.group_parents[group]]
-                buf = pa.py_buffer(list_offsets(self.parents[group], n_parent))
+                buf = pa.py_buffer(list_offsets(self.parents(group), n_parent))
             self._list_offsets[group] = buf
         return buf
 
@@ -417,9 +428,9 @@ class Assembler:
         """Batch positions of the records holding the given elements of `group`."""
         e = np.asarray(elements, dtype=np.int64)
         while group != 0:
-            e = self.parents[group][e]
+            e = self.parents(group)[e]
             group = self.plan.group_parents[group]
-        return self.parents[0][e]
+        return self.parents(0)[e]
 
     def problems(
         self, tables: dict[int, tuple[dict[int, np.ndarray], bool]]
@@ -482,6 +493,8 @@ class Assembler:
     ) -> list[tuple[int, str, str]]:
         n = self.counts[leaf.group]
         out: list[tuple[int, str, str]] = []
+        if n == 0 or (leaf.presence >= 0 and _unwritten(self.r.col_valid[leaf.presence])):
+            return out  # no such message in the batch (most of a wide plan's, in a small one)
         if leaf.kind in ("timestamp", "duration"):
             # One pass in Cython without the GIL (numpy's dozen passes held it); the same
             # reasons, in the same order, as _outside_the_type.
@@ -532,7 +545,7 @@ class Assembler:
         n = self.counts[group]
         keep = None
         if n > 1 and not self._keys_unique(group, key):
-            t = pa.table({"p": self.parents[group], "k": self.leaf(key), "i": np.arange(n)})
+            t = pa.table({"p": self.parents(group), "k": self.leaf(key), "i": np.arange(n)})
             last = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "max")])
             if last.num_rows != n:
                 keep = np.zeros(n, dtype=bool)
@@ -574,7 +587,7 @@ class Assembler:
             raise BadRecords(problems)
         n_rows = len(table[0])
         # The root group's elements are the decoded records; parents are dropped below.
-        positions = self.parents[0][table[0]] if row_records else None
+        positions = self.parents(0)[table[0]] if row_records else None
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
         facts = _facts(self.plan)
@@ -622,24 +635,35 @@ class Assembler:
         return result, n_rows, positions
 
     def _drop_parents(self) -> None:
-        """Element parents are only needed for offsets (and error messages) from here on."""
+        """Element parents are only needed for offsets (and error messages) from here on.
+        An empty group needs none: its lists' offsets are zeros (ArrowTree.build's own)."""
         facts = _facts(self.plan)
+        counts = self.counts
         for group, key in facts.map_keys:
-            self.map_keep(group, key)
-        for g in facts.child_groups:
+            if counts[group] > 1:
+                self.map_keep(group, key)
+        held = np.flatnonzero(np.asarray(counts, dtype=np.int64)[facts.child_groups_array])
+        for g in facts.child_groups_array[held].tolist():
             self.list_offsets(g)
-        self.parents = []
-        for g in range(len(self.r.group_parents)):
-            self.r.group_parents[g] = None  # the decoder's buffers: freed here, not at the end
+        self._parents = []
+        self.r.group_parents[:] = [None] * len(self.r.group_parents)  # the decoder's buffers:
+        # freed here, not at the end
 
-    def _given(self, program: _TreeProgram) -> dict[int, pa.Array] | None:
+    def _given(
+        self, program: _TreeProgram, state: np.ndarray | None = None
+    ) -> dict[int, pa.Array] | None:
         """The nodes of `program` built in Python (node -> array: enums, temporal, JSON ...,
         a map whose batch repeats a key); None when one is not of the type the tree
-        declares, for its columns to be built apart."""
-        given = {node: self.leaf(leaf) for node, leaf in program.given}
+        declares, for its columns to be built apart. `state` (ArrowTree.absent's): only the
+        nodes a batch builds (none inside an absent subtree)."""
+        given = {
+            node: self.leaf(leaf)
+            for node, leaf in program.given
+            if state is None or state[node] == 1
+        }
         for node, leaf in program.maps:
-            if self._keep.get(leaf.child_group) is not None:  # repeated keys: deduplicated
-                given[node] = self.leaf(leaf)
+            if self._keep.get(leaf.child_group) is not None and (state is None or state[node]):
+                given[node] = self.leaf(leaf)  # repeated keys: deduplicated
         for node, arr in given.items():
             if arr.type != program.types[node]:
                 return None
@@ -649,6 +673,15 @@ class Assembler:
         """The columns of `program` (column index -> array), their arrays over the
         decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
         per array: that Python runs with the GIL held, while other threads' batches wait."""
+        deduplicated = {
+            node for node, leaf in program.maps if self._keep.get(leaf.child_group) is not None
+        }
+        parts = program.tree.absent(
+            self.counts, self.r.col_valid, [n for n, _ in program.given] + [*deduplicated],
+            _ABSENT_NODES,
+        )
+        if parts is not None:
+            return self._sparse_columns(program, *parts)
         given = self._given(program)
         if given is None:
             return {}
@@ -657,6 +690,54 @@ class Assembler:
             self._list_offsets, given,
         )
         return dict(zip(program.columns, arrays, strict=True))
+
+    def _sparse_columns(
+        self, program: _TreeProgram, mixed: np.ndarray, full: np.ndarray, absent: np.ndarray,
+        state: np.ndarray,
+    ) -> dict[int, pa.Array]:
+        """_whole_columns of a batch in which some large subtrees are absent (no elements,
+        or null in every slot: most of a wide recursive plan in a small batch). Those are
+        arrays made once per plan; the subtrees with none absent are built by the tree as
+        columns of their own, one call per length; the nodes above an absent one are put
+        together from their children's arrays, one pyarrow call each. The cost follows the
+        nodes the batch holds, not the plan's."""
+        given = self._given(program, state)
+        if given is None:
+            return {}
+        counts = self.counts
+        rows = program.rows
+        arrays: dict[int, pa.Array] = {}
+        by_length: dict[int, list[int]] = {}
+        for node in full.tolist():
+            by_length.setdefault(counts[rows[node][4]], []).append(node)
+        for nodes in by_length.values():
+            built = program.tree.build(
+                self.r.col_values, self.r.col_valid, self.r.col_arena, counts,
+                self._list_offsets, given, roots=np.array(nodes, dtype=np.int64),
+                schema=pa.schema([program.fields[n] for n in nodes]),
+            )  # fmt: skip
+            arrays.update(zip(nodes, built, strict=True))
+        cache = program.absent
+        for node in absent.tolist():
+            n = counts[rows[node][4]]
+            arr = cache.get((node, n))
+            if arr is None:
+                arr = pa.nulls(n, program.types[node])
+                if n <= _CACHED_NULLS:  # (an empty or short all-null array, kept)
+                    cache[(node, n)] = arr
+            arrays[node] = arr
+        for node in mixed.tolist():
+            kind, _, valid, _, group, offsets_group = rows[node][:6]
+            n = counts[group]
+            children = [arrays[k] for k in program.children[node]]
+            validity, nulls = self._validity(valid, n)
+            buffers = [validity]
+            if kind == _T_LIST:
+                buffers.append(self.list_offsets(offsets_group))
+            arrays[node] = pa.Array.from_buffers(
+                program.types[node], n, buffers, nulls, children=children
+            )
+        return {i: arrays[node] for i, node in zip(program.columns, program.roots, strict=True)}
 
     def _gathered(self, gather: _GatherProgram, table: dict[int, np.ndarray]) -> dict[int, pa.Array]:
         """The scalar columns of an expanded fan-out tree (column index -> array), each its
@@ -718,6 +799,10 @@ class _Facts:
     table_uses: dict[tuple[int, int], int]  # (tree, selection) -> output columns reading it
     map_keys: tuple[tuple[int, Leaf], ...]  # (entry group, key leaf) of every map read
     child_groups: tuple[int, ...]  # groups under a list or map read
+    child_groups_array: np.ndarray  # the same, as an int64 array (to pick the non-empty)
+    # (column, source) of plan.validity_from with a source, and the columns valid always
+    shared_validity: tuple[tuple[int, int], ...]
+    always_valid: tuple[int, ...]
     strict: tuple[OutputColumn, ...]
     # (column, leaf) whose values can reject a record: well-known temporal types (range,
     # values outside the type), Struct / Value JSON, validated max_depth cuts.
@@ -742,6 +827,11 @@ class _Facts:
             table_uses=dict(Counter((col.tree, col.selection.index) for col in columns)),
             map_keys=tuple((x.child_group, x.key) for x in leaves if isinstance(x, MapLeaf)),
             child_groups=tuple(g for col in columns for g in _child_groups(col.leaf)),
+            child_groups_array=np.array(
+                [g for col in columns for g in _child_groups(col.leaf)], dtype=np.int64
+            ),
+            shared_validity=tuple((c, s) for c, s in plan.validity_from.items() if s >= 0),
+            always_valid=tuple(c for c, s in plan.validity_from.items() if s < 0),
             strict=tuple(col for col in columns if col.strict),
             checked=tuple(
                 (col, x)
@@ -761,6 +851,10 @@ _FACTS: weakref.WeakKeyDictionary[CompiledPlan, _Facts] = weakref.WeakKeyDiction
 # Node kinds of buffers.ArrowTree (its T_* enum) and the fields of a node's row (P_*).
 _T_FIXED, _T_BOOL, _T_BINARY, _T_STRUCT, _T_LIST, _T_ENTRIES, _T_GIVEN = range(7)
 _NODE_FIELDS = 9
+# A subtree of at least this many nodes absent from a batch is one array made once per plan
+# (a pyarrow call costs about what importing ~10 nodes does); one at most this long is kept.
+_ABSENT_NODES = 16
+_CACHED_NULLS = 16
 
 
 @dataclass(frozen=True)
@@ -772,6 +866,13 @@ class _TreeProgram:
     types: tuple[pa.DataType, ...]  # by node
     given: tuple[tuple[int, Leaf], ...]  # nodes built in Python (enums, temporal, JSON ...)
     maps: tuple[tuple[int, MapLeaf], ...]  # built in Python when a batch repeats a key
+    roots: tuple[int, ...]  # the node of each column
+    # By node, for a batch in which some of them are absent (see _sparse_columns):
+    rows: tuple[tuple[int, ...], ...]  # its ArrowTree row (_T_* kind, column, valid, ...)
+    children: tuple[tuple[int, ...], ...]
+    fields: tuple[pa.Field, ...]  # a node built as a column of its own: its field
+    # Arrays made once per plan: an absent node's, empty (node) or all null (node, length)
+    absent: dict[tuple[int, int], pa.Array]
 
 
 def _tree_programs(plan: CompiledPlan) -> dict[int, _TreeProgram]:
@@ -895,7 +996,12 @@ def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
         schema,
         pa.RecordBatch._import_from_c,
     )
-    return _TreeProgram(tree, tuple(columns), tuple(types), tuple(given), tuple(maps))
+    children = tuple(tuple(kids[r[6] : r[6] + r[7]]) for r in rows)
+    fields = tuple(pa.field(f"n{i}", t) for i, t in enumerate(types))
+    return _TreeProgram(
+        tree, tuple(columns), tuple(types), tuple(given), tuple(maps), tuple(roots),
+        tuple(map(tuple, rows)), children, fields, {},
+    )  # fmt: skip
 
 
 def _facts(plan: CompiledPlan) -> _Facts:
@@ -911,8 +1017,11 @@ def _share_validity(plan: CompiledPlan, result: Result) -> None:
     already holds the zero default), so it is valid wherever its message is."""
     valid = result.col_valid
     counts = result.col_counts
-    for column, source in plan.validity_from.items():
-        valid[column] = valid[source] if source >= 0 else _all_valid(counts[column])
+    facts = _facts(plan)
+    for column, source in facts.shared_validity:
+        valid[column] = valid[source]
+    for column in facts.always_valid:
+        valid[column] = _all_valid(counts[column])
 
 
 _ALL_VALID = np.ones(0, dtype=np.uint8)
@@ -928,6 +1037,23 @@ def _all_valid(n: int) -> np.ndarray:
         ones.flags.writeable = False
         _ALL_VALID = ones  # a racing thread's array is as good: both hold only ones
     return ones[:n]
+
+
+def _unwritten(buffer: object) -> bool:
+    """A decoder column no record of the batch wrote to: zeros (OwnedBuffer.unwritten)."""
+    return type(buffer) is OwnedBuffer and buffer.unwritten
+
+
+_ZERO_OFFSETS = pa.py_buffer(np.zeros(0, dtype=np.int32))
+
+
+def _zero_offsets(n: int) -> pa.Buffer:
+    """n int32 zeros (the offsets of lists that are all empty), slices of one buffer."""
+    global _ZERO_OFFSETS
+    zeros = _ZERO_OFFSETS
+    if zeros.size < 4 * n:
+        zeros = _ZERO_OFFSETS = pa.py_buffer(np.zeros(max(n, 2 * zeros.size // 4), np.int32))
+    return zeros.slice(0, 4 * n)
 
 
 @dataclass(frozen=True)
