@@ -235,6 +235,7 @@ def test_absent_subtrees_are_arrays_made_once_and_the_output_is_the_same(
     node by node; the output is the one the whole tree builds, value for value."""
     import wirearrow.plan.assemble as assemble
 
+    monkeypatch.setattr(assemble, "_SPARSE_PLAN", 0)
     schema, cls = compile_proto(_RECURSIVE, "Node")
     a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n"))
     a.leaves["k"].key = "v"

@@ -642,8 +642,12 @@ class Assembler:
         for group, key in facts.map_keys:
             if counts[group] > 1:
                 self.map_keep(group, key)
-        held = np.flatnonzero(np.asarray(counts, dtype=np.int64)[facts.child_groups_array])
-        for g in facts.child_groups_array[held].tolist():
+        if len(facts.child_groups) <= _SPARSE_GROUPS:
+            held = [g for g in facts.child_groups if counts[g]]
+        else:
+            picked = np.flatnonzero(np.asarray(counts, dtype=np.int64)[facts.child_groups_array])
+            held = facts.child_groups_array[picked].tolist()
+        for g in held:
             self.list_offsets(g)
         self._parents = []
         self.r.group_parents[:] = [None] * len(self.r.group_parents)  # the decoder's buffers:
@@ -673,15 +677,16 @@ class Assembler:
         """The columns of `program` (column index -> array), their arrays over the
         decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
         per array: that Python runs with the GIL held, while other threads' batches wait."""
-        deduplicated = {
-            node for node, leaf in program.maps if self._keep.get(leaf.child_group) is not None
-        }
-        parts = program.tree.absent(
-            self.counts, self.r.col_valid, [n for n, _ in program.given] + [*deduplicated],
-            _ABSENT_NODES,
-        )
-        if parts is not None:
-            return self._sparse_columns(program, *parts)
+        if len(program.rows) >= _SPARSE_PLAN:
+            deduplicated = {
+                node for node, leaf in program.maps if self._keep.get(leaf.child_group) is not None
+            }
+            parts = program.tree.absent(
+                self.counts, self.r.col_valid, [n for n, _ in program.given] + [*deduplicated],
+                _ABSENT_NODES,
+            )
+            if parts is not None:
+                return self._sparse_columns(program, *parts)
         given = self._given(program)
         if given is None:
             return {}
@@ -855,6 +860,10 @@ _NODE_FIELDS = 9
 # (a pyarrow call costs about what importing ~10 nodes does); one at most this long is kept.
 _ABSENT_NODES = 16
 _CACHED_NULLS = 16
+# Plans of fewer nodes are built whole (looking for absent subtrees would cost more than it
+# saves: an OpenRTB message has ~80 nodes, the wide recursive shape 18,560).
+_SPARSE_PLAN = 1024
+_SPARSE_GROUPS = 64  # (list groups: beyond, the non-empty ones are found with numpy)
 
 
 @dataclass(frozen=True)
