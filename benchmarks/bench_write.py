@@ -174,7 +174,9 @@ def bench_kafka(args, wa, tc, table, cls, maps) -> list[str]:
         local = LocalKafka()
         local.__enter__()
         bootstrap = local.bootstrap
-    head = wa.confluent.confluent_prefix(1)
+    from wirearrow.sources.confluent import confluent_prefix
+
+    head = confluent_prefix(1)
     try:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
 

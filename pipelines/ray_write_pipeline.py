@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "pipelines"))
 
 import corpus  # noqa: E402
 import wirearrow as wa  # noqa: E402
+from wirearrow.sources.confluent import confluent_prefix  # noqa: E402
 
 
 def schema() -> wa.Schema:
@@ -111,7 +112,7 @@ def produce(bootstrap: str, rows, tc: wa.Transcoder, want: Counter) -> int:
         local.__enter__()
         bootstrap = local.bootstrap
     try:
-        head = wa.confluent.confluent_prefix(1)
+        head = confluent_prefix(1)
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         sent = 0
         encoded = war.encode(rows, tc, framing="confluent", schema_id=1)

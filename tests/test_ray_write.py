@@ -17,6 +17,7 @@ import pytest
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
+from wirearrow.sources.confluent import confluent_prefix
 
 ray = pytest.importorskip("ray")
 import wirearrow.ray as war  # noqa: E402
@@ -96,7 +97,7 @@ def test_encode_dead_letters_and_job_stats(ray_local, schema, rows) -> None:
         on_error="dead_letter", framing="confluent", schema_id=42,
     )
     out = arrow(job)
-    head = wa.confluent.confluent_prefix(42)
+    head = confluent_prefix(42)
     got = dict(zip(out.column("key").to_pylist(), out.column("record").to_pylist(), strict=True))
     assert got == {f"k{i}": head + b for i, b in enumerate(expected) if i not in bad}
     stats = job.job_stats()
@@ -246,7 +247,7 @@ def test_kafka_decode_filter_project_encode_produce(ray_local, kafka_broker, sch
         for key, value in source_values.items()
         if len(_imps(schema, value)) >= 2
     }
-    head = wa.confluent.confluent_prefix(7)
+    head = confluent_prefix(7)
     assert got == {key: head + value for key, value in cls_bytes.items()}
     assert 0 < len(got) < n
     # and the Confluent-framed output decodes again, to the same rows
