@@ -116,7 +116,7 @@ def check_ray(flat, raw, expected) -> None:
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         ds = ray.data.from_items([{"value": r} for r in raw])
-        rows = war.transcode(ds, flat).take_all()
+        rows = war.transcode(ds, flat).rows.take_all()
     finally:
         ray.shutdown()
     got = sorted((r["name"], r["message"], r["number"]) for r in rows if r["number"] is not None)

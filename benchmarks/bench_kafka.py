@@ -86,7 +86,7 @@ def main() -> None:
         def wirearrow_job() -> int:
             ds = ray.data.read_kafka(topics=["bench"], bootstrap_servers=bootstrap)
             out = war.transcode(ds, tc, framing="confluent", schemas={schema_id: schema})
-            return out.count()
+            return out.rows.count()
 
         def diy_job() -> int:
             ds = ray.data.read_kafka(topics=["bench"], bootstrap_servers=bootstrap)

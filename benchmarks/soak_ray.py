@@ -124,7 +124,7 @@ def main() -> None:
     started = time.perf_counter()
     thread.start()
     try:
-        job.write_parquet(str(work / "rows"))
+        job.rows.write_parquet(str(work / "rows"))
     finally:
         done.set()
         thread.join()

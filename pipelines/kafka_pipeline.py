@@ -121,8 +121,8 @@ def run(
     confluent: dict[str, Any] = {}
     if schema_id is not None:
         confluent = {"framing": "confluent", "schemas": {schema_id: s}, "schema_id": True}
-    result = war.transcode(ds, tc, keep=KAFKA_COLUMNS, batch_size=256, **confluent)
-    result.write_parquet(str(out / "rows"))
+    result = war.transcode(ds, tc, carry=KAFKA_COLUMNS, batch_size=256, **confluent)
+    result.rows.write_parquet(str(out / "rows"))
     rows = pq.read_table(out / "rows")
     dead = pa.concat_tables(
         [ray.get(ref) for ref in result.dead_letters.to_arrow_refs()]

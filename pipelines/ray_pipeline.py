@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if job.pool is not None:
         where = f"{job.pool.min}..{job.pool.max} actor(s) of {job.pool.num_cpus:g} CPU"
     print(f"job:    {source} -> {Path(args.plan).name} on {where} -> {rows_out}")
-    job.write_parquet(rows_out)
+    job.rows.write_parquet(rows_out)
     done = time.perf_counter()
     wall, with_start = done - job_started, done - started
     stats = job.job_stats()

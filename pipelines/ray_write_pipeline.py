@@ -71,7 +71,7 @@ def run(n: int, seed: int, out: Path, kafka: str | None = None) -> dict[str, int
     want = Counter(expected(records))
 
     tc = wa.Transcoder(schema())  # whole messages: what encode writes back
-    rows = war.transcode(war.read_delimited(str(source), "varint"), tc)
+    rows = war.transcode(war.read_delimited(str(source), "varint"), tc).rows
     scrubbed = rows.map_batches(keep_and_scrub, batch_format="pyarrow")
     t0 = time.perf_counter()
     stats = war.write_delimited(scrubbed, out / "tfrecord", tc, "tfrecord", on_error="dead_letter")
@@ -84,14 +84,14 @@ def run(n: int, seed: int, out: Path, kafka: str | None = None) -> dict[str, int
         raise SystemExit(f"check failed: {sum(got.values())} records written, {len(want)} expected")
     counts = {
         "records_in": n,
-        "rows_written": stats.records_out,
-        "rows_failed": stats.rows_failed,
+        "rows_written": stats.records_ok,
+        "rows_failed": stats.records_failed,
         "files": len(stats.files),
     }
     print(f"input:  {n:,} records in {source}")
-    print(f"files:  {stats.records_out:,} TFRecords in {len(stats.files)} file(s) under "
+    print(f"files:  {stats.records_ok:,} TFRecords in {len(stats.files)} file(s) under "
           f"{out / 'tfrecord'} ({stats.bytes_out / 1e6:,.2f} MB, {seconds:.2f} s for the job)")
-    print(f"failed: {stats.rows_failed:,} rows ({stats.dead_letters:,} dead letters)")
+    print(f"failed: {stats.records_failed:,} rows ({stats.dead_letters:,} dead letters)")
     print("check:  every record equals the runtime's bytes of the same transformed message")
     if kafka:
         counts["produced"] = produce(kafka, scrubbed, tc, want)
@@ -115,7 +115,7 @@ def produce(bootstrap: str, rows, tc: wa.Transcoder, want: Counter) -> int:
         head = confluent_prefix(1)
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         sent = 0
-        encoded = war.encode(rows, tc, framing="confluent", schema_id=1)
+        encoded = war.encode(rows, tc, framing="confluent", schema_id=1).rows
         for batch in encoded.iter_batches(batch_format="pyarrow"):
             for value in batch["record"].to_pylist():
                 producer.produce("bids-scrubbed", value=value)

@@ -76,7 +76,7 @@ def test_default_cache_is_process_wide(schema: wa.Schema) -> None:
     a = wa.Transcoder(schema, columns=["id", "tmax"])
     b = wa.Transcoder(schema, columns=["id", "tmax"])
     assert a.cache is default_cache() and a._plan is b._plan
-    assert default_cache().hub is None  # never shared unless asked
+    assert default_cache().exchange is None  # never shared unless asked
 
 
 def test_plan_errors_are_not_cached(schema: wa.Schema) -> None:
@@ -313,19 +313,21 @@ def test_sized_buffers_match_oracle_on_random_schemas(data: st.DataObject) -> No
 # ---- sharing: Ray and Beam ---------------------------------------------------------------------
 
 
-def test_profile_hub_imports_nothing_of_wirearrow() -> None:
-    """One-way: the cache imports the hub (lazily), the hub merges plain dicts of sums."""
+def test_the_cache_imports_no_engine() -> None:
+    """One-way: wirearrow.ray's profile hub uses the cache's exchange seam; the cache knows
+    no Ray (nor any other engine), not even in a function."""
     import ast
 
-    tree = ast.parse(Path(cache_module.__file__).with_name("profile_hub.py").read_text())
+    tree = ast.parse(Path(cache_module.__file__).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not [m for m in imported if m.startswith("wirearrow")]
+    engines = ("ray", "apache_beam", "wirearrow.ray", "wirearrow.beam")
+    assert not [m for m in imported if m.split(".")[0] in engines or m.startswith(engines)]
 
 
 def test_profile_hub_sums_pushes() -> None:
     pytest.importorskip("ray")
-    from wirearrow.profile_hub import ProfileHub
+    from wirearrow.ray.profiles import ProfileHub
 
     hub = ProfileHub()
     push = {"schema": "s", "plan": "p", "message": "M", "layout": [2, 1]}
@@ -338,40 +340,36 @@ def test_profile_hub_sums_pushes() -> None:
     assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
 
 
-def test_a_new_process_starts_from_the_hubs_sizes(
-    schema: wa.Schema, skewed: pa.Array, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The sharing protocol without Ray: two processes' caches, one hub in between."""
+def test_a_new_process_starts_from_the_hubs_sizes(schema: wa.Schema, skewed: pa.Array) -> None:
+    """The sharing protocol without Ray: two processes' caches, one hub in between (its
+    exchange, called in process where Ray would call the actor)."""
     pytest.importorskip("ray")
-    from wirearrow.profile_hub import ProfileHub
+    from wirearrow.ray.profiles import ProfileHub
 
     hub = ProfileHub()
 
-    class Handle:  # what a Ray actor handle does, in process
-        class exchange:
-            remote = staticmethod(hub.exchange)
+    def pull(cache: ParserCache) -> ParserCache:  # what wirearrow.ray.pull_from_ray does
+        cache.add_profiles({"plans": hub.snapshot()}, "the hub", replace=True)
+        return cache
 
-        class snapshot:
-            remote = staticmethod(hub.snapshot)
-
-    monkeypatch.setattr(ParserCache, "_hub", lambda self: Handle)
-    monkeypatch.setattr(ParserCache, "_ray_get", staticmethod(lambda ref: ref))
-    first = ParserCache(share_every=200).share_with_ray("hub")
+    first = ParserCache(share_every=200, exchange=hub.exchange)
     tc = wa.Transcoder(schema, cache=first)
     want = tc.transcode(skewed)  # 600 records: pushed
     assert hub.snapshot()[0]["profile"]["records"] == len(skewed)
     # another process: its first batch is sized by what the first one pushed
-    second = ParserCache(share_every=200).share_with_ray("hub")
+    second = ParserCache(share_every=200, exchange=hub.exchange)
     other = wa.Transcoder(schema, cache=second)
     groups, arenas = other._entry.capacities(len(skewed))
     assert arenas is not None and groups == tc._entry.capacities(len(skewed))[0]
     assert other.transcode(skewed).equals(want)
     assert hub.snapshot()[0]["profile"]["records"] == 2 * len(skewed)
     # the driver's pull: every process's pushes, nothing counted twice
-    merged = ParserCache().share_with_ray("hub").pull_from_ray()
+    merged = pull(ParserCache(exchange=hub.exchange))
     wa.Transcoder(schema, cache=merged)
     assert merged.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
-    first.pull_from_ray()
+    pull(pull(merged))  # pulled again: replaced, not added
+    assert merged.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
+    pull(first)
     assert first.stats()["plans"][0]["records_profiled"] == 2 * len(skewed)
 
 
@@ -385,12 +383,12 @@ def test_ray_workers_merge_profiles_in_one_actor(
     records = corpus.generate_skewed(2000, seed=5)
     ds = ray.data.from_arrow(pa.table({"value": pa.array(records, pa.binary())}))
     ds = ds.repartition(4)
-    cache = ParserCache(share_every=200).share_with_ray("wa-test-hub")
+    cache = war.share_with_ray(ParserCache(share_every=200), "wa-test-hub")
     tc = wa.Transcoder(schema, columns=PLAN)
     out = war.transcode(ds, tc, profile=cache, batch_size=250).rows.to_arrow_refs()
     rows = pa.concat_tables(ray.get(out))
     assert rows.num_rows == wa.Transcoder(schema, columns=PLAN).transcode(records).num_rows
-    merged = ParserCache().share_with_ray("wa-test-hub").pull_from_ray()
+    merged = war.pull_from_ray(war.share_with_ray(ParserCache(), "wa-test-hub"))
     assert merged.stats()["pending_profiles"] == 1
     merged.save(tmp_path / "job.json")
     # the next job starts from the saved, job-wide profile

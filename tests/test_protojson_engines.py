@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,15 +38,31 @@ def expected(records: list[bytes]) -> pa.Table:
 
 def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
     war = pytest.importorskip("wirearrow.ray")
-    fn = war.Transcode(PLAN, "value", on_error="skip", format="json")
+    fn = war.Transcode(PLAN, column="value", on_error="skip", format="json")
     table = pa.table({"value": pa.array(texts[:50] + BAD_JSON + texts[50:], pa.utf8())})
     out = pa.concat_tables([fn(table.slice(i, 64)) for i in range(0, table.num_rows, 64)])
     assert sorted_rows(out) == sorted_rows(expected(bid_corpus))
     assert fn.stats.records_failed == len(BAD_JSON)
-    # keep= carries input columns onto the rows of their record, JSON or not
+    # carry= carries input columns onto the rows of their record, JSON or not
     keyed = table.append_column("k", pa.array(range(table.num_rows)))
-    rows = war.Transcode(PLAN, "value", keep=["k"], on_error="skip", format="json")(keyed)
+    rows = war.Transcode(PLAN, column="value", carry=["k"], on_error="skip", format="json")(keyed)
     assert set(rows.column("k").to_pylist()) == set(range(table.num_rows)) - {50, 51, 52}
+
+
+def test_ray_transcode_takes_the_plans_input(bid_corpus, texts) -> None:
+    """A plan's input: (protojson text in column "text") is Transcode's default; input=
+    and keywords win over it."""
+    war = pytest.importorskip("wirearrow.ray")
+    plan = dataclasses.replace(
+        wa.load_plan(PLAN), input_settings=(("format", "json"), ("column", "text"))
+    )
+    table = pa.table({"text": pa.array(texts, pa.utf8()), "n": range(len(texts))})
+    rows = war.Transcode(plan, carry=["n"])(table)
+    assert sorted_rows(rows.drop_columns(["n"])) == sorted_rows(expected(bid_corpus))
+    binary = pa.table({"value": pa.array(bid_corpus, pa.binary())})
+    given = war.Transcode(plan, wa.RecordFormat(column="value"))(binary)
+    assert sorted_rows(given) == sorted_rows(expected(bid_corpus))
+    assert war.Transcode(plan, format="binary", column="value")(binary).equals(given)
 
 
 @beam_quiet

@@ -85,7 +85,8 @@ def corrupt(messages: list[bytes], bad: set[int]) -> list[bytes]:
 
 
 def test_import_does_not_import_ray() -> None:
-    code = "import sys, wirearrow.ray; assert 'ray' not in sys.modules, 'ray imported'"
+    """wirearrow.ray is the lazy boundary: the package itself never imports Ray."""
+    code = "import sys, wirearrow; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -106,7 +107,7 @@ def test_transcode_class_compiles_once(
     monkeypatch.setattr(cache_module, "compile_plan", counting)
     # a fresh process: its default cache has not compiled this plan yet
     monkeypatch.setattr(cache_module, "_DEFAULT", cache_module.ParserCache())
-    fn = war.Transcode(pickle.loads(shipped), "value")
+    fn = war.Transcode(pickle.loads(shipped), column="value")
     assert len(compiles) == 1
     table = pa.table({"value": pa.array(records, pa.binary())})
     out = [fn(table.slice(i, 100)) for i in range(0, len(records), 100)]
@@ -116,8 +117,8 @@ def test_transcode_class_compiles_once(
     assert len(shipped) < 20_000  # schema bytes + column spec, not decoder tables
 
 
-def test_keep_prefix_keeps_error_semantics(records: list[bytes]) -> None:
-    """keep= feeds prefixed records: the dead letters must be exactly those without it."""
+def test_carry_keeps_error_semantics(records: list[bytes]) -> None:
+    """carry= feeds prefixed records: the dead letters must be exactly those without it."""
     messages = corrupt(records[:60], {3, 17, 40})
     messages[25] = b"\x0a\x7f" + records[25]  # broken at its very first byte
     table = pa.table(
@@ -125,7 +126,7 @@ def test_keep_prefix_keeps_error_semantics(records: list[bytes]) -> None:
     )
     ledger = _ListLedger()
     plain = war.Transcode(FLAT, on_error="dead_letter", ledger=ledger)
-    keyed = war.Transcode(FLAT, keep=["n"], on_error="dead_letter", ledger=ledger)
+    keyed = war.Transcode(FLAT, carry=["n"], on_error="dead_letter", ledger=ledger)
     a, b = plain(table), keyed(table)
     assert b.drop_columns(["n"]).equals(a)
     dead_a, dead_b = ledger.dead
@@ -150,6 +151,19 @@ class _ListLedger(war.Ledger):
 def test_dead_letters_need_a_sink() -> None:
     with pytest.raises(ValueError, match="dead_letters"):
         war.Transcode(FLAT, on_error="dead_letter")
+
+
+def test_a_plans_input_is_the_columns_default_format(records: list[bytes]) -> None:
+    """A YAML plan's input: is how a column's records arrive unless input= or keywords say
+    otherwise; its file framing (openrtb_nested.yaml: u32le) is read_delimited's business,
+    never applied to a column of one record per row."""
+    table = pa.table({"value": pa.array(records[:50], pa.binary())})
+    nested = war.Transcode(NESTED, on_error="raise")
+    assert rows_of(nested(table)) == rows_of(in_process(NESTED, records[:50]))
+    with pytest.raises(ValueError, match="one record per row"):
+        war.Transcode(FLAT, framing="u32le")
+    with pytest.raises(ValueError, match="one record per row"):
+        war.Transcode(FLAT, wa.RecordFormat(framing="confluent", schemas={}, delimited_by="varint"))
 
 
 def test_pool_size_leaves_a_cpu_for_tasks() -> None:
@@ -240,7 +254,7 @@ def test_dead_letters_as_a_dataset(ray_local, records: list[bytes]) -> None:
     messages = corrupt(records[:120], {5, 60})
     ds = ray.data.from_arrow(pa.table({"value": pa.array(messages, pa.binary())}))
     out = war.transcode(ds, FLAT, on_error="dead_letter", batch_size=40)
-    n_rows = out.count()  # executes the job
+    n_rows = out.rows.count()  # executes the job
     dead = collect(out.dead_letters)
     assert dead.num_rows == 2 and sorted(dead.column("raw").to_pylist()) == sorted(
         messages[i] for i in (5, 60)
@@ -315,7 +329,7 @@ def test_truncated_file_is_an_error(ray_local, records: list[bytes], tmp_path: P
 
 def test_kafka_shaped_input(ray_local, records: list[bytes], bid_class) -> None:
     """A table shaped like ray.data.read_kafka's output (its KAFKA_MSG_SCHEMA, Ray 2.60);
-    keep= carries columns onto each row of the record."""
+    carry= carries columns onto each row of the record."""
     n = 200
     messages = corrupt(records[:n], {42})
     kafka = pa.table(
@@ -333,7 +347,7 @@ def test_kafka_shaped_input(ray_local, records: list[bytes], bid_class) -> None:
         }
     )
     ds = ray.data.from_arrow(kafka)
-    out = war.transcode(ds, FLAT, keep=["partition", "offset"], on_error="dead_letter")
+    out = war.transcode(ds, FLAT, carry=["partition", "offset"], on_error="dead_letter")
     got = collect(out.rows)
     expected = in_process(FLAT, messages, on_error="dead_letter")
     assert got.schema.names == [*expected.schema.names, "partition", "offset"]
@@ -352,7 +366,7 @@ def test_write_parquet(ray_local, records: list[bytes], tmp_path: Path) -> None:
     path = tmp_path / "in.varint"
     path.write_bytes(framed(records))
     out = war.transcode(war.read_delimited(path), FLAT)
-    out.write_parquet(str(tmp_path / "rows"))
+    out.rows.write_parquet(str(tmp_path / "rows"))
     written = pq.read_table(tmp_path / "rows")
     assert rows_of(written) == rows_of(in_process(FLAT, records))
     assert out.job_stats().rows_out == written.num_rows
@@ -363,12 +377,12 @@ def test_raise_policy_fails_the_job(ray_local, records: list[bytes]) -> None:
     table = pa.table({"value": pa.array(messages, pa.binary()), "n": pa.array(range(30))})
     out = war.transcode(ray.data.from_arrow(table), FLAT)  # the plan's policy: raise
     with pytest.raises(Exception, match="record 12") as info:
-        out.materialize()
+        out.rows.materialize()
     assert "{'n': 12}" in str(info.value)  # the input row is named in a note
 
 
-def test_every_option_survives_on_error_and_keep() -> None:
-    """The plan's options reach the actor whole, whatever on_error= and keep= derive."""
+def test_every_option_survives_on_error_and_carry() -> None:
+    """The plan's options reach the actor whole, whatever on_error= and carry= derive."""
     options = {
         "validate": "full",
         "timestamp_unit": "ns",
@@ -378,7 +392,7 @@ def test_every_option_survives_on_error_and_keep() -> None:
         "keep_unknown": True,
     }
     tc = wa.Transcoder(load_plan(NESTED).schema(), on_error="raise", **options)
-    for kwargs in ({}, {"on_error": "skip"}, {"keep": ["n"]}, {"on_error": "skip", "keep": ["n"]}):
+    for kwargs in ({}, {"on_error": "skip"}, {"carry": ["n"]}, {"on_error": "skip", "carry": ["n"]}):
         fn = war.Transcode(pickle.loads(pickle.dumps(tc)), **kwargs)
         want = tc.spec.replace(on_error=kwargs.get("on_error", "raise"))
         assert fn.spec == want, kwargs
@@ -397,13 +411,13 @@ def test_confluent_framing_keeps_schema_ids_and_sources(ray_local) -> None:
     out = war.transcode(
         ray.data.from_arrow(table),
         tc,
-        keep=["offset"],
+        carry=["offset"],
         framing="confluent",
         schemas={1: v1, 2: v2},
         schema_id=True,
         batch_size=8,
-    ).materialize()
-    got = collect(out.rows).sort_by([("offset", "ascending")])
+    )
+    got = collect(out.rows.materialize()).sort_by([("offset", "ascending")])
     want = wa.Transcoder(v2, ["id", "lines[*].sku"]).transcode(payloads, record_index=True)
     plan_columns = want.schema.names[:-1]
     assert got.select(plan_columns).to_pylist() == want.select(plan_columns).to_pylist()
@@ -438,15 +452,15 @@ def test_counts_of_a_job_run_twice_are_one_runs(
         )
 
     clean = job(None)
-    clean.write_parquet(str(tmp_path / "clean"))
+    clean.rows.write_parquet(str(tmp_path / "clean"))
     once = clean.job_stats()
     assert once.records_in == len(messages) and once.dead_letters == len(bad)
 
     for dead_dir in (None, tmp_path / "dead"):
         twice = job(dead_dir)
-        twice.schema()
-        assert len(twice.take(5)) == 5
-        twice.write_parquet(str(tmp_path / f"rows-{dead_dir is None}"))
+        twice.rows.schema()
+        assert len(twice.rows.take(5)) == 5
+        twice.rows.write_parquet(str(tmp_path / f"rows-{dead_dir is None}"))
         stats = twice.job_stats()
         assert stats.counts() == once.counts()
         assert stats.attempts > stats.batches  # it did run more than once
@@ -471,46 +485,44 @@ def test_take_on_an_actor_job_gives_its_cpus_back(
     path.write_bytes(framed(records))
     job = war.transcode(war.read_delimited(path, bytes_per_task=4_000), FLAT, compute="actors")
     was_enabled = gc.isenabled()
-    gc.disable()  # only the collection transcode's take() runs itself may free the actor
+    gc.disable()  # only the collections transcode's job runs itself may free the actor
     try:
-        assert len(job.take(5)) == 5
+        assert len(job.rows.take(5)) == 5
         deadline = time.monotonic() + 20
         while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert ray.available_resources().get("CPU", 0) == 2
         # and the job still runs whole afterwards, on every CPU
-        assert job.count() == in_process(FLAT, records).num_rows
+        assert job.rows.count() == in_process(FLAT, records).num_rows
     finally:
         if was_enabled:
             gc.enable()
 
 
-def test_the_result_is_a_dataset(ray_local, records: list[bytes]) -> None:
+def test_the_rows_are_rays_own_dataset(ray_local, records: list[bytes]) -> None:
+    """The result holds a plain ray.data.Dataset: whatever runs it (materialize, a derived
+    Dataset) counts in the job's stats."""
     ds = ray.data.from_arrow(pa.table({"value": pa.array(records[:50], pa.binary())}))
     out = war.transcode(ds, FLAT)
-    assert isinstance(out, ray.data.Dataset) and isinstance(out, war.TranscodeResult)
-    assert out.count() == out.job_stats().rows_out
-    assert isinstance(out.stats(), str)  # Ray's execution report, not shadowed
-    done = out.materialize()
+    assert isinstance(out, war.TranscodeResult) and type(out.rows) is ray.data.Dataset
+    assert out.rows.count() == out.job_stats().rows_out
+    assert isinstance(out.rows.stats(), str)  # Ray's execution report
+    done = out.rows.materialize()
     assert isinstance(done, ray.data.dataset.MaterializedDataset)
-    assert done.job_stats().records_in == 50
-    assert type(pickle.loads(pickle.dumps(out))) is ray.data.Dataset
+    assert out.job_stats().records_in == 50
+    assert out.rows.limit(1000).count() == done.count()
+    assert out.job_stats().records_in == 50  # run again, counted once
+    assert type(pickle.loads(pickle.dumps(out.rows))) is ray.data.Dataset
 
 
 def test_batch_key_names_the_input_not_the_attempt(records: list[bytes]) -> None:
     table = pa.table({"value": pa.array(records[:30], pa.binary()), "n": pa.array(range(30))})
     key = war.batch_key
-    assert key(table, "value", table.column(0).chunk(0)) == key(
-        pa.Table.from_pylist(table.to_pylist(), table.schema), "value", table.column(0).chunk(0)
-    )
+    assert key(table, "value") == key(pa.Table.from_pylist(table.to_pylist(), table.schema))
+    assert key(table) == key(pa.concat_tables([table.slice(0, 7), table.slice(7)]))  # blocks
     moved = table.set_column(1, "n", pa.array(range(1, 31)))
-    assert key(moved, "value", moved.column(0).chunk(0)) != key(
-        table, "value", table.column(0).chunk(0)
-    )
-    shorter = table.slice(0, 29)
-    assert key(shorter, "value", shorter.column(0).chunk(0)) != key(
-        table, "value", table.column(0).chunk(0)
-    )
+    assert key(moved) != key(table)
+    assert key(table.slice(0, 29)) != key(table)
 
 
 def test_no_new_ray_at_exit(tmp_path: Path) -> None:
@@ -521,7 +533,7 @@ def test_no_new_ray_at_exit(tmp_path: Path) -> None:
         "ray.init(num_cpus=1, include_dashboard=False)\n"
         "ds = ray.data.from_arrow(pa.table({'value': pa.array([b''] * 10, pa.binary())}))\n"
         f"job = war.transcode(ds, {str(FLAT)!r})\n"
-        "job.count()\n"
+        "job.rows.count()\n"
         "ray.shutdown()\n"
         "del job\n"
         "import gc; gc.collect()\n"
@@ -603,15 +615,15 @@ def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> 
 
     path, messages, bad = fault_corpus
     clean = _fault_job(path)
-    clean.write_parquet(str(tmp_path / "clean"))
+    clean.rows.write_parquet(str(tmp_path / "clean"))
     once = clean.job_stats()
     assert once.records_in == len(messages) and once.dead_letters == len(bad)
 
     # Partial executions first, as docs/ray.md shows, then the write, during which a
     # worker is killed: three executions' worth of reports for one execution's counts.
     job = _fault_job(path, tmp_path / "dead")
-    job.schema()
-    assert len(job.take(3)) == 3
+    job.rows.schema()
+    assert len(job.rows.take(3)) == 3
     rows_dir = tmp_path / "rows"
     writer, failure = _write_in_background(job, rows_dir)
     killed = _kill_a_map_worker(job)
@@ -625,7 +637,7 @@ def test_exact_with_a_killed_worker(ray_local, fault_corpus, tmp_path: Path) -> 
 
 
 def _write_in_background(job, rows_dir: Path):
-    """``job.write_parquet(rows_dir)`` on a thread (the test kills a process meanwhile):
+    """``job.rows.write_parquet(rows_dir)`` on a thread (the test kills a process meanwhile):
     the thread, and the list its exception lands in."""
     import threading
 
@@ -633,7 +645,7 @@ def _write_in_background(job, rows_dir: Path):
 
     def write() -> None:
         try:
-            job.write_parquet(str(rows_dir))
+            job.rows.write_parquet(str(rows_dir))
         except BaseException as err:  # pragma: no cover - reported by the caller
             failure.append(err)
 
@@ -647,7 +659,7 @@ def _ledger_pid(job) -> int:
     dashboard, which the test session does not start: asked of the actor itself)."""
     import os
 
-    return ray.get(job._wa_ledger.actor.__ray_call__.remote(lambda _self: os.getpid()))
+    return ray.get(job._ledger.actor.__ray_call__.remote(lambda _self: os.getpid()))
 
 
 def test_exact_with_a_killed_ledger(ray_local, fault_corpus, tmp_path: Path) -> None:
@@ -660,7 +672,7 @@ def test_exact_with_a_killed_ledger(ray_local, fault_corpus, tmp_path: Path) -> 
 
     path, messages, bad = fault_corpus
     clean = _fault_job(path)
-    clean.write_parquet(str(tmp_path / "clean"))
+    clean.rows.write_parquet(str(tmp_path / "clean"))
     once = clean.job_stats()
     assert once.records_in == len(messages) and once.dead_letters == len(bad)
 
@@ -690,9 +702,9 @@ def test_ledger_journal_replays_and_cuts_a_torn_record(tmp_path: Path) -> None:
     from wirearrow.ray.ledger import BatchResult, WorkerStats, _LedgerActor
 
     def result(key: str, n: int) -> BatchResult:
-        return BatchResult(key, n, n - 1, 1, n, 10 * n, 1)
+        return BatchResult(n, n - 1, 1, n, 10 * n, 1, key=key)
 
-    worker = WorkerStats("w", "node", 1, 1)
+    worker = WorkerStats(worker="w", node="node", pid=1, compiles=1)
     dead = pa.table({"index": pa.array([0], pa.int64()), "reason": ["bad"]})
     first = _LedgerActor(str(tmp_path))
     first.report("job", worker, result("a", 5), dead, None)
@@ -708,7 +720,7 @@ def test_ledger_journal_replays_and_cuts_a_torn_record(tmp_path: Path) -> None:
     second = _LedgerActor(str(tmp_path))
     assert journal.stat().st_size == whole
     assert second.summary("job").counts() == first.summary("job").counts() == (
-        12, 10, 2, 12, 120, 2, 2,
+        12, 10, 2, 12, 120, 2, 0, 0, 2,
     )
     assert second.summary("job").dead_letter_files == ("dead-b.parquet",)
     assert second.dead_letter_table("job", "a").equals(dead)

@@ -72,7 +72,7 @@ def test_explicit_compression_and_the_job(ray_local, tmp_path: Path) -> None:
     records = corpus.generate(200, seed=6)
     (tmp_path / "events").write_bytes(gzip.compress(framed(records)))
     job = war.transcode(war.read_delimited(tmp_path / "events", compression="gzip"), FLAT)
-    job.write_parquet(str(tmp_path / "rows"))
+    job.rows.write_parquet(str(tmp_path / "rows"))
     want = pa.Table.from_batches([load_plan(FLAT).transcoder().transcode(records)])
     assert pq.read_table(tmp_path / "rows").num_rows == want.num_rows
     assert job.job_stats().records_in == len(records)
@@ -106,7 +106,7 @@ def test_read_error_rows_are_failures_with_their_reason_in_process(tmp_path: Pat
         }
     )
     tc = load_plan(FLAT).with_options(on_error="dead_letter").transcoder()
-    fn = war.Transcode(tc, keep=["offset"], dead_letters=tmp_path / "dead")
+    fn = war.Transcode(tc, carry=["offset"], dead_letters=tmp_path / "dead")
     rows = fn(batch)
     want = pa.Table.from_batches([tc.transcode(records)])
     assert rows.drop_columns(["offset"]).to_pylist() == want.to_pylist()

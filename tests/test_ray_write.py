@@ -77,7 +77,7 @@ def test_encode_actor_step_gives_the_runtimes_bytes(ray_local, schema, rows) -> 
         .map_batches(
             war.Encode,
             fn_constructor_args=(ref,),
-            fn_constructor_kwargs={"keep": ["key"]},
+            fn_constructor_kwargs={"carry": ["key"]},
             batch_format="pyarrow",
             zero_copy_batch=True,
             compute=ray.data.ActorPoolStrategy(size=1),
@@ -93,10 +93,10 @@ def test_encode_dead_letters_and_job_stats(ray_local, schema, rows) -> None:
     table, expected = rows
     bad_table, bad = with_bad_rows(table)
     job = war.encode(
-        ray.data.from_arrow(bad_table), wa.Transcoder(schema), keep=["key"],
+        ray.data.from_arrow(bad_table), wa.Transcoder(schema), carry=["key"],
         on_error="dead_letter", framing="confluent", schema_id=42,
     )
-    out = arrow(job)
+    out = arrow(job.rows)
     head = confluent_prefix(42)
     got = dict(zip(out.column("key").to_pylist(), out.column("record").to_pylist(), strict=True))
     assert got == {f"k{i}": head + b for i, b in enumerate(expected) if i not in bad}
@@ -114,8 +114,8 @@ def test_encode_dead_letters_and_job_stats(ray_local, schema, rows) -> None:
 def test_encode_raises_naming_row_and_column(ray_local, schema, rows) -> None:
     bad_table, _ = with_bad_rows(rows[0].slice(0, 10))
     with pytest.raises(Exception, match=r"row 4, column imp\[0\]: null element"):
-        arrow(war.encode(ray.data.from_arrow(bad_table), wa.Transcoder(schema), keep=["key"]))
-    with pytest.raises(ValueError, match="whole-message plan"):
+        arrow(war.encode(ray.data.from_arrow(bad_table), wa.Transcoder(schema), carry=["key"]).rows)
+    with pytest.raises(ValueError, match="whole-message"):
         war.Encode(wa.Transcoder(schema, columns=["id"]))
     with pytest.raises(ValueError, match="schema_id"):
         war.Encode(wa.Transcoder(schema), framing="confluent")
@@ -134,7 +134,7 @@ def test_write_delimited_round_trip(ray_local, schema, rows, tmp_path, framing) 
         on_error="dead_letter",
     )
     good = [b for i, b in enumerate(expected) if i not in bad]
-    assert (stats.rows_in, stats.records_out, stats.rows_failed) == (N, len(good), len(bad))
+    assert (stats.records_in, stats.records_ok, stats.records_failed) == (N, len(good), len(bad))
     assert stats.dead_letters == len(bad) and len(stats.files) == 2
     assert stats.bytes_out == sum(Path(f).stat().st_size for f in stats.files)
     # read back: the Ray datasource (which skips _dead_letters/) and the in-process reader
@@ -157,9 +157,9 @@ def test_write_delimited_round_trip(ray_local, schema, rows, tmp_path, framing) 
 
 def test_write_delimited_of_encoded_records(ray_local, schema, rows, tmp_path) -> None:
     table, expected = rows
-    encoded = war.encode(ray.data.from_arrow(table), wa.Transcoder(schema), keep=["key"])
+    encoded = war.encode(ray.data.from_arrow(table), wa.Transcoder(schema), carry=["key"]).rows
     stats = war.write_delimited(encoded, tmp_path / "enc", framing="u32le", column="record")
-    assert stats.records_out == N and stats.rows_failed == 0
+    assert stats.records_ok == N and stats.records_failed == 0
     back = arrow(war.read_delimited(str(tmp_path / "enc"), "u32le")).column("value")
     assert Counter(back.to_pylist()) == Counter(expected)
     with pytest.raises(ValueError, match="one of them"):
@@ -186,7 +186,7 @@ def test_ray_datasource_reads_tfrecord_and_refuses_a_bad_crc(ray_local, tmp_path
     schema = wa.Schema.from_proto(corpus.PROTO_FILE, corpus.MESSAGE_NAME,
                                   import_paths=[corpus.SCHEMA_DIR])
     job = war.transcode(ds, wa.Transcoder(schema, ["id"]), on_error="dead_letter")
-    assert arrow(job).num_rows == 49
+    assert arrow(job.rows).num_rows == 49
     stats = job.job_stats()
     assert (stats.records_in, stats.records_failed) == (50, 1)
     dead = arrow(job.dead_letters).to_pylist()
@@ -209,7 +209,7 @@ def test_kafka_decode_filter_project_encode_produce(ray_local, kafka_broker, sch
     produced, _ = kafka_pipeline.produce(kafka_broker, "bids", n, partitions, corrupt_every=0)
     assert len(produced["bids-plain"]) == n
     source = ray.data.read_kafka(topics=["bids-plain"], bootstrap_servers=kafka_broker)
-    decoded = war.transcode(source, wa.Transcoder(schema), keep=["key"])
+    decoded = war.transcode(source, wa.Transcoder(schema), carry=["key"]).rows
 
     def keep_and_scrub(batch: pa.Table) -> pa.Table:
         # filter: bids with two impressions or more; project: drop the user (PII)
@@ -218,8 +218,8 @@ def test_kafka_decode_filter_project_encode_produce(ray_local, kafka_broker, sch
         return batch.set_column(i, batch.field(i), pa.nulls(batch.num_rows, batch.field(i).type))
 
     scrubbed = decoded.map_batches(keep_and_scrub, batch_format="pyarrow")
-    encoded = war.encode(scrubbed, wa.Transcoder(schema), keep=["key"], framing="confluent",
-                         schema_id=7)
+    encoded = war.encode(scrubbed, wa.Transcoder(schema), carry=["key"], framing="confluent",
+                         schema_id=7).rows
     producer = Producer({"bootstrap.servers": kafka_broker, "linger.ms": 5})
     sent = 0
     for batch in encoded.iter_batches(batch_format="pyarrow"):

@@ -8,8 +8,7 @@ tables are immutable). Transcoders built without ``cache=`` use the process-wide
 
 Each entry also keeps the buffer sizes of its plan: the elements per record of each group
 and the string bytes per record of each column, from the last batch any transcoder of the
-plan decoded -- or, before the first batch of a process, from a loaded or Ray-merged
-profile. Each batch allocates its buffers once, at their final size, instead of growing
+plan decoded -- or, before the first batch of a process, from a loaded or shared profile. Each batch allocates its buffers once, at their final size, instead of growing
 them (for whole messages of large records: +36 % on a new process's first batch,
 docs/cache.md). These counts come free from every decode. A sampled walker that profiled
 field order and presence was built and measured too, and removed: nothing it learnt made
@@ -19,7 +18,10 @@ A *profile* is the sums behind those sizes (records, elements per group, string 
 column); sums merge by addition, so the profile of many workers is the sum of theirs.
 Profiles persist with :meth:`ParserCache.save` / :meth:`ParserCache.load` (versioned JSON,
 checked against both fingerprints and the plan's table layout: a profile recorded for
-another schema or plan is ignored with a warning, never applied).
+another schema or plan is ignored with a warning, never applied). Processes share them
+through an ``exchange`` (``ParserCache(exchange=...)``): a function every process of a job
+calls with the sums it decoded since its last call, which returns the sums of every
+process's calls; ``wirearrow.ray.share_with_ray`` is one, over a Ray actor.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +47,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "default_cache"]
 
 FORMAT = "wirearrow-profile"
 FORMAT_VERSION = 2  # 2: sizes only (1 held the walker's field statistics)
-SHARE_EVERY = 100_000  # records a process decodes between two pushes to the Ray hub
+SHARE_EVERY = 100_000  # records a process decodes between two calls of its exchange
 
 
 # ---- the profile ---------------------------------------------------------------------------
@@ -126,10 +128,10 @@ class _Entry:
         self.n_groups = len(plan.group_parents)
         self.lock = threading.Lock()
         # The profile is known + delta: kept apart so that a batch adds to one sum only.
-        self.known = _Sums.empty(plan)  # loaded, or merged by a Ray hub (our pushes included)
-        self.delta = _Sums.empty(plan)  # decoded here since the last push to a Ray hub
+        self.known = _Sums.empty(plan)  # loaded, or merged by the exchange (our pushes included)
+        self.delta = _Sums.empty(plan)  # decoded here since the last push to the exchange
         self.decoded = 0  # records decoded in this process
-        self.pulled = False  # asked a Ray hub for sizes before the first batch
+        self.pulled = False  # asked the exchange for sizes before the first batch
         # Elements per record of each group and string bytes per record of each column:
         # what the last batch of any transcoder of this plan held, or (before any batch) what
         # a loaded or merged profile says. Sizes the next batch's buffers up front, so that
@@ -139,7 +141,7 @@ class _Entry:
     def capacities(self, n: int) -> tuple[list[int], list[int] | None]:
         """(elements per group, string bytes per column) to allocate for a batch of n."""
         sizes = self.sizes
-        if sizes is None and self.cache.hub is not None and not self.pulled:
+        if sizes is None and self.cache.exchange is not None and not self.pulled:
             # A process's first batch of the plan: start from the job-wide sizes, if any.
             self.pulled = True
             self._exchange()
@@ -167,7 +169,7 @@ class _Entry:
         self, records: int, group_counts: Sequence[int], arena_bytes: Sequence[int]
     ) -> None:
         """Account one decoded batch: its sizes size the next batch; its counts join the sums
-        (and are pushed to the Ray hub every ``share_every`` records when sharing)."""
+        (and are pushed to the exchange every ``share_every`` records when sharing)."""
         if records <= 0:
             return
         elements = np.asarray(group_counts, dtype=np.int64)
@@ -181,7 +183,7 @@ class _Entry:
             delta.elements += elements
             delta.arena += arena
             due = delta.records >= self.cache.share_every
-        if due and self.cache.hub is not None:
+        if due and self.cache.exchange is not None:
             self._exchange()
 
     def _seed_sizes(self) -> None:
@@ -236,20 +238,19 @@ class _Entry:
         with self.lock:
             delta, self.delta = self.delta, _Sums.empty(self.plan)
         try:
-            hub = self.cache._hub()
-            merged = self.cache._ray_get(hub.exchange.remote(self.export(delta)))
-        except Exception as err:  # a hub that went away costs sharing, never a batch
+            merged = self.cache.exchange(self.export(delta))  # type: ignore[misc]
+        except Exception as err:  # an exchange that went away costs sharing, never a batch
             with self.lock:
                 self.delta.add(delta)  # still ours to push
             warnings.warn(
-                f"profile hub unreachable ({err}); sizing locally", RuntimeWarning, stacklevel=3
+                f"profile exchange failed ({err}); sizing locally", RuntimeWarning, stacklevel=3
             )
             return
         if merged is None:
-            return  # the hub holds another layout of this plan (another wirearrow version)
+            return  # it holds another layout of this plan (another wirearrow version)
         sums = _Sums.from_json(merged["profile"], self.plan)
         with self.lock:
-            # The hub's sum holds every push, ours included; self.delta what arrived meanwhile.
+            # The merged sum holds every push, ours included; self.delta what arrived meanwhile.
             self.known = sums
             self._seed_sizes()
 
@@ -264,16 +265,24 @@ class ParserCache:
     """Compiled plans, at most one compile per (schema, plan) per process; thread-safe.
 
     ``max_entries``: plans kept (least recently used ones are dropped; transcoders holding
-    one keep it alive). ``hub``: the name of a Ray actor that merges the profiles of every
-    process using a cache with this name (:meth:`share_with_ray`); ``share_every``: records
-    a process decodes of a plan between two pushes to it.
+    one keep it alive). ``exchange``: how the processes of a job share their profiles -- a
+    picklable function (it travels with the cache) that takes the sums a process decoded of
+    a plan since its last call (one plan of :meth:`dumps`) and returns the sums of every
+    call so far, or None when it holds another layout of that plan
+    (``wirearrow.ray.share_with_ray`` sets one). It is called every ``share_every`` records
+    of a plan, and before a process's first batch of it (a new worker starts from the
+    job-wide sizes).
 
     A cache pickles by identity: unpickled in a process that already holds it (same id),
     it is that same object, so every transcoder shipped to a worker shares its compiles.
     """
 
     def __init__(
-        self, *, max_entries: int = 256, hub: str | None = None, share_every: int = SHARE_EVERY
+        self,
+        *,
+        max_entries: int = 256,
+        exchange: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        share_every: int = SHARE_EVERY,
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be positive, not {max_entries!r}")
@@ -281,7 +290,7 @@ class ParserCache:
             raise ValueError(f"share_every must be positive, not {share_every!r}")
         self.max_entries = int(max_entries)
         self.share_every = int(share_every)
-        self.hub = hub
+        self.exchange = exchange
         self.id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
@@ -291,13 +300,12 @@ class ParserCache:
         self._compiles = 0
         self._hits = 0
         self._compile_seconds = 0.0
-        self._hub_handle: Any = None
         with _REGISTRY_LOCK:
             _REGISTRY[self.id] = self
 
     def __repr__(self) -> str:
-        hub = f", hub={self.hub!r}" if self.hub is not None else ""
-        return f"ParserCache(plans={len(self._entries)}, max_entries={self.max_entries}{hub})"
+        shared = f", exchange={self.exchange!r}" if self.exchange is not None else ""
+        return f"ParserCache(plans={len(self._entries)}, max_entries={self.max_entries}{shared})"
 
     # -- compile once ----------------------------------------------------------------------
 
@@ -423,8 +431,12 @@ class ParserCache:
         cache.add_profiles(doc, where)
         return cache
 
-    def add_profiles(self, doc: str | dict[str, Any], where: str = "a profile") -> None:
-        """Add saved profiles (a :meth:`dumps` text or its parsed form) to this cache."""
+    def add_profiles(
+        self, doc: str | dict[str, Any], where: str = "a profile", *, replace: bool = False
+    ) -> None:
+        """Add saved profiles (a :meth:`dumps` text or its parsed form) to this cache;
+        ``replace``: each one replaces what this cache knew of its plan (the sums of an
+        exchange, which hold this process's pushes already)."""
         if isinstance(doc, str):
             doc = _parse(doc, where)
         plans = doc.get("plans", [])
@@ -444,9 +456,14 @@ class ParserCache:
             with self._lock:
                 found = self._entries.get(key)
                 if found is None:
+                    if replace:
+                        self._pending.pop(key, None)
                     self._pending.setdefault(key, []).append((item, where))
                     self._by_plan.setdefault(plan, []).append(key)
                     continue
+            if replace:
+                with found.lock:
+                    found.known = _Sums.empty(found.plan)
             found.absorb(item, where)
 
     # -- pickling by identity ----------------------------------------------------------------
@@ -454,51 +471,10 @@ class ParserCache:
     def __reduce__(self) -> tuple:
         settings = {
             "max_entries": self.max_entries,
-            "hub": self.hub,
+            "exchange": self.exchange,
             "share_every": self.share_every,
         }
         return (_restore_cache, (self.id, settings, self.dumps()))
-
-    # -- Ray ---------------------------------------------------------------------------------
-
-    def share_with_ray(self, name: str = "wirearrow-profile-hub") -> ParserCache:
-        """Merge this cache's profiles across Ray workers through the named actor ``name``.
-
-        Every ``share_every`` records of a plan a process pushes the sums it decoded since
-        its last push and takes back the sum of every process's pushes, and before its
-        first batch of a plan it takes the sum (a new worker starts from the job's sizes);
-        the actor is created on first use and lives as long as the job. Returns self.
-        """
-        self.hub = name
-        self._hub_handle = None
-        return self
-
-    def pull_from_ray(self) -> ParserCache:
-        """Add the hub's merged profiles (every worker's) to this cache, e.g. to ``save``."""
-        for item in self._ray_get(self._hub().snapshot.remote()):
-            key = (item["schema"], item["plan"])
-            with self._lock:
-                found = self._entries.get(key)
-            if found is not None:
-                with found.lock:  # the hub's sum replaces what is known (our pushes in it)
-                    found.known = _Sums.empty(found.plan)
-            self.add_profiles({"plans": [item]}, f"Ray actor {self.hub!r}")
-        return self
-
-    def _hub(self) -> Any:
-        if self._hub_handle is None:
-            from wirearrow.profile_hub import hub_actor  # imports Ray
-
-            if self.hub is None:
-                raise ValueError("this cache does not share with Ray: call share_with_ray() first")
-            self._hub_handle = hub_actor(self.hub)
-        return self._hub_handle
-
-    @staticmethod
-    def _ray_get(ref: Any) -> Any:
-        import ray
-
-        return ray.get(ref, timeout=30)
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:

@@ -1,140 +1,75 @@
-"""The ledger: counts and dead letters of every Transcode of a job, in one Ray actor."""
+"""The ledger: counts and dead letters of every step of a job, in one Ray actor that keeps a
+journal (docs/ray.md, Exactly once)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
+import dataclasses
 import os
 import pickle
 import shutil
 import struct
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
+import ray
+from ray.actor import ActorHandle
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from wirearrow.config import PlanConfig
-from wirearrow.transcoder import Transcoder
+from wirearrow.counts import Counts
 
-if TYPE_CHECKING:
-    from ray.actor import ActorHandle
-
-    PlanLike = Transcoder | PlanConfig | str | os.PathLike[str] | bytes | Mapping[str, Any]
-from wirearrow.ray.runtime import ray_module
+# The counters are Counts' (with `+`); these add what a worker, a batch or a job is besides.
 
 
-@dataclass(frozen=True)
-class WorkerStats:
-    """What one :class:`Transcode` instance did -- one actor, or one worker process of a
-    task-mode job; cumulative.
-
-    ``worker``: the actor id, or a key of the worker process (task mode). ``compiles``:
-    transcoders it compiled (1 when the plan came from :func:`put_plan`: the ref is
-    resolved once in ``__init__``, never per batch). ``records_in == records_ok +
-    records_failed``; ``dead_letters``: failed records delivered to the dead-letter sink
-    (all of them with ``on_error="dead_letter"``).
-    """
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStats(Counts):
+    """What one step (an actor, or a worker process of a task-mode job) did so far:
+    ``worker`` (actor id or process key), its node and pid, ``compiles`` (1 when the plan
+    came as a ref: resolved once, in ``__init__``), ``batches`` served, and the counts."""
 
     worker: str
     node: str
     pid: int
-    compiles: int
+    compiles: int = 0
     batches: int = 0
-    records_in: int = 0
-    records_ok: int = 0
-    records_failed: int = 0
-    rows_out: int = 0
-    bytes_in: int = 0
-    dead_letters: int = 0
     init_seconds: float = 0.0
     transcode_seconds: float = 0.0
 
+    def after(self, batch: Counts, seconds: float) -> WorkerStats:
+        """These stats after one more batch of ``batch`` counts, taking ``seconds``."""
+        return dataclasses.replace(  # (self + batch: the sum of the counts alone)
+            self, **dataclasses.asdict(self + batch), batches=self.batches + 1,
+            transcode_seconds=self.transcode_seconds + seconds,
+        )
 
-@dataclass(frozen=True)
-class BatchResult:
-    """What one batch produced: its counts, under the batch's input identity ``key``.
 
-    ``key`` names the batch by its input (:func:`batch_key`), not by the attempt that
-    decoded it: a retried task, a restarted actor or a second execution of the Dataset
-    decodes the same batch again and reports the same key, which replaces the first
-    report instead of adding to it.
-    """
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchResult(Counts):
+    """One batch's counts under its input's ``key`` (:func:`~wirearrow.ray.batch_key`): a
+    retry or a second execution reports the same key, which replaces the first report."""
 
     key: str
-    records_in: int
-    records_ok: int
-    records_failed: int
-    rows_out: int
-    bytes_in: int
-    dead_letters: int
 
 
-# The JobStats fields that are sums over the job's batches (one result per batch key).
-_BATCH_FIELDS = (
-    "records_in",
-    "records_ok",
-    "records_failed",
-    "rows_out",
-    "bytes_in",
-    "dead_letters",
-)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStats(Counts):
+    """The counts of one job: sums over its batches, one :class:`BatchResult` per input
+    batch however often Ray ran it -- one execution's. ``batches``: distinct input batches;
+    ``attempts``: reports received; ``workers``, ``compiles``, ``transcode_seconds``,
+    ``nodes`` and ``per_worker`` (:class:`WorkerStats`): the work done, every attempt
+    included."""
 
-
-@dataclass(frozen=True)
-class JobStats:
-    """The counts of one :func:`transcode` job, after execution.
-
-    The record counts are sums over the job's batches, one :class:`BatchResult` per input
-    batch however often it was decoded (retries, killed workers, ``schema()``/``take()``
-    before the write): they describe one execution. ``records_in == records_ok +
-    records_failed`` and, with ``on_error="dead_letter"``, ``dead_letters ==
-    records_failed``: every input record is in the rows or in the dead letters.
-    ``batches``: distinct input batches; ``attempts``: batch reports received (more
-    than ``batches`` when Ray re-ran some, or sent one again to a restarted ledger). ``workers``, ``compiles``, ``transcode_seconds``,
-    ``nodes`` and ``per_worker`` (each one's :class:`WorkerStats`: its node, PID and
-    compiles) describe the work done, every attempt included: ``compiles == workers``
-    when each worker process compiled the plan once.
-    """
-
-    records_in: int
-    records_ok: int
-    records_failed: int
-    rows_out: int
-    bytes_in: int
-    dead_letters: int
-    batches: int
-    workers: int
-    compiles: int
-    transcode_seconds: float
+    batches: int = 0
+    workers: int = 0
+    compiles: int = 0
+    transcode_seconds: float = 0.0
     attempts: int = 0
     per_worker: tuple[WorkerStats, ...] = field(repr=False, default=())
     dead_letter_files: tuple[str, ...] = field(repr=False, default=())
-
-    @classmethod
-    def of(
-        cls,
-        workers: Iterable[WorkerStats],
-        batches: Iterable[BatchResult] = (),
-        files: Iterable[str] = (),
-        attempts: int = 0,
-    ) -> JobStats:
-        per = tuple(sorted(workers, key=lambda w: w.worker))
-        done = list(batches)
-        total = {name: sum(getattr(b, name) for b in done) for name in _BATCH_FIELDS}
-        return cls(
-            **total,
-            batches=len(done),
-            workers=len(per),
-            compiles=sum(w.compiles for w in per),
-            transcode_seconds=sum(w.transcode_seconds for w in per),
-            attempts=attempts,
-            per_worker=per,
-            dead_letter_files=tuple(sorted(files)),
-        )
 
     @property
     def nodes(self) -> int:
@@ -142,24 +77,20 @@ class JobStats:
         return len({w.node for w in self.per_worker})
 
     def counts(self) -> tuple[int, ...]:
-        """The record counts alone (what two executions of one job agree on)."""
-        return tuple(getattr(self, name) for name in (*_BATCH_FIELDS, "batches"))
+        """The record counts and ``batches`` (what two executions of one job agree on)."""
+        return (*self.values(), self.batches)
 
     def __str__(self) -> str:
         return (
-            f"records in {self.records_in:,}, ok {self.records_ok:,}, failed "
-            f"{self.records_failed:,} ({self.dead_letters:,} dead letters); rows out "
-            f"{self.rows_out:,}; {self.batches:,} batches on {self.workers} worker(s), "
+            f"{Counts.__str__(self)}; {self.batches:,} batches on {self.workers} worker(s), "
             f"{self.transcode_seconds:.2f} s transcoding"
         )
 
 
 class Ledger:
-    """Where :class:`Transcode` reports, after every batch: its cumulative
-    :class:`WorkerStats`, the batch's :class:`BatchResult`, and the batch's dead letters
-    (or the file they were written to). :func:`transcode` passes a handle to its job in
-    the session's ledger actor; implement ``report`` to collect them elsewhere -- keyed by
-    ``batch.key``, so that a batch decoded twice counts once."""
+    """Where a step reports after every batch: its :class:`WorkerStats`, the batch's
+    :class:`BatchResult` and dead letters (or their file). Implement ``report`` to collect
+    them yourself, keyed by ``batch.key`` (a batch decoded twice counts once)."""
 
     def report(
         self, stats: WorkerStats, batch: BatchResult, dead: pa.Table | None, file: str | None
@@ -169,7 +100,7 @@ class Ledger:
 
 @dataclass(frozen=True)
 class JobLedger(Ledger):
-    """One job's entry in the session's ledger actor (picklable: it travels to the actors)."""
+    """One job's entry in the session's ledger actor (picklable: it travels to the workers)."""
 
     actor: ActorHandle  # of _LedgerActor
     job: str
@@ -181,7 +112,7 @@ class JobLedger(Ledger):
         # Synchronous on purpose: a report still in flight when Ray tears the actor pool
         # down would be lost, and the counts must add up at the end of the job. It costs
         # one round trip per batch (~0.5 ms), a few % of a 16k-record batch.
-        ray_module().get(self.actor.report.remote(self.job, stats, batch, dead, file))
+        ray.get(self.actor.report.remote(self.job, stats, batch, dead, file))
 
 
 @dataclass
@@ -198,24 +129,12 @@ _LENGTH = struct.Struct("<Q")
 
 
 class _LedgerActor:
-    """Counts and dead letters of every transcode() job of this driver (a Ray actor).
-
-    One per Ray session, created by the first job and found by name by the next ones: an
-    actor is a worker process, and starting one costs ~0.5-1 s, which a per-job ledger
-    would add to every job. num_cpus=0: it must never wait for a CPU. Everything a batch
-    produced is kept under the batch's key, so a batch reported again (a retry, a second
-    execution) replaces its first report: the job's counts are those of one execution.
-    Worker snapshots are cumulative per worker (diagnostics; the latest wins).
-
-    It survives its own death: every report is appended to a journal (one file per job
-    in ``journal``, a directory on the driver's node, where the actor is pinned) *before*
-    the report returns, and a restarted actor (max_restarts) replays the journals in
-    ``__init__``; a report in flight when it died is sent again by Ray
-    (max_task_retries), and replaces its first copy like any re-report. The dead letters
-    sent here live in the journal only (the ledger keeps where each batch's are), and go
-    back to the driver as objects the driver owns. A job's entry and journal are dropped
-    when its TranscodeResult is garbage collected.
-    """
+    """Counts and dead letters of every job of this driver (the Ray actor ``_LEDGER``: one
+    per session, as an actor costs ~0.5-1 s to start). A batch's report replaces an earlier
+    one of the same key. Every report is appended to the job's journal (a file in
+    ``journal``, on the driver's node) before it returns, and a restarted actor replays the
+    journals: Ray sends the reports it had not answered again. Dead letters live in the
+    journal only, and go back to the driver as objects it owns."""
 
     def __init__(self, journal: str) -> None:
         self._jobs: dict[str, _Job] = {}
@@ -235,10 +154,7 @@ class _LedgerActor:
         path = self._path(job)
         good = 0
         with open(path, "rb") as f:
-            while True:
-                head = f.read(_LENGTH.size)
-                if len(head) < _LENGTH.size:
-                    break
+            while len(head := f.read(_LENGTH.size)) == _LENGTH.size:
                 (size,) = _LENGTH.unpack(head)
                 try:
                     stats, batch, dead, file = pickle.loads(f.read(size))
@@ -252,12 +168,7 @@ class _LedgerActor:
         return self._jobs.setdefault(job, _Job())
 
     def _apply(
-        self,
-        job: str,
-        stats: WorkerStats,
-        batch: BatchResult,
-        dead: bool,
-        file: str | None,
+        self, job: str, stats: WorkerStats, batch: BatchResult, dead: bool, file: str | None,
         extent: tuple[int, int],
     ) -> None:
         entry = self._job(job)
@@ -274,11 +185,7 @@ class _LedgerActor:
             entry.files[batch.key] = file
 
     def report(
-        self,
-        job: str,
-        stats: WorkerStats,
-        batch: BatchResult,
-        dead: pa.Table | None,
+        self, job: str, stats: WorkerStats, batch: BatchResult, dead: pa.Table | None,
         file: str | None,
     ) -> None:
         if dead is not None and not dead.num_rows:
@@ -296,8 +203,12 @@ class _LedgerActor:
 
     def summary(self, job: str) -> JobStats:
         entry = self._job(job)
-        return JobStats.of(
-            entry.workers.values(), entry.batches.values(), entry.files.values(), entry.attempts
+        per = tuple(sorted(entry.workers.values(), key=lambda w: w.worker))
+        return JobStats(
+            *Counts.total(entry.batches.values()).values(), batches=len(entry.batches),
+            workers=len(per), compiles=sum(w.compiles for w in per),
+            transcode_seconds=sum(w.transcode_seconds for w in per), attempts=entry.attempts,
+            per_worker=per, dead_letter_files=tuple(sorted(entry.files.values())),
         )
 
     def dead_letter_keys(self, job: str) -> list[str]:
@@ -320,8 +231,10 @@ class _LedgerActor:
             os.unlink(self._path(job))
 
 
+# Restarted as often as it dies, every call retried: it does no work but bookkeeping, and
+# what it knows is in its journal.
+_LEDGER = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_LedgerActor)
 _LEDGER_NAME = "wirearrow.ray.ledger"
-
 
 # This driver's handle on its session's ledger actor, by (Ray job, driver node): a named
 # actor that is not detached dies with its last handle, so one is kept here for the
@@ -330,52 +243,27 @@ _LEDGERS: dict[tuple[str, str], Any] = {}
 
 
 def open_job_ledger() -> JobLedger:
-    """A new job in this session's ledger actor (created on first use).
-
-    The actor is pinned to the driver's node (it dies only with the node, which takes the
-    driver and its job with it) and keeps its journal in a temporary directory there,
-    removed when the driver exits. Ray restarts it when its process dies (max_restarts)
-    and sends again the calls it had not answered (max_task_retries): docs/ray.md,
-    Exactly once.
-    """
-    ray = ray_module()
+    """A new job in this session's ledger actor (created on first use, pinned to the
+    driver's node, whose death ends the job anyway; its journal in a temporary directory
+    there, removed when the driver exits)."""
     ctx = ray.get_runtime_context()
     key = (ctx.get_job_id(), ctx.get_node_id())
-    actor = _LEDGERS.get(key)
+    actor: Any = _LEDGERS.get(key)
     if actor is None:
         _LEDGERS.clear()  # handles of an earlier session are dead anyway
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         journal = tempfile.mkdtemp(prefix=f"wirearrow-ledger-{key[0]}-")
         atexit.register(shutil.rmtree, journal, ignore_errors=True)
-        actor = (
-            _ledger_class()
-            .options(
-                name=_LEDGER_NAME,
-                get_if_exists=True,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(key[1], soft=False),
-            )
-            .remote(journal)
-        )
-        _LEDGERS[key] = actor
+        actor = _LEDGERS[key] = _LEDGER.options(
+            name=_LEDGER_NAME,
+            get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(key[1], soft=False),
+        ).remote(journal)
     return JobLedger(actor, uuid.uuid4().hex, key)
 
 
-@functools.cache
-def _ledger_class() -> Any:
-    # Restarted as often as it dies, every call retried: it does no work but bookkeeping,
-    # and what it knows is in its journal.
-    return ray_module().remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_LedgerActor)
-
-
 def forget_job(ledger: JobLedger) -> None:
-    """Drop the job from its ledger, if its Ray session is still the current one.
-
-    Only then: calling the actor after ``ray.shutdown()`` would start a new local Ray
-    instance just to free an entry that died with the old one (seconds, and a confusing
-    "Started a local Ray instance" line at the end of every job).
-    """
-    ray = ray_module()
+    """Drop the job from its ledger if its Ray session is the current one (after
+    ``ray.shutdown()`` a call would start a new local Ray just to free a dead entry)."""
     if not ray.is_initialized():
         return
     with contextlib.suppress(Exception):

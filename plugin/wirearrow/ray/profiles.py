@@ -1,0 +1,105 @@
+"""Profile sharing over Ray: one named actor sums the parser-cache profiles of every process.
+
+:func:`share_with_ray` gives a :class:`~wirearrow.ParserCache` an exchange
+(:class:`RayProfiles`) that pushes the sums each process decoded of a plan (records,
+elements per group, string bytes per column) since its last push to the actor and takes
+back the sum of all pushes; :func:`pull_from_ray` adds that sum to a cache on the driver
+(to ``save`` it for the next job). The actor sees plain dicts of sums, never a cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from wirearrow.cache import ParserCache
+
+__all__ = ["ProfileHub", "RayProfiles", "pull_from_ray", "share_with_ray"]
+
+HUB_NAME = "wirearrow-profile-hub"
+_SCALARS = ("records", "batches")
+_ARRAYS = ("elements", "arena")
+# ray.get's bound on a call to the hub: a hub that went away costs sharing, never a batch.
+TIMEOUT_S = 30
+
+
+class ProfileHub:
+    """Sums of pushed profiles, per (schema, plan), each with a version bumped per push."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def exchange(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Add a push; the merged plan back (None if its layout differs from the held one)."""
+        key = (payload["schema"], payload["plan"])
+        held = self._plans.get(key)
+        if held is not None and held["layout"] != payload["layout"]:
+            return None  # another wirearrow version's layout: neither side is merged
+        if held is None:
+            held = self._plans[key] = {**payload, "version": 0}
+        else:
+            a, b = held["profile"], payload["profile"]
+            merged = {name: a[name] + b[name] for name in _SCALARS}
+            for name in _ARRAYS:
+                merged[name] = [x + y for x, y in zip(a[name], b[name], strict=True)]
+            held["profile"] = merged
+        held["version"] += 1
+        return held
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every merged profile (the ``plans`` of a saved profile)."""
+        return list(self._plans.values())
+
+
+_HUB = ray.remote(num_cpus=0)(ProfileHub)
+# This process's handle of each named hub, by Ray session (a new one has a new node id).
+_HANDLES: dict[tuple[str, str, str], Any] = {}
+
+
+@dataclass(frozen=True)
+class RayProfiles:
+    """A :class:`~wirearrow.ParserCache` exchange through the hub actor ``name`` (created by
+    the first process that calls it; it lives as long as the job). Picklable: it travels
+    with the cache to every worker."""
+
+    name: str = HUB_NAME
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        return ray.get(self._hub().exchange.remote(payload), timeout=TIMEOUT_S)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return ray.get(self._hub().snapshot.remote(), timeout=TIMEOUT_S)
+
+    def _hub(self) -> Any:
+        ctx = ray.get_runtime_context()
+        key = (self.name, ctx.get_job_id(), ctx.get_node_id())
+        handle = _HANDLES.get(key)
+        if handle is None:
+            handle = _HANDLES[key] = _HUB.options(
+                name=self.name, get_if_exists=True, lifetime=None
+            ).remote()
+        return handle
+
+
+def share_with_ray(cache: ParserCache, name: str = HUB_NAME) -> ParserCache:
+    """Merge ``cache``'s profiles across Ray workers through the named actor ``name``.
+
+    Every ``share_every`` records of a plan a process pushes the sums it decoded since its
+    last push and takes back the sum of every process's pushes, and before its first batch
+    of a plan it takes the sum (a new worker starts from the job's sizes). Returns
+    ``cache``; :func:`~wirearrow.ray.transcode` with ``profile=`` calls it.
+    """
+    cache.exchange = RayProfiles(name)
+    return cache
+
+
+def pull_from_ray(cache: ParserCache) -> ParserCache:
+    """Add the hub's merged profiles (every worker's) to ``cache``, e.g. to ``save`` them:
+    they replace what ``cache`` knew of their plans (its own pushes are in them)."""
+    hub = cache.exchange
+    if not isinstance(hub, RayProfiles):
+        raise ValueError("this cache does not share with Ray: call share_with_ray(cache) first")
+    cache.add_profiles({"plans": hub.snapshot()}, f"Ray actor {hub.name!r}", replace=True)
+    return cache
