@@ -166,6 +166,18 @@ def test_a_plans_input_is_the_columns_default_format(records: list[bytes]) -> No
         war.Transcode(FLAT, wa.RecordFormat(framing="confluent", schemas={}, delimited_by="varint"))
 
 
+def test_what_put_plan_ships_keeps_the_plans_input(records: list[bytes]) -> None:
+    """put_plan ships the resolved plan -- its transcoder and its input: -- so the actors
+    read the records as the plan says (here: a column the default would not pick)."""
+    from wirearrow.plans import Resolved
+
+    tc = wa.load_plan(FLAT).transcoder()
+    shipped = pickle.dumps(Resolved(tc, wa.RecordFormat(column="payload"), None))
+    fn = war.Transcode(pickle.loads(shipped))  # what an actor does with put_plan's ref
+    table = pa.table({"payload": pa.array(records[:40], pa.binary()), "n": range(40)})
+    assert rows_of(fn(table)) == rows_of(in_process(FLAT, records[:40]))
+
+
 def test_pool_size_leaves_a_cpu_for_tasks() -> None:
     assert war.pool_size(2) == war.PoolSize(1, 1, 1.0)
     assert war.pool_size(8) == war.PoolSize(1, 7, 1.0)

@@ -134,23 +134,19 @@ def _read_pieces(
             # decompressed bytes.
             with fs.open_input_stream(piece.path, compression=None) as f:
                 stream = open_decompressed(f, piece.compression, name="the file")
-                reader = FrameReader(stream, framing, block_bytes=BLOCK_BYTES, name=piece.path)
-                yield from _blocks(reader, piece.path, located, truncated, framing)
+                yield from _blocks(FrameReader(stream, framing, block_bytes=BLOCK_BYTES,
+                                               name=piece.path), located, truncated)
         else:
             with fs.open_input_file(piece.path) as f:
-                reader = FrameReader(
-                    f, framing, block_bytes=BLOCK_BYTES, start=piece.start, end=piece.end,
-                    name=piece.path,
-                )
-                yield from _blocks(reader, piece.path, located, truncated, framing)
+                yield from _blocks(FrameReader(f, framing, block_bytes=BLOCK_BYTES,
+                                               start=piece.start, end=piece.end,
+                                               name=piece.path), located, truncated)
 
 
-def _blocks(
-    reader: FrameReader, path: str, located: bool, truncated: str, framing: str
-) -> Iterator[pa.Table]:
-    errors = truncated == "dead_letter"
+def _blocks(reader: FrameReader, located: bool, truncated: str) -> Iterator[pa.Table]:
+    path, errors = reader.name, truncated == "dead_letter"
     for frames in reader:
-        yield _block(frames, path, located, errors, framing)
+        yield _block(frames, path, located, errors, reader.framing)
     tail = reader.tail
     if tail is None:
         return

@@ -152,17 +152,16 @@ class Encode(Step):
             good[failures] = False
             out = out.filter(pa.array(good))
         out = out.append_column(pa.field(self._column, records.type), pa.chunked_array([records]))
-        n, failed = batch.num_rows, len(failures)
-        counts = Counts(
-            records_in=n, records_ok=n - failed, records_failed=failed, rows_out=n - failed,
-            bytes_in=_value_bytes(records), dead_letters=dead.num_rows if dead is not None else 0,
-        )
-        self._account(rows_key(batch), counts, dead, started)
+        self._account(rows_key(batch), _counts(batch, failures, records, dead), dead, started)
         return out
 
 
-def _value_bytes(records: pa.Array) -> int:
-    return int(pc.sum(pc.binary_length(records)).as_py() or 0) if len(records) else 0
+def _counts(batch: pa.Table, failures: np.ndarray, records: pa.Array, dead: Any) -> Counts:
+    """The counts of rows encoded: ``bytes_in`` is the bytes of the records written."""
+    n, failed = batch.num_rows, len(failures)
+    size = int(pc.sum(pc.binary_length(records)).as_py() or 0) if len(records) else 0
+    dead_letters = dead.num_rows if dead is not None else 0
+    return Counts(n, n - failed, failed, n - failed, size, dead_letters)
 
 
 def encode(
@@ -222,15 +221,6 @@ class WriteStats(Counts):
     files: tuple[str, ...] = ()
     dead_letter_files: tuple[str, ...] = ()
 
-    @classmethod
-    def combine(cls, parts: Iterable[WriteStats]) -> WriteStats:
-        parts = list(parts)
-        return cls(
-            *Counts.total(parts).values(),
-            bytes_out=sum(p.bytes_out for p in parts),
-            files=tuple(sorted(f for p in parts for f in p.files)),
-            dead_letter_files=tuple(sorted(f for p in parts for f in p.dead_letter_files)),
-        )
 
 
 class DelimitedDatasink(BlockBasedFileDatasink):
@@ -281,34 +271,32 @@ class DelimitedDatasink(BlockBasedFileDatasink):
 
     def write_block_to_file(self, block: Any, file: pa.NativeFile) -> None:
         table = block.to_arrow()
+        failures, letters = np.zeros(0), None
         dead_files: tuple[str, ...] = ()
-        failed = dead = 0
         if self._plan is None:
             records = table.column(self._column).combine_chunks()
         else:
             records, failures, letters = encode_rows(self._plan, table)
-            failed = len(failures)
             if letters is not None:
                 given = None if "://" in self._dead_path else self.filesystem
                 fs, root = filesystem_of(self._dead_path, given)
                 fs.create_dir(root, recursive=True)
                 dead_files = (write_dead_letters(fs, root, letters, rows_key(table)),)
-                dead = letters.num_rows
         data = frame_records(records, self._framing)
         file.write(data)
-        n = table.num_rows
-        self._parts.append(
-            WriteStats(
-                records_in=n, records_ok=n - failed, records_failed=failed, rows_out=n - failed,
-                bytes_in=_value_bytes(records), dead_letters=dead, bytes_out=len(data),
-                files=(self._writing,), dead_letter_files=dead_files,
-            )
-        )
+        counts = _counts(table, failures, records, letters)
+        self._parts.append(WriteStats(
+            *counts.values(), bytes_out=len(data), files=(self._writing,),
+            dead_letter_files=dead_files,
+        ))
 
     def on_write_complete(self, write_result: Any) -> None:
         super().on_write_complete(write_result)
-        self.result = WriteStats.combine(
-            part for parts in write_result.write_returns for part in (parts or ())
+        parts = [part for parts in write_result.write_returns for part in (parts or ())]
+        self.result = WriteStats(
+            *Counts.total(parts).values(), bytes_out=sum(p.bytes_out for p in parts),
+            files=tuple(sorted(f for p in parts for f in p.files)),
+            dead_letter_files=tuple(sorted(f for p in parts for f in p.dead_letter_files)),
         )
 
 

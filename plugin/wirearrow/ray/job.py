@@ -86,12 +86,13 @@ class Step:
         dead_letters: str | os.PathLike[str] | None, filesystem: Any, ledger: Ledger | None,
     ) -> None:
         started = time.perf_counter()
-        if isinstance(plan, ray.ObjectRef):
+        shipped = isinstance(plan, ray.ObjectRef)
+        if shipped:
             plan = ray.get(plan)  # unpickling a transcoder compiles it: one compile
         given = plan.transcoder if isinstance(plan, Resolved) else plan
         self._resolved = resolve(plan, on_error)
         self._tc = self._resolved.transcoder
-        compiles = int(isinstance(given, Transcoder)) + (self._tc is not given)
+        compiles = int(shipped and isinstance(given, Transcoder)) + (self._tc is not given)
         self._policy = self._tc.spec.on_error
         self._ledger = ledger
         self._dead = dead_letters_dir(dead_letters, filesystem)
@@ -182,8 +183,7 @@ class TranscodeResult:
 
     def __init__(
         self, rows: Dataset, ledger: JobLedger, dead: tuple[pafs.FileSystem, str] | None,
-        compute: str,
-        pool: PoolSize | None,
+        compute: str, pool: PoolSize | None,
     ) -> None:
         self.rows, self.compute, self.pool = rows, compute, pool
         self._ledger, self._dead = ledger, dead
