@@ -527,6 +527,30 @@ def test_the_rows_are_rays_own_dataset(ray_local, records: list[bytes]) -> None:
     assert type(pickle.loads(pickle.dumps(out.rows))) is ray.data.Dataset
 
 
+def test_the_jobs_entry_lives_as_long_as_its_rows(ray_local, records: list[bytes]) -> None:
+    """The ledger keeps a job (its counts, its journal) while its rows exist, whether or not
+    the caller kept the result object; it forgets the job when they are gone."""
+    import gc
+    import time
+
+    job = war.transcode(ray.data.from_arrow(pa.table({"value": pa.array(records[:30])})), FLAT)
+    rows, key, actor = job.rows, job._ledger.job, job._ledger.actor
+    del job
+    gc.collect()
+    assert rows.count() == in_process(FLAT, records[:30]).num_rows
+
+    def jobs() -> list[str]:
+        return ray.get(actor.__ray_call__.remote(lambda ledger: list(ledger._jobs)))
+
+    assert key in jobs()
+    del rows
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while key in jobs() and time.monotonic() < deadline:  # forget() is sent, not awaited
+        time.sleep(0.1)
+    assert key not in jobs()
+
+
 def test_batch_key_names_the_input_not_the_attempt(records: list[bytes]) -> None:
     table = pa.table({"value": pa.array(records[:30], pa.binary()), "n": pa.array(range(30))})
     key = war.batch_key

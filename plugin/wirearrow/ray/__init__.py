@@ -10,11 +10,9 @@
 
 For pipelines of your own: :class:`Transcode` and :class:`Encode` (``map_batches`` steps,
 the plan shipped once by :func:`put_plan`), :class:`DelimitedDatasource`,
-:class:`DelimitedDatasink` (:func:`write_delimited`), :class:`ToJson`. Modules:
-``transcode``, ``encode`` (the write half), ``job`` (the plan shipped once, a step's
-accounting, the one-call job, actor pool sizing), ``ledger`` (a job's counts and dead
-letters), ``datasource``, ``profiles`` (parser-cache profiles shared by the workers). This
-package imports Ray; ``import wirearrow`` never does. The guide: docs/ray.md.
+:class:`DelimitedDatasink` (:func:`write_delimited`), :class:`ToJson`. This package imports
+Ray; ``import wirearrow`` never does. Modules: transcode, encode (the write half), job
+(what both share), ledger, datasource, profiles. The guide: docs/ray.md.
 """
 
 from __future__ import annotations

@@ -177,8 +177,8 @@ class TranscodeResult:
     derived from it runs the job; afterwards :meth:`job_stats` and :attr:`dead_letters`
     hold what one execution counted and rejected, however often Ray ran a batch (retries,
     ``take()`` then ``write_parquet``). ``compute``: "tasks" or "actors"; ``pool``: the
-    actor pool (None with tasks). The job's entry in the ledger is dropped when this object
-    is garbage collected: keep it while the job runs.
+    actor pool (None with tasks). The job's entry in the ledger is dropped when ``rows`` is
+    garbage collected (this object holds it).
     """
 
     def __init__(
@@ -187,8 +187,9 @@ class TranscodeResult:
     ) -> None:
         self.rows, self.compute, self.pool = rows, compute, pool
         self._ledger, self._dead = ledger, dead
-        # Not at interpreter exit: Ray may be gone by then (forget_job checks).
-        weakref.finalize(self, forget_job, ledger).atexit = False
+        # With the rows, which a caller may keep without this object; not at interpreter
+        # exit: Ray may be gone by then (forget_job checks).
+        weakref.finalize(rows, forget_job, ledger).atexit = False
 
     def job_stats(self) -> JobStats:
         """The counts so far: after the rows were consumed, those of one execution."""

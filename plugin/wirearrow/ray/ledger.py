@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from wirearrow.counts import Counts
 
 # The counters are Counts' (with `+`); these add what a worker, a batch or a job is besides.
+_COUNTS = tuple(f.name for f in dataclasses.fields(Counts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,8 +42,9 @@ class WorkerStats(Counts):
 
     def after(self, batch: Counts, seconds: float) -> WorkerStats:
         """These stats after one more batch of ``batch`` counts, taking ``seconds``."""
-        return dataclasses.replace(  # (self + batch: the sum of the counts alone)
-            self, **dataclasses.asdict(self + batch), batches=self.batches + 1,
+        total = zip(_COUNTS, (self + batch).values(), strict=True)  # (the counts alone)
+        return dataclasses.replace(
+            self, **dict(total), batches=self.batches + 1,
             transcode_seconds=self.transcode_seconds + seconds,
         )
 

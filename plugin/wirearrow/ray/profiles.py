@@ -1,11 +1,5 @@
-"""Profile sharing over Ray: one named actor sums the parser-cache profiles of every process.
-
-:func:`share_with_ray` gives a :class:`~wirearrow.ParserCache` an exchange
-(:class:`RayProfiles`) that pushes the sums each process decoded of a plan (records,
-elements per group, string bytes per column) since its last push to the actor and takes
-back the sum of all pushes; :func:`pull_from_ray` adds that sum to a cache on the driver
-(to ``save`` it for the next job). The actor sees plain dicts of sums, never a cache.
-"""
+"""The Ray side of the parser cache: a named actor (:class:`ProfileHub`) sums the profiles
+of every process, behind ``ParserCache(exchange=)``; it sees plain dicts, never a cache."""
 
 from __future__ import annotations
 
