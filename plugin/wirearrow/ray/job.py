@@ -87,7 +87,7 @@ class Step:
     ) -> None:
         started = time.perf_counter()
         shipped = isinstance(plan, ray.ObjectRef)
-        if shipped:
+        if isinstance(plan, ray.ObjectRef):
             plan = ray.get(plan)  # unpickling a transcoder compiles it: one compile
         given = plan.transcoder if isinstance(plan, Resolved) else plan
         self._resolved = resolve(plan, on_error)

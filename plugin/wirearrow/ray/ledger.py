@@ -42,9 +42,9 @@ class WorkerStats(Counts):
 
     def after(self, batch: Counts, seconds: float) -> WorkerStats:
         """These stats after one more batch of ``batch`` counts, taking ``seconds``."""
-        total = zip(_COUNTS, (self + batch).values(), strict=True)  # (the counts alone)
-        return dataclasses.replace(
-            self, **dict(total), batches=self.batches + 1,
+        total: dict[str, Any] = dict(zip(_COUNTS, (self + batch).values(), strict=True))
+        return dataclasses.replace(  # (self + batch: the counts alone)
+            self, **total, batches=self.batches + 1,
             transcode_seconds=self.transcode_seconds + seconds,
         )
 
