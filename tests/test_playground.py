@@ -484,3 +484,195 @@ def test_a_recursive_schema(tmp_path) -> None:
     assert result["preview"]["rows"] == [["root", "kid", "5"]]
     nested = result["nested"]["value"]
     assert nested["name"] == "root" and nested["children"][0]["name"] == "kid"
+
+
+# -- every input the command line takes, uploads, broken plans ---------------------------
+
+
+def test_the_command_takes_the_input_flags_of_transcode() -> None:
+    """One definition (wirearrow.arguments): the playground's input flags are transcode's,
+    with the same choices."""
+    from wirearrow.arguments import INPUT_FLAGS
+    from wirearrow.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+
+    def flags(command: str) -> dict:
+        return {
+            s: a.choices
+            for a in commands[command]._actions
+            for s in a.option_strings
+            if s in (*INPUT_FLAGS.values(), "--schema-id")
+        }
+
+    assert flags("playground") == flags("transcode")
+    assert set(flags("playground")) == {*INPUT_FLAGS.values(), "--schema-id"}
+    assert "tfrecord" in flags("playground")["--framing"]
+    assert "confluent" in flags("playground")["--framing"]
+
+
+def _session(argv: list[str]) -> Session:
+    from wirearrow.cli import build_parser
+    from wirearrow.playground import session_of
+
+    return session_of(build_parser().parse_args(["playground", *argv]))
+
+
+def test_the_command_reads_every_framing_compression_and_format(tmp_path) -> None:
+    import gzip
+
+    from google.protobuf import json_format
+
+    records = corpus.generate(12, seed=4)
+    array = pa.array(records, pa.binary())
+    tfrecord = tmp_path / "events.tfrecord.gz"
+    tfrecord.write_bytes(gzip.compress(bytes(wa.frame_records(array, "tfrecord"))))
+    session = _session([str(PLAN), str(tfrecord), "--framing", "tfrecord"])
+    assert session.sample.records == records and session.input.framing == "tfrecord"
+    # An explicit codec over the suffix's.
+    plain = tmp_path / "events.bin"
+    plain.write_bytes(gzip.compress(bytes(wa.frame_records(array, "u32be"))))
+    session = _session(
+        [str(PLAN), str(plain), "--framing", "u32be", "--input-compression", "gzip"]
+    )
+    assert session.sample.records == records
+    # Confluent records in a varint stream: any id is the plan's schema, or those named.
+    prefixed = wa.frame_records(array, "confluent", schema_id=7)
+    confluent = tmp_path / "events.confluent"
+    confluent.write_bytes(bytes(wa.frame_records(prefixed, "varint")))
+    for extra in ([], ["--schema-id", "7"]):
+        session = _session([str(PLAN), str(confluent), "--framing", "confluent", *extra])
+        preview = session.evaluate("request_id = id", "lines")["preview"]
+        assert preview["failed"] == 0 and preview["num_records"] == 12, extra
+    session = _session(
+        [str(PLAN), str(confluent), "--framing", "confluent", "--schema-id", "8",
+         "--schema-id-column", "sid"]
+    )  # fmt: skip
+    preview = session.evaluate(PLAN.read_text(), "yaml")["preview"]
+    assert preview["failed"] == 12 and "schema id 7" in preview["dead_letters"][0]["reason"]
+    session.schema_ids = {7: None}
+    preview = session.evaluate(PLAN.read_text(), "yaml")["preview"]
+    assert preview["failed"] == 0 and preview["columns"][-1]["name"] == "sid"
+    assert {row[-1] for row in preview["rows"]} == {7}
+    # protojson lines.
+    _, cls = corpus.load_schema()
+    ndjson = tmp_path / "events.ndjson"
+    ndjson.write_text(
+        "\n".join(json_format.MessageToJson(cls.FromString(r), indent=None) for r in records)
+    )
+    session = _session([str(PLAN), str(ndjson), "--format", "json"])
+    preview = session.evaluate(PLAN.read_text(), "yaml")["preview"]
+    assert preview["num_records"] == 12 and preview["failed"] == 0
+    # Flags that contradict each other: the command line's words.
+    with pytest.raises(ValueError, match="--delimited-by is for --framing confluent"):
+        _session([str(PLAN), str(confluent), "--delimited-by", "u32le"])
+
+
+def _upload(client: Client, name: str, data: bytes, size: int | None = None, **fields) -> tuple[int, dict]:
+    from urllib.parse import urlencode
+
+    query = urlencode({"name": name, "size": size or len(data), **fields})
+    code, _, body = client.request(f"/api/upload?{query}", raw=data)
+    return code, json.loads(body)
+
+
+def test_records_uploaded_from_the_page(client, tmp_path) -> None:
+    import gzip
+
+    records = corpus.generate(30, seed=6)
+    framed = bytes(wa.frame_records(pa.array(records, pa.binary()), "tfrecord"))
+    code, state = _upload(client, "events.tfrecord", framed, framing="tfrecord")
+    assert code == 200, state
+    assert state["records"]["records"] == 30 and state["records_from"] == "upload"
+    assert state["records"]["source"] == "events.tfrecord (uploaded)"
+    assert {f["name"]: f["value"] for f in state["input"]}["framing"] == "tfrecord"
+    expected = wa.load_plan(PLAN).transcoder().transcode(records)
+    preview = client.json("/api/preview", {"plan": PLAN.read_text(), "mode": "yaml"})["preview"]
+    assert preview["num_rows"] == expected.num_rows and preview["failed"] == 0
+    # Compressed, by its suffix; the page sends only the first bytes of a large file.
+    zipped = gzip.compress(framed)
+    code, state = _upload(client, "events.tfrecord.gz", zipped, framing="tfrecord")
+    assert state["records"]["records"] == 30, state
+    half = len(framed) // 2
+    code, state = _upload(client, "big.tfrecord", framed[:half], size=len(framed), framing="tfrecord")
+    assert code == 200 and 0 < state["records"]["records"] < 30
+    assert "of the uploaded part" in state["records"]["note"]
+    assert f"first {half:,} of {len(framed):,} bytes" in state["records"]["source"]
+    code, state = _upload(client, "big.tfrecord.gz", zipped[: len(zipped) // 2], size=len(zipped), framing="tfrecord")
+    assert code == 200 and 0 < state["records"]["records"] < 30, state
+    # The same upload read again with another framing: the page's selects.
+    code, state = _upload(client, "events.bin", framed, framing="u32le")
+    assert state["records"]["records"] < 30 or state["records"]["note"]
+    state = client.json("/api/records", {"kind": "again", "framing": "tfrecord"})
+    assert state["records"]["records"] == 30 and state["records"]["source"] == "events.bin (uploaded)"
+    # Bad fields and oversize uploads are errors on the page; the server goes on.
+    assert _upload(client, "x.bin", b"\x00", framing="zip")[0] == 400
+    assert "is for framing" in _upload(client, "x.bin", b"\x00", delimited_by="u32le")[1]["error"]
+    req = urllib.request.Request(client.base + "/api/upload?name=x", data=b"\x00", method="POST")
+    req.add_header("Content-Length", str(Limits().max_upload + 1))  # refused unread
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=30)
+    info.value.close()
+    assert info.value.code == 413
+    assert client.json("/api/state")["records"]["records"] == 30
+
+
+def test_a_pasted_record_in_any_format(client) -> None:
+    from google.protobuf import json_format
+
+    record = corpus.generate(3, seed=2)[1]
+    _, cls = corpus.load_schema()
+    text = json_format.MessageToJson(cls.FromString(record))  # pretty-printed: many lines
+    state = client.json("/api/records", {"kind": "paste", "text": text, "format": "json"})
+    assert state["records"]["records"] == 1
+    rows = client.json("/api/preview", {"plan": "id", "mode": "lines"})["preview"]["rows"]
+    assert rows == [[cls.FromString(record).id]]
+    prefixed = wa.frame_records(pa.array([record], pa.binary()), "confluent", schema_id=3)
+    state = client.json(
+        "/api/records", {"kind": "paste", "text": prefixed[0].as_py().hex(), "framing": "confluent"}
+    )
+    preview = client.json("/api/preview", {"plan": "id", "mode": "lines"})["preview"]
+    assert preview["rows"] == rows and preview["failed"] == 0
+
+
+def test_a_broken_plan_keeps_the_tree_and_the_last_good_preview(tmp_path) -> None:
+    text = PLAN.read_text()
+    broken = text.replace("path: id", "path: nope", 1)
+    assert broken != text
+    plan = PLAN.parent / f".playground-broken-{os.getpid()}.yaml"
+    plan.write_text(broken)
+    records = tmp_path / "events.varint"
+    corpus.write_corpus(records, 20, seed=1, framing="varint")
+    try:
+        session = _session([str(plan), str(records)])
+    finally:
+        plan.unlink()
+    # Opened with a problem in its columns: the tree is the proto section's schema.
+    state = session.state()
+    assert state["schema"]["message"].endswith("BidRequestEvent")
+    result = session.evaluate(broken, "yaml")
+    assert "field 'nope' not in message" in result["problems"][0]["text"]
+    assert result["preview"] is None  # no plan has compiled yet
+    good = session.evaluate(text, "yaml")
+    assert good["problems"] == [] and "stale" in good and not good["stale"]
+    # Broken again (a bad path, then a proto file that does not exist, then not YAML):
+    # the last good preview, marked stale; the tree stays.
+    for bad in (
+        broken,
+        text.replace("bidrequest.proto", "nowhere.proto"),
+        text + "\n  - : [",
+    ):
+        result = session.evaluate(bad, "yaml")
+        assert result["problems"] and result["stale"]
+        assert result["preview"]["rows"] == good["preview"]["rows"]
+        assert "schema" not in result  # unchanged
+        assert session.state()["schema"]["message"].endswith("BidRequestEvent")
+    # A broken plan naming another (sound) schema: the tree follows it.
+    other = tmp_path / "other.proto"
+    other.write_text('syntax = "proto3";\npackage o;\nmessage Other { int64 x = 1; }\n')
+    result = session.evaluate(
+        f"proto: {{file: {other}, message: o.Other}}\ndenormalizer:\n  columns:\n"
+        "    - {name: y, path: y}\n",
+        "yaml",
+    )
+    assert result["schema"]["message"] == "o.Other" and result["problems"]

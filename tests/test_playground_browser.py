@@ -5,7 +5,8 @@ Skipped, with the reason, when Chromium, its driver or Selenium is missing; CI i
 user would, on the bundled sample (benchmarks/corpus.py records, transforms/openrtb_flat.yaml),
 then loads records from the page, types a path, watches the error and the preview update,
 adds a column from the schema tree, downloads the plan and keeps a screenshot in
-out/ci-artifacts/.
+out/ci-artifacts/. A second run starts from a broken plan, uploads a TFRecord file from the
+page and breaks the plan again (the tree and the last good preview stay).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
@@ -45,15 +47,11 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture
-def playground(tmp_path):
-    """The command on the bundled sample: (URL, records file, a second records file)."""
-    first, second = tmp_path / "events.u32le", tmp_path / "more.u32le"
-    corpus.write_corpus(first, 200, seed=0, framing="u32le")
-    corpus.write_corpus(second, 50, seed=1, framing="u32le")
+def _serve(*argv: str):
+    """``wirearrow playground ARGV``: yields its URL, stops it after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugin")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wirearrow", "playground", str(PLAN), str(first), "--framing", "u32le"],
+        [sys.executable, "-m", "wirearrow", "playground", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,13 +60,39 @@ def playground(tmp_path):
     try:
         line = proc.stdout.readline()
         match = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-        assert match, line
-        yield match.group(1), first, second
+        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield match.group(1)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.fixture
+def playground(tmp_path):
+    """The command on the bundled sample: (URL, records file, a second records file)."""
+    first, second = tmp_path / "events.u32le", tmp_path / "more.u32le"
+    corpus.write_corpus(first, 200, seed=0, framing="u32le")
+    corpus.write_corpus(second, 50, seed=1, framing="u32le")
+    for url in _serve(str(PLAN), str(first), "--framing", "u32le"):
+        yield url, first, second
+
+
+@pytest.fixture
+def broken_playground(tmp_path):
+    """The command on a plan with a bad path and no records: (URL, the plan's good text,
+    a TFRecord file of 30 records)."""
+    good = PLAN.read_text().replace(
+        "import_paths: [../examples/schema]", f"import_paths: [{ROOT / 'examples' / 'schema'}]"
+    )
+    plan = tmp_path / "broken.yaml"
+    plan.write_text(good.replace("path: id\n", "path: nope\n", 1))
+    records = wa.frame_records(pa.array(corpus.generate(30, seed=2), pa.binary()), "tfrecord")
+    tfrecord = tmp_path / "events.tfrecord"
+    tfrecord.write_bytes(bytes(records))
+    for url in _serve(str(plan)):
+        yield url, good, tfrecord
 
 
 @pytest.fixture
@@ -211,3 +235,66 @@ def test_playground_in_a_browser(browser, playground) -> None:
     _wait(driver, lambda d: "denormalizer:" in plan.get_attribute("value"), "the YAML form")
     _wait(driver, lambda d: "no problems" in _text(d, "problems"), "the YAML form to compile")
     assert _headers(driver) == ["id", "imp_id"]
+
+
+def _set_plan(driver, text: str) -> None:
+    """Replace the editor's text as typing would (an input event), at once."""
+    driver.execute_script(
+        "const p = document.getElementById('plan'); p.value = arguments[0];"
+        "p.dispatchEvent(new Event('input'))",
+        text,
+    )
+
+
+def test_a_broken_plan_and_an_uploaded_tfrecord_file(browser, broken_playground) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    url, good, tfrecord = broken_playground
+    driver = browser
+    driver.get(url)
+    # Opened with a broken plan: its problem, and the tree of its proto section to fix it by.
+    _wait(driver, lambda d: "field 'nope' not in message" in _text(d, "problems"), "the problem")
+    assert "BidRequestEvent" in _text(driver, "schema-name")
+    assert driver.find_elements(By.CSS_SELECTOR, '#schema-tree [data-path="imp[*].banner.w"]')
+    assert "Click a field to add a column" in _text(driver, "tree-help")
+    _wait(driver, lambda d: "no plan has compiled yet" in _text(d, "preview-summary"), "the note")
+
+    # Upload a TFRecord file from the page, with its framing chosen first.
+    Select(driver.find_element(By.ID, "input-framing")).select_by_value("tfrecord")
+    driver.find_element(By.ID, "records-upload").send_keys(str(tfrecord))
+    _wait(driver, lambda d: "30 records" in _text(d, "records-info"), "the upload")
+    assert "events.tfrecord (uploaded)" in _text(driver, "records-info")
+
+    # Fixed: the preview of the uploaded records.
+    _set_plan(driver, good)
+    _wait(driver, lambda d: "30 records in" in _text(d, "preview-summary"), "the preview")
+    _wait(driver, lambda d: "no problems" in _text(d, "problems"), "no problems")
+    rows = _headers(driver)
+    assert "request_id" in rows
+    assert "0 failed" in _text(driver, "preview-summary")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "playground-upload.png"))
+
+    # Broken again, with a long path: the problem wraps (nothing cut on the right), the
+    # tree and the last good preview stay, marked as such.
+    long_path = "imp[*].banner." + "very_long_field_name_" * 8
+    _set_plan(driver, good.replace("path: id\n", f"path: {long_path}\n", 1))
+    _wait(driver, lambda d: "not in message" in _text(d, "problems"), "the long problem")
+    summary = _text(driver, "preview-summary")
+    assert summary.startswith("The plan has problems: below is the preview of the last plan")
+    assert "30 records in" in summary and _headers(driver) == rows
+    assert "stale" in driver.find_element(By.ID, "output").get_attribute("class")
+    assert "BidRequestEvent" in _text(driver, "schema-name")
+    overflow = driver.execute_script(
+        "return [...document.querySelectorAll('#problems .problem')]"
+        ".map(p => p.scrollWidth - p.clientWidth)"
+    )
+    assert overflow and max(overflow) <= 1, overflow
+    driver.save_screenshot(str(ARTIFACTS / "playground-broken-plan.png"))
+
+    # Another framing from the page reads the upload again (here a wrong one).
+    _set_plan(driver, good)
+    _wait(driver, lambda d: "no problems" in _text(d, "problems"), "the plan again")
+    Select(driver.find_element(By.ID, "input-framing")).select_by_value("u32le")
+    _wait(driver, lambda d: "u32le" in _text(d, "records-info"), "the records read again")

@@ -13,7 +13,15 @@ from typing import Any
 
 from wirearrow.sources.format import FIELDS, RecordFormat
 
-__all__ = ["INPUT_FLAGS", "add_import_paths", "add_input_arguments", "in_flags", "input_format"]
+__all__ = [
+    "INPUT_FLAGS",
+    "add_import_paths",
+    "add_input_arguments",
+    "add_schema_ids",
+    "in_flags",
+    "input_format",
+    "schema_id_arg",
+]
 
 # The flag of each RecordFormat field a file of records can need. compression is
 # --input-compression: --compression is the Parquet output's codec. schemas is --schema-id
@@ -58,6 +66,36 @@ def add_input_arguments(
             kwargs["choices"] = f.metadata["choices"]
         doc = f.metadata["doc"].replace("%", "%%")
         command.add_argument(INPUT_FLAGS[name], help=f"{doc}; default: the plan's input.{name}", **kwargs)
+
+
+def add_schema_ids(command: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--schema-id ID[=FILE.proto:MESSAGE] (repeatable): the Confluent schema ids accepted."""
+    command.add_argument(
+        "--schema-id",
+        action="append",
+        metavar="ID[=FILE.proto:MESSAGE]",
+        help="--framing confluent: a schema id to accept (repeat for several): ID alone "
+        "names the plan's message, ID=FILE.proto:MESSAGE another schema version; default: "
+        "the plan's input.schemas",
+    )
+
+
+def schema_id_arg(text: str) -> tuple[int, str | None, str | None]:
+    """A --schema-id value as (id, FILE.proto or None, MESSAGE or None); a ValueError
+    saying what is expected."""
+    head, sep, source = text.partition("=")
+    try:
+        sid = int(head)
+        if not 0 <= sid < 1 << 31:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--schema-id {text!r}: the id is an integer from 0 to 2**31-1") from None
+    if not sep:
+        return sid, None, None
+    file, colon, message = source.rpartition(":")
+    if not colon or not file or not message:
+        raise ValueError(f"--schema-id {text!r}: expected ID=FILE.proto:MESSAGE")
+    return sid, file, message
 
 
 def input_format(args: argparse.Namespace, base: RecordFormat, **given: Any) -> RecordFormat:

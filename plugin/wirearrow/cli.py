@@ -25,7 +25,14 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from wirearrow.arguments import add_import_paths, add_input_arguments, in_flags, input_format
+from wirearrow.arguments import (
+    add_import_paths,
+    add_input_arguments,
+    add_schema_ids,
+    in_flags,
+    input_format,
+    schema_id_arg,
+)
 from wirearrow.options import ON_ERROR
 from wirearrow.parquet import PARQUET_COMPRESSIONS
 from wirearrow.sources.compression import strip_suffix
@@ -417,18 +424,12 @@ def _schema_id_arg(text: str, plan: PlanConfig) -> tuple[int, Schema]:
     in the plan's import paths and the file's directory)."""
     import wirearrow as wa
 
-    head, sep, source = text.partition("=")
     try:
-        sid = int(head)
-        if not 0 <= sid < 1 << 31:
-            raise ValueError
-    except ValueError:
-        raise CliError(f"--schema-id {text!r}: the id is an integer from 0 to 2**31-1", 2) from None
-    if not sep:
+        sid, file, message = schema_id_arg(text)
+    except ValueError as err:
+        raise CliError(str(err), 2) from None
+    if file is None or message is None:
         return sid, plan.schema()
-    file, colon, message = source.rpartition(":")
-    if not colon or not file or not message:
-        raise CliError(f"--schema-id {text!r}: expected ID=FILE.proto:MESSAGE", 2)
     roots = [*plan.proto.import_paths, os.path.dirname(os.path.abspath(file))]
     return sid, wa.Schema.from_proto(file, message, import_paths=roots)
 
@@ -921,14 +922,7 @@ def build_parser() -> argparse.ArgumentParser:
         "in one file); default: the plan's output.path",
     )
     add_input_arguments(tr)
-    tr.add_argument(
-        "--schema-id",
-        action="append",
-        metavar="ID[=FILE.proto:MESSAGE]",
-        help="--framing confluent: a schema id to accept (repeat for several): ID alone "
-        "names the plan's message, ID=FILE.proto:MESSAGE another schema version; default: "
-        "the plan's input.schemas",
-    )
+    add_schema_ids(tr)
     tr.add_argument(
         "--on-error",
         choices=ON_ERROR,

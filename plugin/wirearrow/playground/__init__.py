@@ -1,6 +1,6 @@
 """``wirearrow playground``: try a plan on real records in a local web page.
 
-    wirearrow playground [PLAN.yaml] [RECORDS] [--framing F] [--proto FILE --message M]
+    wirearrow playground [PLAN.yaml] [RECORDS] [--framing F ...] [--proto FILE --message M]
 
 Serves one page on 127.0.0.1 (a free port unless ``--port``; the URL is printed, no
 browser is opened): the schema as a tree, a plan editor with the errors of
@@ -14,11 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from wirearrow.arguments import add_import_paths, add_input_arguments
+from wirearrow.arguments import add_import_paths, add_input_arguments, add_schema_ids
 from wirearrow.sources.format import RecordFormat
 
-__all__ = ["DESCRIPTION", "HELP", "configure", "run"]
+if TYPE_CHECKING:
+    from wirearrow.playground.session import Session
+    from wirearrow.schema import Schema
+
+__all__ = ["DESCRIPTION", "HELP", "configure", "run", "session_of"]
 
 HELP = "try a plan on a sample of real records in a local web page"
 DESCRIPTION = (
@@ -36,7 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PLAN.yaml|RECORDS",
         help="a YAML plan (a file ending in .yaml/.yml) and/or a file of framed records",
     )
-    add_input_arguments(parser, ("format", "framing", "delimited_by", "compression"))
+    # The input flags of `wirearrow transcode`, from the same definitions.
+    records = parser.add_argument_group("records (default: the plan's input section)")
+    add_input_arguments(records)
+    add_schema_ids(records)
     schema = parser.add_argument_group("schema (when there is no plan, or to override it)")
     schema.add_argument("--proto", metavar="FILE", help="a .proto file")
     schema.add_argument("--descriptor-set", metavar="FILE", help="a serialized FileDescriptorSet")
@@ -67,42 +75,13 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Set up the session from the arguments, serve until interrupted."""
-    from wirearrow.arguments import in_flags, input_format
     from wirearrow.playground.server import make_server
-    from wirearrow.playground.session import Limits, PlaygroundError, SchemaSource, Session
+    from wirearrow.playground.session import PlaygroundError
 
-    plans = [p for p in args.inputs if p.lower().endswith((".yaml", ".yml"))]
-    records = [p for p in args.inputs if p not in plans]
-    if len(plans) > 1 or len(records) > 1:
-        return _fail("give at most one PLAN.yaml and one RECORDS file")
-    if min(args.sample, args.max_bytes, args.rows) < 1:
-        return _fail("--sample, --max-bytes and --rows must be at least 1")
-    limits = Limits(max_records=args.sample, max_bytes=args.max_bytes, preview_rows=args.rows)
-    session = Session(limits)
-    base = RecordFormat()
     try:
-        if plans:
-            session.open_plan(plans[0])
-            base = _plan_input(plans[0])
-        given = [k for k in ("proto", "descriptor_set", "module") if getattr(args, k)]
-        if len(given) > 1:
-            return _fail("give one of --proto, --descriptor-set, --module")
-        if given:
-            if not args.message:
-                return _fail(f"--{given[0].replace('_', '-')} needs --message")
-            value = getattr(args, given[0])
-            if given[0] != "module" and os.path.exists(value):
-                value = os.path.abspath(value)
-            roots = tuple(os.path.abspath(p) for p in args.import_paths)
-            session.set_schema(SchemaSource(given[0], value, args.message, roots))
-            if not plans:
-                session.mode = "lines"
-        if records:
-            session.set_records_file(records[0], input_format(args, base))
+        session = session_of(args)
     except PlaygroundError as err:
         return _fail(str(err))
-    except (TypeError, ValueError) as err:  # input flags that contradict each other
-        return _fail(in_flags(str(err)))
     try:
         server = make_server(session, port=args.port)
     except OSError as err:
@@ -116,6 +95,72 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def session_of(args: argparse.Namespace) -> Session:
+    """The session the command's arguments describe: its plan, schema and records, read
+    as the input flags say over the plan's input section (PlaygroundError: why not)."""
+    from wirearrow.arguments import in_flags, input_format
+    from wirearrow.playground.session import Limits, PlaygroundError, SchemaSource, Session
+
+    plans = [p for p in args.inputs if p.lower().endswith((".yaml", ".yml"))]
+    records = [p for p in args.inputs if p not in plans]
+    if len(plans) > 1 or len(records) > 1:
+        raise PlaygroundError("give at most one PLAN.yaml and one RECORDS file")
+    if min(args.sample, args.max_bytes, args.rows) < 1:
+        raise PlaygroundError("--sample, --max-bytes and --rows must be at least 1")
+    limits = Limits(max_records=args.sample, max_bytes=args.max_bytes, preview_rows=args.rows)
+    session = Session(limits)
+    base = RecordFormat()
+    if plans:
+        session.open_plan(plans[0])
+        base = _plan_input(plans[0])
+    sources = [k for k in ("proto", "descriptor_set", "module") if getattr(args, k)]
+    if len(sources) > 1:
+        raise PlaygroundError("give one of --proto, --descriptor-set, --module")
+    if sources:
+        if not args.message:
+            raise PlaygroundError(f"--{sources[0].replace('_', '-')} needs --message")
+        value = getattr(args, sources[0])
+        if sources[0] != "module" and os.path.exists(value):
+            value = os.path.abspath(value)
+        roots = tuple(os.path.abspath(p) for p in args.import_paths)
+        session.set_schema(SchemaSource(sources[0], value, args.message, roots))
+        if not plans:
+            session.mode = "lines"
+    # Confluent records: the ids --schema-id names, else the plan's, else any id is the
+    # session's schema.
+    schemas = {}
+    if args.schema_id:
+        session.schema_ids = dict(_schema_id(text) for text in args.schema_id)
+        schemas["schemas"] = session.schema_of_id
+    elif (args.input_framing or base.framing) == "confluent" and base.schemas is None:
+        schemas["schemas"] = session.schema_of_id
+    try:
+        fmt = input_format(args, base, **schemas)
+    except (TypeError, ValueError) as err:  # input flags that contradict each other
+        raise PlaygroundError(in_flags(str(err))) from None
+    session.input = fmt
+    if records:
+        session.set_records_file(records[0], fmt)
+    return session
+
+
+def _schema_id(text: str) -> tuple[int, Schema | None]:
+    """A --schema-id value: (id, None: the session's schema | the Schema it names)."""
+    import wirearrow as wa
+    from wirearrow.arguments import schema_id_arg
+    from wirearrow.errors import WirearrowError
+    from wirearrow.playground.session import PlaygroundError
+
+    try:
+        sid, file, message = schema_id_arg(text)
+        if file is None or message is None:
+            return sid, None
+        root = os.path.dirname(os.path.abspath(file))
+        return sid, wa.Schema.from_proto(file, message, import_paths=[root])
+    except (ValueError, WirearrowError, OSError) as err:
+        raise PlaygroundError(str(err)) from None
 
 
 def _plan_input(path: str) -> RecordFormat:

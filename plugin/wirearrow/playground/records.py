@@ -1,16 +1,19 @@
 """The playground's records: a bounded sample of a file of records, or one pasted record.
 
-A file is read from its start and never whole: at most ``max_records`` records and
-``max_bytes`` bytes (decompressed), framed as a :class:`~wirearrow.RecordFormat` says, by
-the same splitter every reader uses. Framing problems (a length prefix that cannot be one,
-a record cut by the end of the file or of the byte budget) end the sample with a note; the
-records before them are kept.
+A file (on the server's disk, or the first bytes of one uploaded from the page) is read
+from its start and never whole: at most ``max_records`` records and ``max_bytes`` bytes
+(decompressed), framed as a :class:`~wirearrow.RecordFormat` says, by the same splitter
+every reader uses. Framing problems (a length prefix that cannot be one, a record cut by
+the end of the file or of the byte budget) end the sample with a note; the records before
+them are kept.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import io
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,8 +25,11 @@ from wirearrow.sources.format import CONFLUENT, RecordFormat
 from wirearrow.sources.framing import TRAILERS, looks_like, split_framed_prefix
 from wirearrow.sources.protojson import split_ndjson
 
-__all__ = ["RecordsError", "Sample", "parse_pasted", "sample_file"]
+__all__ = ["HEAD_BYTES", "RecordsError", "Sample", "parse_pasted", "sample_file", "sample_upload"]
 
+# The first bytes of an input kept with its sample: what they look like is said from them
+# (sources.sniff) when most records fail.
+HEAD_BYTES = 64 * 1024
 _HEX = re.compile(r"[0-9a-fA-F]+")
 
 
@@ -43,6 +49,8 @@ class Sample:
     note: str = ""  # why the sample stopped where it did, when not at the end of the input
     truncated: bool = False  # the input holds more than the sample
     fmt: RecordFormat = field(default_factory=RecordFormat)
+    head: bytes = b""  # the input's first (decompressed) bytes, at most HEAD_BYTES
+    whole: bool = False  # head is the whole input
 
     def describe(self) -> dict:
         return {
@@ -65,21 +73,55 @@ def sample_file(path: str, fmt: RecordFormat, *, max_records: int, max_bytes: in
     codec = compression_of(path, fmt.compression)
     try:
         with open(path, "rb") as raw:
-            stream = raw if codec == "none" else open_decompressed(raw, codec, "the file")
-            data = stream.read(max_bytes + 1)
-            broken = getattr(stream, "broken", None)
+            return _sample(raw, path, codec, fmt, max_records, max_bytes)
     except IsADirectoryError:
         raise RecordsError(f"{path}: is a directory, not a file of records") from None
     except (OSError, ImportError) as err:
         raise RecordsError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+
+
+def sample_upload(
+    name: str, data: bytes, fmt: RecordFormat, *, size: int, max_records: int, max_bytes: int
+) -> Sample:
+    """The first records of a file uploaded from the page: ``data`` is its first bytes (of
+    ``size``; the page sends no more than the sample can use), ``name`` its name (its
+    suffix says its compression, as a file's does)."""
+    codec = compression_of(name, fmt.compression)
+    cut = size > len(data)
+    where = f"{name} (uploaded{f', its first {len(data):,} of {size:,} bytes' if cut else ''})"
+    try:
+        sample = _sample(io.BytesIO(data), where, codec, fmt, max_records, max_bytes, cut=cut)
+    except ImportError as err:  # a codec whose package is missing
+        raise RecordsError(f"cannot read {name}: {err}") from None
+    return sample
+
+
+def _sample(
+    raw, source: str, codec: str, fmt: RecordFormat, max_records: int, max_bytes: int,
+    cut: bool = False,
+) -> Sample:
+    """The sample of the stream ``raw`` (``cut``: it holds only the input's first bytes:
+    its end is the sample's limit, not a broken input)."""
+    stream = raw if codec == "none" else open_decompressed(raw, codec, "the file")
+    data = stream.read(max_bytes + 1)
+    broken = getattr(stream, "broken", None)
     more = len(data) > max_bytes
     data = data[:max_bytes]
+    if cut and not more:
+        # The upload's end cuts its last record (or a compressed stream): not the file's.
+        more, broken = True, None
     # Each record is then read on its own: Confluent records keep their prefix.
     each = fmt.replace(
         framing=CONFLUENT if fmt.confluent else None, delimited_by=None, compression="none"
     )
     framing = None if fmt.format == "json" else fmt.stream_framing
-    sample = Sample(source=path, framing=framing or "lines", fmt=each)
+    sample = Sample(
+        source=source,
+        framing=framing or "lines",
+        fmt=each,
+        head=bytes(data[:HEAD_BYTES]),
+        whole=not more and broken is None and len(data) <= HEAD_BYTES,
+    )
     if framing is None:
         starts, ends = split_ndjson(data)
         if more and len(ends) and ends[-1] == len(data):  # a line cut by the byte budget
@@ -106,10 +148,12 @@ def sample_file(path: str, fmt: RecordFormat, *, max_records: int, max_bytes: in
         sample.note = broken
     elif more:
         sample.truncated = True
-        sample.note = (
-            f"stopped at byte {consumed}: the next record would pass the sample's limit of "
-            f"{max_bytes:,} bytes"
+        limit = (
+            "the end of the uploaded part"
+            if cut and len(data) < max_bytes
+            else f"the sample's limit of {max_bytes:,} bytes"
         )
+        sample.note = f"stopped at byte {consumed}: the next record would pass {limit}"
     elif framing is not None and consumed < len(data):
         sample.note = (
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "
@@ -118,8 +162,32 @@ def sample_file(path: str, fmt: RecordFormat, *, max_records: int, max_bytes: in
     return sample
 
 
-def parse_pasted(text: str, max_bytes: int) -> Sample:
-    """One record pasted as hex (spaces allowed, optional 0x) or base64."""
+def parse_pasted(text: str, max_bytes: int, fmt: RecordFormat | None = None) -> Sample:
+    """One record pasted as hex (spaces allowed, optional 0x) or base64; with ``fmt``
+    format json, protojson records as their text (one, or one per line). A Confluent ``fmt``:
+    the record carries its prefix."""
+    fmt = fmt or RecordFormat()
+    each = fmt.replace(framing=CONFLUENT if fmt.confluent else None, delimited_by=None, compression="none")
+    if fmt.format == "json":
+        data = text.encode("utf-8")
+        if len(data) > max_bytes:
+            raise RecordsError(f"the pasted text is longer than the limit of {max_bytes:,} bytes")
+        try:  # one record, perhaps over several lines (pretty-printed)
+            json.loads(data)
+            starts, ends = np.array([0]), np.array([len(data)])
+        except ValueError:  # else one per line (a bad one is the decoder's to name)
+            starts, ends = split_ndjson(data)
+        if not len(starts) or not data.strip():
+            raise RecordsError("paste a protojson record, or several, one per line")
+        return Sample(
+            records=[data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)],
+            offsets=starts.tolist(),
+            source=f"pasted protojson ({len(starts)} record{'s' if len(starts) > 1 else ''})",
+            framing="lines",
+            fmt=each,
+            head=data[:HEAD_BYTES],
+            whole=len(data) <= HEAD_BYTES,
+        )
     compact = "".join(text.split())
     if compact.lower().startswith("0x"):
         compact = compact[2:]
@@ -140,4 +208,11 @@ def parse_pasted(text: str, max_bytes: int) -> Sample:
                 "the pasted text is neither hex (an even number of 0-9a-f digits) nor base64"
             ) from None
         kind = "base64"
-    return Sample(records=[data], offsets=[0], source=f"pasted {kind} ({len(data):,} bytes)")
+    return Sample(
+        records=[data],
+        offsets=[0],
+        source=f"pasted {kind} ({len(data):,} bytes)",
+        fmt=each,
+        head=data[:HEAD_BYTES],
+        whole=len(data) <= HEAD_BYTES,
+    )

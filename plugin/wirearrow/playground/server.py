@@ -7,7 +7,8 @@ the server keeps serving. API (JSON in, JSON out, except downloads):
     GET  /api/state                       schema tree, sample, the starting plan
     POST /api/preview    {plan, mode, record}      problems, preview rows, dead letters, nested record
     POST /api/schema     {kind, value, message, import_paths}
-    POST /api/records    {kind: file|paste, path, framing, format, compression, text}
+    POST /api/records    {kind: file|paste|again, path, text, INPUT...}
+    POST /api/upload?name=N&size=S&INPUT...   the first bytes of a file, as the body
     POST /api/add_column {plan, mode, path}        -> {plan}
     POST /api/download   {plan, mode, format}      -> the file (yaml, parquet, csv)
 """
@@ -21,10 +22,9 @@ import os
 import sys
 import traceback
 from importlib import resources
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
-from wirearrow.playground.session import PlaygroundError, SchemaSource, Session
-from wirearrow.sources.format import RecordFormat
+from wirearrow.playground.session import PAGE_INPUT_FIELDS, PlaygroundError, SchemaSource, Session
 
 __all__ = ["make_server"]
 
@@ -76,15 +76,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _json(self, status: int, data: object) -> None:
         self._send(status, json.dumps(data).encode(), "application/json")
 
-    def _body(self) -> dict:
+    def _raw_body(self, limit: int = MAX_BODY) -> bytes:
         try:
             size = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             raise _BadRequest(400, "bad Content-Length") from None
-        if size < 0 or size > MAX_BODY:
+        if size < 0 or size > limit:
             self.close_connection = True
-            raise _BadRequest(413, f"the request is larger than {MAX_BODY:,} bytes")
-        raw = self.rfile.read(size)
+            raise _BadRequest(413, f"the request is larger than {limit:,} bytes")
+        return self.rfile.read(size)
+
+    def _body(self) -> dict:
+        raw = self._raw_body()
         try:
             body = json.loads(raw or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -128,7 +131,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise _BadRequest(404, f"no such page: {path}")
 
     def _post(self) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
+        if path == "/api/upload":  # the body is the file's bytes, the rest in the query
+            query = dict(parse_qsl(url.query, keep_blank_values=True))
+            data = self._raw_body(self.session.limits.max_upload)
+            with self.session.lock:
+                self._upload(query, data)
+            return
         routes = {
             "/api/preview": self._preview,
             "/api/schema": self._schema,
@@ -166,10 +176,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._json(200, self.session.state())
 
     def _records(self, body: dict) -> None:
-        if _text(body, "kind", "file") == "paste":
-            self.session.set_records_pasted(_text(body, "text"))
+        kind = _text(body, "kind", "file")
+        fmt = self.session.record_format(_input_fields(body))
+        if kind == "paste":
+            self.session.set_records_pasted(_text(body, "text"), fmt)
+        elif kind == "again":
+            self.session.reread_records(fmt)
+        elif kind == "file":
+            self.session.set_records_file(_text(body, "path"), fmt)
         else:
-            self.session.set_records_file(_text(body, "path"), _record_format(body))
+            raise PlaygroundError("kind must be file, paste or again")
+        self._json(200, self.session.state())
+
+    def _upload(self, query: dict, data: bytes) -> None:
+        try:
+            size = int(query.get("size") or len(data))
+        except ValueError:
+            raise PlaygroundError("size must be an integer") from None
+        fmt = self.session.record_format(_input_fields(query))
+        self.session.set_records_upload(query.get("name") or "upload", data, fmt, size)
         self._json(200, self.session.state())
 
     def _add_column(self, body: dict) -> None:
@@ -198,14 +223,19 @@ def make_server(session: Session, port: int = 0, host: str = "127.0.0.1") -> _Se
     return _Server((host, port), handler)
 
 
-def _record_format(body: dict) -> RecordFormat:
-    """The RecordFormat fields a request gives (the page's framing, format, compression)."""
-    given = {
-        name: body[name]
-        for name in ("format", "framing", "delimited_by", "compression")
-        if body.get(name) not in (None, "")
-    }
-    try:
-        return RecordFormat(**given)
-    except (TypeError, ValueError) as err:
-        raise PlaygroundError(str(err)) from None
+def _input_fields(body: dict) -> dict:
+    """The RecordFormat fields a request gives (the page's records form; a query string's
+    values are text: "true" / "false" for a flag). Empty: the field's default."""
+    given = {}
+    for name in PAGE_INPUT_FIELDS:
+        value = body.get(name)
+        if value in (None, "", False, "false"):
+            continue
+        if value == "true":
+            value = True
+        if name == "ignore_unknown_fields" and value is not True:
+            raise PlaygroundError("ignore_unknown_fields must be true or false")
+        if name != "ignore_unknown_fields" and name != "schema_id" and not isinstance(value, str):
+            raise PlaygroundError(f"{name} must be a string")
+        given[name] = value
+    return given

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 import yaml
 
 from wirearrow.playground.lines import LineSyntaxErrors, parse_lines, to_yaml
-from wirearrow.playground.records import RecordsError, Sample, parse_pasted, sample_file
+from wirearrow.playground.records import (
+    RecordsError,
+    Sample,
+    parse_pasted,
+    sample_file,
+    sample_upload,
+)
 from wirearrow.playground.schema_tree import schema_tree
 from wirearrow.sources.format import FIELDS, RecordFormat
 
@@ -46,6 +52,11 @@ FANOUT_MIN = 20
 MAX_CELL_CHARS = 300
 NESTED_DEPTH = 8  # levels of a recursive message shown in the whole-message view
 MAX_SCHEMAS = 16  # compiled schemas kept by a session
+# The RecordFormat fields the page's records form sets (the others: a table's column, the
+# Confluent schemas, which are the session's schema unless the command line names them).
+PAGE_INPUT_FIELDS = (
+    "format", "framing", "delimited_by", "compression", "ignore_unknown_fields", "schema_id",
+)  # fmt: skip
 
 
 class PlaygroundError(ValueError):
@@ -60,6 +71,8 @@ class Limits:
     max_bytes: int = 8 << 20
     preview_rows: int = 50
     max_plan_chars: int = 200_000
+    # The first bytes of a file uploaded from the page (enough for a compressed sample).
+    max_upload: int = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -122,7 +135,8 @@ class Compiled:
     schema: Schema | None
     problems: list[dict] = field(default_factory=list)
     yaml_text: str = ""
-    source: SchemaSource | None = None  # a YAML plan's proto section
+    # A YAML plan's proto section (also when the rest of the plan has problems).
+    source: SchemaSource | None = None
 
 
 _SITE = re.compile(r"^(?P<where>.*?):(?P<line>\d+): ", re.S)
@@ -210,6 +224,13 @@ class Session:
         self.schema_source: SchemaSource | None = None
         self.schema_note = ""
         self.sample = Sample()
+        # How the records were given (a file path or an upload) and read (self.input), so
+        # that another framing, format or compression reads the same records again.
+        self.input = RecordFormat()
+        self._records_from: tuple = ()
+        # Confluent records: the schema of each id (None: every id is the session's schema).
+        self.schema_ids: dict[int, Schema | None] | None = None
+        self._last_good: Compiled | None = None  # the last plan that compiled
         self.base_dir = os.getcwd()
         self.plan_name = "plan.yaml"
         self.plan_text = ""
@@ -230,8 +251,7 @@ class Session:
         self.plan_name = os.path.basename(path)
         self.base_dir = os.path.dirname(os.path.abspath(path))
         compiled = self.compile(self.plan_text, "yaml")
-        if compiled.schema is not None:
-            self.schema, self.schema_source = compiled.schema, compiled.source
+        self._adopt_schema(compiled)
 
     def set_schema(self, source: SchemaSource) -> None:
         from wirearrow.errors import WirearrowError
@@ -240,31 +260,92 @@ class Session:
             schema = self._schema_of(source)
         except (WirearrowError, OSError, TypeError) as err:
             raise PlaygroundError(str(err)) from None
+        if source != self.schema_source:
+            self._last_good = None  # a plan of another schema
         self.schema, self.schema_source = schema, source
+
+    def record_format(self, fields: dict) -> RecordFormat:
+        """The RecordFormat of the page's (or the command line's) input fields; Confluent
+        records read with the session's schema ids (see :attr:`schema_ids`)."""
+        unknown = sorted(set(fields) - set(FIELDS))
+        if unknown:
+            raise PlaygroundError(f"unknown input options: {', '.join(unknown)}")
+        if fields.get("framing") == "confluent" and fields.get("schemas") is None:
+            fields = {**fields, "schemas": self.schema_of_id}
+        try:
+            return RecordFormat(**fields)
+        except (TypeError, ValueError) as err:
+            raise PlaygroundError(str(err)) from None
+
+    def schema_of_id(self, schema_id: int) -> Schema | None:
+        """RecordFormat.schemas of the session's Confluent records: the schema of a Confluent schema id: as the command line's --schema-id named it
+        (an id alone: the session's schema), else any id is the session's schema."""
+        if self.schema_ids is None:
+            return self.schema
+        if schema_id not in self.schema_ids:
+            return None
+        return self.schema_ids[schema_id] or self.schema
 
     def set_records_file(self, path: str, fmt: RecordFormat) -> None:
         """The sample of a file of records read as ``fmt`` says (Confluent records without
-        schema ids: every id is taken for the session's schema)."""
+        schemas=: see :meth:`record_format`)."""
+        self._read_records(("file", path), fmt)
+
+    def set_records_upload(self, name: str, data: bytes, fmt: RecordFormat, size: int | None = None) -> None:
+        """The sample of a file uploaded from the page: ``data``, its first bytes (``size``:
+        the whole file's, when more than ``data``)."""
+        name = os.path.basename(name.replace("\\", "/")) or "upload"
+        self._read_records(("upload", name, bytes(data), max(size or 0, len(data))), fmt)
+
+    def reread_records(self, fmt: RecordFormat) -> None:
+        """The same records (file or upload) read as ``fmt`` says: another framing,
+        compression or format."""
+        if not self._records_from:
+            raise PlaygroundError("no records file yet: give a path or upload a file")
+        self._read_records(self._records_from, fmt)
+
+    def _read_records(self, source: tuple, fmt: RecordFormat) -> None:
         if fmt.confluent and fmt.schemas is None:
-            fmt = fmt.replace(schemas=self._any_schema_id)
+            fmt = fmt.replace(schemas=self.schema_of_id)
+        limits = {"max_records": self.limits.max_records, "max_bytes": self.limits.max_bytes}
         try:
-            self.sample = sample_file(
-                path,
-                fmt,
-                max_records=self.limits.max_records,
-                max_bytes=self.limits.max_bytes,
+            if source[0] == "file":
+                sample = sample_file(source[1], fmt, **limits)
+            else:
+                _, name, data, size = source
+                sample = sample_upload(name, data, fmt, size=size, **limits)
+        except RecordsError as err:
+            raise PlaygroundError(str(err)) from None
+        self.sample, self.input, self._records_from = sample, fmt, source
+
+    def set_records_pasted(self, text: str, fmt: RecordFormat | None = None) -> None:
+        """One record pasted as hex or base64 (a protojson record as its text, when
+        ``fmt`` says format json; with a Confluent prefix when it says framing confluent)."""
+        fmt = fmt or RecordFormat()
+        if fmt.confluent and fmt.schemas is None:
+            fmt = fmt.replace(schemas=self.schema_of_id)
+        try:
+            self.sample = parse_pasted(text, self.limits.max_bytes, fmt)
+        except RecordsError as err:
+            raise PlaygroundError(str(err)) from None
+
+    def input_fields(self) -> list[dict]:
+        """The page's records form: each input field with its choices, its doc and the
+        value the current records were read with (one definition: RecordFormat's)."""
+        fields = []
+        for name in PAGE_INPUT_FIELDS:
+            f = FIELDS[name]
+            value = getattr(self.input, name)
+            fields.append(
+                {
+                    "name": name,
+                    "doc": f.metadata["doc"],
+                    "choices": list(f.metadata.get("choices") or ()),
+                    "default": f.default,
+                    "value": value,
+                }
             )
-        except RecordsError as err:
-            raise PlaygroundError(str(err)) from None
-
-    def _any_schema_id(self, schema_id: int) -> Schema | None:
-        return self.schema
-
-    def set_records_pasted(self, text: str) -> None:
-        try:
-            self.sample = parse_pasted(text, self.limits.max_bytes)
-        except RecordsError as err:
-            raise PlaygroundError(str(err)) from None
+        return fields
 
     def state(self) -> dict:
         return {
@@ -274,9 +355,8 @@ class Session:
             "plan": self.plan_text,
             "plan_name": self.plan_name,
             "mode": self.mode,
-            "framings": list(FIELDS["framing"].metadata["choices"]),
-            "formats": list(FIELDS["format"].metadata["choices"]),
-            "compressions": list(FIELDS["compression"].metadata["choices"]),
+            "input": self.input_fields(),
+            "records_from": self._records_from[0] if self._records_from else None,
             "limits": dataclasses.asdict(self.limits),
         }
 
@@ -331,17 +411,11 @@ class Session:
         except WirearrowError as err:
             problems = getattr(err, "problems", None) or [str(err)]
             named = [p.replace("<string>", where, 1) for p in problems]
-            return Compiled(None, None, [_problem(p) for p in named], text)
+            return Compiled(None, None, [_problem(p) for p in named], text, self._proto_of(text))
         if plan.custom is not None:  # its records are (base, custom) pairs: none here
             message = "custom_message plans read record pairs; the playground reads single records"
             return Compiled(None, None, [_problem(f"{where}: custom_message: {message}")], text)
-        proto = plan.proto
-        if proto.descriptor_set is not None:
-            source = SchemaSource("descriptor_set", proto.descriptor_set, proto.message)
-        elif proto.module is not None:
-            source = SchemaSource("module", proto.module, proto.message)
-        else:
-            source = SchemaSource("proto", proto.file, proto.message, tuple(proto.import_paths))
+        source = _schema_source(plan.proto)
         sites = _yaml_sites(text)
         try:
             schema = self._schema_of(source)
@@ -351,10 +425,46 @@ class Session:
             key = "proto.message" if message.startswith("message ") else "proto.file"
             line = sites.get(key)
             site = f"{where}:{line}" if line else where
-            return Compiled(None, None, [_problem(f"{site}: {key}: {message}")], text)
+            return Compiled(None, None, [_problem(f"{site}: {key}: {message}")], text, source)
         compiled = self._transcoder(schema, plan, where, sites.get("columns", []))
         compiled.yaml_text, compiled.source = text, source
         return compiled
+
+    def _proto_of(self, text: str) -> SchemaSource | None:
+        """The schema a plan with problems names, when its ``proto:`` section is sound by
+        itself (so the tree to fix its paths by stays): None when it is not, or the text
+        is not YAML."""
+        from wirearrow.config import load_plan
+        from wirearrow.errors import WirearrowError
+
+        try:
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("proto"), dict):
+            return None
+        try:
+            return _schema_source(load_plan({"proto": data["proto"]}, base_dir=self.base_dir).proto)
+        except (WirearrowError, ValueError, TypeError):
+            return None
+
+    def _adopt_schema(self, compiled: Compiled) -> dict | None:
+        """Follow the schema a YAML plan names (also one with problems, when its proto
+        section is sound): the tree of the new schema, None when it is the same or does not
+        compile (the last good schema stays)."""
+        from wirearrow.errors import WirearrowError
+
+        source = compiled.source
+        if source is None or source == self.schema_source:
+            return None
+        schema = compiled.schema
+        if schema is None:
+            try:
+                schema = self._schema_of(source)
+            except (WirearrowError, OSError, TypeError, PlaygroundError):
+                return None
+        self.schema, self.schema_source = schema, source
+        return schema_tree(schema.descriptor)
 
     def _compile_lines(self, text: str) -> Compiled:
         from wirearrow.config import load_plan
@@ -394,15 +504,19 @@ class Session:
             "preview": None,
             "nested": None,
         }
-        if compiled.source is not None and compiled.source != self.schema_source:
-            # A YAML plan names its schema: the tree follows it.
-            self.schema, self.schema_source = compiled.schema, compiled.source
-            if compiled.schema is not None:
-                out["schema"] = schema_tree(compiled.schema.descriptor)
-        if compiled.transcoder is None:
+        tree = self._adopt_schema(compiled)  # a YAML plan names its schema: the tree follows
+        if tree is not None:
+            out["schema"] = tree
+        if compiled.transcoder is not None:
+            self._last_good = compiled
+        elif self._last_good is None:
             return out
-        out["preview"] = self._preview(compiled.transcoder)
-        out["nested"] = self._nested(compiled.schema, record)
+        # A plan with problems: the preview of the last plan that compiled, marked stale.
+        shown = self._last_good
+        assert shown.transcoder is not None and shown.schema is not None
+        out["stale"] = compiled.transcoder is None
+        out["preview"] = self._preview(shown.transcoder)
+        out["nested"] = self._nested(shown.schema, record)
         return out
 
     def _preview(self, tc) -> dict:
@@ -590,3 +704,12 @@ def _csv(batch) -> bytes:
     buffer = io.BytesIO()
     pacsv.write_csv(pa.table(columns, names=names), buffer)
     return buffer.getvalue()
+
+
+def _schema_source(proto) -> SchemaSource:
+    """A loaded plan's ``proto`` (config.ProtoSource) as the session's SchemaSource."""
+    if proto.descriptor_set is not None:
+        return SchemaSource("descriptor_set", proto.descriptor_set, proto.message)
+    if proto.module is not None:
+        return SchemaSource("module", proto.module, proto.message)
+    return SchemaSource("proto", proto.file, proto.message, tuple(proto.import_paths))

@@ -3,10 +3,13 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { mode: "yaml", planName: "plan.yaml", timer: null, seq: 0 };
+const state = { mode: "yaml", planName: "plan.yaml", timer: null, seq: 0, limits: {}, recordsFrom: null };
 
+// body: a JSON value, or a Blob sent as it is (an uploaded file's bytes).
 async function api(path, body) {
-  const options = body === undefined ? {} : {
+  const options = body === undefined ? {} : body instanceof Blob ? {
+    method: "POST", headers: { "Content-Type": "application/octet-stream" }, body,
+  } : {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   };
   let response;
@@ -183,24 +186,40 @@ async function preview() {
   renderRecords(data.records);
   renderGutter(data.problems);
   renderProblems(data.problems);
-  $("output").classList.toggle("stale", !data.preview);
+  renderHint(data.hint);
+  $("output").classList.toggle("stale", !data.preview || Boolean(data.stale));
   if (data.preview) {
     renderPreview(data.preview);
     renderNested(data.nested);
-    status(`${data.preview.num_rows} rows from ${data.preview.num_records} records`, true);
   } else {
-    $("preview-summary").textContent =
-      "The plan has problems: below is the preview of the last plan that compiled.";
-    status(`${data.problems.length} problem(s)`, false);
+    $("preview-table").replaceChildren();
+    $("dead-letters").replaceChildren();
+    $("nested").textContent = "";
   }
+  if (data.problems.length) {
+    $("preview-summary").textContent = data.preview
+      ? "The plan has problems: below is the preview of the last plan that compiled. " +
+        $("preview-summary").textContent
+      : "The plan has problems, and no plan has compiled yet: fix them to see a preview.";
+    status(`${data.problems.length} problem(s)`, false);
+  } else {
+    status(`${data.preview.num_rows} rows from ${data.preview.num_records} records`, true);
+  }
+}
+
+// Most records fail: what the bytes look like (another framing, compression, JSON).
+function renderHint(hint) {
+  const box = $("framing-hint");
+  box.textContent = hint || "";
+  box.hidden = !hint;
 }
 
 // ---- the preview ------------------------------------------------------------------------
 
-function cell(value) {
+function cell(value, attrs) {
   if (value === null || value === undefined) return el("td", { class: "null" }, "null");
   const text = typeof value === "object" ? JSON.stringify(value) : String(value);
-  return el("td", {}, text);
+  return el("td", attrs || {}, text);
 }
 
 function renderPreview(p) {
@@ -232,7 +251,7 @@ function renderPreview(p) {
   const rows = el("tbody");
   for (const d of p.dead_letters) {
     rows.append(el("tr", {}, cell(d.record), cell(d.frame_offset), cell(d.offset), cell(d.path),
-      cell(d.reason)));
+      cell(d.reason, { class: "reason" })));
   }
   dead.append(rows);
 }
@@ -247,9 +266,100 @@ function renderNested(n) {
 function renderRecords(r) {
   if (!r) return;
   const parts = [r.source ? `${r.records} records (${r.bytes} bytes) from ${r.source}` : "no records yet"];
-  if (r.framing) parts.push(r.framing);
+  if (r.format === "json") parts.push("protojson");
+  else if (r.framing) parts.push(r.framing);
   if (r.note) parts.push(r.note);
   $("records-info").textContent = parts.join("; ");
+}
+
+// ---- how the records are read: RecordFormat's fields, as the server describes them ----
+
+function renderInputFields(fields) {
+  const box = $("input-fields");
+  if (!box.children.length) {
+    for (const f of fields) {
+      const id = "input-" + f.name;
+      let control;
+      if (f.name === "schema_id") {
+        control = el("input", { placeholder: "a column for each row's id, e.g. _schema_id" });
+      } else if (typeof f.default === "boolean") {
+        control = el("input", { type: "checkbox" });
+      } else {
+        control = el("select");
+        if (f.default === null) control.append(el("option", { value: "" }, "(default)"));
+        for (const c of f.choices) control.append(el("option", { value: c }, c));
+      }
+      control.id = id;
+      control.dataset.field = f.name;
+      control.title = f.doc;
+      control.addEventListener("change", inputChanged);
+      box.append(el("label", { for: id, title: f.doc, id: "label-" + f.name }, f.name.replaceAll("_", " ")), control);
+    }
+  }
+  for (const f of fields) {
+    const control = $("input-" + f.name);
+    if (control.type === "checkbox") control.checked = f.value === true;
+    else if (f.name === "schema_id") control.value = f.value === true ? "_schema_id" : f.value || "";
+    else control.value = f.value === null ? "" : f.value;
+  }
+  showInputFields();
+}
+
+// A field shows where it means something: framing for binary records, the Confluent
+// fields for framing confluent, ignore_unknown_fields for JSON.
+function relevant(name) {
+  const format = $("input-format").value;
+  const confluent = format === "binary" && $("input-framing").value === "confluent";
+  if (name === "framing") return format === "binary";
+  if (name === "delimited_by" || name === "schema_id") return confluent;
+  if (name === "ignore_unknown_fields") return format === "json";
+  return true;
+}
+
+function showInputFields() {
+  for (const control of $("input-fields").querySelectorAll("[data-field]")) {
+    const show = relevant(control.dataset.field);
+    control.hidden = !show;
+    $("label-" + control.dataset.field).hidden = !show;
+  }
+}
+
+function inputValues() {
+  const values = {};
+  for (const control of $("input-fields").querySelectorAll("[data-field]")) {
+    const name = control.dataset.field;
+    if (!relevant(name)) continue;
+    const value = control.type === "checkbox" ? control.checked : control.value.trim();
+    if (value !== "" && value !== false) values[name] = value;
+  }
+  return values;
+}
+
+// Another framing, format or compression: the same records (file or upload) read again.
+async function inputChanged() {
+  showInputFields();
+  if (!state.recordsFrom) return;
+  try {
+    applyState(await api("/api/records", { kind: "again", ...inputValues() }));
+    banner("");
+    schedulePreview(0);
+  } catch (err) {
+    banner(err.message);
+  }
+}
+
+// The file's first bytes (all a sample can use: the page never sends a whole large file).
+async function upload(file) {
+  const params = new URLSearchParams({ name: file.name, size: String(file.size), ...inputValues() });
+  const part = file.slice(0, Math.min(file.size, state.limits.max_upload || file.size));
+  try {
+    applyState(await api("/api/upload?" + params.toString(), part));
+    $("records-path").value = "";
+    banner("");
+    schedulePreview(0);
+  } catch (err) {
+    banner(err.message);
+  }
 }
 
 // ---- downloads --------------------------------------------------------------------------
@@ -276,12 +386,10 @@ async function download(format) {
 function applyState(s) {
   renderTree(s.schema);
   renderRecords(s.records);
-  const framing = $("records-framing");
-  if (!framing.options.length) {
-    for (const f of s.framings) framing.append(el("option", { value: f }, f));
-  }
-  if (s.records.framing) framing.value = s.records.framing;
-  if (s.records.framing && s.records.source) $("records-path").value = s.records.source;
+  state.limits = s.limits;
+  state.recordsFrom = s.records_from;
+  renderInputFields(s.input);
+  if (s.records_from === "file") $("records-path").value = s.records.source;
   if (s.schema_source) {
     $("schema-kind").value = s.schema_source.kind;
     $("schema-value").value = s.schema_source.value;
@@ -326,11 +434,20 @@ async function start() {
     kind: $("schema-kind").value, value: $("schema-value").value,
     message: $("schema-message").value, import_paths: $("schema-imports").value,
   }));
-  $("records-form").addEventListener("submit", (e) => submit(e, "/api/records", {
-    kind: "file", path: $("records-path").value, framing: $("records-framing").value,
-  }));
+  $("records-form").addEventListener("submit", (e) => {
+    const chosen = $("records-upload").files[0];
+    if (chosen && !$("records-path").value.trim()) {
+      e.preventDefault();
+      upload(chosen);
+      return;
+    }
+    submit(e, "/api/records", { kind: "file", path: $("records-path").value, ...inputValues() });
+  });
+  $("records-upload").addEventListener("change", (e) => {
+    if (e.target.files[0]) upload(e.target.files[0]);
+  });
   $("paste-form").addEventListener("submit", (e) => submit(e, "/api/records", {
-    kind: "paste", text: $("paste").value,
+    kind: "paste", text: $("paste").value, ...inputValues(),
   }));
   renderGutter([]);
   schedulePreview(0);
