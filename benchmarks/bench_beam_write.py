@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     tc = wa.Transcoder(schema)
     # One transcode per batch: a slice of one big batch would pickle all of its buffers.
     batches = [tc.transcode(records[i : i + BATCH]) for i in range(0, len(records), BATCH)]
-    convert = wab.rows._row_converter(tc.arrow_schema, "BidRequestEvent")[1]
-    rows = [row for b in batches for row in convert(b)]
+    to_rows = wab.rows._top_row(tc.arrow_schema, "BidRequestEvent").to_rows
+    rows = [row for b in batches for row in to_rows(b.columns)]
     rows_type = wab.message_row_type(schema)
     rows = [rows_type(*r) for r in rows]
 

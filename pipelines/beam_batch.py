@@ -61,7 +61,9 @@ def build(
 ) -> None:
     """The pipeline: read, transcode, write batches and dead letters."""
     records = p | "Read" >> wab.ReadFromDelimited(pattern, framing=framing)
-    result = records | "Transcode" >> wab.ToArrow(plan, batch_size=batch_size)
+    # Bad records go on as dead letters (a plan's default policy is to raise).
+    transcode = wab.ToArrow(plan, batch_size=batch_size, on_error="dead_letter")
+    result = records | "Transcode" >> transcode
     _ = result.batches | "WriteParquet" >> wab.WriteToParquetFiles(
         f"{out}/parquet", schema=result.schema
     )

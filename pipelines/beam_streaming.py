@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.out}/late", file_prefix="late"
             )
             records = split["on_time"]
-        result = records | "Transcode" >> wab.ToArrow(args.plan)
+        result = records | "Transcode" >> wab.ToArrow(args.plan, on_error="dead_letter")
         # Without SplitLate or late_dir, records later than the allowed lateness are dropped
         # by the sinks' grouping, uncounted (Beam's behaviour). late_dir keeps what comes
         # after its window expired under _late/, counted (rows_late, dead_letters_late).

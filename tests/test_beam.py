@@ -74,7 +74,7 @@ def rows_of(batches) -> list[str]:
 
 
 def expected_rows(plan, records) -> tuple[list[str], pa.Table]:
-    """The in-process transcoder's rows and dead letters (ToArrow's default policy)."""
+    """The in-process transcoder's rows and dead letters (under on_error="dead_letter")."""
     cfg = wa.load_plan(plan)
     tc = cfg.with_options(on_error="dead_letter").transcoder()
     batch = tc.transcode(records)
@@ -105,7 +105,7 @@ def read_parquet_dir(path: Path) -> pa.Table:
 def test_to_arrow_equals_the_transcoder_with_dead_letters(bid_corpus) -> None:
     records = bid_corpus[:120] + BAD + bid_corpus[120:]
     want_rows, want_dead = expected_rows(PLAN, records)
-    transform = wab.ToArrow(PLAN, batch_size=37)
+    transform = wab.ToArrow(PLAN, batch_size=37, on_error="dead_letter")
     assert transform.schema == wa.load_plan(PLAN).transcoder().arrow_schema
 
     with in_process() as p:
@@ -145,7 +145,8 @@ def test_keyed_and_row_inputs_carry_keys_to_dead_letters(bid_corpus) -> None:
 
     with in_process() as p:
         by_key = (
-            p | "keyed" >> beam.Create(keyed) | "ToArrowKeyed" >> wab.ToArrow(ID_PLAN, batch_size=8)
+            p | "keyed" >> beam.Create(keyed) | "ToArrowKeyed"
+            >> wab.ToArrow(ID_PLAN, batch_size=8, on_error="dead_letter")
         )
         assert_that(by_key.batches, equal_to_rows(want_rows), label="keyed rows")
         assert_that(
@@ -154,7 +155,8 @@ def test_keyed_and_row_inputs_carry_keys_to_dead_letters(bid_corpus) -> None:
             label="keyed dead",
         )
         from_rows = (
-            p | "rows" >> beam.Create(rows) | "ToArrowRows" >> wab.ToArrow(ID_PLAN, field="value")
+            p | "rows" >> beam.Create(rows) | "ToArrowRows"
+            >> wab.ToArrow(ID_PLAN, column="value", on_error="dead_letter")
         )
         assert_that(from_rows.batches, equal_to_rows(want_rows), label="row rows")
         assert_that(
@@ -213,15 +215,15 @@ def test_batches_keep_their_window_and_timestamp(tmp_path, bid_corpus) -> None:
 
 
 def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
-    transform = wab.ToArrow(ID_PLAN)
-    fn = wab.transcode._TranscodeBytesFn(transform._spec, 8, "value", "dead_letters")
+    """DoFn copies (a worker's threads each get one) share the compiled plan, and decode
+    keeps nothing: one's bad records are in its own output only."""
+    fn = wab.transcode._TranscodeBatchesFn(wab.ToArrow(ID_PLAN, on_error="dead_letter"))
     a, b = pickle.loads(pickle.dumps(fn)), pickle.loads(pickle.dumps(fn))
-    a.setup()
-    b.setup()
     assert a._tc is not b._tc and a._tc._plan is b._tc._plan
-    a._tc.transcode(BAD)
-    assert b._tc.dead_letters().num_rows == 0
-    assert a._tc.dead_letters().num_rows == 2
+    rows, dead = a._decode(pa.array(BAD, pa.binary()), None)
+    assert rows.num_rows == 0 and [d.raw for d in dead] == BAD
+    assert b._decode(pa.array([], pa.binary()), None)[1] == []
+    assert a._tc.stats == b._tc.stats == wa.Counts()
 
 
 def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
@@ -255,7 +257,7 @@ def test_pickles_with_cloudpickle_and_dill(library: str, bid_corpus) -> None:
     pickler.set_library(library)
     try:
         for fn in (
-            wab.transcode._TranscodeBytesFn(wab.ToArrow(ID_PLAN)._spec, 8, "value", "dead"),
+            wab.transcode._TranscodeBatchesFn(wab.ToArrow(ID_PLAN)),
             wab.rows._RowsFn(wa.load_plan(PLAN).transcoder().arrow_schema, "R"),
         ):
             restored = pickler.loads(pickler.dumps(fn))
@@ -317,7 +319,8 @@ def test_row_type_mapping_of_unusual_types() -> None:
             ("m", pa.map_(pa.string(), pa.int32())), ("e", pa.struct([])),
         ]
     )  # fmt: skip
-    row_cls, convert = wab.rows._row_converter(schema, "T")
+    row = wab.rows._top_row(schema, "T")
+    row_cls = row.cls
     assert row_cls._fields == ("u8", "u64", "ns", "d", "day", "imp_id", "m", "e")
     batch = pa.record_batch(
         [
@@ -329,7 +332,7 @@ def test_row_type_mapping_of_unusual_types() -> None:
         ],
         schema=schema,
     )  # fmt: skip
-    first, second = convert(batch.slice(0, 2))
+    first, second = row.to_rows(batch.slice(0, 2).columns)
     assert first.u8 == 255 and first.u64 == -1 and second.u64 == 5
     assert first.ns.micros == 1 and second.ns is None
     assert first.d == 3000 and first.imp_id == ["a", "b"] and second.imp_id is None
@@ -629,8 +632,7 @@ def test_every_option_survives_the_dofn_setup() -> None:
         "keep_unknown": True,
     }
     tc = wa.Transcoder(wa.load_plan(ID_PLAN).schema(), **options)
-    fn = wab.transcode._TranscodeBytesFn(wab.ToArrow(tc)._spec, 8, "value", "dead_letters")
-    fn = pickle.loads(pickle.dumps(fn))
+    fn = pickle.loads(pickle.dumps(wab.transcode._TranscodeBatchesFn(wab.ToArrow(tc))))
     fn.setup()
     assert fn._tc.spec == tc.spec
     assert {name: fn._tc.spec.options[name] for name in options} == options
@@ -742,7 +744,7 @@ def test_streaming_too_late_data_exactly_once(
         p
         | _too_late_stream(records)
         | minute_windows_late_by_300s()
-        | wab.ToArrow(ID_PLAN, batch_size=8)
+        | wab.ToArrow(ID_PLAN, batch_size=8, on_error="dead_letter")
     )
     _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema, late_dir=late_dir)
     _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir), late_dir=late_dir)
@@ -807,7 +809,11 @@ def test_streaming_too_late_data_exactly_once(
 def test_batch_dead_letters_as_parquet_on_two_workers(tmp_path, bid_corpus) -> None:
     records = [_broken(r) if i % 10 == 4 else r for i, r in enumerate(bid_corpus[:200])]
     with two_workers() as p:
-        result = p | beam.Create(records, reshuffle=False) | wab.ToArrow(ID_PLAN, batch_size=16)
+        result = (
+            p
+            | beam.Create(records, reshuffle=False)
+            | wab.ToArrow(ID_PLAN, batch_size=16, on_error="dead_letter")
+        )
         _ = result.dead_letters | wab.WriteDeadLetters(str(tmp_path / "dead"))
     dead = pq.read_table(tmp_path / "dead")
     assert sorted(dead.column("raw").to_pylist()) == sorted(records[4::10])
@@ -831,7 +837,11 @@ def _faulty_job(records, out: Path, marker: Path):
         yield batch
 
     p = two_workers()
-    result = p | beam.Create(records, reshuffle=False) | wab.ToArrow(ID_PLAN, batch_size=16)
+    result = (
+        p
+        | beam.Create(records, reshuffle=False)
+        | wab.ToArrow(ID_PLAN, batch_size=16, on_error="dead_letter")
+    )
     batches = result.batches | beam.FlatMap(fail_once)
     _ = batches | wab.WriteToParquetFiles(str(out / "rows"), schema=result.schema)
     _ = result.dead_letters | wab.WriteDeadLetters(str(out / "dead"))

@@ -148,7 +148,9 @@ def test_dead_letters_name_topic_partition_offset_and_timestamp(tmp_path, bid_co
         (f"k{i}", f"events-{i % 2}", i % 3, 1000 + i, 1_700_000_000_000 + i) for i in bad_at
     )
     with in_process() as p:
-        result = p | beam.Create(kafka_rows(values)) | wab.ToArrow(ID_PLAN, batch_size=8)
+        result = p | beam.Create(kafka_rows(values)) | wab.ToArrow(
+            ID_PLAN, batch_size=8, on_error="dead_letter"
+        )
         located = result.dead_letters | beam.Map(
             lambda d: (d.key, d.topic, d.partition, d.kafka_offset, d.timestamp)
         )
@@ -156,7 +158,7 @@ def test_dead_letters_name_topic_partition_offset_and_timestamp(tmp_path, bid_co
         _ = result.dead_letters | wab.WriteDeadLetters(str(tmp_path / "dead"))
         # (key, value) pairs (ReadFromKafka without metadata) have only the key.
         pairs = p | "pairs" >> beam.Create([(b"kv", BAD), (b"ok", bid_corpus[0])])
-        kv = pairs | "kv ToArrow" >> wab.ToArrow(ID_PLAN)
+        kv = pairs | "kv ToArrow" >> wab.ToArrow(ID_PLAN, on_error="dead_letter")
         assert_that(
             kv.dead_letters | "kv fields" >> beam.Map(lambda d: (d.key, d.topic, d.kafka_offset)),
             lambda got: _equal(got, [("kv", None, None)]),
@@ -216,7 +218,7 @@ def test_too_late_records_are_counted_dead_letters(
         accumulation_mode=trigger.AccumulationMode.DISCARDING,
     )
     split = windowed | wab.SplitLate()
-    result = split["on_time"] | wab.ToArrow(ID_PLAN, batch_size=8)
+    result = split["on_time"] | wab.ToArrow(ID_PLAN, batch_size=8, on_error="dead_letter")
     _ = result.batches | wab.WriteToParquetFiles(str(out), schema=result.schema)
     _ = result.dead_letters | wab.WriteDeadLetters(str(dead_dir))
     _ = split["late"] | "WriteLate" >> wab.WriteDeadLetters(str(late_dir), file_prefix="late")

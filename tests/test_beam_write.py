@@ -40,9 +40,9 @@ def _same(got: Any, want: Any) -> None:
 
 def rows_round_trip(tc: wa.Transcoder, wire: list[bytes]) -> list[bytes]:
     """bytes -> ToRows' rows -> RowCoder bytes and back -> FromRows' Arrow -> encode."""
-    row_type, convert = wab.rows._row_converter(tc.arrow_schema, "Row")
-    coder = beam.coders.RowCoder.from_type_hint(row_type, None)
-    rows = [coder.decode(coder.encode(r)) for r in convert(tc.transcode(wire))]
+    row = wab.rows._top_row(tc.arrow_schema, "Row")
+    coder = beam.coders.RowCoder.from_type_hint(row.cls, None)
+    rows = [coder.decode(coder.encode(r)) for r in row.to_rows(tc.transcode(wire).columns)]
     return tc.encode(wab.RowsToArrow(tc.arrow_schema)(rows)).to_pylist()
 
 
@@ -172,7 +172,11 @@ def test_from_arrow_dead_letters_name_row_and_column(bid_schema, bid_class, bid_
         bid_class.FromString(bid_corpus[i]).SerializeToString(deterministic=True) for i in good
     )
     with in_process() as p:
-        result = p | beam.Create([bad, pa.Table.from_batches([batch])]) | wab.FromArrow(bid_schema)
+        result = (
+            p
+            | beam.Create([bad, pa.Table.from_batches([batch])])
+            | wab.FromArrow(bid_schema, on_error="dead_letter")
+        )
         want = sorted(expected + [bid_class.FromString(r).SerializeToString(deterministic=True) for r in bid_corpus[:30]])
         assert_that(result.records, lambda got: _same(sorted(got), want))
 
@@ -202,7 +206,9 @@ def test_from_rows_wrong_value_is_a_dead_letter(bid_schema, bid_class, bid_corpu
     # Plain objects with the fields (a row type's coder would refuse the bad row before
     # FromRows sees it).
     tc = wa.Transcoder(bid_schema)
-    rows = wab.rows._row_converter(tc.arrow_schema, "BidRequestEvent")[1](tc.transcode(bid_corpus[:6]))
+    rows = wab.rows._top_row(tc.arrow_schema, "BidRequestEvent").to_rows(
+        tc.transcode(bid_corpus[:6]).columns
+    )
     rows = [types.SimpleNamespace(**r._asdict()) for r in rows]
     rows[3].tmax = "not a number"
     expected = sorted(
@@ -211,7 +217,7 @@ def test_from_rows_wrong_value_is_a_dead_letter(bid_schema, bid_class, bid_corpu
         if i != 3
     )
     with in_process() as p:
-        result = p | beam.Create(rows) | wab.FromRows(bid_schema, batch_size=10)
+        result = p | beam.Create(rows) | wab.FromRows(bid_schema, batch_size=10, on_error="dead_letter")
         assert_that(result.records, lambda got: _same(sorted(got), expected))
         assert_that(
             result.dead_letters | beam.Map(lambda d: (d.row, "not a number" in d.reason, d.path)),

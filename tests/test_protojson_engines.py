@@ -87,7 +87,9 @@ def test_beam_to_arrow_takes_json_text(bid_corpus, texts) -> None:
 
     pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions())
     with pipeline as p:
-        result = p | beam.Create(records) | wab.ToArrow(PLAN, batch_size=30, format="json")
+        result = p | beam.Create(records) | wab.ToArrow(
+            PLAN, batch_size=30, format="json", on_error="dead_letter"
+        )
         assert_that(result.batches, check_rows, label="rows")
         assert_that(
             result.dead_letters | beam.Map(lambda d: (d.reason, d.raw.decode())),

@@ -240,16 +240,16 @@ class _LateGuardFn(beam.DoFn):
 class _LateRecordFn(_LateGuardFn):
     """SplitLate's guard: a late record becomes a DeadLetter, counted in records_late."""
 
-    def __init__(self, windowing: Any, field: str, late_tag: str) -> None:
+    def __init__(self, windowing: Any, column: str, late_tag: str) -> None:
         super().__init__(windowing, late_tag, "records_late")
-        self._field = field
+        self._column = column
 
     def _late_element(self, element: Any, win: Any, expiry: Any) -> DeadLetter:
         key, raw, origin = None, element, None
         if isinstance(element, tuple) and not hasattr(element, "_fields") and len(element) == 2:
             key, raw = element
         elif not isinstance(element, bytes | bytearray | memoryview | str) and element is not None:
-            key, raw = getattr(element, "key", None), getattr(element, self._field, None)
+            key, raw = getattr(element, "key", None), getattr(element, self._column, None)
             origin = _origin(element)
         if isinstance(raw, str):
             raw = raw.encode()
@@ -330,18 +330,19 @@ class SplitLate(beam.PTransform):
     as dead letters rather than rows, or before a grouping of your own (which would drop
     them). ``WriteToParquetFiles(late_dir=...)`` keeps the rows of too-late records
     instead, checking batches rather than records. Elements are what ToArrow takes
-    (bytes, ``(key, bytes)``, rows with a ``field``). The check runs under one key (a
-    watermark the whole stream shares): one state read per record on one worker, and a
-    few timers per window end the watermark passes. Fixed and sliding windows are judged
-    exactly; for other WindowFns a record within a second of its window's expiry may be
-    counted late though the grouping would still have taken it.
+    (bytes, ``(key, bytes)``, rows with a ``column``: the record's field, default
+    "value"). The check runs under one key (a watermark the whole stream shares): one
+    state read per record on one worker, and a few timers per window end the watermark
+    passes. Fixed and sliding windows are judged exactly; for other WindowFns a record
+    within a second of its window's expiry may be counted late though the grouping
+    would still have taken it.
     """
 
-    def __init__(self, field: str = "value") -> None:
+    def __init__(self, column: str = "value") -> None:
         super().__init__()
-        self._field = field
+        self._column = column
 
     def expand(self, pcoll: beam.PCollection):  # -> {"on_time", "late"} (Beam reads hints)
-        guard = _LateRecordFn(pcoll.windowing, self._field, "late")
+        guard = _LateRecordFn(pcoll.windowing, self._column, "late")
         on_time, late = split_expired(pcoll, guard, DeadLetter)
         return {"on_time": on_time, "late": late}

@@ -3,7 +3,7 @@
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -13,13 +13,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from wirearrow.beam.transcode import (
-    DEFAULT_BATCH_SIZE,
-    METRICS_NAMESPACE,
-    RecordArray,
-    same_binary_type,
-)
+from wirearrow.beam.batches import RecordArray, concat_records
+from wirearrow.beam.transcode import DEFAULT_BATCH_SIZE, METRICS_NAMESPACE
 from wirearrow.sources.compression import compression_name, compression_of, open_decompressed
+from wirearrow.sources.format import RecordFormat
 from wirearrow.sources.framing import (
     FrameReader,
     Frames,
@@ -175,7 +172,7 @@ class _ReadChunkFn(beam.DoFn):
     def _emit(self, pieces: list[pa.Array]) -> RecordArray:
         # A batch spans two blocks at most once per block: that one is concatenated (a
         # second copy); every other batch is one compact() of the block's records.
-        array = pieces[0] if len(pieces) == 1 else pa.concat_arrays(same_binary_type(pieces))
+        array = concat_records(pieces)
         self._pending, self._pending_count = [], 0
         self._records.inc(len(array))
         return RecordArray(array)
@@ -184,52 +181,52 @@ class _ReadChunkFn(beam.DoFn):
 class ReadFromDelimited(beam.PTransform):
     """Length-delimited records from files on any Beam filesystem: PCollection[bytes].
 
-    ``framing``: "varint" (protobuf's writeDelimitedTo), "u32le", "u32be" or "tfrecord"
-    (TensorFlow's TFRecord, as Beam's ``WriteToTFRecord`` writes it; CRCs checked). Every record
-    of every file matching ``file_pattern`` comes out exactly once.
-
-    Files are split into record-aligned chunks of about ``chunk_bytes``, read in parallel:
-    files larger than a chunk get one extra sequential pass over their length prefixes to
-    find the cut points. Compressed files (by extension with ``compression="auto"``: .gz,
-    .bz2, .zst, .xz, .deflate) cannot be split: each is read whole by one worker, as a
-    stream (bounded memory). A file that ends inside a record, or a compressed stream
-    that is cut short or corrupt, raises ValueError naming the file and the offset (with
-    ``truncated="skip"``: the whole records before it are read and the tail is logged
-    and counted in the ``truncated_files`` metric); so does a TFRecord whose data CRC
-    fails (with ``truncated="skip"`` it is left out, logged and counted in
-    ``corrupt_records``).
+    Every record of every file matching ``file_pattern`` comes out exactly once. Files are
+    split into record-aligned chunks of about ``chunk_bytes``, read in parallel: files
+    larger than a chunk get one extra sequential pass over their length prefixes to find
+    the cut points. Compressed files cannot be split: each is read whole by one worker, as
+    a stream (bounded memory). A file that ends inside a record, a compressed stream that
+    is cut short or corrupt, or a TFRecord whose data CRC fails raises ValueError naming
+    the file and the offset; with ``truncated="skip"`` the whole records before it are
+    read and the tail is logged and counted in the ``truncated_files`` metric (a bad
+    TFRecord is left out, logged and counted in ``corrupt_records``).
 
     Args:
         file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".
-        framing: "varint", "u32le", "u32be" or "tfrecord".
-        compression: "auto" (from the extension), "none", "gzip", "bz2", "zstd", "xz",
-            "deflate", or a Beam CompressionTypes value. zstd needs ``zstandard``.
+        framing: "varint" (protobuf's writeDelimitedTo, the default), "u32le", "u32be" or
+            "tfrecord" (TensorFlow's TFRecord, as Beam's ``WriteToTFRecord`` writes it;
+            CRCs checked).
+        compression: "auto" (by the extension: .gz, .bz2, .zst, .xz, .deflate; the
+            default), "none", "gzip", "bz2", "zstd", "xz", "deflate", or a Beam
+            CompressionTypes value. zstd needs ``zstandard``.
         chunk_bytes: target size of the byte ranges read in parallel.
         batch_size: records per batch handed to batch-aware consumers (ToArrow).
         truncated: "raise" or "skip".
         allow_empty: whether a pattern that matches no file is allowed.
+        input: a ``wirearrow.RecordFormat`` (a plan's ``input:``) whose framing (its
+            ``stream_framing``) and compression are the defaults of the two above.
     """
 
     def __init__(
         self,
         file_pattern: str,
-        framing: str = "varint",
-        compression: str = "auto",
+        framing: Optional[str] = None,  # noqa: UP045 (Beam YAML reads these annotations)
+        compression: Optional[str] = None,  # noqa: UP045
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         batch_size: int = DEFAULT_BATCH_SIZE,
         truncated: str = "raise",
         allow_empty: bool = False,
+        input: Any = None,
     ) -> None:
         super().__init__()
-        check_framing(framing)
+        fmt = RecordFormat.of(input)
+        self._framing = check_framing(framing or fmt.stream_framing)
+        self._compression = compression_name(compression or fmt.compression)
         if truncated not in ("raise", "skip"):
             raise ValueError(f"truncated must be 'raise' or 'skip', not {truncated!r}")
-        compression = compression_name(compression)
         if chunk_bytes < 1 or batch_size < 1:
             raise ValueError("chunk_bytes and batch_size must be positive")
         self._pattern = file_pattern
-        self._framing = framing
-        self._compression = compression
         self._chunk_bytes = int(chunk_bytes)
         self._batch_size = int(batch_size)
         self._truncated = truncated

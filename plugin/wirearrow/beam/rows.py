@@ -1,9 +1,18 @@
-"""ToRows: Arrow record batches -> schema'd Beam rows (a NamedTuple registered with RowCoder)."""
+"""Beam rows: ToRows (Arrow batches -> schema'd rows), the row type of a plan or a whole
+message, and RowsToArrow (rows back to Arrow).
 
+One mapping between Arrow types and Beam's, both ways (:func:`_mapped`), so that ToRows,
+FromRows, ``row_type`` and ``message_row_type`` agree on every field: Beam has no unsigned
+integers and no nanosecond instants (docs/beam.md has the table).
+"""
+
+import datetime
+import decimal
+import inspect
 import keyword
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
@@ -11,19 +20,47 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.utils.timestamp import Timestamp
 
-from wirearrow.beam.transcode import DEFAULT_BATCH_SIZE, ToArrow, dead_letter_tag
+from wirearrow.beam.transcode import Outputs, ToArrow, _output, with_keywords
+from wirearrow.plans import resolve_plan
+from wirearrow.transcoder import Transcoder
 
-# =========================================================================== ToRows
+# What Arrow and Python raise for a value of the wrong type or range.
+VALUE_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError)
 
-Converter = Callable[[pa.Array], list]
 
-# Integer widths Beam has no type for, and the signed type that holds every value.
-_WIDER_SIGNED = {
-    pa.uint8(): np.int16,
-    pa.uint16(): np.int32,
-    pa.uint32(): np.int64,
-}
-_SIGNED = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64}
+class RowValueError(ValueError):
+    """A row holds a value its field's type cannot take; ``path`` names the field."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class _Mapped(NamedTuple):
+    """A Beam type for an Arrow type, and the conversions of a column both ways."""
+
+    hint: Any  # the Python type hint (Beam schema type) of a value
+    to_python: Callable[[pa.Array], list]  # an Arrow array -> its values (None: null)
+    to_arrow: Callable[[Sequence[Any]], pa.Array]  # values (None: null) -> an Arrow array
+
+
+# Integer widths Beam has no type for get the signed type that holds every value.
+_INTS = {
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.int16, pa.uint16(): np.int32, pa.uint32(): np.int64,
+}  # fmt: skip
+# Types whose Python values Beam takes as they are: (test, hint).
+_PLAIN = (
+    (pa.types.is_float32, np.float32),
+    (pa.types.is_float64, np.float64),
+    (pa.types.is_boolean, bool),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), str),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), bytes),
+    (pa.types.is_fixed_size_binary, bytes),
+    (pa.types.is_date, datetime.date),
+    (pa.types.is_decimal, decimal.Decimal),
+)
 _MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
 
 
@@ -31,34 +68,220 @@ def _pylist(array: pa.Array) -> list:
     return array.to_pylist()
 
 
-def _to_micros(unit: str) -> Callable[[pa.Array], list]:
-    """Integers of ``unit`` as microseconds (nanoseconds are floored), nulls kept."""
-    factor = _MICROS_PER[unit]
+def _nullable(hint: Any, nullable: bool) -> Any:
+    return Optional[hint] if nullable else hint  # noqa: UP045
 
-    def convert(array: pa.Array) -> list:
+
+def _mapped(t: pa.DataType, where: str) -> _Mapped | None:
+    """The Beam side of Arrow type ``t`` (``where``: its field path, for errors), or None
+    for a type rows leave out (null: always null on the way back)."""
+
+    def as_is(values: Sequence[Any]) -> pa.Array:
+        return pa.array(values, t)
+
+    if t in _INTS:
+        return _Mapped(_INTS[t], _pylist, as_is)
+    if t == pa.uint64():
+        # Same bits, read as int64 (what Java's protobuf runtime and Beam Java's proto
+        # schemas do): values above 2**63 - 1 come out negative.
+        return _Mapped(
+            np.int64,
+            lambda a: a.view(pa.int64()).to_pylist(),
+            lambda v: pa.array(v, pa.int64()).view(pa.uint64()),
+        )
+    if pa.types.is_float16(t):
+        return _Mapped(
+            np.float32,
+            lambda a: a.cast(pa.float32()).to_pylist(),
+            lambda v: pa.array(v, pa.float32()).cast(t),
+        )
+    for test, hint in _PLAIN:
+        if test(t):
+            return _Mapped(hint, _pylist, as_is)
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time(t):
+        return _micros(t)
+    if pa.types.is_dictionary(t):
+        inner = _mapped(t.value_type, where)
+        if inner is None:
+            return None
+        return _Mapped(
+            inner.hint,
+            lambda a: inner.to_python(a.dictionary_decode()),
+            lambda v: inner.to_arrow(v).dictionary_encode().cast(t),
+        )
+    if pa.types.is_map(t):
+        return _map(t, where)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _list(t, where)
+    if pa.types.is_struct(t):
+        return _struct(t, where)
+    if pa.types.is_null(t):
+        return None
+    raise TypeError(f"{where}: no Beam schema type for Arrow {t}")
+
+
+def _micros(t: pa.DataType) -> _Mapped:
+    """Timestamps as beam Timestamps (MicrosInstant); durations and times of day as int64
+    microseconds. Nanoseconds are floored; the way back is exact for what rows hold."""
+    factor = _MICROS_PER[t.unit]
+    if pa.types.is_timestamp(t):
+        micros_type: pa.DataType = pa.timestamp("us", t.tz)
+    else:
+        micros_type = pa.duration("us") if pa.types.is_duration(t) else pa.time64("us")
+
+    def micros(array: pa.Array) -> list:
         values = array.cast(pa.int64()).to_pylist()
         if factor is None:
             return [None if v is None else v // 1000 for v in values]
-        if factor == 1:
-            return values
-        return [None if v is None else v * factor for v in values]
+        return values if factor == 1 else [None if v is None else v * factor for v in values]
 
-    return convert
-
-
-def _timestamps(unit: str) -> Converter:
-    micros = _to_micros(unit)
-
-    def convert(array: pa.Array) -> list:
+    def to_python(array: pa.Array) -> list:
+        if not pa.types.is_timestamp(t):
+            return micros(array)
         return [None if v is None else Timestamp(micros=v) for v in micros(array)]
 
-    return convert
+    def to_arrow(values: Sequence[Any]) -> pa.Array:
+        ints = [v if v is None or isinstance(v, int) else v.micros for v in values]
+        array = pa.array(ints, pa.int64()).view(micros_type)
+        # The units ToRows converted from are exact multiples: the cast is lossless.
+        return array if micros_type.equals(t) else array.cast(t)
+
+    return _Mapped(Timestamp if pa.types.is_timestamp(t) else np.int64, to_python, to_arrow)
 
 
-def _uint64_bits(array: pa.Array) -> list:
-    # Same bits, read as int64 (what Java's protobuf runtime and Beam Java's proto schemas
-    # do): values above 2**63 - 1 come out negative.
-    return array.view(pa.int64()).to_pylist()
+def _split(values: list, lengths: list) -> list:
+    """``values`` cut into consecutive lists of ``lengths`` (None: a null list)."""
+    out: list = []
+    pos = 0
+    for length in lengths:
+        if length is None:
+            out.append(None)
+        else:
+            out.append(values[pos : pos + length])
+            pos += length
+    return out
+
+
+def _offsets(values: Sequence[Any]) -> tuple[np.ndarray, pa.Array | None, list]:
+    """(int32 offsets, null mask or None, flattened items) of a column of sequences."""
+    lengths = np.fromiter((0 if v is None else len(v) for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError("over 2**31 list items in one batch of rows")
+    nulls = [v is None for v in values]
+    mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
+    items = [item for v in values if v is not None for item in v]
+    return offsets.astype(np.int32), mask, items
+
+
+def _list(t: pa.DataType, where: str) -> _Mapped | None:
+    inner = _mapped(t.value_type, f"{where}[*]")
+    if inner is None:
+        return None
+
+    def to_python(array: pa.Array) -> list:
+        # flatten() honours slicing and skips null lists
+        return _split(inner.to_python(array.flatten()), array.value_lengths().to_pylist())
+
+    def to_arrow(values: Sequence[Any]) -> pa.Array:
+        if pa.types.is_fixed_size_list(t):
+            return pa.array(values, t)
+        offsets, mask, items = _offsets(values)
+        return pa.ListArray.from_arrays(offsets, inner.to_arrow(items), type=t, mask=mask)
+
+    hint = typing.Sequence[_nullable(inner.hint, t.value_field.nullable)]  # type: ignore[misc]
+    return _Mapped(hint, to_python, to_arrow)
+
+
+def _map(t: pa.MapType, where: str) -> _Mapped | None:
+    key = _mapped(t.key_type, f"{where}.key")
+    item = _mapped(t.item_type, f"{where}[*]")
+    if key is None or item is None:
+        return None
+    # pyarrow has no flatten for maps that honours slicing: view it as a list of entries.
+    entries_type = pa.list_(pa.field("entries", pa.struct([t.key_field, t.item_field]), False))
+
+    def to_python(array: pa.Array) -> list:
+        as_list = array.cast(entries_type)
+        entries = as_list.flatten()
+        pairs = zip(key.to_python(entries.field(0)), item.to_python(entries.field(1)), strict=True)
+        lists = _split(list(pairs), as_list.value_lengths().to_pylist())
+        return [None if one is None else dict(one) for one in lists]
+
+    def to_arrow(values: Sequence[Any]) -> pa.Array:
+        offsets, mask, pairs = _offsets([None if v is None else list(v.items()) for v in values])
+        keys, items = key.to_arrow([k for k, _ in pairs]), item.to_arrow([i for _, i in pairs])
+        return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=mask)
+
+    hint = typing.Mapping[key.hint, _nullable(item.hint, t.item_field.nullable)]  # type: ignore[name-defined]
+    return _Mapped(hint, to_python, to_arrow)
+
+
+def _struct(t: pa.StructType, where: str) -> _Mapped:
+    """A nested row (an empty message: a row with no fields, which RowCoder takes)."""
+    fields = list(t)
+    row = _Row(fields, where)
+
+    def to_python(array: pa.Array) -> list:
+        valid = array.is_valid().to_pylist()
+        if not row.names:
+            return [row.cls() if ok else None for ok in valid]
+        # flatten() folds the struct's nulls into its children's, and honours slicing.
+        rows = row.to_rows(array.flatten())
+        return [r if ok else None for ok, r in zip(valid, rows, strict=True)]
+
+    def to_arrow(values: Sequence[Any]) -> pa.Array:
+        nulls = [v is None for v in values]
+        if not fields:  # no child to take the length from
+            return pa.array([None if null else {} for null in nulls], t)
+        mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
+        return pa.StructArray.from_arrays(row.to_columns(values), fields=fields, mask=mask)
+
+    return _Mapped(row.cls, to_python, to_arrow)
+
+
+class _Row:
+    """The row type (a NamedTuple) of some Arrow fields, and their conversions: columns ->
+    rows, rows -> columns. Fields rows leave out (null type) are null on the way back."""
+
+    def __init__(self, fields: list[pa.Field], where: str, name: str | None = None) -> None:
+        self.fields = fields
+        self.mapped = []  # per field: (path, _Mapped or None)
+        self.names: list[str] = []  # the row's field name of each kept field
+        taken: set[str] = set()
+        members = []
+        for f in fields:
+            path = f"{where}.{f.name}" if where else f.name
+            mapped = _mapped(f.type, path)
+            self.mapped.append((path, mapped))
+            if mapped is not None:
+                self.names.append(_identifier(f.name, taken))
+                members.append((self.names[-1], _nullable(mapped.hint, f.nullable)))
+        name = name or "Row_" + (re.sub(r"\W+", "_", where).strip("_") or "root")
+        self.cls = _picklable(NamedTuple(name, members))  # type: ignore[misc]
+
+    def to_rows(self, columns: Sequence[pa.Array]) -> list:
+        values = [m.to_python(c) for c, (_, m) in zip(columns, self.mapped, strict=True) if m]
+        return [self.cls(*row) for row in zip(*values, strict=True)]
+
+    def to_columns(self, rows: Sequence[Any]) -> list[pa.Array]:
+        names = iter(self.names)
+        columns = []
+        for f, (path, mapped) in zip(self.fields, self.mapped, strict=True):
+            if mapped is None:
+                columns.append(pa.nulls(len(rows), f.type))
+                continue
+            # Rows are read by field name: a NamedTuple, a beam.Row or any object with them.
+            name = next(names)
+            values = [None if r is None else getattr(r, name, None) for r in rows]
+            try:
+                columns.append(mapped.to_arrow(values))
+            except RowValueError:
+                raise
+            except VALUE_ERRORS as err:  # the innermost field that failed names it
+                raise RowValueError(path, str(err)) from err
+        return columns
 
 
 def _identifier(name: str, taken: set[str]) -> str:
@@ -73,164 +296,6 @@ def _identifier(name: str, taken: set[str]) -> str:
         candidate, n = f"{base}_{n}", n + 1
     taken.add(candidate)
     return candidate
-
-
-def _beam_type(t: pa.DataType, where: str) -> tuple[Any, Converter] | None:
-    """(Beam-compatible Python type, converter of an Arrow array of ``t``), or None to drop.
-
-    Dropped: the null type (a struct with no fields is a row with no fields).
-    """
-    if t in _SIGNED:
-        return _SIGNED[t], _pylist
-    if t in _WIDER_SIGNED:
-        return _WIDER_SIGNED[t], _pylist
-    if t == pa.uint64():
-        return np.int64, _uint64_bits
-    if pa.types.is_float16(t):
-        return np.float32, lambda a: a.cast(pa.float32()).to_pylist()
-    if pa.types.is_float32(t):
-        return np.float32, _pylist
-    if pa.types.is_float64(t):
-        return np.float64, _pylist
-    if pa.types.is_boolean(t):
-        return bool, _pylist
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return str, _pylist
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return bytes, _pylist
-    if pa.types.is_timestamp(t):
-        return Timestamp, _timestamps(t.unit)
-    if pa.types.is_duration(t):
-        return np.int64, _to_micros(t.unit)
-    if pa.types.is_time(t):
-        return np.int64, _to_micros(t.unit)  # microseconds since midnight
-    if pa.types.is_date(t):
-        return _date_type(), _pylist
-    if pa.types.is_decimal(t):
-        import decimal
-
-        return decimal.Decimal, _pylist
-    if pa.types.is_dictionary(t):
-        inner = _beam_type(t.value_type, where)
-        if inner is None:
-            return None
-        hint, convert = inner
-        return hint, lambda a: convert(a.dictionary_decode())
-    if pa.types.is_map(t):
-        return _map_type(t, where)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _list_type(t, where)
-    if pa.types.is_struct(t):
-        return _struct_type(t, where)
-    if pa.types.is_null(t):
-        return None
-    raise TypeError(f"{where}: no Beam schema type for Arrow {t}")
-
-
-def _date_type() -> Any:
-    import datetime
-
-    return datetime.date
-
-
-def _nullable(hint: Any, nullable: bool) -> Any:
-    return Optional[hint] if nullable else hint  # noqa: UP045
-
-
-def _list_type(t: pa.DataType, where: str) -> tuple[Any, Converter] | None:
-    inner = _beam_type(t.value_type, f"{where}[*]")
-    if inner is None:
-        return None
-    hint, convert_values = inner
-    hint = _nullable(hint, t.value_field.nullable)
-
-    def convert(array: pa.Array) -> list:
-        values = convert_values(array.flatten())  # honours slicing, skips null lists
-        out: list = []
-        pos = 0
-        for length in array.value_lengths().to_pylist():
-            if length is None:
-                out.append(None)
-            else:
-                out.append(values[pos : pos + length])
-                pos += length
-        return out
-
-    return typing.Sequence[hint], convert  # type: ignore[valid-type]  # built at run time
-
-
-def _map_type(t: pa.MapType, where: str) -> tuple[Any, Converter] | None:
-    key = _beam_type(t.key_type, f"{where}.key")
-    item = _beam_type(t.item_type, f"{where}[*]")
-    if key is None or item is None:
-        return None
-    key_hint, convert_keys = key
-    item_hint, convert_items = item
-    item_hint = _nullable(item_hint, t.item_field.nullable)
-
-    # pyarrow has no flatten for maps that honours slicing: view it as a list of entries.
-    entries_type = pa.list_(pa.field("entries", pa.struct([t.key_field, t.item_field]), False))
-
-    def convert(array: pa.Array) -> list:
-        as_list = array.cast(entries_type)
-        entries = as_list.flatten()
-        keys = convert_keys(entries.field(0))
-        items = convert_items(entries.field(1))
-        out: list = []
-        pos = 0
-        for length in as_list.value_lengths().to_pylist():
-            if length is None:
-                out.append(None)
-            else:
-                out.append(
-                    dict(zip(keys[pos : pos + length], items[pos : pos + length], strict=True))
-                )
-                pos += length
-        return out
-
-    return typing.Mapping[key_hint, item_hint], convert  # type: ignore[valid-type]
-
-
-def _struct_type(t: pa.StructType, where: str) -> tuple[Any, Converter] | None:
-    fields = [t.field(i) for i in range(t.num_fields)]
-    row_class, kept, converters = _row_fields(fields, where)
-    if not kept:  # an empty message: a row with no fields (RowCoder takes those)
-        return row_class, lambda array: [
-            row_class() if ok else None for ok in array.is_valid().to_pylist()
-        ]
-
-    def convert(array: pa.Array) -> list:
-        # flatten() folds the struct's nulls into its children's, and honours slicing.
-        children = array.flatten()
-        columns = [
-            convert_child(children[i]) for i, convert_child in zip(kept, converters, strict=True)
-        ]
-        valid = array.is_valid().to_pylist()
-        return [
-            row_class(*values) if ok else None
-            for ok, values in zip(valid, zip(*columns, strict=True), strict=True)
-        ]
-
-    return row_class, convert
-
-
-def _row_fields(fields: list[pa.Field], where: str) -> tuple[type, list[int], list[Converter]]:
-    """A NamedTuple class for ``fields``, the kept field positions and their converters."""
-    taken: set[str] = set()
-    members: list[tuple[str, Any]] = []
-    kept: list[int] = []
-    converters: list[Converter] = []
-    for i, f in enumerate(fields):
-        path = f"{where}.{f.name}" if where else f.name
-        mapped = _beam_type(f.type, path)
-        if mapped is None:
-            continue
-        hint, convert = mapped
-        members.append((_identifier(f.name, taken), _nullable(hint, f.nullable)))
-        kept.append(i)
-        converters.append(convert)
-    name = "Row_" + (re.sub(r"\W+", "_", where).strip("_") or "root")
-    return _picklable(NamedTuple(name, members)), kept, converters  # type: ignore[arg-type]
 
 
 def _picklable(cls: type) -> type:
@@ -260,6 +325,13 @@ def _rebuild_row(name: str, fields: tuple[str, ...], values: tuple) -> Any:
     return cls(*values)
 
 
+def _top_row(schema: pa.Schema, name: str) -> _Row:
+    row = _Row(list(schema), "", name)
+    if not row.names:
+        raise TypeError("no column of this schema has a Beam type: cannot build rows")
+    return row
+
+
 def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
     """The NamedTuple type (a Beam schema) of rows of Arrow ``schema``, as ToRows builds it.
 
@@ -268,26 +340,56 @@ def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
     (values over 2**63-1 read negative); timestamps -> beam Timestamp (MicrosInstant,
     nanoseconds floored to microseconds); durations and times of day -> int64 microseconds;
     date -> datetime.date; enums (int32) as int32; lists -> Sequence, maps -> Mapping,
-    structs -> nested rows (an empty message: a row with no fields); null columns are dropped. Field names that are not
-    Python identifiers are rewritten ("imp[*].id" -> "imp_id").
+    structs -> nested rows (an empty message: a row with no fields); null columns are
+    dropped. Field names that are not Python identifiers are rewritten ("imp[*].id" ->
+    "imp_id").
     """
-    return _row_converter(schema, name)[0]
+    return _top_row(schema, name).cls
 
 
-def _row_converter(schema: pa.Schema, name: str) -> tuple[type, Callable[[pa.RecordBatch], list]]:
-    built = _row_fields(list(schema), "")
-    _, kept, converters = built
-    if not kept:
-        raise TypeError("no column of this schema has a Beam type: cannot build rows")
-    # The top-level type gets the requested name (nested ones are named by their path).
-    fields = list(built[0].__annotations__.items())
-    cls = _picklable(NamedTuple(name, fields))  # type: ignore[arg-type]
+def whole_message(plan: Any, on_error: str | None = None, **options: Any) -> Transcoder:
+    """The whole-message Transcoder of ``plan``: a wirearrow ``Schema``, a generated message
+    class, a ``Descriptor``, a whole-message YAML plan or Transcoder (no ``columns``), with
+    ``options`` (``timestamp_unit``, ``enums``, ...)."""
+    transcoder = resolve_plan(plan, on_error=on_error).transcoder
+    if options:
+        transcoder = transcoder.replace(**options)
+    if transcoder.spec.columns is not None:
+        raise ValueError("a Beam schema of a message needs a whole-message plan (no columns=)")
+    return transcoder
 
-    def convert(batch: pa.RecordBatch) -> list:
-        columns = [c(batch.column(i)) for i, c in zip(kept, converters, strict=True)]
-        return [cls(*values) for values in zip(*columns, strict=True)]
 
-    return cls, convert
+def message_row_type(message: Any, name: str | None = None, **options: Any) -> type:
+    """The Beam schema (a NamedTuple registered with RowCoder) of a whole protobuf message.
+
+    ``message`` and ``options`` as for :func:`whole_message`. Nested messages are nested
+    rows, repeated fields ``Sequence``, maps ``Mapping``, oneof members nullable fields;
+    enums are int32 numbers (``enums="name"``: their names, str); the well-known types as
+    docs/types.md maps them, then as :func:`row_type` maps Arrow types to Beam's.
+    """
+    transcoder = whole_message(message, **options)
+    cls = row_type(
+        transcoder.arrow_schema, name or transcoder.schema.message_name.rsplit(".", 1)[-1]
+    )
+    beam.coders.registry.register_coder(cls, beam.coders.RowCoder)
+    return cls
+
+
+class RowsToArrow:
+    """Beam rows -> a pa.RecordBatch of ``schema``: the inverse of ToRows' conversion.
+
+    Fields are read by name (the names :func:`row_type` gives), so rows of the row type,
+    ``beam.Row`` objects and other NamedTuples with those fields all work; a missing field
+    is null. A value of the wrong type raises :class:`RowValueError` naming the field
+    (FromRows turns those into dead letters).
+    """
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._row = _Row(list(schema), "")
+
+    def __call__(self, rows: Sequence[Any]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(self._row.to_columns(list(rows)), schema=self.schema)
 
 
 class _RowsFn(beam.DoFn):
@@ -302,70 +404,49 @@ class _RowsFn(beam.DoFn):
         # The row class is rebuilt here from the Arrow schema, not unpickled: it is a
         # dynamically made class, and rebuilding works with every pickler. RowCoder reads
         # the fields by name, so it encodes these rows under the registered schema.
-        self._convert = _row_converter(self._schema, self._name)[1]
+        self._row = _top_row(self._schema, self._name)
 
     def process(self, batch: pa.RecordBatch) -> Iterator[Any]:
-        yield from self._convert(batch)
+        yield from self._row.to_rows(batch.columns)
 
 
-class RowsResult(dict):
-    """What :class:`ToRows` returns: ``rows``, ``dead_letters`` and ``row_type``."""
+class RowsResult(Outputs):
+    """ToRows' outputs: ``rows``, ``dead_letters`` (DeadLetter) and ``row_type``."""
 
-    def __init__(
-        self,
-        rows: beam.PCollection,
-        dead_letters: beam.PCollection,
-        row_type: type,
-        dead_letter_key: str = "dead_letters",
-    ) -> None:
-        super().__init__({"rows": rows, dead_letter_key: dead_letters})
-        self.row_type = row_type
-        self._dead_letter_key = dead_letter_key
-
-    @property
-    def rows(self) -> beam.PCollection:
-        return self["rows"]
-
-    @property
-    def dead_letters(self) -> beam.PCollection:
-        return self[self._dead_letter_key]
+    rows = _output("rows", "a schema'd PCollection of .row_type (NamedTuple, RowCoder)")
 
 
 class ToRows(beam.PTransform):
     """Protobuf records to Beam rows whose schema comes from the plan's Arrow schema.
 
-    Takes what :class:`ToArrow` takes. Returns a :class:`RowsResult`: ``.rows`` (a
-    schema'd PCollection of ``.row_type``, a NamedTuple registered with RowCoder) and
-    ``.dead_letters``. See :func:`row_type` for the type mapping.
-
-    Args:
-        plan: as for ToArrow.
-        batch_size: as for ToArrow.
-        on_error: as for ToArrow.
-        field: as for ToArrow.
-        error_handling: as for ToArrow.
-        type_name: the name of the row type.
+    Takes what :class:`ToArrow` takes (the same arguments), and ``type_name``: the name of
+    the row type. Returns ``.rows`` (a schema'd PCollection of ``.row_type``, a NamedTuple
+    registered with RowCoder), ``.dead_letters`` and ``.row_type``. See :func:`row_type`
+    for the type mapping.
     """
 
     def __init__(
-        self,
-        plan: Any,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        on_error: Optional[str] = None,  # noqa: UP045
-        field: str = "value",
-        error_handling: Optional[Mapping[str, str]] = None,  # noqa: UP045
-        type_name: str = "WirearrowRow",
+        self, plan: Any, input: Any = None, *, type_name: str = "WirearrowRow", **options: Any
     ) -> None:
         super().__init__()
-        self._to_arrow = ToArrow(plan, batch_size, on_error, field, error_handling)
+        self._to_arrow = ToArrow(plan, input, **options)
         self._type_name = type_name
         self.row_type = row_type(self._to_arrow.schema, type_name)
         beam.coders.registry.register_coder(self.row_type, beam.coders.RowCoder)
-        self._dead_key = dead_letter_tag(error_handling)
 
     def expand(self, pcoll: beam.PCollection):  # -> RowsResult (Beam reads annotations)
         arrow = pcoll | "ToArrow" >> self._to_arrow
         rows = arrow.batches | "ToRows" >> beam.ParDo(
             _RowsFn(self._to_arrow.schema, self._type_name)
         ).with_output_types(self.row_type)
-        return RowsResult(rows, arrow.dead_letters, self.row_type, self._dead_key)
+        return RowsResult("rows", rows, arrow.dead_letters, arrow._dead_key, row_type=self.row_type)
+
+
+with_keywords(
+    ToRows.__init__,
+    [
+        p
+        for p in inspect.signature(ToArrow.__init__).parameters.values()
+        if p.kind == p.KEYWORD_ONLY
+    ],
+)

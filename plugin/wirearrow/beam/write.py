@@ -9,7 +9,7 @@ from apache_beam import coders
 from apache_beam.io import filebasedsink, iobase
 from apache_beam.io.filesystem import CompressionTypes
 
-from wirearrow.beam.transcode import RecordArray
+from wirearrow.beam.batches import RecordArray
 from wirearrow.sources.framing import check_framing, frame_records
 
 # Records are framed in C a block at a time: a block this big is written at once.
