@@ -236,8 +236,8 @@ def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
     back = pickle.loads(pickle.dumps(rows))
     assert back == rows and back[0].request_id == rows[0].request_id
     for fn in (
-        wab.read._PlanChunksFn("varint", "auto", 1 << 20, "raise"),
-        wab.read._ReadChunkFn("varint", 100, "raise"),
+        wab.read._PlanChunksFn(wab.ReadFromDelimited("x", chunk_bytes=1 << 20)),
+        wab.read._ReadChunkFn(wab.ReadFromDelimited("x", batch_size=100)),
         wab.parquet._AssignShardFn(2),
         wab.parquet._FiringFn(2),
         wab.parquet._SinkFactory(schema, "zstd", 1000),
@@ -361,7 +361,7 @@ def test_read_delimited_reads_every_record_once_across_splits(
     _write_framed(tmp_path / "c.bin", [], framing)
     _write_framed(tmp_path / "d.bin.gz", compressed, framing, opener=gzip.open)
     chunks = list(
-        wab.read._PlanChunksFn(framing, "auto", 20_000, "raise").process(
+        wab.read._PlanChunksFn(wab.ReadFromDelimited("x", framing, chunk_bytes=20_000)).process(
             beam.io.filesystems.FileSystems.match([str(tmp_path / "a.bin")])[0].metadata_list[0]
         )
     )

@@ -64,27 +64,6 @@ def _ipc_row(batch: pa.RecordBatch, row: int) -> bytes:
     return sink.getvalue()
 
 
-def encode_rows(tc: Any, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, list[tuple]]:
-    """(records of the rows that encode, their row positions, (row, path, reason) of the
-    others): ``encode(on_error="dead_letter")``, whose bad rows cost a pass or two more over
-    the rows around them. A batch whose schema does not fit (an error with no row) makes
-    every row a dead letter with that reason."""
-    try:
-        records, failures = tc.encode(batch, on_error="dead_letter")
-    except EncodeError as err:
-        if err.row is not None:
-            raise
-        failed = [(i, err.path, err.reason) for i in range(batch.num_rows)]
-        return pa.array([], pa.binary()), np.zeros(0, np.int64), failed
-    valid = records.is_valid()
-    failed = list(
-        zip(*(failures.column(c).to_pylist() for c in ("row", "path", "reason")), strict=True)
-    )
-    if not failed:
-        return records, np.arange(len(records), dtype=np.int64), []
-    return records.filter(valid), np.flatnonzero(np.asarray(valid)), failed
-
-
 class _EncodeFn(beam.DoFn):
     """pa.RecordBatch / pa.Table -> protobuf records (bytes, or (key, bytes) with
     ``key_column``); tagged output ``dead_letters``: EncodeDeadLetter."""
@@ -118,11 +97,23 @@ class _EncodeFn(beam.DoFn):
         """Encode ``batch``. ``dead``: letters of rows that never became Arrow, and
         ``positions`` the input position of each row of ``batch`` (None: the same)."""
         self._rows_in.inc(batch.num_rows + len(dead))
-        values, kept, failed = encode_rows(self._tc, batch)
+        try:  # bad rows cost a pass or two more over the rows around them
+            values, failures = self._tc.encode(batch, on_error="dead_letter")
+            columns = [failures.column(c).to_pylist() for c in ("row", "path", "reason")]
+            failed = list(zip(*columns, strict=True))
+        except EncodeError as err:
+            if err.row is not None:
+                raise
+            # The batch's schema does not fit (an error of no row): every row fails so.
+            values = pa.nulls(batch.num_rows, pa.binary())
+            failed = [(row, err.path, err.reason) for row in range(batch.num_rows)]
         failed = [
             (row if positions is None else positions[row], path, why, row)
             for row, path, why in failed
         ]
+        kept = np.flatnonzero(np.asarray(values.is_valid()))
+        if failed:
+            values = values.filter(values.is_valid())
         if self._policy == "raise" and (dead or failed):
             first = min([(d.index, d.path, d.reason) for d in dead] + [f[:3] for f in failed])
             raise EncodeError(first[2], row=first[0], path=first[1])

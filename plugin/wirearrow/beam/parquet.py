@@ -4,7 +4,6 @@ streaming."""
 import logging
 import random
 import uuid
-import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -20,6 +19,7 @@ from apache_beam.transforms import window as beam_window
 
 from wirearrow.beam.late import _LateGuardFn, split_expired
 from wirearrow.beam.transcode import METRICS_NAMESPACE
+from wirearrow.beam.transcode import renamed
 from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 
 _LOG = logging.getLogger(__name__)
@@ -442,15 +442,7 @@ class WriteDeadLetters(beam.PTransform):
 # =========================================================================== old names
 
 
-class WriteToParquet(WriteToParquetFiles):
-    """Deprecated name of :class:`WriteToParquetFiles` (it is also Beam's own
-    ``beam.io.WriteToParquet``, which Beam YAML pipelines get by that name)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        warnings.warn(
-            "wirearrow.beam.WriteToParquet is now WriteToParquetFiles (Beam's own transform "
-            "is called WriteToParquet)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(*args, **kwargs)
+# Beam's own transform (beam.io.WriteToParquet, and Beam YAML's) has this name.
+WriteToParquet = renamed(
+    WriteToParquetFiles, "WriteToParquet", " (Beam's own transform is called WriteToParquet)"
+)

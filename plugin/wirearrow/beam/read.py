@@ -1,7 +1,6 @@
 """ReadFromDelimited: files of length-delimited records on any Beam filesystem."""
 
 import logging
-import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Optional
 
@@ -14,13 +13,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from wirearrow.beam.batches import RecordArray, concat_records
-from wirearrow.beam.transcode import DEFAULT_BATCH_SIZE, METRICS_NAMESPACE
+from wirearrow.beam.transcode import DEFAULT_BATCH_SIZE, METRICS_NAMESPACE, renamed
 from wirearrow.sources.compression import compression_name, compression_of, open_decompressed
 from wirearrow.sources.format import RecordFormat
 from wirearrow.sources.framing import (
     FrameReader,
     Frames,
-    Tail,
     check_framing,
     corrupt_reason,
     plan_pieces,
@@ -33,9 +31,6 @@ DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 _READ_BLOCK_BYTES = 8 * 1024 * 1024
 
 
-# =========================================================================== ReadFromDelimited
-
-
 class _Chunk(NamedTuple):
     """A byte range of whole frames of one file; end < 0: to the end (compressed files)."""
 
@@ -45,15 +40,31 @@ class _Chunk(NamedTuple):
     compression: str
 
 
-def _truncated(path: str, tail: Tail, policy: str) -> None:
-    text = f"{path}: {tail.reason}"
-    if policy == "raise":
-        raise ValueError(text)
-    Metrics.counter(METRICS_NAMESPACE, "truncated_files").inc()
-    _LOG.warning("%s; skipped", text)
+def _open(path: str) -> Any:
+    # Raw bytes: decompression is ours, not Beam's, so that a cut or corrupt stream is the
+    # reader's tail (the records before it kept, the break counted), not an exception.
+    return FileSystems.open(path, "application/octet-stream", CompressionTypes.UNCOMPRESSED)
 
 
-class _PlanChunksFn(beam.DoFn):
+class _ReadFn(beam.DoFn):
+    """The settings of a ReadFromDelimited, and what its steps do with a broken file."""
+
+    def __init__(self, read: "ReadFromDelimited") -> None:
+        super().__init__()
+        self._framing, self._truncated = read._framing, read._truncated
+        self._compression, self._chunk_bytes = read._compression, read._chunk_bytes
+        self._batch_size = read._batch_size
+
+    def _broken(self, path: str, reason: str, metric: str, count: int = 1) -> None:
+        """A truncated file or a corrupt TFRecord: raised, or with truncated="skip" logged
+        and counted in ``metric``."""
+        if self._truncated == "raise":
+            raise ValueError(f"{path}: {reason}")
+        Metrics.counter(METRICS_NAMESPACE, metric).inc(count)
+        _LOG.warning("%s: %s; skipped", path, reason)
+
+
+class _PlanChunksFn(_ReadFn):
     """FileMetadata -> the _Chunks of the file (record-aligned byte ranges).
 
     A length-prefixed stream cannot be resynchronised from an arbitrary offset, so the
@@ -61,37 +72,28 @@ class _PlanChunksFn(beam.DoFn):
     smaller files, and compressed ones (not seekable), are one chunk.
     """
 
-    def __init__(self, framing: str, compression: str, chunk_bytes: int, truncated: str) -> None:
-        super().__init__()
-        self._framing = framing
-        self._compression = compression
-        self._chunk_bytes = chunk_bytes
-        self._truncated = truncated
-
     def process(self, metadata: Any) -> Iterator[_Chunk]:
         path, size = metadata.path, metadata.size_in_bytes
         compression = compression_of(path, self._compression)
-        if compression != "none":
+        if compression != "none":  # not seekable: one chunk
             yield _Chunk(path, 0, -1, compression)
             return
         if size <= self._chunk_bytes:
             if size:
                 yield _Chunk(path, 0, size, compression)
             return
-        with FileSystems.open(
-            path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
-        ) as stream:
+        with _open(path) as stream:
             pieces, tail = plan_pieces(
                 stream, self._framing, self._chunk_bytes, block_bytes=_READ_BLOCK_BYTES, name=path
             )
         if tail is not None:
-            _truncated(path, tail, self._truncated)
+            self._broken(path, tail.reason, "truncated_files")
         for piece in pieces:
             if piece.end > piece.start:
                 yield _Chunk(path, piece.start, piece.end, compression)
 
 
-class _ReadChunkFn(beam.DoFn):
+class _ReadChunkFn(_ReadFn):
     """_Chunk -> its records, in batches of ``batch_size`` (RecordArray).
 
     Yields batches (Beam's batched DoFns): a consumer that takes RecordArrays, as ToArrow
@@ -99,11 +101,7 @@ class _ReadChunkFn(beam.DoFn):
     array, and no Python object per record); any other consumer receives single ``bytes``.
     """
 
-    def __init__(self, framing: str, batch_size: int, truncated: str) -> None:
-        super().__init__()
-        self._framing = framing
-        self._batch_size = batch_size
-        self._truncated = truncated
+    def setup(self) -> None:
         self._records = Metrics.counter(METRICS_NAMESPACE, "records_read")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_read")
 
@@ -116,16 +114,14 @@ class _ReadChunkFn(beam.DoFn):
     @beam.DoFn.yields_batches
     def process(self, chunk: _Chunk) -> Iterator[RecordArray]:
         path, start, end, compression = chunk
-        self._pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
-        self._pending_count = 0
-        with FileSystems.open(
-            path, "application/octet-stream", CompressionTypes.UNCOMPRESSED
-        ) as raw:
-            # Our decompression, not Beam's: a cut or corrupt stream is then the reader's
-            # tail (records before it kept, the break counted) instead of an exception.
-            stream: Any = raw
-            if compression != "none":
-                stream = open_decompressed(raw, compression, name="the file")
+        pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
+        count, size = 0, self._batch_size
+        with _open(path) as raw:
+            stream = (
+                raw
+                if compression == "none"
+                else open_decompressed(raw, compression, name="the file")
+            )
             reader = FrameReader(
                 stream,
                 self._framing,
@@ -139,41 +135,33 @@ class _ReadChunkFn(beam.DoFn):
                 self._bytes.inc(int(frames.frame_ends[-1]))
                 if len(frames.corrupt):
                     frames = self._without_corrupt(path, frames)
-                yield from self._batches(frames)
-        if self._pending_count:
-            yield self._emit(self._pending)
+                lo = 0
+                while lo < len(frames):  # batches of exactly batch_size records
+                    take = min(size - count, len(frames) - lo)
+                    pending.append(frames.records(lo, lo + take))
+                    count, lo = count + take, lo + take
+                    if count == size:
+                        yield self._batch(pending)
+                        pending, count = [], 0
+        if count:
+            yield self._batch(pending)
         if reader.tail is not None:
-            _truncated(path, reader.tail, self._truncated)
+            self._broken(path, reader.tail.reason, "truncated_files")
 
     def _without_corrupt(self, path: str, frames: Frames) -> Frames:
-        """A TFRecord whose data CRC fails: raised, or (truncated="skip") logged, counted
-        and left out, like a truncated tail."""
-        at = frames.frame_starts[frames.corrupt]
-        if self._truncated == "raise":
-            raise ValueError(f"{path}: {corrupt_reason(self._framing, int(at[0]))}")
-        Metrics.counter(METRICS_NAMESPACE, "corrupt_records").inc(len(frames.corrupt))
-        for offset in at.tolist():
+        """Frames without the TFRecords whose data CRC fails (each one _broken)."""
+        at = frames.frame_starts[frames.corrupt].tolist()
+        self._broken(path, corrupt_reason(self._framing, at[0]), "corrupt_records", len(at))
+        for offset in at[1:]:
             _LOG.warning("%s: %s; skipped", path, corrupt_reason(self._framing, offset))
         keep = np.ones(len(frames), dtype=bool)
         keep[frames.corrupt] = False
         return Frames(frames.data, frames.offset, frames.starts[keep], frames.ends[keep])
 
-    def _batches(self, frames: Frames) -> Iterator[RecordArray]:
-        """Batches of exactly batch_size records; the rest waits in self._pending."""
-        size, lo, n = self._batch_size, 0, len(frames)
-        while lo < n:
-            take = min(size - self._pending_count, n - lo)
-            self._pending.append(frames.records(lo, lo + take))
-            self._pending_count += take
-            lo += take
-            if self._pending_count == size:
-                yield self._emit(self._pending)
-
-    def _emit(self, pieces: list[pa.Array]) -> RecordArray:
+    def _batch(self, pieces: list[pa.Array]) -> RecordArray:
         # A batch spans two blocks at most once per block: that one is concatenated (a
         # second copy); every other batch is one compact() of the block's records.
         array = concat_records(pieces)
-        self._pending, self._pending_count = [], 0
         self._records.inc(len(array))
         return RecordArray(array)
 
@@ -241,24 +229,12 @@ class ReadFromDelimited(beam.PTransform):
         chunks = (
             pbegin
             | "Match" >> fileio.MatchFiles(self._pattern, empty_match_treatment=empty)
-            | "PlanChunks"
-            >> beam.ParDo(
-                _PlanChunksFn(self._framing, self._compression, self._chunk_bytes, self._truncated)
-            )
+            | "PlanChunks" >> beam.ParDo(_PlanChunksFn(self))
             # Spread the chunks over the workers: without this fusion break, one worker
             # would read (and transcode) everything the single match element leads to.
             | "Distribute" >> beam.Reshuffle()
         )
-        return chunks | "ReadChunks" >> beam.ParDo(
-            _ReadChunkFn(self._framing, self._batch_size, self._truncated)
-        ).with_output_types(bytes)
+        return chunks | "ReadChunks" >> beam.ParDo(_ReadChunkFn(self)).with_output_types(bytes)
 
 
-class ReadDelimited(ReadFromDelimited):
-    """Deprecated name of :class:`ReadFromDelimited` (Beam names its sources ReadFrom...)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        warnings.warn(
-            "wirearrow.beam.ReadDelimited is now ReadFromDelimited", DeprecationWarning, stacklevel=2
-        )
-        super().__init__(*args, **kwargs)
+ReadDelimited = renamed(ReadFromDelimited, "ReadDelimited", " (Beam names its sources ReadFrom...)")

@@ -6,6 +6,7 @@
 import dataclasses
 import inspect
 import typing
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Optional
 
@@ -23,9 +24,6 @@ from wirearrow.sources.format import CONFLUENT, FIELDS, RecordFormat
 
 METRICS_NAMESPACE = "wirearrow"
 DEFAULT_BATCH_SIZE = 8192
-
-
-# =========================================================================== dead letters
 
 
 class DeadLetter(NamedTuple):
@@ -58,20 +56,13 @@ class DeadLetter(NamedTuple):
 beam.coders.registry.register_coder(DeadLetter, beam.coders.RowCoder)
 
 
-def _int_or_none(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
-
-
 def _origin(element: Any) -> tuple | None:
     """(topic, partition, offset, timestamp) of a row element (ReadFromKafka(
     with_metadata=True)'s fields: a DeadLetter's after ``key``), None when it has none."""
-    topic, partition, offset, timestamp = (
-        getattr(element, name, None) for name in ("topic", "partition", "offset", "timestamp")
-    )
-    if topic is partition is offset is timestamp is None:
+    values = [getattr(element, n, None) for n in ("topic", "partition", "offset", "timestamp")]
+    if values == [None] * 4:
         return None
-    topic = None if topic is None else str(topic)
-    return topic, _int_or_none(partition), _int_or_none(offset), _int_or_none(timestamp)
+    return tuple(v if v is None else (str if i == 0 else int)(v) for i, v in enumerate(values))
 
 
 def _key_text(key: object) -> str | None:
@@ -97,9 +88,6 @@ def _unpack(element: Any, column: str) -> tuple[Any, Any, tuple | None]:
             "(pass column= to name the bytes field of a row)"
         )
     return getattr(element, "key", None), getattr(element, column), _origin(element)
-
-
-# =========================================================================== outputs
 
 
 class Outputs(dict):
@@ -141,6 +129,18 @@ def errors(on_error: str | None, error_handling: Mapping[str, str] | None) -> tu
     return on_error or "dead_letter", str(error_handling["output"])
 
 
+def renamed(cls: type, old: str, why: str = "") -> type:
+    """``cls`` under its deprecated name ``old``: warns when made."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        message = f"wirearrow.beam.{old} is now {cls.__name__}{why}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
+
+    doc = f"Deprecated name of :class:`{cls.__name__}`{why}."
+    return type(old, (cls,), {"__init__": __init__, "__doc__": doc, "__module__": cls.__module__})
+
+
 def with_keywords(init: Callable, keywords: list[inspect.Parameter]) -> None:
     """Give ``init`` (which takes ``**options``) the signature that names ``keywords`` in
     their place: for help(), IDEs and Beam YAML's config schema, from one definition."""
@@ -156,8 +156,6 @@ INPUT_KEYWORDS = [
     for name, f in FIELDS.items()
 ]
 
-
-# =========================================================================== ToArrow
 
 # Counts' fields as ToArrow's metrics: rows_out is the sink's (rows in complete files).
 _METRIC_NAMES = {"rows_out": "rows_transcoded"}
@@ -225,16 +223,11 @@ class _TranscodeFn(beam.DoFn):
             records = elements
         else:
             records = [_unpack(e, column)[1] for e in elements]
-        carry = None
-        if self._carry:
-            carry = pa.table(
-                [
-                    pa.array([_carried(e, name, column) for e in elements], t)
-                    for name, t in self._carry
-                ],
-                names=[name for name, _ in self._carry],
-            )
-        batch, dead = self._decode(records, elements, carry)
+        carry = {
+            name: pa.array([_carried(e, name, column) for e in elements], t)
+            for name, t in self._carry
+        }
+        batch, dead = self._decode(records, elements, carry or None)
         if batch.num_rows:
             yield WindowedValue(batch, timestamp, (window,))
         for letter in dead:
