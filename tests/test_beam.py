@@ -132,6 +132,61 @@ def test_to_arrow_equals_the_transcoder_with_dead_letters(bid_corpus) -> None:
     assert totals["rows_transcoded"] == len(want_rows)
 
 
+def test_one_default_policy_and_beam_yamls_error_handling(bid_corpus) -> None:
+    """The on_error given, else the plan's own, else raise; error_handling= (Beam YAML's
+    dead-letter output) means dead_letter unless on_error says otherwise."""
+
+    def policy(plan, **options) -> str:
+        return wab.ToArrow(plan, **options).transcoder.spec.on_error
+
+    assert policy(ID_PLAN) == "raise"
+    assert policy({**ID_PLAN, "errors": "skip"}) == "skip"
+    assert policy(ID_PLAN, error_handling={"output": "bad"}) == "dead_letter"
+    assert policy(ID_PLAN, error_handling={"output": "bad"}, on_error="skip") == "skip"
+    assert policy(wa.load_plan(ID_PLAN).with_options(on_error="skip").transcoder()) == "skip"
+    schema = wa.load_plan(ID_PLAN).schema()
+    assert wab.FromArrow(schema).transcoder.spec.on_error == "raise"
+    assert wab.FromRows(schema, error_handling={"output": "x"}).transcoder.spec.on_error == (
+        "dead_letter"
+    )
+    with pytest.raises(ValueError, match="on_error"):
+        wab.ToArrow(ID_PLAN, on_error="ignore")
+    # raise: the bundle fails, naming the record
+    with pytest.raises(Exception, match="record 1, byte 0"), in_process() as p:
+        _ = p | beam.Create([bid_corpus[0], BAD[0]]) | wab.ToArrow(ID_PLAN)
+
+
+def test_the_plans_input_section_is_the_default_format(tmp_path, bid_corpus) -> None:
+    """A YAML plan's input: is ToArrow's RecordFormat (keywords over it) and, given as
+    input=, ReadFromDelimited's framing; a stream framing is the reader's, not ToArrow's."""
+    from google.protobuf import json_format, message_factory
+
+    import corpus
+
+    plan = {**ID_PLAN, "input": {"format": "json"}}
+    bid = message_factory.GetMessageClass(wa.load_plan(ID_PLAN).schema().descriptor)
+    texts = [json_format.MessageToJson(bid.FromString(r), indent=None) for r in bid_corpus[:20]]
+    want_rows, _ = expected_rows(ID_PLAN, bid_corpus[:20])
+    assert wab.ToArrow(plan).input.format == "json"
+    assert wab.ToArrow(plan, format="binary").input.format == "binary"
+    assert wab.ToArrow(plan, wa.RecordFormat()).input.format == "binary"
+    framed = {**ID_PLAN, "input": {"framing": "u32le", "compression": "gzip"}}
+    assert wab.ToArrow(framed).input == wa.RecordFormat()  # the files' framing: the reader's
+    with pytest.raises(ValueError, match="one by one"):
+        wab.ToArrow(ID_PLAN, framing="u32le")
+    with pytest.raises(TypeError, match="column="):
+        wab.ToArrow(ID_PLAN, field="value")
+    with gzip.open(tmp_path / "a.bin", "wb") as f:
+        f.writelines(corpus.frame(bid_corpus[:20], "u32le"))
+    read = wab.ReadFromDelimited(str(tmp_path / "a.bin"), input=wa.load_plan(framed).input)
+    assert (read._framing, read._compression) == ("u32le", "gzip")
+    with in_process() as p:
+        rows = (p | "texts" >> beam.Create(texts) | wab.ToArrow(plan)).batches
+        assert_that(rows, equal_to_rows(want_rows), label="json")
+        files = (p | read | "files" >> wab.ToArrow(framed)).batches
+        assert_that(files, equal_to_rows(want_rows), label="files")
+
+
 def _same(got, want) -> None:
     if got != want:
         raise AssertionError(f"got {got!r:.500}\nwant {want!r:.500}")

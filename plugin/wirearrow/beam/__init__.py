@@ -6,22 +6,15 @@ and back to protobuf records and files.
 
     with beam.Pipeline(options=opts) as p:
         records = p | wab.ReadFromDelimited("gs://bucket/events/*.bin", framing="varint")
-        result = records | wab.ToArrow("transforms/openrtb_flat.yaml", batch_size=8192)
+        result = records | wab.ToArrow("transforms/openrtb_flat.yaml", on_error="dead_letter")
         result.batches | wab.WriteToParquetFiles("gs://bucket/out/", schema=result.schema)
         result.dead_letters | wab.WriteDeadLetters("gs://bucket/dead/")  # Parquet
 
-Modules: ``transcode`` (ToArrow, dead letters), ``rows`` (ToRows, row_type,
-message_row_type, RowsToArrow: one mapping of Arrow types to Beam's, both ways),
-``encode`` (FromArrow, FromRows, ToJson: back to protobuf records and protojson text),
-``batches`` (RecordArray and Arrow batches for batched DoFns), ``read``
-(ReadFromDelimited), ``write`` (WriteToDelimited: framed files, TFRecord included),
-``parquet`` (WriteToParquetFiles, WriteDeadLetters), ``late`` (SplitLate: records later
-than the allowed lateness as counted dead letters). ``ReadDelimited`` and
-``WriteToParquet`` are the deprecated old names (the latter is also Beam's own
-transform's). Plans are resolved where the pipeline is built (``wirearrow.plans.
-resolve_plan``: one error policy everywhere, docs/errors.md); the public PTransforms only
-wire the graph, and the work happens in private DoFns whose transcoder travels as its spec
-and is compiled once per worker process. docs/beam.md is the guide."""
+Plans are resolved where the pipeline is built (``wirearrow.plans.resolve_plan``: one error
+policy everywhere, docs/errors.md); the PTransforms wire the graph, and the work happens in
+DoFns whose transcoder travels as its spec and is compiled once per worker process.
+docs/beam.md is the guide, docs/architecture.md lists the modules. ``ReadDelimited`` and
+``WriteToParquet`` are deprecated old names."""
 
 from wirearrow.beam.batches import RecordArray
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows, ToJson

@@ -99,7 +99,8 @@ class _ArrowBatchConverter(_Converter):
         else:
             yield from batch.to_batches()
 
-    combine_batches = produce_batch
+    def combine_batches(self, batches: Any) -> pa.Table | pa.RecordBatch:
+        return self.produce_batch(batches)
 
     def get_length(self, batch: pa.Table | pa.RecordBatch) -> int:
         return batch.num_rows

@@ -38,15 +38,11 @@ from wirearrow.sources.framing import frame_records
 
 
 class EncodeDeadLetter(NamedTuple):
-    """A row that could not be encoded: a Beam Row (schema'd, RowCoder).
-
-    ``index`` is the row's position in the batch it was encoded with (for FromRows: in
-    the rows buffered together), ``path`` the column of the offending value
-    (``points[3].x``, as :class:`~wirearrow.EncodeError` names it; "" for the whole row),
-    ``reason`` the error text, ``row`` the row itself as an Arrow IPC stream of one row
-    (``pa.ipc.open_stream(row).read_all()``), or None when the row did not even become
-    Arrow (a FromRows value of the wrong type: ``reason`` quotes it).
-    """
+    """A row that could not be encoded: a Beam Row (schema'd, RowCoder). ``index``: the
+    row in its batch (FromRows: in the rows buffered together); ``path``: the column of
+    the offending value, as :class:`~wirearrow.EncodeError` names it ("" for the whole
+    row); ``row``: the row as a one-row Arrow IPC stream, None when it never became Arrow
+    (a FromRows value of the wrong type, which ``reason`` quotes)."""
 
     index: int  # type: ignore[assignment]  # the dead-letter schemas' name for the position
     path: str
@@ -141,8 +137,9 @@ class _EncodeRowsFn(_EncodeFn):
         self._to_arrow = RowsToArrow(self._tc.arrow_schema)
 
     def process(self, rows: list) -> Iterator[Any]:
+        dead: list[EncodeDeadLetter] = []
         try:
-            batch, dead, good = self._to_arrow(rows), [], list(range(len(rows)))
+            batch, good = self._to_arrow(rows), list(range(len(rows)))
         except VALUE_ERRORS:
             batch, dead, good = self._row_by_row(rows)
         keys = None
@@ -181,16 +178,13 @@ class FromArrow(beam.PTransform):
     """Arrow record batches (pa.RecordBatch or pa.Table elements, e.g. ToArrow's
     ``.batches`` of a whole-message plan) -> protobuf records, one per row.
 
-    Each record is byte-identical to the protobuf runtime's
-    ``SerializeToString(deterministic=True)`` of the message the row holds
-    (docs/round-trip.md). Returns an :class:`EncodeResult`: ``.records`` (bytes, or
-    ``(key, bytes)`` with ``key_column``) and ``.dead_letters`` (:class:`EncodeDeadLetter`).
+    Each record is byte-identical to the runtime's ``SerializeToString(deterministic=True)``
+    of the row's message (docs/round-trip.md). Returns an :class:`EncodeResult`.
 
     Args:
-        plan: the message: a whole-message YAML plan (no ``columns``), a
-            ``wirearrow.Schema``, a generated message class, or a whole-message
-            ``wirearrow.Transcoder`` (its options, e.g. ``timestamp_unit``, say what the
-            columns hold). Compiled once per worker process.
+        plan: the message: a ``wirearrow.Schema``, a message class, or a whole-message
+            plan or ``Transcoder`` (its options, e.g. ``timestamp_unit``, say what the
+            columns hold).
         on_error: "raise" (an :class:`~wirearrow.EncodeError` naming the row and column
             fails the bundle), "skip" (counted in the ``rows_failed`` metric) or
             "dead_letter" (rows that cannot be encoded go to ``.dead_letters``); default:
@@ -198,9 +192,8 @@ class FromArrow(beam.PTransform):
             plan says otherwise), as for ToArrow.
         key_column: a column (field) not in the message whose value becomes the key of
             ``(key, bytes)`` output pairs, what ``WriteToKafka`` takes.
-        framing: None (the messages as they are) or "confluent": each record in the
-            Confluent Schema Registry wire format (magic byte, ``schema_id``, the message
-            index), what Confluent's deserializers read from Kafka.
+        framing: None (the messages as they are) or "confluent": the Confluent Schema
+            Registry wire format (magic byte, ``schema_id``, the message index).
         schema_id: the registry's id of the schema (with ``framing="confluent"``).
         message_index: the message's index path in its file; default: computed from the
             schema (``(0,)`` for the file's first message).
@@ -286,14 +279,8 @@ with_keywords(
 )
 
 
-class _ToJsonFn(beam.DoFn):
-    def __init__(self, transcoder: Any, options: dict) -> None:
-        super().__init__()
-        self._tc = transcoder  # travels as its spec: compiled once per worker process
-        self._options = options
-
-    def process(self, batch: pa.RecordBatch | pa.Table) -> Iterator[str]:
-        yield from self._tc.to_json(batch, **self._options).to_pylist()
+def _to_json(batch: pa.RecordBatch | pa.Table, tc: Any, options: dict) -> list[str]:
+    return tc.to_json(batch, **options).to_pylist()
 
 
 class ToJson(beam.PTransform):
@@ -322,6 +309,6 @@ class ToJson(beam.PTransform):
         }
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        return pcoll | "ToJson" >> beam.ParDo(_ToJsonFn(self._tc, self._options)).with_output_types(
-            str
-        )
+        # The transcoder travels as its spec: compiled once per worker process.
+        json = beam.FlatMap(_to_json, self._tc, self._options)
+        return pcoll | "ToJson" >> json.with_output_types(str)

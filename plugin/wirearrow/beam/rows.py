@@ -6,8 +6,10 @@ FromRows, ``row_type`` and ``message_row_type`` agree on every field: Beam has n
 integers and no nanosecond instants (docs/beam.md has the table).
 """
 
+import collections
 import datetime
 import decimal
+import functools
 import inspect
 import keyword
 import re
@@ -190,8 +192,8 @@ def _list(t: pa.DataType, where: str) -> _Mapped | None:
         offsets, mask, items = _offsets(values)
         return pa.ListArray.from_arrays(offsets, inner.to_arrow(items), type=t, mask=mask)
 
-    hint = typing.Sequence[_nullable(inner.hint, t.value_field.nullable)]  # type: ignore[misc]
-    return _Mapped(hint, to_python, to_arrow)
+    hint: Any = _nullable(inner.hint, t.value_field.nullable)
+    return _Mapped(typing.Sequence[hint], to_python, to_arrow)
 
 
 def _map(t: pa.MapType, where: str) -> _Mapped | None:
@@ -214,8 +216,9 @@ def _map(t: pa.MapType, where: str) -> _Mapped | None:
         keys, items = key.to_arrow([k for k, _ in pairs]), item.to_arrow([i for _, i in pairs])
         return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=mask)
 
-    hint = typing.Mapping[key.hint, _nullable(item.hint, t.item_field.nullable)]  # type: ignore[name-defined]
-    return _Mapped(hint, to_python, to_arrow)
+    key_hint: Any = key.hint
+    item_hint: Any = _nullable(item.hint, t.item_field.nullable)
+    return _Mapped(typing.Mapping[key_hint, item_hint], to_python, to_arrow)
 
 
 def _struct(t: pa.StructType, where: str) -> _Mapped:
@@ -259,7 +262,7 @@ class _Row:
                 self.names.append(_identifier(f.name, taken))
                 members.append((self.names[-1], _nullable(mapped.hint, f.nullable)))
         name = name or "Row_" + (re.sub(r"\W+", "_", where).strip("_") or "root")
-        self.cls = _picklable(NamedTuple(name, members))  # type: ignore[misc]
+        self.cls = _picklable(NamedTuple(name, members))  # type: ignore[arg-type]
 
     def to_rows(self, columns: Sequence[pa.Array]) -> list:
         values = [m.to_python(c) for c, (_, m) in zip(columns, self.mapped, strict=True) if m]
@@ -299,12 +302,9 @@ def _identifier(name: str, taken: set[str]) -> str:
 
 
 def _picklable(cls: type) -> type:
-    """Let instances of a dynamically made row class pickle (by value, like Beam's own).
-
-    Rows normally travel with RowCoder; a coder for an untyped PCollection pickles them,
-    and pickle finds no ``wirearrow.beam.<name>`` to refer to. They come back as instances
-    of a namedtuple with the same name and fields (so attribute access still works).
-    """
+    """Let instances of a dynamically made row class pickle, by value: a coder for an
+    untyped PCollection pickles them, and pickle finds no ``wirearrow.beam.<name>``. They
+    come back as a namedtuple of the same name and fields."""
     cls.__reduce__ = _row_reduce  # type: ignore[method-assign, assignment]
     return cls
 
@@ -313,16 +313,13 @@ def _row_reduce(self: Any) -> tuple:
     return _rebuild_row, (type(self).__name__, self._fields, tuple(self))
 
 
-_ROW_CLASSES: dict[tuple[str, tuple[str, ...]], type] = {}
+@functools.cache
+def _row_class(name: str, fields: tuple[str, ...]) -> type:
+    return _picklable(collections.namedtuple(name, fields))
 
 
 def _rebuild_row(name: str, fields: tuple[str, ...], values: tuple) -> Any:
-    cls = _ROW_CLASSES.get((name, fields))
-    if cls is None:
-        import collections
-
-        cls = _ROW_CLASSES[(name, fields)] = _picklable(collections.namedtuple(name, fields))
-    return cls(*values)
+    return _row_class(name, fields)(*values)
 
 
 def _top_row(schema: pa.Schema, name: str) -> _Row:
@@ -333,17 +330,11 @@ def _top_row(schema: pa.Schema, name: str) -> _Row:
 
 
 def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
-    """The NamedTuple type (a Beam schema) of rows of Arrow ``schema``, as ToRows builds it.
-
-    Mapping (Beam has no unsigned integers and no nanosecond instant): int8..int64 as is;
-    uint8 -> INT16, uint16 -> INT32, uint32 -> INT64, uint64 -> INT64 with the same bits
-    (values over 2**63-1 read negative); timestamps -> beam Timestamp (MicrosInstant,
-    nanoseconds floored to microseconds); durations and times of day -> int64 microseconds;
-    date -> datetime.date; enums (int32) as int32; lists -> Sequence, maps -> Mapping,
-    structs -> nested rows (an empty message: a row with no fields); null columns are
-    dropped. Field names that are not Python identifiers are rewritten ("imp[*].id" ->
-    "imp_id").
-    """
+    """The NamedTuple type (a Beam schema) of rows of Arrow ``schema``, as ToRows builds it:
+    uint8/16/32 as the next wider signed type, uint64 as int64 of the same bits,
+    timestamps as beam Timestamps (nanoseconds floored), durations and times of day as
+    int64 microseconds, null columns dropped, names made identifiers ("imp[*].id" ->
+    "imp_id"); docs/beam.md has the whole table."""
     return _top_row(schema, name).cls
 
 
@@ -360,13 +351,10 @@ def whole_message(plan: Any, on_error: str | None = None, **options: Any) -> Tra
 
 
 def message_row_type(message: Any, name: str | None = None, **options: Any) -> type:
-    """The Beam schema (a NamedTuple registered with RowCoder) of a whole protobuf message.
-
-    ``message`` and ``options`` as for :func:`whole_message`. Nested messages are nested
-    rows, repeated fields ``Sequence``, maps ``Mapping``, oneof members nullable fields;
-    enums are int32 numbers (``enums="name"``: their names, str); the well-known types as
-    docs/types.md maps them, then as :func:`row_type` maps Arrow types to Beam's.
-    """
+    """The Beam schema (a NamedTuple registered with RowCoder) of a whole protobuf message
+    (``message`` and ``options`` as for :func:`whole_message`): nested rows, ``Sequence``
+    and ``Mapping`` fields, enums as int32 (``enums="name"``: str), the well-known types as
+    docs/types.md maps them, then Arrow types as :func:`row_type` maps them."""
     transcoder = whole_message(message, **options)
     cls = row_type(
         transcoder.arrow_schema, name or transcoder.schema.message_name.rsplit(".", 1)[-1]
@@ -377,12 +365,9 @@ def message_row_type(message: Any, name: str | None = None, **options: Any) -> t
 
 class RowsToArrow:
     """Beam rows -> a pa.RecordBatch of ``schema``: the inverse of ToRows' conversion.
-
-    Fields are read by name (the names :func:`row_type` gives), so rows of the row type,
-    ``beam.Row`` objects and other NamedTuples with those fields all work; a missing field
-    is null. A value of the wrong type raises :class:`RowValueError` naming the field
-    (FromRows turns those into dead letters).
-    """
+    Fields are read by name (:func:`row_type`'s), so ``beam.Row`` objects and any object
+    with those fields work; a missing field is null; a value of the wrong type raises
+    :class:`RowValueError` naming the field (FromRows makes those dead letters)."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -417,13 +402,11 @@ class RowsResult(Outputs):
 
 
 class ToRows(beam.PTransform):
-    """Protobuf records to Beam rows whose schema comes from the plan's Arrow schema.
+    """Protobuf records to Beam rows of the plan's Arrow schema (:func:`row_type`).
 
-    Takes what :class:`ToArrow` takes (the same arguments), and ``type_name``: the name of
-    the row type. Returns ``.rows`` (a schema'd PCollection of ``.row_type``, a NamedTuple
-    registered with RowCoder), ``.dead_letters`` and ``.row_type``. See :func:`row_type`
-    for the type mapping.
-    """
+    Takes :class:`ToArrow`'s arguments, and ``type_name`` (the row type's name). Returns
+    ``.rows`` (a schema'd PCollection of ``.row_type``, registered with RowCoder),
+    ``.dead_letters`` and ``.row_type``."""
 
     def __init__(
         self, plan: Any, input: Any = None, *, type_name: str = "WirearrowRow", **options: Any

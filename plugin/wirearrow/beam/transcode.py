@@ -29,14 +29,11 @@ DEFAULT_BATCH_SIZE = 8192
 class DeadLetter(NamedTuple):
     """A record that produced no rows: a Beam Row (schema'd, RowCoder).
 
-    ``index`` is the record's position in the batch it was decoded with and ``offset``
-    the byte inside the record where decoding failed (docs/errors.md); ``path`` the field
-    path, ``reason`` the error text, ``raw`` the record's bytes (None for a null record).
-    ``key`` is the element's key for ``(key, bytes)`` input or a row's ``key`` field (as
-    text), else None. ``topic``, ``partition``, ``kafka_offset`` and ``timestamp`` (ms) are
-    a row element's fields of those names (``offset`` for ``kafka_offset``), as in
-    ``ReadFromKafka(with_metadata=True)``'s rows: where to find the record again in Kafka;
-    None for other elements.
+    The columns of ``wirearrow.DEAD_LETTER_SCHEMA`` (``index``: the record in the batch it
+    was decoded with; ``offset``: the byte in the record where decoding failed), then the
+    element's ``key`` (as text) and a row element's Kafka position: its ``topic``,
+    ``partition``, ``offset`` (as ``kafka_offset``) and ``timestamp`` fields, as
+    ``ReadFromKafka(with_metadata=True)``'s rows have them (None where unknown).
     """
 
     # A field named index shadows tuple.index (mypy says so); it is the dead-letter
@@ -91,10 +88,9 @@ def _unpack(element: Any, column: str) -> tuple[Any, Any, tuple | None]:
 
 
 class Outputs(dict):
-    """A transform's outputs: a dict of PCollections by name (as Beam YAML reads them:
-    the main output, and the dead letters under ``dead_letters`` or the ``error_handling``
-    output name) with attribute access; ``known``: what the transform knows when the
-    pipeline is built (``schema``, ``row_type``), as attributes."""
+    """A transform's outputs by name, as Beam YAML reads them (the main one, and the dead
+    letters under ``dead_letters`` or ``error_handling``'s name), as attributes too, with
+    what the transform knows when the pipeline is built (``known``: ``schema``, ...)."""
 
     def __init__(self, main: str, pcoll: Any, dead: Any, dead_key: str, **known: Any) -> None:
         super().__init__({main: pcoll, dead_key: dead})
@@ -117,11 +113,9 @@ class ArrowResult(Outputs):
 
 
 def errors(on_error: str | None, error_handling: Mapping[str, str] | None) -> tuple:
-    """(the error policy to resolve the plan with, the dead-letter output's name).
-
-    Beam YAML's convention: ``error_handling={"output": name}`` sends the bad records to
-    that output, so it means dead_letter unless ``on_error`` says otherwise; without
-    either, the plan's own policy (raise unless the plan says otherwise)."""
+    """(the error policy to resolve the plan with, the dead-letter output's name). Beam
+    YAML's convention: ``error_handling={"output": name}`` sends the bad records there, so
+    it means dead_letter unless ``on_error`` says otherwise; neither: the plan's own."""
     if not error_handling:
         return on_error, "dead_letters"
     if set(error_handling) != {"output"}:
@@ -163,12 +157,8 @@ _METRIC_NAMES = {"rows_out": "rows_transcoded"}
 
 class _TranscodeFn(beam.DoFn):
     """Buffers elements per window; decodes a batch at ``batch_size`` and at bundle end.
-
-    Main output: pa.RecordBatch (pa.Table with ``batch_type``). Tagged output
-    ``dead_letters``: DeadLetter. Each output is in the window of its records, at the
-    latest timestamp among them (which lies in that window, and is never earlier than a
-    record it came from).
-    """
+    Each output (batches; tagged ``dead_letters``) is in the window of its records, at the
+    latest timestamp among them (in that window, never earlier than a record of it)."""
 
     def __init__(self, to_arrow: "ToArrow") -> None:
         super().__init__()
@@ -254,12 +244,8 @@ class _TranscodeFn(beam.DoFn):
 
 
 class _TranscodeBatchesFn(_TranscodeFn):
-    """_TranscodeFn that also takes whole batches of bytes (Beam's batched DoFns).
-
-    When the producer emits batches (ReadFromDelimited does) and is fused with this DoFn,
-    Beam hands over its RecordArrays as they are: no per-record call at all. Otherwise
-    Beam calls process() per record, as for any DoFn.
-    """
+    """_TranscodeFn that also takes whole RecordArrays (Beam's batched DoFns): fused after
+    a producer of batches (ReadFromDelimited), no per-record call at all."""
 
     def get_input_batch_type(self, input_element_type: Any) -> Any:
         return RecordArray
@@ -328,20 +314,17 @@ def is_bytes_type(element_type: Any) -> bool:
 class ToArrow(beam.PTransform):
     """Protobuf records to Arrow record batches, with the records that fail on the side.
 
-    Input: a PCollection of ``bytes`` records, of ``(key, bytes)`` pairs (``ReadFromKafka``'s
-    ``KV``), or of rows with a bytes field named ``column`` (default ``"value"``; the rows of
-    ``ReadFromKafka(with_metadata=True)``, whose key and position go into the dead letters).
-
-    Returns an :class:`ArrowResult`: ``.batches`` (pa.RecordBatch, each of at most
-    ``batch_size`` records' rows and of ``.schema``), ``.dead_letters`` (:class:`DeadLetter`
-    rows) and ``.schema``, the plan's Arrow schema, known before the pipeline runs.
+    Takes ``bytes`` records, ``(key, bytes)`` pairs (``ReadFromKafka``'s ``KV``) or rows
+    with a bytes field ``column`` (default ``"value"``; ``ReadFromKafka(with_metadata=True)``
+    rows, whose key and position go into the dead letters). Returns an
+    :class:`ArrowResult`: ``.batches`` (each of at most ``batch_size`` records' rows),
+    ``.dead_letters`` (:class:`DeadLetter`) and ``.schema``, known before the pipeline runs.
+    docs/beam.md has the details.
 
     Args:
-        plan: a YAML plan (file path, YAML text or mapping, see docs/yaml.md), a
-            ``wirearrow.PlanConfig``, ``TranscodeSpec`` or ``Transcoder``, or a schema or
-            message class (the whole message). Resolved and compiled here, where the
-            pipeline is built (``wirearrow.plans.resolve_plan``); the workers receive the
-            compiled schema.
+        plan: anything ``wirearrow.plans.resolve_plan`` takes (a YAML plan's path, text or
+            mapping, a PlanConfig, TranscodeSpec or Transcoder, a schema or message
+            class), resolved and compiled here; the workers receive its spec.
         input: a ``wirearrow.RecordFormat``: how the records arrive (default: the plan's
             ``input:``), with the keyword arguments below over it.
         batch_size: records per decoded batch (an upper bound: the end of a bundle
@@ -352,16 +335,12 @@ class ToArrow(beam.PTransform):
         error_handling: Beam YAML's ``{"output": name}``: names the dead-letter output
             (and means on_error="dead_letter" unless on_error says otherwise).
         carry: fields of the row elements to repeat on every row of their record, after the
-            plan's columns, e.g. ``["topic", "partition", "offset"]`` of
-            ``ReadFromKafka(with_metadata=True)`` rows (``"key"`` is also a pair's key): a
-            list of names (Arrow types inferred per batch) or a mapping name -> Arrow type
-            (fixed types, in ``.schema`` too). See ``Transcoder.decode(carry=)``.
-        profile: a saved parser profile (path, read here) or a ``wirearrow.ParserCache``:
-            the plan is compiled on that cache, which travels with the DoFn and is one
-            instance per worker process (docs/cache.md).
-        batch_type: the type of ``.batches``' elements: ``pa.RecordBatch`` or ``pa.Table``
-            (what Beam's ``WriteToParquetBatched`` takes). Either way a downstream
-            ``process_batch(self, batch: pa.Table)`` gets them as Beam batches.
+            plan's columns (``"key"``: a pair's key too): names (Arrow types inferred per
+            batch) or a mapping name -> Arrow type (in ``.schema`` too).
+        profile: a saved parser profile (a path, read here) or a ``wirearrow.ParserCache``
+            to compile the plan on, one per worker process (docs/cache.md).
+        batch_type: ``pa.RecordBatch`` or ``pa.Table`` (what Beam's
+            ``WriteToParquetBatched`` takes): the type of ``.batches``' elements.
 
     The other keywords are ``wirearrow.RecordFormat``'s fields (``format``, ``framing``:
     "confluent" or None, ``schemas``, ``schema_id``, ``ignore_unknown_fields``,

@@ -71,15 +71,11 @@ class _DelimitedSink(filebasedsink.FileBasedSink):
 
 
 class WriteToDelimited(beam.PTransform):
-    """Protobuf records (bytes, e.g. FromArrow's ``.records``) -> files of framed records.
-
-    ``framing``: "varint" (protobuf's ``writeDelimitedTo``, what ReadFromDelimited and
-    ``wirearrow.read_delimited`` read), "u32le", "u32be" (4-byte lengths) or "tfrecord"
-    (TensorFlow's TFRecord with its CRC32Cs: what Beam's ``ReadFromTFRecord`` and
-    ``tf.data.TFRecordDataset`` read). Files are written like Beam's file sinks
-    (``WriteToTFRecord``'s arguments and naming, e.g. ``out/part-00000-of-00004.tfrecord``;
-    written to a temporary name and renamed when complete); records are framed in C a
-    block at a time. Returns the PCollection of the files' names.
+    """Protobuf records (bytes, e.g. FromArrow's ``.records``) -> files of framed records,
+    read by ReadFromDelimited (and ``tfrecord`` by Beam's ``ReadFromTFRecord`` and
+    ``tf.data``). Written like Beam's file sinks, with ``WriteToTFRecord``'s arguments and
+    naming (``out/part-00000-of-00004.tfrecord``, renamed into place when complete);
+    records are framed in C a block at a time. Returns the PCollection of the file names.
 
     Args:
         file_path_prefix: the files begin with this (any Beam filesystem).
