@@ -274,6 +274,8 @@ def test_threads_share_the_compiled_plan_not_the_dead_letters() -> None:
     keeps nothing: one's bad records are in its own output only."""
     fn = wab.transcode._TranscodeBatchesFn(wab.ToArrow(ID_PLAN, on_error="dead_letter"))
     a, b = pickle.loads(pickle.dumps(fn)), pickle.loads(pickle.dumps(fn))
+    a.setup()
+    b.setup()
     assert a._tc is not b._tc and a._tc._plan is b._tc._plan
     rows, dead = a._decode(pa.array(BAD, pa.binary()), None)
     assert rows.num_rows == 0 and [d.raw for d in dead] == BAD

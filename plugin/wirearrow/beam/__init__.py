@@ -13,8 +13,7 @@ and back to protobuf records and files.
 Plans are resolved where the pipeline is built (``wirearrow.plans.resolve_plan``: one error
 policy everywhere, docs/errors.md); the PTransforms wire the graph, and the work happens in
 DoFns whose transcoder travels as its spec and is compiled once per worker process.
-docs/beam.md is the guide, docs/architecture.md lists the modules. ``ReadDelimited`` and
-``WriteToParquet`` are deprecated old names."""
+docs/beam.md is the guide. ``ReadDelimited`` and ``WriteToParquet`` are deprecated names."""
 
 from wirearrow.beam.batches import RecordArray
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows, ToJson

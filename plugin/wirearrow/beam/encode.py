@@ -27,6 +27,7 @@ from wirearrow.beam.transcode import (
     DEFAULT_BATCH_SIZE,
     METRICS_NAMESPACE,
     Outputs,
+    PlanFn,
     _output,
     errors,
     with_keywords,
@@ -60,15 +61,14 @@ def _ipc_row(batch: pa.RecordBatch, row: int) -> bytes:
     return sink.getvalue()
 
 
-class _EncodeFn(beam.DoFn):
+class _EncodeFn(PlanFn):
     """pa.RecordBatch / pa.Table -> protobuf records (bytes, or (key, bytes) with
     ``key_column``); tagged output ``dead_letters``: EncodeDeadLetter."""
 
     def __init__(self, from_arrow: "FromArrow") -> None:
-        super().__init__()
-        # The transcoder travels as its spec, compiled once per worker process (its cache).
-        self._tc, self._key_column = from_arrow.transcoder, from_arrow.key_column
-        self._policy, self._frame = from_arrow.transcoder.spec.on_error, from_arrow.frame
+        super().__init__(from_arrow.transcoder)
+        self._key_column, self._frame = from_arrow.key_column, from_arrow.frame
+        self._policy = from_arrow.transcoder.spec.on_error
         self._rows_in = Metrics.counter(METRICS_NAMESPACE, "rows_in")
         self._records_out = Metrics.counter(METRICS_NAMESPACE, "records_out")
         self._rows_failed = Metrics.counter(METRICS_NAMESPACE, "rows_failed")
@@ -134,6 +134,7 @@ class _EncodeRowsFn(_EncodeFn):
     becomes one Arrow batch of the plan's schema (RowsToArrow), encoded together."""
 
     def setup(self) -> None:
+        super().setup()
         self._to_arrow = RowsToArrow(self._tc.arrow_schema)
 
     def process(self, rows: list) -> Iterator[Any]:
@@ -279,8 +280,13 @@ with_keywords(
 )
 
 
-def _to_json(batch: pa.RecordBatch | pa.Table, tc: Any, options: dict) -> list[str]:
-    return tc.to_json(batch, **options).to_pylist()
+class _ToJsonFn(PlanFn):
+    def __init__(self, transcoder: Any, options: dict) -> None:
+        super().__init__(transcoder)
+        self._options = options
+
+    def process(self, batch: pa.RecordBatch | pa.Table) -> Iterator[str]:
+        yield from self._tc.to_json(batch, **self._options).to_pylist()
 
 
 class ToJson(beam.PTransform):
@@ -309,6 +315,5 @@ class ToJson(beam.PTransform):
         }
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        # The transcoder travels as its spec: compiled once per worker process.
-        json = beam.FlatMap(_to_json, self._tc, self._options)
-        return pcoll | "ToJson" >> json.with_output_types(str)
+        fn = _ToJsonFn(self._tc, self._options)
+        return pcoll | "ToJson" >> beam.ParDo(fn).with_output_types(str)

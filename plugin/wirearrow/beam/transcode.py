@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam import pvalue
+from apache_beam.internal import pickler
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -155,18 +156,29 @@ INPUT_KEYWORDS = [
 _METRIC_NAMES = {"rows_out": "rows_transcoded"}
 
 
-class _TranscodeFn(beam.DoFn):
+class PlanFn(beam.DoFn):
+    """A DoFn of a transcoder (and the format of its records), unpickled in setup(): Beam
+    unpickles a DoFn several times on its way to a worker, and the plan is needed once
+    per instance there (each process's parser cache compiles it once)."""
+
+    def __init__(self, transcoder: Any, input: Any = None) -> None:
+        super().__init__()
+        self._shipped = pickler.dumps((transcoder, input))
+
+    def setup(self) -> None:
+        self._tc, self._format = pickler.loads(self._shipped)
+
+
+class _TranscodeFn(PlanFn):
     """Buffers elements per window; decodes a batch at ``batch_size`` and at bundle end.
     Each output (batches; tagged ``dead_letters``) is in the window of its records, at the
     latest timestamp among them (in that window, never earlier than a record of it)."""
 
     def __init__(self, to_arrow: "ToArrow") -> None:
-        super().__init__()
-        # The transcoder travels as its spec: a worker compiles the plan once per process
-        # (its parser cache), and decode keeps nothing of a batch, so the DoFns of a
-        # process share the compiled plan and nothing else.
-        self._tc = to_arrow.transcoder
-        self._format, self._column = to_arrow.input, to_arrow.column
+        # decode keeps nothing of a batch: the DoFns of a worker process share the
+        # compiled plan and nothing else.
+        super().__init__(to_arrow.transcoder, to_arrow.input)
+        self._column = to_arrow.column
         self._carry, self._size = to_arrow.carry, to_arrow.batch_size
         self._tables = to_arrow.batch_type is pa.Table
         # Counts' counters; its rows_out is rows_transcoded here: rows_out is the sink's
