@@ -133,7 +133,7 @@ def transcode_and_write(records: beam.PCollection, schedule: Schedule, out: Path
         records = split["on_time"]
     else:
         late_dir = "_late"
-    result = records | wab.ToArrow(ID_PLAN, batch_size=4)
+    result = records | wab.ToArrow(ID_PLAN, batch_size=4, on_error="dead_letter")
     _ = result.batches | wab.WriteToParquetFiles(
         str(out / "rows"), schema=result.schema, late_dir=late_dir
     )

@@ -18,8 +18,7 @@ from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 
 from wirearrow.beam.late import _LateGuardFn, split_expired
-from wirearrow.beam.transcode import METRICS_NAMESPACE
-from wirearrow.beam.transcode import renamed
+from wirearrow.beam.transcode import METRICS_NAMESPACE, renamed
 from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 
 _LOG = logging.getLogger(__name__)
