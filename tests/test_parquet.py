@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,6 +105,27 @@ def test_sink_writes_full_row_groups_as_it_goes(tmp_path) -> None:
     assert sink.close() is summary  # closing twice is harmless
     with pytest.raises(ValueError, match="closed"):
         sink.write(pa.record_batch([pa.array([1])], schema=schema))
+
+
+def test_sink_writes_to_a_file_it_is_given_and_leaves_it_open(tmp_path) -> None:
+    """What an engine's filesystem hands out (Beam's fileio): the sink writes there, from
+    where the file stands, and leaves closing it to its owner."""
+    with open(tmp_path / "f.parquet", "wb") as f:
+        sink = ParquetSink(f, row_group_size=2)
+        for i in range(3):
+            sink.write(pa.record_batch({"x": [i, i]}))
+        summary = sink.close()
+        assert not f.closed and summary.bytes == f.tell() > 0
+        assert summary.path == str(tmp_path / "f.parquet") and summary.row_groups == 3
+        with pytest.raises(ValueError, match="footer"):
+            sink.write(pa.record_batch({"x": [9]}))
+    assert pq.read_table(tmp_path / "f.parquet")["x"].to_pylist() == [0, 0, 1, 1, 2, 2]
+    buffer = io.BytesIO(b"head")
+    buffer.seek(4)
+    assert (
+        ParquetSink(buffer, pa.schema([("x", pa.int8())])).close().bytes
+        == len(buffer.getvalue()) - 4
+    )
 
 
 def test_sink_flushes_early_on_bytes(tmp_path) -> None:

@@ -43,7 +43,7 @@ import numpy as np
 from wirearrow.plan.compiler import CompiledPlan, compile_plan
 from wirearrow.spec import TranscodeSpec
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "default_cache"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "default_cache", "resolve_profile"]
 
 FORMAT = "wirearrow-profile"
 FORMAT_VERSION = 2  # 2: sizes only (1 held the walker's field statistics)

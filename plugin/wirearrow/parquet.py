@@ -21,6 +21,7 @@ import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -135,8 +136,9 @@ def _empty_children_dropped(names: Iterable[str]) -> str:
 class ParquetSink:
     """Write record batches to one Parquet file as they come, a row group at a time.
 
-    ``schema``: the schema of the batches; without it, the first batch's. The file is
-    created when the schema is known (at once, or at the first batch). Batches are buffered
+    ``path``: a file path, or a binary file open for writing (a Beam filesystem's, say),
+    which stays open. ``schema``: the schema of the batches; without it, the first
+    batch's. The file is created when the schema is known (at once, or at the first batch). Batches are buffered
     until ``row_group_size`` rows (or ``max_buffer_bytes``) are held, then written as one
     row group; :meth:`close` writes the rest and the footer. A sink closed without any
     batch but with a schema writes a valid file with no rows.
@@ -146,7 +148,7 @@ class ParquetSink:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | BinaryIO,
         schema: pa.Schema | None = None,
         *,
         row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
@@ -156,7 +158,12 @@ class ParquetSink:
     ) -> None:
         if row_group_size < 1:
             raise ValueError(f"row_group_size must be at least 1, not {row_group_size}")
-        self.path = os.fspath(path)
+        self._file: BinaryIO | None = None
+        if isinstance(path, str | os.PathLike):
+            self.path = os.fspath(path)
+        else:  # written from where it stands: its bytes are counted from there
+            self._file, self._start = path, path.tell()
+            self.path = str(getattr(path, "name", "") or "a stream")
         self.row_group_size = int(row_group_size)
         self.compression = "none" if compression is None else compression
         self.compression_level = compression_level
@@ -197,7 +204,7 @@ class ParquetSink:
         self._schema = target
         self._dropped = dropped
         self._writer = pq.ParquetWriter(
-            self.path,
+            self.path if self._file is None else self._file,
             target,
             compression=self.compression,
             compression_level=self.compression_level,
@@ -237,7 +244,7 @@ class ParquetSink:
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Add a batch (or a table's batches); writes every full row group it completes."""
         if self._closed:
-            raise ValueError(f"{self.path}: the sink is closed")
+            raise ValueError(f"{self.path}: the sink is closed (its footer is written)")
         if isinstance(data, pa.Table):
             for batch in data.to_batches():
                 self.write(batch)
@@ -267,14 +274,18 @@ class ParquetSink:
             raise ValueError(f"{self.path}: nothing written and no schema: cannot create a file")
         while self._pending_rows:
             self._flush(min(self._pending_rows, self.row_group_size))
-        self._writer.close()
+        self._writer.close()  # a file given open stays open
         self._closed = True
         assert self._schema is not None
         self._summary = ParquetSummary(
             path=self.path,
             rows=self._rows,
             row_groups=self._row_groups,
-            bytes=os.path.getsize(self.path),
+            bytes=(
+                os.path.getsize(self.path)
+                if self._file is None
+                else self._file.tell() - self._start
+            ),
             schema=self._schema,
             dropped=self._dropped,
         )

@@ -21,7 +21,7 @@ from wirearrow.beam.batches import RecordArray
 from wirearrow.cache import resolve_profile
 from wirearrow.counts import Counts
 from wirearrow.plans import resolve_plan
-from wirearrow.sources.format import CONFLUENT, FIELDS, RecordFormat
+from wirearrow.sources.format import FIELDS, RecordFormat
 
 METRICS_NAMESPACE = "wirearrow"
 DEFAULT_BATCH_SIZE = 8192
@@ -299,24 +299,6 @@ def _carry_fields(carry: Any) -> tuple:
     return tuple((str(name), None) for name in carry)
 
 
-def _element_format(plan_input: RecordFormat, input: Any, options: dict) -> RecordFormat:
-    """How ToArrow's elements arrive: ``input`` (default: the plan's ``input:``) with the
-    keywords over it. Elements are records one by one: how a file or stream of them is
-    framed and compressed is the reader's (ReadFromDelimited), so only a per-record
-    framing (confluent) applies here."""
-    if "field" in options:
-        raise TypeError("ToArrow(field=) is now column=, the record column's name everywhere")
-    base = plan_input if input is None else RecordFormat.of(input)
-    base = base.replace(framing=CONFLUENT if base.confluent else None, delimited_by=None)
-    fmt = RecordFormat.of(base, **options)
-    if fmt.buffer_framing is not None:
-        raise ValueError(
-            f"ToArrow takes records one by one: framing={fmt.buffer_framing!r} is how "
-            "ReadFromDelimited splits files (here: framing='confluent' or None)"
-        )
-    return fmt.replace(compression="auto")
-
-
 def is_bytes_type(element_type: Any) -> bool:
     return (
         element_type in (bytes, typing.ByteString) or getattr(element_type, "type", None) is bytes
@@ -381,7 +363,9 @@ class ToArrow(beam.PTransform):
         policy, self._dead_key = errors(on_error, error_handling)
         cache = None if profile is None else resolve_profile(profile)
         resolved = resolve_plan(plan, on_error=policy, cache=cache)
-        fmt = _element_format(resolved.input, input, input_options)
+        if "field" in input_options:
+            raise TypeError("ToArrow(field=) is now column=, the record column's name everywhere")
+        fmt = RecordFormat.one_by_one(resolved.input, input, **input_options)
         self.transcoder, self.input = resolved.transcoder, fmt.replace(column=None)
         self.column = fmt.column or "value"
         self.batch_size, self.batch_type = int(batch_size), batch_type

@@ -27,27 +27,7 @@ from wirearrow.ray.profiles import share_with_ray
 from wirearrow.sources.format import FIELDS, RecordFormat
 from wirearrow.spec import TranscodeSpec
 
-__all__ = ["Transcode", "batch_key", "record_format", "transcode"]
-
-
-def record_format(
-    plan_input: RecordFormat, input: RecordFormat | None, given: dict[str, Any]
-) -> RecordFormat:
-    """How the records of a column arrive: ``input`` (default: the plan's ``input:``) with
-    the ``given`` fields over it. A column holds one record per row: a plan's stream
-    framing (and the framing of Confluent records in a stream) describes its files, which
-    :func:`~wirearrow.ray.read_delimited` reads, and is not applied to the column."""
-    if input is None:
-        stream = {"delimited_by": None} if plan_input.confluent else {"framing": None}
-        input = plan_input.replace(**stream)
-    fmt = RecordFormat.of(input, **given)
-    if fmt.buffer_framing is not None:
-        raise ValueError(
-            "a column holds one record per row: its framing is None or 'confluent', without "
-            f"delimited_by (not {fmt.buffer_framing!r}); read files of framed records with "
-            "wirearrow.ray.read_delimited"
-        )
-    return fmt
+__all__ = ["Transcode", "batch_key", "transcode"]
 
 
 class Transcode(Step):
@@ -59,8 +39,9 @@ class Transcode(Step):
     here). ``input`` (a :class:`~wirearrow.RecordFormat`) or its fields as keywords: how
     the records arrive -- ``column`` (None: the batch's only column, else ``"value"``),
     ``format="json"``, ``framing="confluent"`` with ``schemas`` and ``schema_id``; a YAML
-    plan's ``input:`` is the default (:func:`record_format`). ``carry``: input columns
-    repeated on every row of their record, after the plan's columns.
+    plan's ``input:`` is the default (:meth:`~wirearrow.RecordFormat.one_by_one`).
+    ``carry``: input columns repeated on every row of their record, after the plan's
+    columns.
 
     ``on_error`` overrides the plan's policy. With ``"dead_letter"`` the bad records go to
     ``dead_letters`` (a directory or URI: one Parquet file per batch that has any) and/or
@@ -83,7 +64,7 @@ class Transcode(Step):
         **input_options: Any,
     ) -> None:
         super().__init__(plan, on_error, dead_letters, filesystem, ledger)
-        self._input = record_format(self._resolved.input, input, input_options)
+        self._input = RecordFormat.one_by_one(self._resolved.input, input, **input_options)
         self._carry = list(carry)
         clash = set(self._carry) & set(self._tc.arrow_schema.names)
         if clash:
@@ -234,7 +215,7 @@ def transcode(
         if cache.exchange is None:
             share_with_ray(cache)
     resolved = resolve(plan, on_error, cache)
-    fmt = record_format(resolved.input, input, given)
+    fmt = RecordFormat.one_by_one(resolved.input, input, **given)
     plan = Resolved(resolved.transcoder, fmt, None)
     return run_job(
         ds, Transcode, plan, {"carry": tuple(carry)}, dead_letters, filesystem, compute,

@@ -143,6 +143,26 @@ class RecordFormat:
             raise TypeError(f"input must be a wirearrow.RecordFormat, not {type(input).__name__}")
         return input.replace(**changes) if changes else input
 
+    @classmethod
+    def one_by_one(
+        cls, plan_input: RecordFormat, input: RecordFormat | None = None, **changes: Any
+    ) -> RecordFormat:
+        """How records that come one by one arrive (a table's column, one per row; a Beam
+        PCollection, one per element): ``input``, by default ``plan_input`` (a plan's
+        ``input:``) without the framing and compression of a stream of them (a reader's),
+        with ``changes`` over it. A framing that splits a buffer is a ValueError."""
+        if input is None:
+            framing = CONFLUENT if plan_input.confluent else None
+            input = plan_input.replace(framing=framing, delimited_by=None, compression="auto")
+        fmt = cls.of(input, **changes)
+        if fmt.buffer_framing is not None:
+            raise ValueError(
+                "records one by one (one record per row of a column, one per element) are "
+                f"framed by None or 'confluent' without delimited_by, not {fmt.buffer_framing!r}: "
+                "files of framed records are read by read_delimited / ReadFromDelimited"
+            )
+        return fmt
+
     @property
     def confluent(self) -> bool:
         """Each record carries a Confluent prefix."""
