@@ -238,3 +238,17 @@ def test_beam_rows_carry_their_fields(schema: wa.Schema) -> None:
         )
     with pytest.raises(ValueError, match=r"clash with the plan's output: \['id'\]"):
         wab.ToArrow(tc, carry=["id"])
+
+
+def test_with_rows_puts_each_dead_letters_row_beside_it() -> None:
+    from wirearrow.dead_letters import with_rows
+
+    dead = pa.table(
+        [pa.array([2, 0]), pa.array([0, 0]), pa.array(["", ""]), pa.array(["x", "y"]),
+         pa.nulls(2, pa.binary())],
+        schema=DEAD_LETTER_SCHEMA,
+    )
+    rows = pa.table({"file": ["a", "b", "c"], "offset": [0, 10, 20]})
+    out = with_rows(dead, "source", rows)
+    assert out.column("source").to_pylist() == [{"file": "c", "offset": 20}, {"file": "a", "offset": 0}]
+    assert with_rows(dead, "source", rows.select([])) is dead

@@ -92,3 +92,21 @@ def test_schema_mismatch_still_raises(bid_schema, table) -> None:
         tc.encode(table.drop_columns(["imp"]), on_error="dead_letter")
     with pytest.raises(ValueError, match="on_error"):
         tc.encode(table, on_error="skip")
+
+
+def test_an_encode_as_dead_letters_and_counts(bid_schema, table) -> None:
+    """What an engine keeps of an encode: its failures as DEAD_LETTER_SCHEMA rows (a row is
+    not a record: offset 0, raw null) and Counts that add up (bytes_in: the records made)."""
+    from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+
+    out = wa.Transcoder(bid_schema).encode(spoil(table, {3: "list", 7: "nested"}), on_error="dead_letter")
+    dead = out.dead_letters()
+    assert dead.schema == DEAD_LETTER_SCHEMA
+    assert [(d["index"], d["offset"], d["path"], d["raw"]) for d in dead.to_pylist()] == [
+        (3, 0, "imp[0]", None), (7, 0, "site.cat[1]", None)
+    ]
+    made = sum(len(r) for r in out.records.to_pylist() if r is not None)
+    assert out.counts() == wa.Counts(N, N - 2, 2, N - 2, made, 0)
+    assert out.counts(dead_letters=True).dead_letters == 2
+    clean = wa.Transcoder(bid_schema).encode(table, on_error="dead_letter")
+    assert clean.dead_letters().num_rows == 0 and clean.counts().records_failed == 0

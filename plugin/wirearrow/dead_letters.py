@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from wirearrow.errors import DecodeError
 
-__all__ = ["CARRY", "DEAD_LETTER_SCHEMA", "concat_dead_letters", "dead_letter_table"]
+__all__ = ["CARRY", "DEAD_LETTER_SCHEMA", "concat_dead_letters", "dead_letter_table", "with_rows"]
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -43,15 +43,18 @@ def dead_letter_table(
         [pa.array(c, type=f.type) for c, f in zip(columns, DEAD_LETTER_SCHEMA, strict=True)],
         schema=DEAD_LETTER_SCHEMA,
     )
-    if carried is not None:
-        values = carried.take(table.column("index"))
-        table = table.append_column(
-            CARRY,
-            pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in values.columns], fields=list(values.schema)
-            ),
-        )
-    return table
+    return table if carried is None else with_rows(table, CARRY, carried)
+
+
+def with_rows(dead: pa.Table, name: str, rows: pa.Table) -> pa.Table:
+    """``dead`` with the struct column ``name``: the row of ``rows`` at each dead letter's
+    ``index`` (where a record came from, what it carried); ``dead`` as it is when ``rows``
+    has no column."""
+    if not rows.num_columns:
+        return dead
+    values = rows.take(dead.column("index"))
+    columns = [c.combine_chunks() for c in values.columns]
+    return dead.append_column(name, pa.StructArray.from_arrays(columns, fields=list(values.schema)))
 
 
 def concat_dead_letters(tables: Sequence[pa.Table]) -> pa.Table:

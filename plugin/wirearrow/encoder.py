@@ -13,7 +13,10 @@ from typing import Literal, NamedTuple, overload
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from wirearrow.counts import Counts
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
 from wirearrow.errors import EncodeError
 from wirearrow.plan.encoding import EncodingPlan
 from wirearrow.schema import Schema
@@ -39,6 +42,23 @@ class Encoded(NamedTuple):
 
     records: pa.Array
     failures: pa.Table
+
+    def dead_letters(self) -> pa.Table:
+        """The failures as dead letters (``DEAD_LETTER_SCHEMA``): ``index`` the row, ``offset``
+        0 and ``raw`` null (a row is not a record)."""
+        rows, paths, reasons = self.failures.columns
+        n = len(rows)
+        zeros, nulls = pa.array(np.zeros(n, dtype=np.int64)), pa.nulls(n, pa.binary())
+        return pa.table([rows, zeros, paths, reasons, nulls], schema=DEAD_LETTER_SCHEMA)
+
+    def counts(self, dead_letters: bool = False) -> Counts:
+        """This encode as :class:`~wirearrow.Counts`: every row a record in, ``records_ok``
+        the rows encoded, ``rows_out`` the records made and ``bytes_in`` their bytes (what
+        a decode of them reads); ``dead_letters``: whether the failures were kept."""
+        n, failed = len(self.records), self.failures.num_rows
+        size = pc.sum(pc.binary_length(self.records)).as_py() if n else 0
+        kept = failed if dead_letters else 0
+        return Counts(n, n - failed, failed, n - failed, int(size or 0), kept)
 
 
 class Encoder:

@@ -19,9 +19,10 @@ Only this module (and the transcoder) call the framing core.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,10 @@ import pyarrow as pa
 
 from wirearrow._core.framing import FRAMINGS as _CODES
 from wirearrow._core.framing import TRAILERS, compact, frame, prefix, split
+from wirearrow.schema import Schema
 from wirearrow.sources.compression import compression_name, compression_of, decompress
 from wirearrow.sources.confluent import confluent_prefix
+from wirearrow.sources.confluent import message_index as message_index_of
 
 __all__ = [
     "FRAMINGS",
@@ -45,6 +48,7 @@ __all__ = [
     "frame_records",
     "plan_pieces",
     "read_delimited",
+    "record_framer",
     "records_array",
     "split_framed",
     "split_framed_prefix",
@@ -220,6 +224,38 @@ def frame_records(
     if schema_id is not None:
         raise ValueError("schema_id= is for framing='confluent'")
     return pa.py_buffer(frame(data, offsets, _framing_code(framing)))
+
+
+def record_framer(
+    schema: Schema,
+    framing: str | None = None,
+    *,
+    schema_id: int | None = None,
+    message_index: Sequence[int] | None = None,
+) -> Callable[[pa.Array], pa.Array]:
+    """How records made one by one (a column of a table, a stream's elements: what an
+    encoder makes for Kafka) are framed: as they are (``framing=None``) or each with the
+    Confluent prefix of ``schema_id`` and ``message_index`` (default: the path of
+    ``schema``'s message in its file). Every argument is checked here, not at the first
+    batch. Returns records -> records."""
+    if framing is None:
+        if schema_id is not None or message_index is not None:
+            raise ValueError("schema_id= and message_index= are for framing='confluent'")
+        return _as_they_are
+    if framing != "confluent":
+        raise ValueError(f"records one by one are framed None or 'confluent', not {framing!r}")
+    if schema_id is None:
+        raise ValueError("framing='confluent' needs schema_id= (the registry's id)")
+    index = message_index_of(schema) if message_index is None else tuple(message_index)
+    framer = functools.partial(
+        frame_records, framing=framing, schema_id=schema_id, message_index=index
+    )
+    framer(pa.array([], pa.binary()))  # a bad id or index raises now
+    return framer
+
+
+def _as_they_are(records: pa.Array) -> pa.Array:
+    return records
 
 
 def records_array(buffer: object, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
