@@ -1,6 +1,6 @@
 """The write half in Ray Data: Arrow rows -> protobuf records (:class:`Encode`,
-:func:`encode`), -> files of framed records (:func:`write_delimited`), -> protojson text
-(:class:`ToJson`)."""
+:func:`encode`), files of framed records (:func:`write_delimited`), protojson text
+(:class:`ToJson`). docs/ray.md, Writing protobuf back."""
 
 from __future__ import annotations
 
@@ -12,16 +12,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import ray
 from ray.data import Dataset
 from ray.data.datasource import BlockBasedFileDatasink
 
 from wirearrow.counts import Counts
-from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+from wirearrow.encoder import ENCODE_FAILURE_SCHEMA, Encoded
 from wirearrow.errors import EncodeError
 from wirearrow.plans import PlanLike, Resolved
 from wirearrow.ray.datasource import filesystem_of
@@ -34,8 +32,7 @@ from wirearrow.ray.job import (
     write_dead_letters,
 )
 from wirearrow.ray.ledger import Ledger
-from wirearrow.sources.confluent import message_index as message_index_of
-from wirearrow.sources.framing import check_framing, frame_records
+from wirearrow.sources.framing import check_framing, frame_records, record_framer
 from wirearrow.transcoder import Transcoder
 
 __all__ = ["DelimitedDatasink", "Encode", "ToJson", "WriteStats", "encode", "write_delimited"]
@@ -58,46 +55,34 @@ def rows_key(batch: pa.Table) -> str:
 
 def encode_rows(
     tc: Transcoder, batch: pa.Table, carry: Sequence[str] = ()
-) -> tuple[pa.Array, np.ndarray, pa.Table | None]:
-    """(records of the good rows of ``batch`` -- its columns but ``carry`` --, positions of
-    the bad rows, their dead letters or None) under ``tc``'s policy: ``DEAD_LETTER_SCHEMA``
-    (``index``: the row in the batch; ``path`` and ``reason`` from the EncodeError; ``raw``
-    null) plus ``source``, the whole input row."""
+) -> tuple[pa.Array, pa.Array | None, Counts, pa.Table | None]:
+    """``batch`` (its columns but ``carry``) encoded under ``tc``'s policy: (the records of
+    its good rows, which rows those are -- None: all --, the counts, the dead letters with
+    ``source``: the whole row). Under "raise" the EncodeError names the input row."""
     rows = batch.drop_columns(list(carry)) if carry else batch
     if tc.spec.on_error == "raise":
         try:
-            return tc.encode(rows), np.zeros(0, dtype=np.int64), None
+            encoded = Encoded(tc.encode(rows), ENCODE_FAILURE_SCHEMA.empty_table())
         except EncodeError as err:
             if err.row is not None and hasattr(err, "add_note"):  # Python 3.11+
                 err.add_note(f"input row: {batch.slice(err.row, 1).to_pylist()[0]}")
             raise
-    records, failures = tc.encode(rows, on_error="dead_letter")
-    bad = failures.column("row")
-    if not len(bad):
-        return records, np.zeros(0, dtype=np.int64), None
-    dead = None
-    if tc.spec.on_error == "dead_letter":
-        n = len(bad)
-        zeros, nulls = pa.array(np.zeros(n, dtype=np.int64)), pa.nulls(n, pa.binary())
-        columns = [bad, zeros, failures.column("path"), failures.column("reason"), nulls]
-        dead = with_source(pa.table(columns, schema=DEAD_LETTER_SCHEMA), batch, "")
-    return records.drop_null(), bad.to_numpy(), dead
+    else:
+        encoded = tc.encode(rows, on_error="dead_letter")
+    kept = tc.spec.on_error == "dead_letter"
+    counts = encoded.counts(dead_letters=kept)
+    if not encoded.failures.num_rows:
+        return encoded.records, None, counts, None
+    dead = with_source(encoded.dead_letters(), batch, "") if kept else None
+    good = encoded.records.is_valid()
+    return encoded.records.filter(good), good, counts, dead
 
 
 class Encode(Step):
-    """A callable class for ``Dataset.map_batches``: a batch of rows -> a batch of records.
-
-    ``plan``: a whole-message plan (best an ``ObjectRef`` from
-    :func:`~wirearrow.ray.put_plan`); the batch's columns are the message's fields, but
-    ``carry``: columns carried onto the output as they are (a Kafka key). Returns ``carry``
-    and ``column``: one record per row, byte-identical to the runtime's
-    ``SerializeToString(deterministic=True)``; with ``framing="confluent"``, prefixed with
-    ``schema_id`` and ``message_index`` (default: the message's path in its file).
-    ``on_error`` overrides the plan's policy ("raise": the EncodeError names the row and
-    column; "skip"; "dead_letter": to ``dead_letters`` and/or ``ledger``, as
-    :class:`~wirearrow.ray.Transcode`'s, ``source`` the whole row). ``stats.bytes_in``:
-    the bytes of the records written.
-    """
+    """``Dataset.map_batches(Encode, batch_format="pyarrow")``: a batch of rows of a
+    whole-message plan (and ``carry`` columns) -> ``carry`` and ``column``, one record per
+    row, plain or with ``framing="confluent"`` (``schema_id``, ``message_index``); bad rows
+    as :class:`~wirearrow.ray.Transcode`'s (docs/ray.md, Writing protobuf back)."""
 
     def __init__(
         self,
@@ -115,27 +100,11 @@ class Encode(Step):
     ) -> None:
         super().__init__(plan, on_error, dead_letters, filesystem, ledger)
         self._tc.encoder  # noqa: B018 (a flat plan fails here, not on the first batch)
-        self._column = column
-        self._carry = list(carry)
+        self._column, self._carry = column, list(carry)
         if column in self._carry:
             raise ValueError(f"column {column!r} is also a carry= column")
-        if framing not in (None, "confluent"):
-            raise ValueError(f'a record column\'s framing is None or "confluent", not {framing!r}')
-        if (framing is None) != (schema_id is None):
-            raise ValueError('framing="confluent" and schema_id= go together')
-        self._framing = framing
-        self._schema_id = schema_id
-        self._message_index = (
-            tuple(message_index) if message_index is not None else message_index_of(self._tc.schema)
-        )
-        if framing is not None:  # checked now, not on the first batch
-            self._frame(pa.array([], pa.binary()))
-
-    def _frame(self, records: pa.Array) -> pa.Array:
-        if self._framing is None:
-            return records
-        return frame_records(
-            records, self._framing, schema_id=self._schema_id, message_index=self._message_index
+        self._frame = record_framer(
+            self._tc.schema, framing, schema_id=schema_id, message_index=message_index
         )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -144,24 +113,14 @@ class Encode(Step):
         missing = [name for name in self._carry if name not in batch.column_names]
         if missing:
             raise KeyError(f"carry columns not in the batch: {missing}")
-        records, failures, dead = encode_rows(self._tc, batch, self._carry)
-        records = self._frame(records)
+        records, good, counts, dead = encode_rows(self._tc, batch, self._carry)
         out = batch.select(self._carry)
-        if len(failures):
-            good = np.ones(batch.num_rows, dtype=bool)
-            good[failures] = False
-            out = out.filter(pa.array(good))
+        if good is not None:
+            out = out.filter(good)
+        records = self._frame(records)
         out = out.append_column(pa.field(self._column, records.type), pa.chunked_array([records]))
-        self._account(rows_key(batch), _counts(batch, failures, records, dead), dead, started)
+        self._account(rows_key(batch), counts, dead, started)
         return out
-
-
-def _counts(batch: pa.Table, failures: np.ndarray, records: pa.Array, dead: Any) -> Counts:
-    """The counts of rows encoded: ``bytes_in`` is the bytes of the records written."""
-    n, failed = batch.num_rows, len(failures)
-    size = int(pc.sum(pc.binary_length(records)).as_py() or 0) if len(records) else 0
-    dead_letters = dead.num_rows if dead is not None else 0
-    return Counts(n, n - failed, failed, n - failed, size, dead_letters)
 
 
 def encode(
@@ -179,10 +138,8 @@ def encode(
     batch_size: int | None = None,
     **map_batches_args: Any,
 ) -> TranscodeResult:
-    """:class:`Encode` the rows of ``ds`` on Ray tasks (one per worker process and job):
-    a :class:`~wirearrow.ray.TranscodeResult` whose ``rows`` are ``carry`` and ``column``,
-    with the job's counts and the rows that could not be encoded. Other keywords go to
-    ``map_batches``."""
+    """:class:`Encode` the rows of ``ds`` on Ray tasks: a :class:`TranscodeResult` of
+    ``carry`` and ``column``. Other keywords go to ``map_batches``."""
     resolved = resolve(plan, on_error)
     args = {
         "column": column, "carry": tuple(carry), "framing": framing, "schema_id": schema_id,
@@ -196,8 +153,7 @@ def encode(
 
 class ToJson:
     """``ds.map_batches(ToJson(plan), batch_format="pyarrow")``: a whole-message plan's
-    rows (other columns ignored) -> the text ``json_format.MessageToJson`` prints for each
-    with the same ``options``, in the string column ``column``."""
+    rows -> ``json_format.MessageToJson``'s text with ``options``, in ``column``."""
 
     def __init__(self, plan: PlanLike | ray.ObjectRef, column: str = "json", **options: Any) -> None:
         self._tc = resolve(plan).transcoder
@@ -211,7 +167,6 @@ class ToJson:
         return pa.table({self._column: texts})
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WriteStats(Counts):
     """What :func:`write_delimited` wrote: the counts of its rows (``records_ok``: records
@@ -222,11 +177,9 @@ class WriteStats(Counts):
     dead_letter_files: tuple[str, ...] = ()
 
 
-
 class DelimitedDatasink(BlockBasedFileDatasink):
     """Rows -> files of framed protobuf records, one per write task (the sink of
-    :func:`write_delimited`, which says what each argument does); ``result``: the
-    :class:`WriteStats` of the write."""
+    :func:`write_delimited`); ``result``: the :class:`WriteStats` of the write."""
 
     def __init__(
         self,
@@ -271,12 +224,12 @@ class DelimitedDatasink(BlockBasedFileDatasink):
 
     def write_block_to_file(self, block: Any, file: pa.NativeFile) -> None:
         table = block.to_arrow()
-        failures, letters = np.zeros(0), None
         dead_files: tuple[str, ...] = ()
         if self._plan is None:
             records = table.column(self._column).combine_chunks()
+            counts = Encoded(records, ENCODE_FAILURE_SCHEMA.empty_table()).counts()
         else:
-            records, failures, letters = encode_rows(self._plan, table)
+            records, _, counts, letters = encode_rows(self._plan, table)
             if letters is not None:
                 given = None if "://" in self._dead_path else self.filesystem
                 fs, root = filesystem_of(self._dead_path, given)
@@ -284,7 +237,6 @@ class DelimitedDatasink(BlockBasedFileDatasink):
                 dead_files = (write_dead_letters(fs, root, letters, rows_key(table)),)
         data = frame_records(records, self._framing)
         file.write(data)
-        counts = _counts(table, failures, records, letters)
         self._parts.append(WriteStats(
             *counts.values(), bytes_out=len(data), files=(self._writing,),
             dead_letter_files=dead_files,
@@ -314,13 +266,10 @@ def write_delimited(
     ray_remote_args: dict[str, Any] | None = None,
     concurrency: int | None = None,
 ) -> WriteStats:
-    """Write ``ds`` as files of framed records under ``path`` (a directory or URI), one
-    per write task, ``framing`` "varint", "u32le", "u32be" or "tfrecord"; the readers'
-    ``read_delimited`` read them back. ``plan``: a whole-message plan, the rows encoded in
-    the write tasks; or ``column``: a column of records already encoded. Rows that cannot
-    be encoded follow ``on_error`` (default: the plan's); dead letters go to Parquet under
-    ``dead_letters`` (default ``<path>/_dead_letters/``). Returns the :class:`WriteStats`.
-    """
+    """Write ``ds`` as files of framed records under ``path`` (a directory or URI), one per
+    write task: the rows encoded with a whole-message ``plan``, or a ``column`` of records
+    already encoded; dead letters as Parquet under ``dead_letters`` (default
+    ``<path>/_dead_letters/``). Returns the :class:`WriteStats` (docs/ray.md)."""
     tc = None
     if plan is not None:
         tc = resolve(plan, on_error).transcoder

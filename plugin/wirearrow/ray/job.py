@@ -1,5 +1,5 @@
 """What the Ray steps share: the plan shipped once, a step's accounting, the one-call job
-and its result, the actor pool's size."""
+and its result, the actor pool's size (docs/ray.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ray.data import ActorPoolStrategy, Dataset, TaskPoolStrategy
 from ray.data._internal.execution.execution_callback import ExecutionCallback
 
 from wirearrow.counts import Counts
-from wirearrow.dead_letters import DEAD_LETTER_SCHEMA
+from wirearrow.dead_letters import DEAD_LETTER_SCHEMA, with_rows
 from wirearrow.plans import PlanLike, Resolved, resolve_plan
 from wirearrow.ray.datasource import filesystem_of
 from wirearrow.ray.ledger import (
@@ -42,7 +42,6 @@ __all__ = ["PoolSize", "Step", "TranscodeResult", "pool_size", "put_plan", "reso
 SMALL_CLUSTER_CPUS = 4
 
 
-
 def resolve(
     plan: PlanLike | Resolved | ray.ObjectRef, on_error: str | None = None, cache: Any = None
 ) -> Resolved:
@@ -56,13 +55,10 @@ def resolve(
 
 
 def put_plan(plan: PlanLike | ray.ObjectRef, *, on_error: str | None = None) -> ray.ObjectRef:
-    """Resolve ``plan`` here (its errors raise now, not on a worker) and ``ray.put`` it, for
-    the ``plan`` of ``Transcode``, ``Encode`` or ``ToJson``: small (descriptor bytes, the
-    column spec, a YAML plan's ``input:``), compiled once by each actor that resolves it.
-    ``on_error`` overrides the plan's policy."""
+    """Resolve ``plan`` here (its errors raise now, not on a worker) and ``ray.put`` it for
+    ``Transcode``, ``Encode`` or ``ToJson``: each actor compiles it once (docs/ray.md)."""
     resolved = resolve(plan, on_error)
     return ray.put(Resolved(resolved.transcoder, resolved.input, None))
-
 
 
 def whereami() -> tuple[str, str]:
@@ -146,9 +142,9 @@ def dead_letters_dir(
 
 
 def write_dead_letters(fs: pafs.FileSystem, directory: str, dead: pa.Table, key: str) -> str:
-    """Write a batch's dead letters to ``directory/dead-<key>.parquet``; returns the path.
-    Named by the batch's input: a retry or a second execution rewrites the same file.
-    Written under a temporary name and moved: a killed worker leaves no half file."""
+    """Write a batch's dead letters to ``directory/dead-<key>.parquet`` (its input's name: a
+    retry rewrites the same file), under a temporary name then moved (a killed worker
+    leaves no half file); returns the path."""
     path = posixpath.join(directory, f"dead-{key}.parquet")
     tmp = posixpath.join(directory, f".{key}-{uuid.uuid4().hex[:8]}.tmp")
     pq.write_table(dead, tmp, filesystem=fs)
@@ -157,29 +153,17 @@ def write_dead_letters(fs: pafs.FileSystem, directory: str, dead: pa.Table, key:
 
 
 def with_source(dead: pa.Table, batch: pa.Table, skip: str) -> pa.Table:
-    """``dead`` with ``source``: a struct of ``batch``'s columns but ``skip`` at each dead
-    letter's ``index`` (a file and offset, a Kafka partition and offset, a whole row)."""
-    others = [name for name in batch.column_names if name != skip]
-    if not others:
+    """``dead`` with ``source``: the row of ``batch`` (its columns but ``skip``) of each dead
+    letter (a file and offset, a Kafka partition and offset, a whole row)."""
+    if not dead.num_rows:
         return dead
-    source = batch.select(others).take(dead.column("index"))
-    return dead.append_column(
-        "source",
-        pa.StructArray.from_arrays([c.combine_chunks() for c in source.columns], fields=list(source.schema)),
-    )
-
+    return with_rows(dead, "source", batch.select([n for n in batch.column_names if n != skip]))
 
 
 class TranscodeResult:
-    """What :func:`~wirearrow.ray.transcode` and :func:`~wirearrow.ray.encode` return.
-
-    ``rows``: the output, a lazy ``ray.data.Dataset`` (Ray's own): consuming it or a Dataset
-    derived from it runs the job; afterwards :meth:`job_stats` and :attr:`dead_letters`
-    hold what one execution counted and rejected, however often Ray ran a batch (retries,
-    ``take()`` then ``write_parquet``). ``compute``: "tasks" or "actors"; ``pool``: the
-    actor pool (None with tasks). The job's entry in the ledger is dropped when ``rows`` is
-    garbage collected (this object holds it).
-    """
+    """What :func:`~wirearrow.ray.transcode` and :func:`~wirearrow.ray.encode` return: the
+    lazy ``rows`` (Ray's own Dataset: consuming it runs the job), then :meth:`job_stats`
+    and :attr:`dead_letters` of one execution; ``compute`` and ``pool`` (docs/ray.md)."""
 
     def __init__(
         self, rows: Dataset, ledger: JobLedger, dead: tuple[pafs.FileSystem, str] | None,
@@ -197,9 +181,8 @@ class TranscodeResult:
 
     @property
     def dead_letters(self) -> Dataset:
-        """The job's dead letters as a Dataset (after the rows were consumed):
-        ``DEAD_LETTER_SCHEMA`` plus ``source``; read back from the Parquet files written
-        with ``dead_letters=<path>``."""
+        """The job's dead letters (after the rows were consumed): ``DEAD_LETTER_SCHEMA`` plus
+        ``source``, read back from the files with ``dead_letters=<path>``."""
         if self._dead is not None:
             files = self.job_stats().dead_letter_files
             if files:
@@ -218,13 +201,11 @@ class TranscodeResult:
 
 
 class _CollectAfterExecution(ExecutionCallback):
-    """Ray Data keeps the tasks an early-stopped execution (``take()``, ``schema()``, a loop
-    that breaks) still had in flight -- and their actor, with its CPUs -- alive until the
-    garbage collector breaks a reference cycle of its executor (StreamingExecutor <->
-    IssueDetectorManager): on a few CPUs the next job's actor waits for those CPUs, forever
-    if the driver allocates nothing. Registered on an actor job's ``DataContext`` (Ray's
-    ``custom_execution_callback_classes``), it runs the collector a few times after each
-    execution of the job ends, off the caller's thread (docs/ray.md, Resources)."""
+    """Ray Data keeps the tasks an early-stopped execution (``take()``, ``schema()``) still
+    had in flight, and their actor's CPUs, until the garbage collector breaks a cycle of its
+    executor (StreamingExecutor <-> IssueDetectorManager): on a few CPUs the next job's
+    actor waits for ever. On an actor job's ``DataContext`` this collects a few times after
+    each execution ends, off the caller's thread (docs/ray.md, Resources)."""
 
     def after_execution_succeeds(self, executor: Any) -> None:
         _collect_soon()
@@ -325,7 +306,6 @@ def run_job(
     return TranscodeResult(rows, ledger, dead, compute, pool)
 
 
-
 @dataclass(frozen=True)
 class PoolSize:
     """The actor pool: ``min``..``max`` actors of ``num_cpus`` logical CPUs each."""
@@ -346,15 +326,10 @@ def pool_size(
     concurrency: int | tuple[int, int] | None = None,
     num_cpus: float | None = None,
 ) -> PoolSize:
-    """The actor pool :func:`~wirearrow.ray.transcode` uses on ``cpus`` logical CPUs.
-
-    It holds at most ``cpus - 1`` CPUs: one is always left to the read and write tasks,
-    which a pool holding every CPU starves (the 2-core deadlock: a fixed pool of 2 one-CPU
-    actors on 2 CPUs hangs). Default: 1 to ``cpus - 1`` actors (at least 1) of one CPU;
-    ``concurrency`` (``n`` or ``(min, max)``) without ``num_cpus``: ``(cpus - 1) / max``
-    CPUs each when one would not fit; on one CPU, actors ask for none; ``num_cpus`` given:
-    used as is (a pool that can take every CPU may hang). docs/ray.md, Resources.
-    """
+    """The actor pool :func:`~wirearrow.ray.transcode` uses on ``cpus`` logical CPUs: at
+    most ``cpus - 1`` of them, one always left to the read and write tasks (a pool holding
+    every CPU starves them: the 2-core deadlock); ``num_cpus`` given: as is, which may hang
+    (docs/ray.md, Resources)."""
     if cpus is None:
         cpus = cluster_cpus()
     spare = max(float(cpus) - 1.0, 0.0)  # CPUs the pool may hold

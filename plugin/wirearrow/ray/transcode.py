@@ -1,4 +1,4 @@
-"""Transcode in Ray Data: the map_batches step and the one-call path."""
+"""Transcode in Ray Data: the map_batches step and the one-call path (docs/ray.md)."""
 
 from __future__ import annotations
 
@@ -31,25 +31,11 @@ __all__ = ["Transcode", "batch_key", "transcode"]
 
 
 class Transcode(Step):
-    """A callable class for ``Dataset.map_batches(..., batch_format="pyarrow")``: a batch of
-    records -> a batch of rows, decoded as Arrow in place (``zero_copy_batch=True`` is safe).
-
-    ``plan``: anything :func:`wirearrow.plans.resolve_plan` takes, or best an ``ObjectRef``
-    from :func:`~wirearrow.ray.put_plan` (it travels once; each actor compiles it once,
-    here). ``input`` (a :class:`~wirearrow.RecordFormat`) or its fields as keywords: how
-    the records arrive -- ``column`` (None: the batch's only column, else ``"value"``),
-    ``format="json"``, ``framing="confluent"`` with ``schemas`` and ``schema_id``; a YAML
-    plan's ``input:`` is the default (:meth:`~wirearrow.RecordFormat.one_by_one`).
-    ``carry``: input columns repeated on every row of their record, after the plan's
-    columns.
-
-    ``on_error`` overrides the plan's policy. With ``"dead_letter"`` the bad records go to
-    ``dead_letters`` (a directory or URI: one Parquet file per batch that has any) and/or
-    to ``ledger``; with neither, construction fails rather than lose them. Dead letters are
-    ``DEAD_LETTER_SCHEMA`` (``index``: the position in the batch) plus ``source``: a struct
-    of the record's other input columns. A row with a ``read_error``
-    (``read_delimited(truncated="dead_letter")``) is one failure with that reason.
-    """
+    """``Dataset.map_batches(Transcode, batch_format="pyarrow")``: a batch of records -> a
+    batch of rows (docs/ray.md, The building block). ``input`` or its fields as keywords:
+    the record format (default: the plan's ``input:``, :meth:`RecordFormat.one_by_one`);
+    ``carry``: input columns repeated on every row. Dead letters (``on_error=
+    "dead_letter"``) go to ``dead_letters`` (Parquet) and/or ``ledger``, with ``source``."""
 
     def __init__(
         self,
@@ -98,31 +84,29 @@ class Transcode(Step):
         try:
             rows, dead, counts = self._tc.decode(records, self._input, carry=self._carry or None)
         except DecodeError as err:
-            _locate(err, records, column)
+            others = [name for name in records.column_names if name != column]
+            if others and 0 <= err.index < records.num_rows and hasattr(err, "add_note"):
+                err.add_note(f"input row: {records.select(others).slice(err.index, 1).to_pylist()[0]}")
             raise err from None
-        if dead.num_rows:
-            if CARRY in dead.column_names:  # the carried columns are in source too
-                dead = dead.drop_columns([CARRY])
-            if positions is not None:  # index: the record's position in the whole batch
-                index = pa.array(positions[dead.column("index").to_numpy()], pa.int64())
-                dead = dead.set_column(0, dead.schema.field(0), index)
-            dead = with_source(dead, batch, column)
-        if unread:
-            n = len(unread)
-            kept = n if self._policy == "dead_letter" else 0
+        if CARRY in dead.column_names:  # the carried columns are in source too
+            dead = dead.drop_columns([CARRY])
+        if dead.num_rows and positions is not None:  # index: the position in the batch
+            index = pa.array(positions[dead.column("index").to_numpy()], pa.int64())
+            dead = dead.set_column(0, dead.schema.field(0), index)
+        if unread:  # rows read_delimited(truncated="dead_letter") could not read: failures
+            n, kept = len(unread), len(unread) if self._policy == "dead_letter" else 0
             counts = counts + Counts(records_in=n, records_failed=n, dead_letters=kept)
             if kept:
-                letters = with_source(dead_letter_table(unread), batch, column)
-                dead = pa.concat_tables([dead, letters]) if dead.num_rows else letters
-        self._account(key, counts, dead, started)
+                dead = pa.concat_tables([dead, dead_letter_table(unread)])
+        self._account(key, counts, with_source(dead, batch, column), started)
         return pa.Table.from_batches([rows])
 
 
 def _read_errors(
     batch: pa.Table, column: str
 ) -> tuple[pa.Table, np.ndarray | None, list[tuple[DecodeError, bytes]]]:
-    """(``batch`` without its READ_ERROR column; the positions of its records, None when
-    every row is one; a failure for each row that is not a record, with its reason)."""
+    """(``batch`` without READ_ERROR; the positions of its records, None when every row is
+    one; a failure for each row that is not a record, with its reason)."""
     if READ_ERROR not in batch.column_names:
         return batch, None, []
     errors = batch.column(READ_ERROR)
@@ -131,8 +115,7 @@ def _read_errors(
         return batch, None, []
     bad = pc.is_valid(errors).to_numpy(zero_copy_only=False)
     failed = np.flatnonzero(bad)
-    reasons = errors.take(failed).to_pylist()
-    raws = batch.column(column).take(failed).to_pylist()
+    reasons, raws = errors.take(failed).to_pylist(), batch.column(column).take(failed).to_pylist()
     unread = [
         (DecodeError(reason, index=int(i), offset=0, path=""), raw)
         for i, reason, raw in zip(failed, reasons, raws, strict=True)
@@ -141,11 +124,9 @@ def _read_errors(
 
 
 def batch_key(batch: pa.Table, column: str = "value") -> str:
-    """A name of ``batch`` by its input, the same on any worker, in any attempt: a hash of
-    the record count, every record's length, the first, middle and last records of
-    ``column`` and the first and last rows of the other columns (positions such as file +
-    offset make it exact). One pass over the lengths: 0.15 % of a decode, where hashing
-    every byte would add 15-70 % (docs/ray.md, Exactly once)."""
+    """A name of ``batch`` by its input, the same on any worker and attempt: a hash of the
+    record count, every record's length, the first, middle and last records and the first
+    and last rows of the other columns (docs/ray.md, Exactly once)."""
     values = batch.column(column)
     n = len(values)
     h = hashlib.blake2b(digest_size=12)
@@ -159,13 +140,6 @@ def batch_key(batch: pa.Table, column: str = "value") -> str:
         if others:
             h.update(repr(batch.select(others).take([0, n - 1]).to_pylist()).encode())
     return h.hexdigest()
-
-
-def _locate(err: DecodeError, batch: pa.Table, column: str) -> None:
-    """Name the input row of a record that made the job fail (on_error="raise")."""
-    others = [name for name in batch.column_names if name != column]
-    if others and 0 <= err.index < batch.num_rows and hasattr(err, "add_note"):  # 3.11+
-        err.add_note(f"input row: {batch.select(others).slice(err.index, 1).to_pylist()[0]}")
 
 
 def transcode(
@@ -185,29 +159,10 @@ def transcode(
     profile: str | os.PathLike[str] | ParserCache | None = None,
     **options: Any,
 ) -> TranscodeResult:
-    """Transcode the records of ``ds`` with ``plan``: the one-call path (docs/ray.md).
-
-    ``input`` and the keywords named like :class:`~wirearrow.RecordFormat`'s fields, and
-    ``carry`` and ``on_error``, are :class:`Transcode`'s; other keywords go to
-    ``map_batches``. The plan is resolved here (its errors raise now) and shipped once.
-    With ``on_error="dead_letter"`` the bad records come back as
-    :attr:`TranscodeResult.dead_letters`, also written as Parquet under ``dead_letters``
-    when given (``filesystem`` overrides the one inferred).
-
-    ``compute="tasks"`` (default): Ray tasks (``concurrency=n`` caps them, ``num_cpus``
-    each), one Transcode per worker process and job, fused with the write that follows.
-    ``"actors"``: an autoscaling pool of Transcode actors sized by
-    :func:`~wirearrow.ray.pool_size` (``concurrency``: ``n`` or ``(min, max)``), which
-    never takes every CPU. ``resource_reservation``: Ray Data's
-    ``op_resource_reservation_enabled`` on ``ds.context`` (None: off on at most 4 CPUs).
-    ``batch_size=None``: one batch per input block, which keeps the counts exact when Ray
-    runs a batch again (docs/ray.md, Exactly once). ``profile``: a saved profile (a path)
-    or a :class:`~wirearrow.ParserCache` to compile on, shared across the workers
-    (:func:`~wirearrow.ray.share_with_ray`; docs/cache.md).
-
-    Returns a :class:`~wirearrow.ray.TranscodeResult`: the lazy ``rows`` (a Dataset), then
-    the job's counts and dead letters.
-    """
+    """Transcode the records of ``ds`` with ``plan``, on Ray tasks or an actor pool: the
+    one-call path (docs/ray.md, Transcoding). Keywords named like a RecordFormat's fields
+    are the record format; other keywords go to ``map_batches``. The plan is resolved here
+    (its errors raise now) and shipped once. Returns a :class:`TranscodeResult`."""
     given = {name: options.pop(name) for name in list(options) if name in FIELDS}
     cache = None
     if profile is not None:
