@@ -8,6 +8,8 @@ a bad record's carried values go to its dead letter's ``carry`` struct instead.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pyarrow as pa
 
@@ -55,7 +57,9 @@ def carry_table(carry: object, messages: object) -> pa.Table:
     )
 
 
-def extra_column_name(option: str, value: bool | str, default: str, taken: list[str]) -> str | None:
+def extra_column_name(
+    option: str, value: bool | str, default: str, taken: Collection[str]
+) -> str | None:
     """The name of an extra column (``record_index=True`` -> ``_record_index``; a string:
     that name; False: None), which must not be one of ``taken``."""
     name = default if value is True else value

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import add, attrgetter
 
 __all__ = ["Counts"]
 
@@ -42,11 +43,11 @@ class Counts:
     def __add__(self, other: Counts) -> Counts:
         if not isinstance(other, Counts):
             return NotImplemented
-        return Counts(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
+        return Counts(*map(add, _values(self), _values(other)))
 
     def values(self) -> tuple[int, ...]:
         """The counts in field order."""
-        return tuple(getattr(self, f.name) for f in _FIELDS)
+        return _values(self)
 
     def replace(self, **changes: int) -> Counts:
         return dataclasses.replace(self, **changes)
@@ -68,3 +69,5 @@ class Counts:
 
 
 _FIELDS = dataclasses.fields(Counts)
+# The counts as a tuple in field order, in one C call (adding counts is per batch).
+_values = attrgetter(*(f.name for f in _FIELDS))

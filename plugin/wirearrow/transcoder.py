@@ -100,6 +100,7 @@ class Transcoder:
             raise TypeError(f"cache must be a wirearrow.ParserCache, not {type(cache).__name__}")
         self._entry = self._cache.entry(spec)
         self._plan: CompiledPlan = self._entry.plan
+        self._names = frozenset(self._plan.schema.names)  # the extra columns' names must differ
         self._reader = RecordReader(spec.schema)
         self._encoder: Encoder | None = None
         self._lock = threading.Lock()
@@ -202,7 +203,7 @@ class Transcoder:
         Under ``on_error="raise"`` the first bad record raises :class:`DecodeError`.
         """
         fmt = RecordFormat.of(input, **input_options)
-        names = self._plan.schema.names
+        names = self._names
         index_name = extra_column_name("record_index", record_index, RECORD_INDEX, names)
         id_name = extra_column_name("schema_id", fmt.schema_id, SCHEMA_ID, names)
         if index_name is not None and index_name == id_name:
@@ -218,7 +219,9 @@ class Transcoder:
             )
         n_in = records.n_in
         want_positions = index_name is not None or id_name is not None or carried is not None
-        columns, positions, failures, counts = self._decode(records, want_positions)
+        columns, positions, failures, n_bytes, precision_lost, not_utf8 = self._decode(
+            records, want_positions
+        )
         rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
         if positions is not None:
             ids = records.schema_ids[positions] if records.schema_ids is not None else None
@@ -227,18 +230,22 @@ class Transcoder:
             )
         keep = self._spec.on_error == "dead_letter"
         dead = dead_letter_table(failures if keep else (), carried)
-        counts = counts.replace(
+        n_failed = len(failures)
+        counts = Counts(
             records_in=n_in,
-            records_failed=len(failures),
-            records_ok=n_in - len(failures),
+            records_ok=n_in - n_failed,
+            records_failed=n_failed,
             rows_out=rows.num_rows,
+            bytes_in=n_bytes,
             dead_letters=dead.num_rows,
+            precision_lost=precision_lost,
+            strings_not_utf8=not_utf8,
         )
         return Decoded(rows, dead, counts)
 
     def _decode(
         self, records: Records, want_positions: bool
-    ) -> tuple[list[pa.Array], np.ndarray | None, list[Failure], Counts]:
+    ) -> tuple[list[pa.Array], np.ndarray | None, list[Failure], int, int, int]:
         """The decoder over ``records``, then the Arrow columns; records the plan rejects
         (strict columns, range errors) are taken out and the rest decoded again."""
         raising = self._spec.on_error == "raise"
@@ -297,12 +304,7 @@ class Transcoder:
             keep[[pos for _, pos in failed]] = False
             records.keep(keep)
         entry.learn_sizes(result.records, group_counts, arena_bytes)
-        counts = Counts(
-            bytes_in=n_bytes,
-            precision_lost=assembler.precision_lost,
-            strings_not_utf8=result.moved,
-        )
-        return columns, positions, failures, counts
+        return columns, positions, failures, n_bytes, assembler.precision_lost, result.moved
 
     # -- back to protobuf ----------------------------------------------------------------
 

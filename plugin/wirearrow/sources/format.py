@@ -138,7 +138,8 @@ class RecordFormat:
         if unknown:
             raise TypeError(f"unknown input options: {', '.join(unknown)}")
         if input is None:
-            return cls(**changes)
+            # The default format is built once: decode() asks for it on every call.
+            return cls(**changes) if changes else _BINARY
         if not isinstance(input, RecordFormat):
             raise TypeError(f"input must be a wirearrow.RecordFormat, not {type(input).__name__}")
         return input.replace(**changes) if changes else input
@@ -188,3 +189,6 @@ class RecordFormat:
 
 # name -> field, in declaration order: the keywords every reader and transcode take.
 FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RecordFormat)}
+
+
+_BINARY = RecordFormat()  # binary records as they are: RecordFormat.of()'s default

@@ -155,10 +155,16 @@ class RecordReader:
         return records
 
 
+# Arrays of records that arrow_input passes on unchanged.
+_PLAIN = frozenset({pa.BinaryArray, pa.LargeBinaryArray, pa.StringArray, pa.LargeStringArray})
+
+
 def arrow_input(messages: object, column: str | None) -> object:
     """Arrow producers as pyarrow arrays (imported through the C interfaces, no copy); a
     table's record column (``column``; None: its only column, else ``value``); anything
     else as it is."""
+    if column is None and type(messages) in _PLAIN:  # the common case, decided at once
+        return messages
     if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer | list | tuple):
         if column is not None:
             raise TypeError("column= names a column of a table, not of a list or a buffer")
