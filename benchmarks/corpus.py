@@ -41,6 +41,7 @@ __all__ = [
     "PROTO_FILE",
     "SCHEMA_DIR",
     "break_records",
+    "compile_schema",
     "frame",
     "generate",
     "generate_skewed",
@@ -74,8 +75,15 @@ def load_schema() -> tuple[descriptor_pool.DescriptorPool, type[Message]]:
     The pool is private (not the default pool), so loading this schema never clashes with
     another copy of the same file names elsewhere in the process. Cached: protoc runs once.
     """
+    return compile_schema(PROTO_FILE, SCHEMA_DIR, MESSAGE_NAME)
+
+
+def compile_schema(
+    proto_file: Path, schema_dir: Path, message_name: str
+) -> tuple[descriptor_pool.DescriptorPool, type[Message]]:
+    """``(private pool, message class)`` of ``message_name`` in ``proto_file`` (protoc)."""
     with tempfile.TemporaryDirectory(prefix="wirearrow-corpus-") as tmp:
-        out = Path(tmp) / "bidrequest.pb"
+        out = Path(tmp) / "schema.pb"
         # `python -m grpc_tools.protoc` adds grpc_tools' bundled include dir (which holds
         # google/protobuf/timestamp.proto) itself; --include_imports makes the set
         # self-contained and topologically ordered (dependencies first).
@@ -83,10 +91,10 @@ def load_schema() -> tuple[descriptor_pool.DescriptorPool, type[Message]]:
             sys.executable,
             "-m",
             "grpc_tools.protoc",
-            f"--proto_path={SCHEMA_DIR}",
+            f"--proto_path={schema_dir}",
             f"--descriptor_set_out={out}",
             "--include_imports",
-            str(PROTO_FILE),
+            str(proto_file),
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -96,7 +104,7 @@ def load_schema() -> tuple[descriptor_pool.DescriptorPool, type[Message]]:
     pool = descriptor_pool.DescriptorPool()
     for file_proto in fds.file:
         pool.Add(file_proto)
-    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(MESSAGE_NAME))
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(message_name))
     return pool, cls
 
 
