@@ -156,7 +156,10 @@ def _matrix(record: type, rows: list) -> np.ndarray:
 
 def test_every_encoder_row_arrives_field_by_field() -> None:
     # Distinct values in every field (in range where the loader checks them).
-    cols = [layout.EncodeColumn(*range(10 * i + 1, 10 * i + 8)) for i in range(12)]
+    specs = [
+        layout.EncodeSpec(parent=i - 1, access=i % 3, child=i + 1, layout=i % 6, wide=i % 2)
+        for i in range(12)
+    ]
     entries = [
         layout.EncodeEntry(
             tag=(i + 1) << 3 | 2,
@@ -168,40 +171,59 @@ def test_every_encoder_row_arrives_field_by_field() -> None:
             elem=11 - i,
             child=1,
             oneof=i + 2,
+            check=encoder.CHECK["none"],
+            aux=encoder.MAP_KEYS["string"] - i,
+            scale=1000 * i + 7,
         )
         for i in range(3)
     ]
-    nodes = [layout.EncodeNode(first=0, n_entries=2), layout.EncodeNode(first=2, n_entries=1)]
-    got = encoder.tables(
-        _matrix(layout.EncodeColumn, cols),
+    entries.append(
+        entries[0]._replace(
+            kind=encoder.KIND["time"], check=encoder.CHECK["timestamp"],
+            aux=encoder.TIME_PART["nanos"] | 8 << 8, scale=1000,
+        )
+    )
+    entries.append(entries[0]._replace(check=encoder.CHECK["enum"], aux=1))
+    nodes = [layout.EncodeNode(first=0, n_entries=2), layout.EncodeNode(first=2, n_entries=3)]
+    plan = encoder.Plan(
+        _matrix(layout.EncodeSpec, specs),
         _matrix(layout.EncodeEntry, entries),
         _matrix(layout.EncodeNode, nodes),
+        [(0, 5), (-3, 1, 70)],
     )
-    assert got == (cols, entries, nodes)
-    assert (encoder.COL_WIDTH, encoder.ENTRY_WIDTH, encoder.NODE_WIDTH) == (7, 9, 2)
+    assert plan.tables() == (specs, entries, nodes)
+    assert plan.n_enum_sets == 2
+    assert (encoder.SPEC_WIDTH, encoder.COL_WIDTH, encoder.ENTRY_WIDTH, encoder.NODE_WIDTH) == (
+        5, 6, 12, 2,
+    )
 
 
-def test_the_encoder_refuses_matrices_of_another_width() -> None:
-    cols = np.zeros((1, len(layout.EncodeColumn._fields) - 1), dtype=np.int64)
+def test_the_encoder_refuses_malformed_tables() -> None:
+    specs = np.zeros((1, len(layout.EncodeSpec._fields)), dtype=np.int64)
     entries = np.zeros((0, len(layout.EncodeEntry._fields)), dtype=np.int64)
     nodes = np.zeros((1, len(layout.EncodeNode._fields)), dtype=np.int64)
     with pytest.raises(ValueError, match="malformed tables"):
-        encoder.tables(cols, entries, nodes)
+        encoder.Plan(specs[:, 1:], entries, nodes)
+    later = _matrix(layout.EncodeSpec, [layout.EncodeSpec(1, 1, 0, 0, 0), (0, 0, 0, 0, 0)])
+    with pytest.raises(ValueError, match="before its parent"):
+        encoder.Plan(later, entries, nodes)
+    entry = layout.EncodeEntry(8, 0, encoder.KIND["time"], 0, 1, 0, -1, -1, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="temporal entry"):  # no unit, no width
+        encoder.Plan(specs, _matrix(layout.EncodeEntry, [entry]), nodes)
+    with pytest.raises(ValueError, match="closed enum"):
+        bad = entry._replace(kind=0, check=encoder.CHECK["enum"], aux=3)
+        encoder.Plan(specs, _matrix(layout.EncodeEntry, [bad]), nodes, [(0, 1)])
 
 
 def test_an_encoding_plan_builds_the_rows_the_encoder_reads(compile_proto) -> None:
-    from wirearrow.plan.encoding import EncodingPlan
+    from wirearrow.plan.encoding import EncodingPlan, _spec_row
 
     schema, cls = compile_proto(_SOURCE, "layout.Outer")
     tc = wa.Transcoder(schema)
     plan = EncodingPlan(schema.descriptor, tc.arrow_schema)
-    built_entries = plan._t.entries
-    _, entries, nodes = encoder.tables(
-        np.zeros((len(plan._t.specs), encoder.COL_WIDTH), dtype=np.int64),
-        plan._entries,
-        plan._nodes,
-    )
-    assert entries == built_entries
+    specs, entries, nodes = plan._core.tables()
+    assert specs == [_spec_row(spec) for spec in plan._t.specs]
+    assert entries == plan._t.entries
     assert nodes == plan._t.nodes
     # and the whole trip still encodes what the runtime parses back
     msg = cls(id=5, y="why", packed=[1, 2, 3], m={"k": 9})
@@ -209,3 +231,39 @@ def test_an_encoding_plan_builds_the_rows_the_encoder_reads(compile_proto) -> No
     msg.G.f = 11
     table = tc.transcode([msg.SerializeToString()])
     assert cls.FromString(tc.encode(table)[0].as_py()) == msg
+
+
+def test_the_encoder_binds_every_array_where_pyarrow_has_it(compile_proto) -> None:
+    # The core finds each array's buffers in the exported batch, a struct's offset composed
+    # into its children's: what pyarrow gives for the same array (field() applies it).
+    import pyarrow as pa
+
+    from wirearrow.plan.encoding import EncodingPlan
+
+    schema, cls = compile_proto(_SOURCE, "layout.Outer")
+    tc = wa.Transcoder(schema)
+    messages = []
+    for i in range(7):
+        msg = cls(id=i, packed=list(range(i)), m={str(k): k for k in range(i % 3)})
+        if i % 2:
+            msg.one.a = i
+            msg.items.add(s="x" * i)
+        messages.append(msg.SerializeToString())
+    batch = tc.transcode(messages).slice(2, 4)
+    plan = EncodingPlan(schema.descriptor, batch.schema)
+    given = np.zeros((0, encoder.COL_WIDTH + 1), dtype=np.int64)
+    bound = plan._core.columns(batch, given)
+    arrays: dict = {}
+    for i, spec in enumerate(plan._t.specs):
+        array = plan._array(batch, i, arrays)
+        buffers = array.buffers()
+        got = bound[i]
+        assert got.offset == array.offset, spec
+        assert got.validity == (buffers[0].address if array.null_count else 0), spec
+        if spec.layout in ("fixed", "bool"):
+            assert got.values == buffers[1].address
+        elif spec.layout in ("binary", "list"):
+            assert got.offsets == buffers[1].address
+        if spec.layout == "binary":
+            assert got.values == (buffers[2].address if buffers[2] is not None else 0)
+    assert any(b.offset for b in bound) and pa.types.is_struct(batch.schema.field("one").type)

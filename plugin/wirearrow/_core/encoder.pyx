@@ -7,35 +7,45 @@ sub-message's bytes are complete its length is known and is written just before 
 size pass, no backpatching. Rows, fields (by descending field number), repeated elements and
 map entries are therefore visited in reverse, and land in forward order.
 
-Tables (built by wirearrow.plan.encoding, passed as int64 matrices whose columns are the
-fields of layout.EncodeColumn, EncodeEntry and EncodeNode, in that order; loaded into the
-structs of tables.pxd, which `tables` hands back as those records):
-- cols: one row per Arrow array. Element `k` of an array (its *logical* index, what
-  parents' offsets hold) lives at physical slot `k + offset`; the bad mask and the
-  permutation are indexed by the logical index.
+Tables (built once per Arrow schema by wirearrow.plan.encoding, handed to `Plan` as int64
+matrices whose columns are the fields of layout.EncodeSpec, EncodeEntry and EncodeNode, in
+that order; loaded into the structs of tables.pxd, which `Plan.tables` hands back):
+- specs: one row per Arrow array the encoder reads: how it is reached from the batch (a
+  column, a struct's child, a list's values, or given per call by Python) and its buffers.
 - entries: one row per field of a message node, ascending field number.
 - nodes: one per message shape. Node 0 is the root; its columns are the batch's.
 
-Invariants: the caller keeps every addressed buffer alive and sized as Arrow says (the
-plan checked each array's type); offsets of a list column index into its element column.
-Space is reserved before every write (`reserve`), so writes below `ptr` never cross `buf`.
-The host is little-endian, as Arrow's buffers and protobuf's fixed-width values are.
+Per call, the batch is exported through the Arrow C data interface (one pyarrow call for the
+whole tree) and every spec's buffers are looked up in it without the GIL: a call's fixed
+cost is that walk, not Python per array. Element `k` of an array (its *logical* index, what
+parents' offsets hold) lives at physical slot `k + offset`, a struct's offset composed into
+its children's. What Python derives per call (enum names, JSON texts, serialized messages
+below a max_depth cut) arrives as given columns.
+
+Invariants: the batch's schema is the one the tables were compiled from (checked by the
+caller; the walk checks every array's children and buffers against its spec); offsets of a
+list column index into its element column. Space is reserved before every write
+(`reserve`), so writes below `ptr` never cross `buf`. The host is little-endian, as Arrow's
+buffers and protobuf's fixed-width values are.
 """
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memcpy
 
-import numpy as np
-
+from wirearrow._core.arrow cimport ArrowArray
 from wirearrow._core.buffers cimport (
     MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free, wa_hugepages,
 )
 from wirearrow._core.tables cimport (
-    P_ALWAYS, P_EXPLICIT, P_IMPLICIT, S_PACKED, S_REPEATED, S_SINGULAR, V_BOOL, V_BYTES,
-    V_FIXED32, V_FIXED64, V_GROUP, V_INT32, V_INT64, V_MESSAGE, V_RAW_GROUP, V_SINT32, V_SINT64,
-    V_UINT32, V_UNKNOWN, ArrowColumn, EncodeEntry, EncodeNode,
+    A_COLUMN, A_FIELD, A_GIVEN, A_VALUES, C_DURATION, C_ENUM, C_NONE, C_TIMESTAMP, C_UTF8,
+    L_BINARY, L_BOOL, L_DICTIONARY, L_FIXED, L_LIST, L_STRUCT, M_BOOL, M_NONE, M_STRING, M_U32,
+    M_U64, P_ALWAYS, P_EXPLICIT, P_IMPLICIT, S_PACKED, S_REPEATED, S_SINGULAR, T_DAY,
+    T_DUR_NANOS, T_DUR_SECONDS, T_HOURS, T_MINUTES, T_MONTH, T_NANOS, T_SECONDS, T_TOD_NANOS,
+    T_TOD_SECONDS, T_YEAR, V_BOOL, V_BYTES, V_FIXED32, V_FIXED64, V_GROUP, V_INT32, V_INT64,
+    V_MESSAGE, V_RAW_GROUP, V_SINT32, V_SINT64, V_TIME, V_UINT32, V_UNKNOWN, ArrowColumn,
+    EncodeEntry, EncodeNode, EncodeSpec, EnumSet,
 )
-from wirearrow._core.wire cimport varint_size, zigzag32_of, zigzag64_of
+from wirearrow._core.wire cimport utf8_valid, varint_size, zigzag32_of, zigzag64_of
 
 from wirearrow._core import layout
 
@@ -48,12 +58,33 @@ KIND = {
     "int32": V_INT32, "uint32": V_UINT32, "int64": V_INT64, "sint32": V_SINT32,
     "sint64": V_SINT64, "fixed32": V_FIXED32, "fixed64": V_FIXED64, "bool": V_BOOL,
     "bytes": V_BYTES, "message": V_MESSAGE, "group": V_GROUP, "raw_group": V_RAW_GROUP,
-    "unknown": V_UNKNOWN,
+    "unknown": V_UNKNOWN, "time": V_TIME,
 }
 
 SHAPE = {"singular": S_SINGULAR, "repeated": S_REPEATED, "packed": S_PACKED}
 
 PRESENCE = {"explicit": P_EXPLICIT, "implicit": P_IMPLICIT, "always": P_ALWAYS}
+
+CHECK = {
+    "none": C_NONE, "utf8": C_UTF8, "enum": C_ENUM, "timestamp": C_TIMESTAMP,
+    "duration": C_DURATION,
+}
+
+TIME_PART = {
+    "seconds": T_SECONDS, "nanos": T_NANOS, "duration_seconds": T_DUR_SECONDS,
+    "duration_nanos": T_DUR_NANOS, "year": T_YEAR, "month": T_MONTH, "day": T_DAY,
+    "hours": T_HOURS, "minutes": T_MINUTES, "time_seconds": T_TOD_SECONDS,
+    "time_nanos": T_TOD_NANOS,
+}
+
+MAP_KEYS = {"none": M_NONE, "bool": M_BOOL, "uint32": M_U32, "uint64": M_U64, "string": M_STRING}
+
+ACCESS = {"column": A_COLUMN, "field": A_FIELD, "values": A_VALUES, "given": A_GIVEN}
+
+LAYOUT = {
+    "struct": L_STRUCT, "fixed": L_FIXED, "bool": L_BOOL, "binary": L_BINARY, "list": L_LIST,
+    "dictionary": L_DICTIONARY,
+}
 
 cdef enum Status:
     OK = 0
@@ -73,18 +104,23 @@ STATUS_TEXT = {
     E_TOO_LARGE: "a serialized message would exceed 2 GiB",
 }
 
+SPEC_WIDTH = len(layout.EncodeSpec._fields)
 COL_WIDTH = len(layout.EncodeColumn._fields)
 ENTRY_WIDTH = len(layout.EncodeEntry._fields)
 NODE_WIDTH = len(layout.EncodeNode._fields)
 
 # Where each field sits in a row of the matrices: taken from the layout by name, once.
+cdef Py_ssize_t S_PARENT = layout.position(layout.EncodeSpec, "parent")
+cdef Py_ssize_t S_ACCESS = layout.position(layout.EncodeSpec, "access")
+cdef Py_ssize_t S_CHILD = layout.position(layout.EncodeSpec, "child")
+cdef Py_ssize_t S_LAYOUT = layout.position(layout.EncodeSpec, "layout")
+cdef Py_ssize_t S_WIDE = layout.position(layout.EncodeSpec, "wide")
 cdef Py_ssize_t C_VALIDITY = layout.position(layout.EncodeColumn, "validity")
 cdef Py_ssize_t C_OFFSET = layout.position(layout.EncodeColumn, "offset")
 cdef Py_ssize_t C_VALUES = layout.position(layout.EncodeColumn, "values")
 cdef Py_ssize_t C_OFFSETS = layout.position(layout.EncodeColumn, "offsets")
 cdef Py_ssize_t C_WIDE = layout.position(layout.EncodeColumn, "wide")
 cdef Py_ssize_t C_BAD = layout.position(layout.EncodeColumn, "bad")
-cdef Py_ssize_t C_PERM = layout.position(layout.EncodeColumn, "perm")
 cdef Py_ssize_t EN_TAG = layout.position(layout.EncodeEntry, "tag")
 cdef Py_ssize_t EN_END_TAG = layout.position(layout.EncodeEntry, "end_tag")
 cdef Py_ssize_t EN_KIND = layout.position(layout.EncodeEntry, "kind")
@@ -94,8 +130,16 @@ cdef Py_ssize_t EN_COL = layout.position(layout.EncodeEntry, "col")
 cdef Py_ssize_t EN_ELEM = layout.position(layout.EncodeEntry, "elem")
 cdef Py_ssize_t EN_CHILD = layout.position(layout.EncodeEntry, "child")
 cdef Py_ssize_t EN_ONEOF = layout.position(layout.EncodeEntry, "oneof")
+cdef Py_ssize_t EN_CHECK = layout.position(layout.EncodeEntry, "check")
+cdef Py_ssize_t EN_AUX = layout.position(layout.EncodeEntry, "aux")
+cdef Py_ssize_t EN_SCALE = layout.position(layout.EncodeEntry, "scale")
 cdef Py_ssize_t N_FIRST = layout.position(layout.EncodeNode, "first")
 cdef Py_ssize_t N_ENTRIES = layout.position(layout.EncodeNode, "n_entries")
+
+# Timestamp / Duration bounds in seconds (google/protobuf/timestamp.proto, duration.proto).
+cdef int64_t TS_MIN = -62135596800     # 0001-01-01T00:00:00Z
+cdef int64_t TS_MAX = 253402300799     # 9999-12-31T23:59:59Z
+cdef int64_t DUR_MAX = 315576000000    # +-10,000 years
 
 
 ctypedef struct Enc:
@@ -106,6 +150,11 @@ ctypedef struct Enc:
     const ArrowColumn* cols
     const EncodeEntry* entries
     const EncodeNode* nodes
+    const EnumSet* enum_sets
+    const int32_t* enum_values
+    int64_t* scratch           # map entry orders, a stack (maps nest in map values)
+    int64_t scratch_cap
+    int64_t scratch_top
     int32_t err_col
     int64_t err_index
 
@@ -199,23 +248,130 @@ cdef inline void span(const ArrowColumn* c, int64_t p, int64_t* lo, int64_t* hi)
     hi[0] = offset_at(c, p + 1)
 
 
-cdef inline bint is_zero(const ArrowColumn* c, int32_t kind, int64_t p) noexcept nogil:
+# ---- temporal values ------------------------------------------------------------------
+#
+# Arrow holds a temporal value as one number (units since the epoch, days, units since
+# midnight); protobuf's Timestamp, Duration, google.type.Date and TimeOfDay hold its parts.
+# The parts are computed as numpy computed them before (floor division; int32 parts
+# truncated to 32 bits), so the output did not change when this moved into the core.
+
+
+cdef inline int64_t floor_div(int64_t a, int64_t b) noexcept nogil:
+    cdef int64_t q = a // b      # (cdivision: truncates towards zero)
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
+cdef inline int64_t temporal_slot(const ArrowColumn* c, int32_t width, int64_t p) noexcept nogil:
+    if width == 4:
+        return (<const int32_t*>c.values)[p]
+    return (<const int64_t*>c.values)[p]
+
+
+cdef int64_t time_part(const ArrowColumn* c, int32_t aux, int64_t scale, int64_t p) noexcept nogil:
+    """One part of temporal slot p (`aux`: the part | the slot's width << 8)."""
+    cdef int64_t v = temporal_slot(c, aux >> 8, p)
+    cdef int32_t part = aux & 0xFF
+    cdef int64_t s, rest, z, era, doe, yoe, doy, mp, h, mi
+    if part <= T_DUR_NANOS:
+        s = floor_div(v, scale)
+        rest = v - s * scale
+        if part >= T_DUR_SECONDS and rest != 0 and v < 0:
+            s += 1      # a Duration's seconds and nanos carry the same sign
+            rest -= scale
+        if part == T_SECONDS or part == T_DUR_SECONDS:
+            return s
+        return <int32_t>(rest * (1000000000 // scale))
+    if part <= T_DAY:
+        # days since 1970-01-01 -> proleptic Gregorian (H. Hinnant's civil_from_days)
+        z = v + 719468
+        era = floor_div(z, 146097)
+        doe = z - era * 146097
+        yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+        doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+        mp = (5 * doy + 2) // 153
+        if part == T_DAY:
+            return <int32_t>(doy - (153 * mp + 2) // 5 + 1)
+        if part == T_MONTH:
+            return <int32_t>(mp + 3 if mp < 10 else mp - 9)
+        return <int32_t>(yoe + era * 400 + (1 if mp >= 10 else 0))
+    s = floor_div(v, scale)
+    rest = v - s * scale
+    if part == T_TOD_NANOS:
+        return <int32_t>(rest * (1000000000 // scale))
+    h = floor_div(s, 3600)
+    if part == T_HOURS:
+        return <int32_t>h
+    s -= h * 3600
+    mi = floor_div(s, 60)
+    if part == T_MINUTES:
+        return <int32_t>mi
+    return <int32_t>(s - mi * 60)
+
+
+# ---- checks ---------------------------------------------------------------------------
+
+
+cdef inline bint enum_declared(const Enc* e, int32_t set_index, int32_t v) noexcept nogil:
+    cdef const EnumSet* es = &e.enum_sets[set_index]
+    if 0 <= v < 64:
+        return (es.small >> v) & 1
+    cdef int32_t lo = es.first, hi = es.first + es.count - 1, mid
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if e.enum_values[mid] == v:
+            return True
+        if e.enum_values[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return False
+
+
+cdef bint is_bad(const Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t k) noexcept nogil:
+    """Whether logical slot k of c cannot be encoded as `en` says (the slot is not null)."""
+    cdef int64_t p = k + c.offset, lo, hi, s
+    if c.bad != NULL and c.bad[k]:
+        return True
+    if en.check == C_UTF8:
+        span(c, p, &lo, &hi)
+        return not utf8_valid(c.values + lo, hi - lo)
+    if en.check == C_ENUM:
+        return not enum_declared(e, en.aux, (<const int32_t*>c.values)[p])
+    if en.check == C_TIMESTAMP:
+        s = floor_div(temporal_slot(c, en.aux, p), en.scale)
+        return s < TS_MIN or s > TS_MAX
+    if en.check == C_DURATION:
+        s = floor_div(temporal_slot(c, en.aux, p), en.scale)
+        return s < -DUR_MAX - 1 or s > DUR_MAX
+    return False
+
+
+# ---- writing --------------------------------------------------------------------------
+
+
+cdef inline bint is_zero(const ArrowColumn* c, const EncodeEntry* en, int64_t p) noexcept nogil:
     """Whether slot p holds the default of an implicit-presence field (bits, not value)."""
     cdef int64_t lo, hi
+    cdef int32_t kind = en.kind
     if kind == V_INT32 or kind == V_UINT32 or kind == V_SINT32 or kind == V_FIXED32:
         return (<const uint32_t*>c.values)[p] == 0
     if kind == V_INT64 or kind == V_SINT64 or kind == V_FIXED64:
         return (<const uint64_t*>c.values)[p] == 0
     if kind == V_BOOL:
         return not is_set(c.values, p)
+    if kind == V_TIME:
+        return time_part(c, en.aux, en.scale, p) == 0
     span(c, p, &lo, &hi)
     return hi == lo
 
 
-cdef int put_value(Enc* e, const ArrowColumn* c, int32_t kind, int64_t p) noexcept nogil:
+cdef int put_value(Enc* e, const ArrowColumn* c, const EncodeEntry* en, int64_t p) noexcept nogil:
     """Write the value of slot p without its tag."""
     cdef int64_t lo, hi, v
     cdef size_t n
+    cdef int32_t kind = en.kind
     if reserve(e, 10):
         return E_NO_MEMORY
     if kind == V_INT32:
@@ -236,6 +392,9 @@ cdef int put_value(Enc* e, const ArrowColumn* c, int32_t kind, int64_t p) noexce
         memcpy(e.ptr, c.values + 8 * p, 8)
     elif kind == V_BOOL:
         put_varint(e, is_set(c.values, p))
+    elif kind == V_TIME:
+        # seconds are int64 fields, every other part an int32 one (sign-extended)
+        put_varint(e, <uint64_t>time_part(c, en.aux, en.scale, p))
     else:  # V_BYTES, V_UNKNOWN, V_RAW_GROUP: a binary slot
         span(c, p, &lo, &hi)
         n = <size_t>(hi - lo)
@@ -291,24 +450,144 @@ cdef int put_record(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t
         if kind == V_GROUP:
             status = encode_message(e, en.child, k)
         else:
-            status = put_value(e, c, kind, k + c.offset)
+            status = put_value(e, c, en, k + c.offset)
         if status:
             return status
         return put_tag(e, en.tag)
-    status = put_value(e, c, kind, k + c.offset)
+    status = put_value(e, c, en, k + c.offset)
     if status or kind == V_UNKNOWN:
         return status
     return put_tag(e, en.tag)
 
 
+# ---- map entry order ------------------------------------------------------------------
+#
+# upb writes map entries sorted by key (its deterministic serialization): each map's
+# entries are ordered here, as they are written, into a stack of scratch indices.
+
+cdef inline bint before(int32_t keys, const ArrowColumn* kc, int64_t a, int64_t b) noexcept nogil:
+    """Whether the entry with key slot a goes on the wire before the one with key slot b
+    (physical slots), upb's order: integer keys descend as unsigned numbers of their width
+    (-1 first, 0 last), bools descend, strings ascend bytewise except that a string comes
+    after every longer string it is a prefix of ("ab", "a", "b", "")."""
+    cdef int64_t alo, ahi, blo, bhi, n
+    cdef int cmp
+    if keys == M_BOOL:
+        return is_set(kc.values, a) > is_set(kc.values, b)
+    if keys == M_U32:
+        return (<const uint32_t*>kc.values)[a] > (<const uint32_t*>kc.values)[b]
+    if keys == M_U64:
+        return (<const uint64_t*>kc.values)[a] > (<const uint64_t*>kc.values)[b]
+    span(kc, a, &alo, &ahi)
+    span(kc, b, &blo, &bhi)
+    n = min(ahi - alo, bhi - blo)
+    cmp = memcmp(kc.values + alo, kc.values + blo, <size_t>n) if n > 0 else 0
+    if cmp != 0:
+        return cmp < 0
+    return ahi - alo > bhi - blo
+
+
+cdef void sort_entries(int32_t keys, const ArrowColumn* kc, int64_t* idx, int64_t* tmp,
+                       int64_t n) noexcept nogil:
+    """Logical entry indices idx[0:n] in wire order, stably (insertion sort for short maps,
+    merge sort through tmp for long ones)."""
+    cdef int64_t i, j, x, width, lo, mid, hi, a, b, o
+    cdef int64_t off = kc.offset
+    if n <= 16:
+        for i in range(1, n):
+            x = idx[i]
+            j = i
+            while j > 0 and before(keys, kc, x + off, idx[j - 1] + off):
+                idx[j] = idx[j - 1]
+                j -= 1
+            idx[j] = x
+        return
+    width = 1
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            a = lo
+            b = mid
+            o = lo
+            while a < mid and b < hi:
+                if before(keys, kc, idx[b] + off, idx[a] + off):
+                    tmp[o] = idx[b]
+                    b += 1
+                else:
+                    tmp[o] = idx[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                tmp[o] = idx[a]
+                a += 1
+                o += 1
+            while b < hi:
+                tmp[o] = idx[b]
+                b += 1
+                o += 1
+            lo = hi
+        memcpy(idx, tmp, n * sizeof(int64_t))
+        width *= 2
+
+
+cdef int64_t scratch_push(Enc* e, int64_t n) noexcept nogil:
+    """Room for n indices on the scratch stack: their position, or -1 (out of memory)."""
+    cdef int64_t at = e.scratch_top
+    cdef int64_t cap
+    cdef int64_t* grown
+    if at + n > e.scratch_cap:
+        cap = max(e.scratch_cap * 2, at + n, 256)
+        grown = <int64_t*>PyMem_RawRealloc(e.scratch, cap * sizeof(int64_t))
+        if grown == NULL:
+            return -1
+        e.scratch = grown
+        e.scratch_cap = cap
+    e.scratch_top = at + n
+    return at
+
+
+cdef int put_map(Enc* e, const EncodeEntry* en, const ArrowColumn* ec, int64_t lo,
+                 int64_t hi) noexcept nogil:
+    """The entries [lo, hi) of one map, in key order (written last to first)."""
+    cdef const EncodeNode* nd = &e.nodes[en.child]
+    cdef const ArrowColumn* kc = &e.cols[e.entries[nd.first].col]
+    cdef int64_t n = hi - lo, i, k, at
+    cdef int status = OK
+    at = scratch_push(e, 2 * n)
+    if at < 0:
+        return E_NO_MEMORY
+    for i in range(n):
+        e.scratch[at + i] = lo + i
+    sort_entries(en.aux, kc, e.scratch + at, e.scratch + at + n, n)
+    i = n
+    while i > 0:
+        i -= 1
+        k = e.scratch[at + i]    # (re-read: the stack moves when an inner map grows it)
+        if is_null(ec, k + ec.offset):
+            status = fail(e, E_NULL_ELEMENT, en.elem, k)
+            break
+        if ec.bad != NULL and ec.bad[k]:
+            status = fail(e, E_BAD_VALUE, en.elem, k)
+            break
+        status = put_record(e, en, ec, k)
+        if status:
+            break
+    e.scratch_top = at
+    return status
+
+
 cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t p) noexcept nogil:
-    cdef int64_t lo, hi, j, k
+    cdef int64_t lo, hi, j
     cdef int status
     cdef size_t before
     cdef const ArrowColumn* ec = &e.cols[en.elem]
     span(c, p, &lo, &hi)
     if lo == hi:
         return OK
+    if en.aux != M_NONE and en.check == C_NONE and hi - lo > 1:
+        return put_map(e, en, ec, lo, hi)
     if en.shape == S_PACKED:
         before = e.limit - e.ptr
         j = hi
@@ -316,21 +595,20 @@ cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64
             j -= 1
             if is_null(ec, j + ec.offset):
                 return fail(e, E_NULL_ELEMENT, en.elem, j)
-            if ec.bad != NULL and ec.bad[j]:
+            if (en.check != C_NONE or ec.bad != NULL) and is_bad(e, en, ec, j):
                 return fail(e, E_BAD_VALUE, en.elem, j)
-            status = put_value(e, ec, en.kind, j + ec.offset)
+            status = put_value(e, ec, en, j + ec.offset)
             if status:
                 return status
         return put_delimited(e, before, en.tag)
     j = hi
     while j > lo:
         j -= 1
-        k = c.perm[j] if c.perm != NULL else j
-        if is_null(ec, k + ec.offset):
-            return fail(e, E_NULL_ELEMENT, en.elem, k)
-        if ec.bad != NULL and ec.bad[k]:
-            return fail(e, E_BAD_VALUE, en.elem, k)
-        status = put_record(e, en, ec, k)
+        if is_null(ec, j + ec.offset):
+            return fail(e, E_NULL_ELEMENT, en.elem, j)
+        if (en.check != C_NONE or ec.bad != NULL) and is_bad(e, en, ec, j):
+            return fail(e, E_BAD_VALUE, en.elem, j)
+        status = put_record(e, en, ec, j)
         if status:
             return status
     return OK
@@ -357,15 +635,15 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             if en.presence == P_ALWAYS:
                 return fail(e, E_NULL_ENTRY, en.col, k)
             continue
-        if c.bad != NULL and c.bad[k]:
-            return fail(e, E_BAD_VALUE, en.col, k)
-        if en.shape == S_SINGULAR and en.oneof == 0:
+        if en.shape == S_SINGULAR and en.oneof == 0 and c.bad == NULL:
             # The common singular kinds inline: one reserve for value, length and tag, the
             # zero test on the value already loaded.
             kind = en.kind
             if kind == V_BYTES and not c.wide:
                 lo = (<const int32_t*>c.offsets)[p]
                 n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
+                if en.check == C_UTF8 and not utf8_valid(c.values + lo, n):
+                    return fail(e, E_BAD_VALUE, en.col, k)
                 if n == 0 and en.presence == P_IMPLICIT:
                     continue
                 if reserve(e, n + 20):
@@ -375,7 +653,9 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 put_varint(e, n)
                 put_varint(e, en.tag)
                 continue
-            if kind == V_INT32 or kind == V_INT64 or kind == V_UINT32:
+            if en.check != C_NONE:
+                pass
+            elif kind == V_INT32 or kind == V_INT64 or kind == V_UINT32:
                 if kind == V_INT32:
                     v = <uint64_t><int64_t>(<const int32_t*>c.values)[p]
                 elif kind == V_UINT32:
@@ -389,7 +669,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 put_varint(e, v)
                 put_varint(e, en.tag)
                 continue
-            if kind == V_MESSAGE:
+            elif kind == V_MESSAGE:
                 before = e.limit - e.ptr
                 status = encode_message(e, en.child, k)
                 if status:
@@ -401,7 +681,9 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
         if en.shape != S_SINGULAR:
             status = put_repeated(e, en, c, p)
         else:
-            if en.presence == P_IMPLICIT and is_zero(c, en.kind, p):
+            if (en.check != C_NONE or c.bad != NULL) and is_bad(e, en, c, k):
+                return fail(e, E_BAD_VALUE, en.col, k)
+            if en.presence == P_IMPLICIT and is_zero(c, en, p):
                 continue
             if en.oneof:
                 bit = (<uint64_t>1) << ((en.oneof - 1) & 63)
@@ -428,10 +710,12 @@ cdef enum:
     BLOCK = 64          # rows a block
 
 
-cdef void list_col(Lines* ls, const ArrowColumn* c, int32_t kind, int64_t a, int64_t b) noexcept nogil:
+cdef void list_col(Lines* ls, const ArrowColumn* c, const EncodeEntry* en, int64_t a,
+                   int64_t b) noexcept nogil:
     """The lines of slots [a, b) (logical) of one array, as the encoder reads them."""
     cdef int64_t pa = a + c.offset, pb = b + c.offset
     cdef int64_t w = 8 if c.wide else 4
+    cdef int32_t kind = en.kind
     if c.validity != NULL:
         add_lines(ls, c.validity, pa >> 3, (pb + 7) >> 3)
     if kind == V_INT32 or kind == V_UINT32 or kind == V_SINT32 or kind == V_FIXED32:
@@ -440,6 +724,9 @@ cdef void list_col(Lines* ls, const ArrowColumn* c, int32_t kind, int64_t a, int
         add_lines(ls, c.values, pa * 8, pb * 8)
     elif kind == V_BOOL:
         add_lines(ls, c.values, pa >> 3, (pb + 7) >> 3)
+    elif kind == V_TIME:
+        w = (en.aux >> 8)
+        add_lines(ls, c.values, pa * w, pb * w)
     elif kind == V_BYTES or kind == V_UNKNOWN or kind == V_RAW_GROUP:
         add_lines(ls, c.offsets, pa * w, (pb + 1) * w)
         add_lines(ls, c.values, offset_at(c, pa), offset_at(c, pb))
@@ -459,7 +746,7 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
         en = &e.entries[i]
         c = &e.cols[en.col]
         if en.shape == S_SINGULAR:
-            list_col(ls, c, en.kind, a, b)
+            list_col(ls, c, en, a, b)
             if en.kind == V_MESSAGE or en.kind == V_GROUP:
                 list_node(ls, e, en.child, a, b, depth + 1)
             continue
@@ -469,254 +756,352 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
         add_lines(ls, c.offsets, (a + c.offset) * w, (b + c.offset + 1) * w)
         ea = offset_at(c, a + c.offset)
         eb = offset_at(c, b + c.offset)
-        list_col(ls, &e.cols[en.elem], en.kind, ea, eb)
+        list_col(ls, &e.cols[en.elem], en, ea, eb)
         if en.kind == V_MESSAGE or en.kind == V_GROUP:
             list_node(ls, e, en.child, ea, eb, depth + 1)
 
 
-cdef class _Tables:
-    cdef ArrowColumn* cols
+# ---- binding a batch ------------------------------------------------------------------
+
+
+cdef int64_t bind(const EncodeSpec* specs, int64_t n_specs, const ArrowArray* root,
+                  const ArrowArray** arrays, ArrowColumn* cols) noexcept nogil:
+    """Every spec's array of the exported batch `root` into cols (given specs are left to
+    the caller): -1, or the first spec whose array is not shaped as the spec says."""
+    cdef int64_t i, base
+    cdef const EncodeSpec* sp
+    cdef const ArrowArray* parent
+    cdef const ArrowArray* a
+    cdef ArrowColumn* c
+    cdef int64_t want
+    for i in range(n_specs):
+        sp = &specs[i]
+        c = &cols[i]
+        arrays[i] = NULL
+        if sp.access == A_GIVEN:
+            continue
+        if sp.access == A_COLUMN:
+            parent = root
+            base = root.offset
+        else:
+            parent = arrays[sp.parent]
+            base = cols[sp.parent].offset if sp.access == A_FIELD else 0
+        if parent == NULL or sp.child >= parent.n_children:
+            return i
+        a = parent.children[sp.child]
+        want = 1 if sp.layout == L_STRUCT else (3 if sp.layout == L_BINARY else 2)
+        if a == NULL or a.n_buffers != want or (sp.layout == L_DICTIONARY and a.dictionary == NULL):
+            return i
+        arrays[i] = a
+        c.offset = base + a.offset
+        c.validity = <const uint8_t*>a.buffers[0] if a.null_count != 0 else NULL
+        c.values = NULL
+        c.offsets = NULL
+        c.bad = NULL
+        c.wide = sp.wide
+        if sp.layout == L_FIXED or sp.layout == L_BOOL:
+            c.values = <const uint8_t*>a.buffers[1]
+        elif sp.layout == L_BINARY:
+            c.offsets = <const uint8_t*>a.buffers[1]
+            c.values = <const uint8_t*>a.buffers[2]
+        elif sp.layout == L_LIST:
+            c.offsets = <const uint8_t*>a.buffers[1]
+    return -1
+
+
+cdef class Plan:
+    """The encoder tables of one plan (specs, entries, nodes, closed enums), loaded once."""
+
+    cdef EncodeSpec* specs
     cdef EncodeEntry* entries
     cdef EncodeNode* nodes
-    cdef Py_ssize_t n_cols, n_entries, n_nodes
+    cdef EnumSet* enum_sets
+    cdef int32_t* enum_values
+    cdef readonly Py_ssize_t n_specs, n_entries, n_nodes, n_enum_sets
 
     def __cinit__(self):
-        self.cols = NULL
+        self.specs = NULL
         self.entries = NULL
         self.nodes = NULL
+        self.enum_sets = NULL
+        self.enum_values = NULL
 
     def __dealloc__(self):
-        PyMem_RawFree(self.cols)
+        PyMem_RawFree(self.specs)
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
+        PyMem_RawFree(self.enum_sets)
+        PyMem_RawFree(self.enum_values)
 
-
-cdef _Tables load_tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
-                        const int64_t[:, ::1] nodes):
-    """The matrices, checked, into the structs encode() runs on."""
-    if (cols.shape[1] != COL_WIDTH or entries.shape[1] != ENTRY_WIDTH
-            or nodes.shape[1] != NODE_WIDTH):
-        raise ValueError("encode: malformed tables")
-    if nodes.shape[0] < 1:
-        raise ValueError("encode: no root node")
-    cdef Py_ssize_t i
-    cdef _Tables t = _Tables()
-    t.n_cols = cols.shape[0]
-    t.n_entries = entries.shape[0]
-    t.n_nodes = nodes.shape[0]
-    t.cols = <ArrowColumn*>PyMem_RawMalloc(max(cols.shape[0], 1) * sizeof(ArrowColumn))
-    t.entries = <EncodeEntry*>PyMem_RawMalloc(max(entries.shape[0], 1) * sizeof(EncodeEntry))
-    t.nodes = <EncodeNode*>PyMem_RawMalloc(nodes.shape[0] * sizeof(EncodeNode))
-    if t.cols == NULL or t.entries == NULL or t.nodes == NULL:
-        raise MemoryError()
-    for i in range(cols.shape[0]):
-        t.cols[i].validity = <const uint8_t*><uintptr_t>cols[i, C_VALIDITY]
-        t.cols[i].offset = cols[i, C_OFFSET]
-        t.cols[i].values = <const uint8_t*><uintptr_t>cols[i, C_VALUES]
-        t.cols[i].offsets = <const uint8_t*><uintptr_t>cols[i, C_OFFSETS]
-        t.cols[i].wide = <int32_t>cols[i, C_WIDE]
-        t.cols[i].bad = <const uint8_t*><uintptr_t>cols[i, C_BAD]
-        t.cols[i].perm = <const int64_t*><uintptr_t>cols[i, C_PERM]
-    for i in range(entries.shape[0]):
-        t.entries[i].tag = <uint64_t>entries[i, EN_TAG]
-        t.entries[i].end_tag = <uint64_t>entries[i, EN_END_TAG]
-        t.entries[i].kind = <int32_t>entries[i, EN_KIND]
-        t.entries[i].shape = <int32_t>entries[i, EN_SHAPE]
-        t.entries[i].presence = <int32_t>entries[i, EN_PRESENCE]
-        t.entries[i].col = <int32_t>entries[i, EN_COL]
-        t.entries[i].elem = <int32_t>entries[i, EN_ELEM]
-        t.entries[i].child = <int32_t>entries[i, EN_CHILD]
-        t.entries[i].oneof = <int32_t>entries[i, EN_ONEOF]
-        if not (0 <= t.entries[i].col < cols.shape[0]) or (
-            t.entries[i].shape != S_SINGULAR and not (0 <= t.entries[i].elem < cols.shape[0])
-        ) or ((t.entries[i].kind == V_MESSAGE or t.entries[i].kind == V_GROUP)
-              and not (0 <= t.entries[i].child < nodes.shape[0])):
-            raise ValueError("encode: an entry points outside the tables")
-    for i in range(nodes.shape[0]):
-        t.nodes[i].first = <int32_t>nodes[i, N_FIRST]
-        t.nodes[i].n_entries = <int32_t>nodes[i, N_ENTRIES]
-        if t.nodes[i].first < 0 or t.nodes[i].first + t.nodes[i].n_entries > entries.shape[0]:
-            raise ValueError("encode: a node points outside the tables")
-    return t
-
-
-def tables(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
-           const int64_t[:, ::1] nodes):
-    """The tables as encode() loads them, read back from its structs as layout records
-    (cols, entries, nodes): what tests/test_layout.py checks against what was built."""
-    cdef _Tables t = load_tables(cols, entries, nodes)
-    cdef Py_ssize_t i
-    return (
-        [layout.EncodeColumn(
-            validity=<uintptr_t>t.cols[i].validity, offset=t.cols[i].offset,
-            values=<uintptr_t>t.cols[i].values, offsets=<uintptr_t>t.cols[i].offsets,
-            wide=t.cols[i].wide, bad=<uintptr_t>t.cols[i].bad, perm=<uintptr_t>t.cols[i].perm)
-         for i in range(t.n_cols)],
-        [layout.EncodeEntry(
-            tag=t.entries[i].tag, end_tag=t.entries[i].end_tag, kind=t.entries[i].kind,
-            shape=t.entries[i].shape, presence=t.entries[i].presence, col=t.entries[i].col,
-            elem=t.entries[i].elem, child=t.entries[i].child, oneof=t.entries[i].oneof)
-         for i in range(t.n_entries)],
-        [layout.EncodeNode(first=t.nodes[i].first, n_entries=t.nodes[i].n_entries)
-         for i in range(t.n_nodes)],
-    )
-
-
-def encode(const int64_t[:, ::1] cols, const int64_t[:, ::1] entries,
-           const int64_t[:, ::1] nodes, int64_t n_rows, int64_t capacity=0):
-    """Encode rows 0..n_rows-1 of node 0.
-
-    Returns (status, error column, error logical index, data, start, offsets, wide): the
-    serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
-    when `wide`). On failure (status != 0) data and offsets are None.
-    """
-    if n_rows < 0:
-        raise ValueError("encode: negative row count")
-    cdef _Tables t = load_tables(cols, entries, nodes)
-
-    cdef int64_t used_allocated
-    cdef int64_t* used = <int64_t*>pool_alloc((n_rows + 1) * sizeof(int64_t), False,
-                                              &used_allocated)
-    if used == NULL:
-        raise MemoryError()
-    cdef Enc e
-    e.cols = t.cols
-    e.entries = t.entries
-    e.nodes = t.nodes
-    e.err_col = -1
-    e.err_index = -1
-    e.buf = NULL
-    e.ptr = NULL
-    e.limit = NULL
-    e.allocated = 0
-    cdef int status = OK
-    cdef int64_t r, total
-    cdef Lines ls
-    ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
-    ls.count = 0
-    ls.issued = 0
-    cdef int64_t lo, hi = 0, step = 0
-    with nogil:
-        status = grow(&e, <size_t>max(capacity, 4096))
-        used[n_rows] = 0
-        r = n_rows
-        lo = r
-        while r > 0 and status == OK:
-            if r == lo:
-                # A block starts: rows [lo, r). List what the next one reads.
-                hi = r
-                lo = max(((r - 1) // BLOCK) * BLOCK, 0)
-                ls.count = 0
-                ls.issued = 0
-                if ls.at != NULL and lo > 0:
-                    list_node(&ls, &e, 0, max(lo - BLOCK, 0), lo, 0)
-                step = (ls.count + (r - lo) - 1) // (r - lo)
-            while ls.issued < ls.count and ls.issued < (hi - r + 1) * step:
-                __builtin_prefetch(ls.at[ls.issued])
-                ls.issued += 1
-            r -= 1
-            status = encode_message(&e, 0, r)
-            used[r] = e.limit - e.ptr
-    PyMem_RawFree(ls.at)
-    if status:
-        pool_free(e.buf, e.allocated)
-        pool_free(<uint8_t*>used, used_allocated)
-        if status == E_NO_MEMORY:
+    def __init__(self, const int64_t[:, ::1] specs, const int64_t[:, ::1] entries,
+                 const int64_t[:, ::1] nodes, enum_sets=()):
+        """The matrices (layout.EncodeSpec / EncodeEntry / EncodeNode rows), checked, and the
+        closed enums' declared numbers (one sorted sequence per set)."""
+        if (specs.shape[1] != SPEC_WIDTH or entries.shape[1] != ENTRY_WIDTH
+                or nodes.shape[1] != NODE_WIDTH):
+            raise ValueError("encode: malformed tables")
+        if nodes.shape[0] < 1:
+            raise ValueError("encode: no root node")
+        cdef Py_ssize_t i, n_cols = specs.shape[0]
+        cdef EncodeEntry* en
+        self.n_specs = specs.shape[0]
+        self.n_entries = entries.shape[0]
+        self.n_nodes = nodes.shape[0]
+        self.specs = <EncodeSpec*>PyMem_RawCalloc(max(self.n_specs, 1), sizeof(EncodeSpec))
+        self.entries = <EncodeEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(EncodeEntry))
+        self.nodes = <EncodeNode*>PyMem_RawCalloc(self.n_nodes, sizeof(EncodeNode))
+        if self.specs == NULL or self.entries == NULL or self.nodes == NULL:
             raise MemoryError()
-        return status, e.err_col, e.err_index, None, 0, None, False
-    total = e.limit - e.ptr
-    cdef bint wide = total > 0x7FFFFFFF
-    cdef int32_t* off32
-    with nogil:
-        # offsets[r] = total - used[r]; rewritten in place (int32 fits in the int64 slots)
-        if wide:
-            for r in range(n_rows + 1):
-                used[r] = total - used[r]
-        else:
-            off32 = <int32_t*>used
-            for r in range(n_rows + 1):
-                off32[r] = <int32_t>(total - used[r])
-    data = OwnedBuffer.adopt(e.buf, e.limit - e.buf, e.allocated)
-    offsets = OwnedBuffer.adopt(<uint8_t*>used, (n_rows + 1) * (8 if wide else 4), used_allocated)
-    return OK, -1, -1, data, e.ptr - e.buf, offsets, wide
+        for i in range(self.n_specs):
+            self.specs[i].parent = <int32_t>specs[i, S_PARENT]
+            self.specs[i].access = <int32_t>specs[i, S_ACCESS]
+            self.specs[i].child = <int32_t>specs[i, S_CHILD]
+            self.specs[i].layout = <int32_t>specs[i, S_LAYOUT]
+            self.specs[i].wide = <int32_t>specs[i, S_WIDE]
+            if not (A_COLUMN <= self.specs[i].access <= A_GIVEN
+                    and L_STRUCT <= self.specs[i].layout <= L_DICTIONARY
+                    and self.specs[i].child >= 0) or (
+                    self.specs[i].access != A_COLUMN
+                    and not (0 <= self.specs[i].parent < i)):
+                raise ValueError(f"encode: spec {i} is malformed or before its parent")
+        cdef list sets = [tuple(s) for s in enum_sets]
+        for i in range(self.n_entries):
+            en = &self.entries[i]
+            en.tag = <uint64_t>entries[i, EN_TAG]
+            en.end_tag = <uint64_t>entries[i, EN_END_TAG]
+            en.kind = <int32_t>entries[i, EN_KIND]
+            en.shape = <int32_t>entries[i, EN_SHAPE]
+            en.presence = <int32_t>entries[i, EN_PRESENCE]
+            en.col = <int32_t>entries[i, EN_COL]
+            en.elem = <int32_t>entries[i, EN_ELEM]
+            en.child = <int32_t>entries[i, EN_CHILD]
+            en.oneof = <int32_t>entries[i, EN_ONEOF]
+            en.check = <int32_t>entries[i, EN_CHECK]
+            en.aux = <int32_t>entries[i, EN_AUX]
+            en.scale = entries[i, EN_SCALE]
+            if not (0 <= en.col < n_cols) or (
+                en.shape != S_SINGULAR and not (0 <= en.elem < n_cols)
+            ) or ((en.kind == V_MESSAGE or en.kind == V_GROUP)
+                  and not (0 <= en.child < self.n_nodes)):
+                raise ValueError("encode: an entry points outside the tables")
+            if (en.kind == V_TIME or en.check == C_TIMESTAMP or en.check == C_DURATION) and not (
+                    en.scale > 0 and 1000000000 % en.scale == 0
+                    and (en.aux >> 8 if en.kind == V_TIME else en.aux) in (4, 8)
+                    and (en.kind != V_TIME or T_SECONDS <= (en.aux & 0xFF) <= T_TOD_NANOS)):
+                raise ValueError("encode: a temporal entry without its unit or width")
+            if en.check == C_ENUM and not (0 <= en.aux < len(sets)):
+                raise ValueError("encode: a closed enum entry without its set")
+            if en.shape != S_SINGULAR and en.aux != M_NONE and en.check == C_NONE and not (
+                    M_BOOL <= en.aux <= M_STRING and en.kind == V_MESSAGE):
+                raise ValueError("encode: a map entry without its key order")
+        for i in range(self.n_nodes):
+            self.nodes[i].first = <int32_t>nodes[i, N_FIRST]
+            self.nodes[i].n_entries = <int32_t>nodes[i, N_ENTRIES]
+            if self.nodes[i].first < 0 or self.nodes[i].n_entries < 0 or (
+                    self.nodes[i].first + self.nodes[i].n_entries > self.n_entries):
+                raise ValueError("encode: a node points outside the tables")
+        for i in range(self.n_entries):
+            en = &self.entries[i]
+            if en.shape != S_SINGULAR and en.aux != M_NONE and en.check == C_NONE and (
+                    self.nodes[en.child].n_entries < 1):
+                raise ValueError("encode: a map entry node without its key")
+        self._set_enums(sets)
 
+    cdef _set_enums(self, list sets):
+        cdef int64_t v
+        cdef int32_t at = 0
+        large = [[v for v in values if not 0 <= v < 64] for values in sets]
+        self.n_enum_sets = len(sets)
+        self.enum_sets = <EnumSet*>PyMem_RawCalloc(max(len(sets), 1), sizeof(EnumSet))
+        self.enum_values = <int32_t*>PyMem_RawCalloc(max(sum(map(len, large)), 1), sizeof(int32_t))
+        if self.enum_sets == NULL or self.enum_values == NULL:
+            raise MemoryError()
+        for i, values in enumerate(sets):
+            if list(values) != sorted(set(values)) or not all(-2**31 <= v < 2**31 for v in values):
+                raise ValueError(f"enum set {i}: distinct sorted int32 values")
+            self.enum_sets[i].first = at
+            self.enum_sets[i].count = len(large[i])
+            for v in values:
+                if 0 <= v < 64:
+                    self.enum_sets[i].small |= (<uint64_t>1) << v
+            for v in large[i]:
+                self.enum_values[at] = v
+                at += 1
 
-# ---- map entry order ------------------------------------------------------------------
+    def tables(self):
+        """(specs, entries, nodes) as the encoder reads them, read back from its structs as
+        layout records: what tests/test_layout.py checks against what was built."""
+        cdef Py_ssize_t i
+        cdef EncodeEntry* en
+        return (
+            [layout.EncodeSpec(
+                parent=self.specs[i].parent, access=self.specs[i].access,
+                child=self.specs[i].child, layout=self.specs[i].layout,
+                wide=self.specs[i].wide)
+             for i in range(self.n_specs)],
+            [layout.EncodeEntry(
+                tag=self.entries[i].tag, end_tag=self.entries[i].end_tag,
+                kind=self.entries[i].kind, shape=self.entries[i].shape,
+                presence=self.entries[i].presence, col=self.entries[i].col,
+                elem=self.entries[i].elem, child=self.entries[i].child,
+                oneof=self.entries[i].oneof, check=self.entries[i].check,
+                aux=self.entries[i].aux, scale=self.entries[i].scale)
+             for i in range(self.n_entries)],
+            [layout.EncodeNode(first=self.nodes[i].first, n_entries=self.nodes[i].n_entries)
+             for i in range(self.n_nodes)],
+        )
 
-cdef enum:
-    SORT_MAX = 64   # longer maps are left to the caller (a general sort)
+    cdef ArrowColumn* _bind(self, batch, const int64_t[:, ::1] given, ArrowArray* root) except NULL:
+        """The columns of one batch (caller frees them and releases root)."""
+        cdef ArrowColumn* cols = <ArrowColumn*>PyMem_RawCalloc(max(self.n_specs, 1),
+                                                               sizeof(ArrowColumn))
+        cdef const ArrowArray** arrays = <const ArrowArray**>PyMem_RawMalloc(
+            max(self.n_specs, 1) * sizeof(ArrowArray*))
+        cdef int64_t bad, i, s
+        if cols == NULL or arrays == NULL:
+            PyMem_RawFree(cols)
+            PyMem_RawFree(arrays)
+            raise MemoryError()
+        with nogil:
+            bad = bind(self.specs, self.n_specs, root, arrays, cols)
+        PyMem_RawFree(arrays)
+        if bad >= 0:
+            PyMem_RawFree(cols)
+            raise ValueError(f"encode: the batch's array {bad} is not shaped as the plan says")
+        if given.shape[1] != COL_WIDTH + 1:
+            PyMem_RawFree(cols)
+            raise ValueError("encode: malformed given columns")
+        for i in range(given.shape[0]):
+            s = given[i, 0]
+            if not (0 <= s < self.n_specs) or self.specs[s].access != A_GIVEN:
+                PyMem_RawFree(cols)
+                raise ValueError("encode: a given column for a spec that is not given")
+            cols[s].validity = <const uint8_t*><uintptr_t>given[i, 1 + C_VALIDITY]
+            cols[s].offset = given[i, 1 + C_OFFSET]
+            cols[s].values = <const uint8_t*><uintptr_t>given[i, 1 + C_VALUES]
+            cols[s].offsets = <const uint8_t*><uintptr_t>given[i, 1 + C_OFFSETS]
+            cols[s].wide = <int32_t>given[i, 1 + C_WIDE]
+            cols[s].bad = <const uint8_t*><uintptr_t>given[i, 1 + C_BAD]
+        return cols
 
+    def columns(self, batch, const int64_t[:, ::1] given):
+        """The columns one batch binds (layout.EncodeColumn records; addresses into the
+        batch's buffers, valid while it lives): what tests/test_layout.py checks."""
+        cdef ArrowArray* root = <ArrowArray*>PyMem_RawCalloc(1, sizeof(ArrowArray))
+        cdef ArrowColumn* cols = NULL
+        cdef Py_ssize_t i
+        if root == NULL:
+            raise MemoryError()
+        try:
+            batch._export_to_c(<uintptr_t>root)
+            cols = self._bind(batch, given, root)
+            return [layout.EncodeColumn(
+                validity=<uintptr_t>cols[i].validity, offset=cols[i].offset,
+                values=<uintptr_t>cols[i].values, offsets=<uintptr_t>cols[i].offsets,
+                wide=cols[i].wide, bad=<uintptr_t>cols[i].bad)
+                for i in range(self.n_specs)]
+        finally:
+            PyMem_RawFree(cols)
+            if root.release != NULL:
+                root.release(root)
+            PyMem_RawFree(root)
 
-cdef inline bint before(int kind, const uint8_t* data, const uint8_t* offsets, bint wide,
-                        int64_t a, int64_t b) noexcept nogil:
-    """Whether entry a goes on the wire before entry b (physical key slots), upb's order."""
-    cdef uint64_t x, y
-    cdef int64_t alo, ahi, blo, bhi, n
-    cdef int c
-    if kind == 1:  # bool: true first
-        return ((data[a >> 3] >> (a & 7)) & 1) > ((data[b >> 3] >> (b & 7)) & 1)
-    if kind == 4:  # 32-bit keys descend as unsigned numbers
-        return (<const uint32_t*>data)[a] > (<const uint32_t*>data)[b]
-    if kind == 8:
-        return (<const uint64_t*>data)[a] > (<const uint64_t*>data)[b]
-    alo = offset_in(offsets, wide, a)
-    ahi = offset_in(offsets, wide, a + 1)
-    blo = offset_in(offsets, wide, b)
-    bhi = offset_in(offsets, wide, b + 1)
-    n = min(ahi - alo, bhi - blo)
-    c = memcmp(data + alo, data + blo, <size_t>n) if n > 0 else 0
-    if c != 0:
-        return c < 0
-    return ahi - alo > bhi - blo  # a prefix comes after the longer strings it starts
+    def encode(self, batch, int64_t n_rows, const int64_t[:, ::1] given, int64_t capacity=0):
+        """Encode rows 0..n_rows-1 of `batch` (a RecordBatch of the plan's schema, n_rows
+        long); `given`: rows of (spec, *layout.EncodeColumn) for the given specs.
 
+        Returns (status, error column, error logical index, data, start, offsets, wide): the
+        serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
+        when `wide`). On failure (status != 0) data and offsets are None.
+        """
+        if n_rows < 0:
+            raise ValueError("encode: negative row count")
+        cdef ArrowArray* root = <ArrowArray*>PyMem_RawCalloc(1, sizeof(ArrowArray))
+        if root == NULL:
+            raise MemoryError()
+        cdef ArrowColumn* cols = NULL
+        try:
+            batch._export_to_c(<uintptr_t>root)
+            if root.length != n_rows:
+                raise ValueError("encode: the batch does not hold n_rows rows")
+            cols = self._bind(batch, given, root)
+            return self._run(cols, n_rows, capacity)
+        finally:
+            PyMem_RawFree(cols)
+            if root.release != NULL:
+                root.release(root)
+            PyMem_RawFree(root)
 
-def map_order(const int64_t[::1] offsets, int64_t n_entries, int kind, int64_t key_offset,
-              const uint8_t[::1] data, key_offsets, bint wide):
-    """Logical entry indices of a map array with each map's entries in upb's wire order.
-
-    offsets: the maps' entry offsets (logical); keys are the entries' key array given by
-    its values `data` (bitmap for bool keys, kind 1; 4- or 8-byte numbers, kind 4 / 8; or
-    bytes, kind 0, with `key_offsets`, int64 when `wide`) and its array offset. Maps are
-    short: each is insertion-sorted in place. None when a map has more than SORT_MAX
-    entries (the caller sorts those batches another way).
-    """
-    cdef int64_t n_maps = offsets.shape[0] - 1, m, lo, hi, i, j, x
-    cdef bint too_long = False
-    perm = np.arange(n_entries, dtype=np.int64)
-    cdef int64_t[::1] pv = perm
-    cdef int64_t* p = &pv[0] if n_entries > 0 else NULL
-    cdef const uint8_t[::1] ko
-    cdef const uint8_t* kop = NULL
-    if kind == 0:
-        ko = key_offsets
-        kop = &ko[0] if ko.shape[0] > 0 else NULL
-    cdef const uint8_t* d = &data[0] if data.shape[0] > 0 else NULL
-    if n_maps > 0 and (offsets[0] < 0 or offsets[n_maps] > n_entries):
-        raise ValueError("map_order: offsets outside the entries")
-    cdef int64_t end = key_offset + n_entries
-    if key_offset < 0 or not (
-        (kind == 1 and (end + 7) // 8 <= data.shape[0])
-        or ((kind == 4 or kind == 8) and end * kind <= data.shape[0])
-        or (kind == 0 and (end + 1) * (8 if wide else 4) <= ko.shape[0])
-    ):
-        raise ValueError("map_order: keys shorter than the entries")
-    if kind == 0 and n_entries > 0:
-        # every string of the key array lies inside its data (offsets never decrease)
-        if not 0 <= offset_in(kop, wide, key_offset) <= offset_in(kop, wide, end) <= data.shape[0]:
-            raise ValueError("map_order: key strings outside their data")
-    with nogil:
-        for m in range(n_maps):
-            lo = offsets[m]
-            hi = offsets[m + 1]
-            if hi - lo > SORT_MAX:
-                too_long = True
-                break
-            for i in range(lo + 1, hi):
-                x = p[i]
-                j = i
-                while j > lo and before(kind, d, kop, wide, x + key_offset,
-                                        p[j - 1] + key_offset):
-                    p[j] = p[j - 1]
-                    j -= 1
-                p[j] = x
-    return None if too_long else perm
+    cdef _run(self, const ArrowColumn* cols, int64_t n_rows, int64_t capacity):
+        cdef int64_t used_allocated
+        cdef int64_t* used = <int64_t*>pool_alloc((n_rows + 1) * sizeof(int64_t), False,
+                                                  &used_allocated)
+        if used == NULL:
+            raise MemoryError()
+        cdef Enc e
+        e.cols = cols
+        e.entries = self.entries
+        e.nodes = self.nodes
+        e.enum_sets = self.enum_sets
+        e.enum_values = self.enum_values
+        e.scratch = NULL
+        e.scratch_cap = 0
+        e.scratch_top = 0
+        e.err_col = -1
+        e.err_index = -1
+        e.buf = NULL
+        e.ptr = NULL
+        e.limit = NULL
+        e.allocated = 0
+        cdef int status = OK
+        cdef int64_t r, total
+        cdef Lines ls
+        ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
+        ls.count = 0
+        ls.issued = 0
+        cdef int64_t lo, hi = 0, step = 0
+        with nogil:
+            status = grow(&e, <size_t>max(capacity, 4096))
+            used[n_rows] = 0
+            r = n_rows
+            lo = r
+            while r > 0 and status == OK:
+                if r == lo:
+                    # A block starts: rows [lo, r). List what the next one reads.
+                    hi = r
+                    lo = max(((r - 1) // BLOCK) * BLOCK, 0)
+                    ls.count = 0
+                    ls.issued = 0
+                    if ls.at != NULL and lo > 0:
+                        list_node(&ls, &e, 0, max(lo - BLOCK, 0), lo, 0)
+                    step = (ls.count + (r - lo) - 1) // (r - lo)
+                while ls.issued < ls.count and ls.issued < (hi - r + 1) * step:
+                    __builtin_prefetch(ls.at[ls.issued])
+                    ls.issued += 1
+                r -= 1
+                status = encode_message(&e, 0, r)
+                used[r] = e.limit - e.ptr
+        PyMem_RawFree(ls.at)
+        PyMem_RawFree(e.scratch)
+        if status:
+            pool_free(e.buf, e.allocated)
+            pool_free(<uint8_t*>used, used_allocated)
+            if status == E_NO_MEMORY:
+                raise MemoryError()
+            return status, e.err_col, e.err_index, None, 0, None, False
+        total = e.limit - e.ptr
+        cdef bint wide = total > 0x7FFFFFFF
+        cdef int32_t* off32
+        with nogil:
+            # offsets[r] = total - used[r]; rewritten in place (int32 fits in the int64 slots)
+            if wide:
+                for r in range(n_rows + 1):
+                    used[r] = total - used[r]
+            else:
+                off32 = <int32_t*>used
+                for r in range(n_rows + 1):
+                    off32[r] = <int32_t>(total - used[r])
+        data = OwnedBuffer.adopt(e.buf, e.limit - e.buf, e.allocated)
+        offsets = OwnedBuffer.adopt(<uint8_t*>used, (n_rows + 1) * (8 if wide else 4),
+                                    used_allocated)
+        return OK, -1, -1, data, e.ptr - e.buf, offsets, wide

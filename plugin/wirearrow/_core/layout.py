@@ -25,6 +25,7 @@ __all__ = [
     "EncodeColumn",
     "EncodeEntry",
     "EncodeNode",
+    "EncodeSpec",
     "position",
 ]
 
@@ -91,11 +92,21 @@ class DecodeDefault(NamedTuple):
     value: bytes  # 16 bytes, little-endian, the first `width` used
 
 
-# -- encoder (tables.pxd: ArrowColumn, EncodeEntry, EncodeNode) -------------------------
+# -- encoder (tables.pxd: EncodeSpec, ArrowColumn, EncodeEntry, EncodeNode) -------------
+
+
+class EncodeSpec(NamedTuple):
+    """How one Arrow array is reached from the batch (compiled once per Arrow schema)."""
+
+    parent: int  # the spec of the parent array, -1 = the batch
+    access: int  # encoder.ACCESS: column, field, values or given (built in Python per call)
+    child: int  # which column of the batch / child of the parent
+    layout: int  # encoder.LAYOUT: the array's buffers
+    wide: int  # 1: 64-bit offsets
 
 
 class EncodeColumn(NamedTuple):
-    """One Arrow array (addresses are 0 for none)."""
+    """One Arrow array of one batch (addresses are 0 for none)."""
 
     validity: int  # validity bitmap address, 0 when all valid
     offset: int  # the array's offset (physical slot = logical index + offset)
@@ -103,7 +114,6 @@ class EncodeColumn(NamedTuple):
     offsets: int  # int32 (int64 when wide) offsets of strings / lists
     wide: int  # 1: 64-bit offsets
     bad: int  # 1 byte per logical slot: cannot be encoded
-    perm: int  # maps: int64 entry order by key, by logical entry index
 
 
 class EncodeEntry(NamedTuple):
@@ -118,6 +128,10 @@ class EncodeEntry(NamedTuple):
     elem: int  # repeated: the element array, else -1
     child: int  # messages, groups, map entries: the node, else -1
     oneof: int  # 1-based oneof of the message, 0 = none
+    check: int  # encoder.CHECK of each value
+    aux: int  # time part | slot width << 8 (kind "time"), enum set (check "enum"), slot width
+    # (checks "timestamp" / "duration"), key order (encoder.MAP_KEYS of a map field), else 0
+    scale: int  # units a second of a temporal slot, else 0
 
 
 class EncodeNode(NamedTuple):

@@ -153,8 +153,9 @@ ctypedef struct GroupStore:
 
 # ---- encoder ----
 #
-# Invariants the encoder relies on (checked by encode() when it loads the tables): every
-# column / element / child index is in range; a node's entries lie inside the entries.
+# Invariants the encoder relies on (checked by encoder.Plan when it loads the tables): every
+# spec's parent comes before it; every column / element / child index is in range; a node's
+# entries lie inside the entries.
 
 # Value kinds: how one value is read from its Arrow slot and written.
 cdef enum ValueKind:
@@ -171,10 +172,12 @@ cdef enum ValueKind:
     V_GROUP = 10     # child node between start- and end-group tags
     V_RAW_GROUP = 11 # binary slot holding a group's body, between its tags
     V_UNKNOWN = 12   # binary slot appended as is (a message's unknown fields)
+    V_TIME = 13      # a part of a temporal slot (Timestamp seconds, a Date's month, ...):
+                     # `aux` the part (T_*) and the slot's width, `scale` units a second
 
 cdef enum Shape:
     S_SINGULAR = 0
-    S_REPEATED = 1   # one tagged record per element (maps: per entry, in `perm` order)
+    S_REPEATED = 1   # one tagged record per element (maps: per entry, in key order)
     S_PACKED = 2     # one length-delimited record holding every element
 
 cdef enum Presence:
@@ -182,18 +185,71 @@ cdef enum Presence:
     P_IMPLICIT = 1   # written when valid and not zero (bitwise: -0.0 is written)
     P_ALWAYS = 2     # written always; a null is an error (map keys and values)
 
+# What is checked of a value before it is written (a failure is E_BAD_VALUE at its slot).
+cdef enum Check:
+    C_NONE = 0
+    C_UTF8 = 1       # a string the schema requires to be valid UTF-8
+    C_ENUM = 2       # a closed enum's number: declared (`aux`: its EncodeEnumSet)
+    C_TIMESTAMP = 3  # a temporal slot inside google.protobuf.Timestamp's range
+    C_DURATION = 4   # ... google.protobuf.Duration's (`scale`: units a second, `aux`: width)
+
+# V_TIME parts (EncodeEntry.aux & 0xFF; the slot's width in bytes is aux >> 8).
+cdef enum TimePart:
+    T_SECONDS = 1    # Timestamp: floor(v / scale)
+    T_NANOS = 2      # Timestamp: the rest, in nanoseconds
+    T_DUR_SECONDS = 3  # Duration: seconds and nanos share the sign
+    T_DUR_NANOS = 4
+    T_YEAR = 5       # google.type.Date from days since the epoch
+    T_MONTH = 6
+    T_DAY = 7
+    T_HOURS = 8      # google.type.TimeOfDay from units since midnight
+    T_MINUTES = 9
+    T_TOD_SECONDS = 10
+    T_TOD_NANOS = 11
+
+# Map key orders (EncodeEntry.aux of a map field): how its entries are sorted on the wire.
+cdef enum MapKeys:
+    M_NONE = 0       # not a map
+    M_BOOL = 1
+    M_U32 = 2        # 32-bit keys compared as unsigned numbers
+    M_U64 = 3
+    M_STRING = 4
+
+# How a spec reaches its Arrow array from the batch's (EncodeSpec.access).
+cdef enum Access:
+    A_COLUMN = 0     # column `child` of the batch
+    A_FIELD = 1      # child `child` of the parent struct (its offset composed with the parent's)
+    A_VALUES = 2     # the values of the parent list, or the entries of the parent map
+    A_GIVEN = 3      # built in Python per call (enum names, JSON texts, ...): given addresses
+
+# Buffers of a spec's array (EncodeSpec.layout).
+cdef enum Layout:
+    L_STRUCT = 0     # [validity]
+    L_FIXED = 1      # [validity, values]
+    L_BOOL = 2       # [validity, bits]
+    L_BINARY = 3     # [validity, offsets, data]
+    L_LIST = 4       # [validity, offsets] (list or map)
+    L_DICTIONARY = 5 # [validity, indices] + dictionary: read only through a given array
+
+ctypedef struct EncodeSpec:
+    int32_t parent     # -1: the batch
+    int32_t access     # Access
+    int32_t child      # which column of the batch / child of the parent
+    int32_t layout     # Layout
+    int32_t wide       # 64-bit offsets
+
 ctypedef struct ArrowColumn:
     const uint8_t* validity    # Arrow validity bitmap, NULL when all valid
-    int64_t offset             # the array's offset (physical = logical + offset)
+    int64_t offset             # physical slot = logical index + offset
     const uint8_t* values      # fixed-width values, boolean bitmap, or string data
     const uint8_t* offsets     # int32 (or int64 when wide) offsets of strings / lists
     const uint8_t* bad         # 1 byte per logical slot: cannot be encoded; NULL = none
-    const int64_t* perm        # maps: entries in key order, by logical entry index
     int32_t wide
 
 ctypedef struct EncodeEntry:
     uint64_t tag               # field number << 3 | wire type (2 when packed)
     uint64_t end_tag           # groups: field number << 3 | 4
+    int64_t scale              # V_TIME, C_TIMESTAMP, C_DURATION: units a second
     int32_t kind               # ValueKind
     int32_t shape              # Shape
     int32_t presence           # Presence
@@ -201,6 +257,8 @@ ctypedef struct EncodeEntry:
     int32_t elem               # repeated: the element array
     int32_t child              # messages, groups, map entries: the node
     int32_t oneof              # 1-based oneof of the message, 0 = none
+    int32_t check              # Check of each value
+    int32_t aux                # V_TIME: part | width << 8; C_ENUM: enum set; maps: MapKeys
 
 ctypedef struct EncodeNode:
     int32_t first              # first entry of the node

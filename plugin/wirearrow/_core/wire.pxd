@@ -8,6 +8,7 @@
 # position into a local whose address is taken (`q = p; read_varint(&q, ...); p = q`) so
 # that `p` itself stays in a register.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 
 cdef extern from *:
@@ -155,3 +156,73 @@ cdef inline int64_t put_varint(uint8_t* out, uint64_t v) noexcept nogil:
         n += 1
     out[n] = <uint8_t>v
     return n + 1
+
+
+# ---- UTF-8 (string fields the schema requires to be valid) ----------------------------
+
+
+cdef inline bint utf8_valid(const uint8_t* s, int64_t n) noexcept nogil:
+    # Most strings are ASCII: OR all their bytes together, 8 at a time with no early exit
+    # (the last word overlaps the one before), and validate properly only if a high bit shows.
+    cdef uint64_t acc = 0, w
+    cdef int64_t j = 0
+    if n >= 8:
+        while j + 8 <= n:
+            memcpy(&w, s + j, 8)
+            acc |= w
+            j += 8
+        memcpy(&w, s + n - 8, 8)
+        acc |= w
+    else:
+        while j < n:
+            acc |= s[j]
+            j += 1
+    if not (acc & 0x8080808080808080ULL):
+        return True
+    return utf8_valid_full(s, n)
+
+
+cdef inline bint utf8_valid_full(const uint8_t* s, int64_t n) noexcept nogil:
+    """What Python's strict UTF-8 decoder accepts: no overlong forms, no surrogates, nothing
+    past U+10FFFF."""
+    cdef int64_t i = 0
+    cdef uint64_t word
+    cdef uint8_t b
+    cdef uint32_t cp
+    cdef int k, need
+    while i < n:
+        # ASCII runs are the common case: 8 bytes at a time.
+        while i + 8 <= n:
+            memcpy(&word, s + i, 8)
+            if word & 0x8080808080808080ULL:
+                break
+            i += 8
+        if i >= n:
+            break
+        b = s[i]
+        if b < 0x80:
+            i += 1
+            continue
+        if b >= 0xC2 and b <= 0xDF:
+            need = 1
+            cp = b & 0x1F
+        elif b >= 0xE0 and b <= 0xEF:
+            need = 2
+            cp = b & 0x0F
+        elif b >= 0xF0 and b <= 0xF4:
+            need = 3
+            cp = b & 0x07
+        else:
+            return False
+        if i + need >= n:
+            return False
+        for k in range(1, need + 1):
+            if (s[i + k] & 0xC0) != 0x80:
+                return False
+            cp = (cp << 6) | (s[i + k] & 0x3F)
+        # overlong forms, surrogates and values past U+10FFFF
+        if (need == 2 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF))) or \
+                (need == 3 and (cp < 0x10000 or cp > 0x10FFFF)):
+            return False
+        i += need + 1
+    return True

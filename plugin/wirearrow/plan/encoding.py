@@ -2,36 +2,38 @@
 
 :class:`EncodingPlan` walks a message descriptor and the Arrow schema of a whole-message
 batch once, checking that every column has the type nested mode gives that field, and
-compiles flat tables for ``wirearrow._core.encoder``: one *node* per message shape, one
-*entry* per field (field number order, so output is in field-number order), one *column
-spec* per Arrow array the encoder reads. Per batch, :meth:`EncodingPlan.encode` resolves
-each spec to an array, derives the helper arrays the wire needs (Timestamp seconds and
-nanos, Date parts, enum numbers from names, JSON texts re-serialized, map entries in the
-runtime's deterministic order) with vectorised pyarrow / numpy, and hands the buffer
-addresses to the core, which encodes the whole batch with the GIL released.
+compiles flat tables for ``wirearrow._core.encoder``: one *spec* per Arrow array the encoder
+reads (how it is reached from the batch: a column, a struct's child, a list's values), one
+*node* per message shape, one *entry* per field (field number order, so output is in
+field-number order), loaded into the core once. Per batch, the core finds every spec's
+buffers itself (the batch crosses through the Arrow C data interface in one call), checks
+and splits what the wire needs on the fly (UTF-8, closed enums, Timestamp / Duration /
+Date / TimeOfDay parts and ranges, map entries in the runtime's deterministic order) and
+encodes the whole batch with the GIL released. Python runs per call only for the few arrays
+whose conversion needs the runtime or a lookup (enum names, JSON texts of Struct / Value /
+ListValue, the serialized levels below a max_depth cut): *given* specs, derived from their
+parent array and handed to the core by address.
 
 Output matches ``SerializeToString(deterministic=True)`` of the protobuf runtime (upb):
 fields by number, unknown fields (``_unknown``) last, map entries as upb orders them
-(see :func:`_map_order`), both key and value written in every entry.
+(see the core's ``before``), both key and value written in every entry.
 """
 
 from __future__ import annotations
 
-import codecs
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from google.protobuf import json_format, message_factory, struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
 from wirearrow._core import encoder as core
-from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, position
+from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, EncodeSpec
 from wirearrow.errors import EncodeError
 from wirearrow.plan.types import (
     WELL_KNOWN,
@@ -47,9 +49,6 @@ __all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
 UNKNOWN_FIELD = "_unknown"
 
 _T = FieldDescriptor
-# Columns of the encoder's cols matrix set after _address (see layout.EncodeColumn).
-_BAD = position(EncodeColumn, "bad")
-_PERM = position(EncodeColumn, "perm")
 
 # protobuf scalar type -> (encoder kind, Arrow types accepted, wire type, packable)
 _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
@@ -79,30 +78,27 @@ _JSON_CLASSES = {
     "google.protobuf.ListValue": struct_pb2.ListValue,
 }
 # Timestamp / Duration bounds (google/protobuf/timestamp.proto, duration.proto).
-_TS_MIN, _TS_MAX = -62_135_596_800, 253_402_300_799  # 0001-01-01 .. 9999-12-31T23:59:59
-_DUR_MAX = 315_576_000_000  # +-10,000 years
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
-# A derivation: the parent array -> (derived array, bad mask or None). A check: the array
-# -> bad mask or None. A reason: (array, logical index) -> text of the error.
+# A derivation: the parent array -> (derived array, bad mask or None). A reason: (array,
+# logical index) -> text of the error.
 Derive = Callable[[pa.Array], tuple[pa.Array, "np.ndarray | None"]]
-Check = Callable[[pa.Array], "np.ndarray | None"]
 Reason = Callable[[pa.Array, int], str]
 
 
 @dataclass(eq=False)
 class _Spec:
-    """How to reach one Arrow array from the batch, and what to derive or check on it."""
+    """How to reach one Arrow array from the batch, and what to derive from it."""
 
     parent: int  # -1: a batch column
-    access: str  # "column" | "field" | "values" | "derived"
+    access: str  # "column" | "field" | "values" | "given" (derived in Python per call)
     index: int = 0  # column / child index
     label: str = ""  # path piece for errors: a name (column, field) or "key" / "value"
-    derive: Derive | None = None
-    check: Check | None = None
-    reason: Reason | None = None
+    layout: str = "struct"  # the array's buffers (encoder.LAYOUT)
+    wide: bool = False  # 64-bit offsets
+    derive: Derive | None = None  # "given": the array from its parent's
+    reason: Reason | None = None  # the text of E_BAD_VALUE at a slot of this array
     null_reason: str | None = None  # a required field: a null is this error
-    map_keys: str | None = None  # a map column: how its keys sort ("signed", "string", ...)
 
 
 @dataclass
@@ -110,6 +106,7 @@ class _Tables:
     specs: list[_Spec] = field(default_factory=list)
     entries: list[EncodeEntry] = field(default_factory=list)
     nodes: list[EncodeNode] = field(default_factory=list)
+    enum_sets: list[tuple[int, ...]] = field(default_factory=list)  # closed enums' numbers
 
 
 class EncodingPlan:
@@ -123,16 +120,27 @@ class EncodingPlan:
         # except inside levels cut at max_depth (kept as bytes): drop those too on the way back.
         self._discard_unknown = UNKNOWN_FIELD not in schema.names
         self._t.nodes.append(EncodeNode(first=0, n_entries=0))  # the root is node 0
-        roots = [self._spec(-1, "column", i, f.name) for i, f in enumerate(schema)]
+        roots = [self._spec(-1, "column", f.type, i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
         t = self._t
-        self._entries = np.array(t.entries, dtype=np.int64).reshape(-1, len(EncodeEntry._fields))
-        self._nodes = np.array(t.nodes, dtype=np.int64).reshape(-1, len(EncodeNode._fields))
+        self._given = [i for i, spec in enumerate(t.specs) if spec.access == "given"]
+        self._core = core.Plan(
+            _matrix(EncodeSpec, [_spec_row(spec) for spec in t.specs]),
+            _matrix(EncodeEntry, t.entries),
+            _matrix(EncodeNode, t.nodes),
+            t.enum_sets,
+        )
         self._bytes_per_row = 64.0
 
     # -- compiling ----------------------------------------------------------------------
 
-    def _spec(self, parent: int, access: str, index: int = 0, label: str = "", **kw) -> int:
+    def _spec(
+        self, parent: int, access: str, t: pa.DataType | None, index: int = 0, label: str = "",
+        **kw,
+    ) -> int:
+        if t is not None:
+            kw.setdefault("layout", _layout(t))
+            kw.setdefault("wide", _wide(t))
         self._t.specs.append(_Spec(parent, access, index, label, **kw))
         return len(self._t.specs) - 1
 
@@ -193,10 +201,9 @@ class EncodingPlan:
                 raise _type_error(path, "a map", t)
             entry_fd = fd.message_type
             key_fd, value_fd = entry_fd.fields_by_number[1], entry_fd.fields_by_number[2]
-            self._t.specs[col].map_keys = _key_order(key_fd)
-            entries = self._spec(col, "values")
-            key_col = self._spec(entries, "field", 0, "key")
-            value_col = self._spec(entries, "field", 1, "value")
+            entries = self._spec(col, "values", None, layout="struct")
+            key_col = self._spec(entries, "field", t.key_type, 0, "key")
+            value_col = self._spec(entries, "field", t.item_type, 1, "value")
             rows = [
                 self._value(key_fd, t.key_type, key_col, f"{path}[].key", "always"),
                 self._value(value_fd, t.item_type, value_col, f"{path}[].value", "always"),
@@ -204,11 +211,12 @@ class EncodingPlan:
             node = len(self._t.nodes)
             self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=2))
             self._t.entries.extend(rows)
-            return _entry(fd.number << 3 | 2, "message", "repeated", "explicit", col, entries, node)
+            row = _entry(fd.number << 3 | 2, "message", "repeated", "explicit", col, entries, node)
+            return row._replace(aux=core.MAP_KEYS[_key_order(key_fd)])
         if is_repeated(fd):
             if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
                 raise _type_error(path, "a list", t)
-            values = self._spec(col, "values")
+            values = self._spec(col, "values", t.value_type)
             row = self._value(fd, t.value_type, values, f"{path}[]", "explicit")
             if row.kind in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
                 shape = "repeated"
@@ -236,6 +244,7 @@ class EncodingPlan:
             kind, accepted, wire = _SCALARS[fd.type]
             if needs_utf8_check(fd):  # binary could write what the runtime must reject
                 accepted = tuple(a for a in accepted if a not in _BINARY)
+            check, aux = "none", 0
             if fd.type == _T.TYPE_ENUM and pa.types.is_dictionary(t):
                 col = self._enum_names(fd, t, col, path)
             elif t not in accepted:
@@ -244,19 +253,18 @@ class EncodingPlan:
                 # The runtime cannot hold an undeclared value of a closed enum (decoding
                 # keeps it among the unknown fields): it has no field to write it from.
                 name = fd.enum_type.full_name
-                spec = self._t.specs[col]
-                spec.check = functools.partial(
-                    _undeclared, _Declared({v.number for v in fd.enum_type.values})
+                check, aux = "enum", self._enum_set(fd)
+                self._t.specs[col].reason = (
+                    lambda a, k: f"{a[k].as_py()} is not a value of closed enum {name}"
                 )
-                spec.reason = lambda a, k: f"{a[k].as_py()} is not a value of closed enum {name}"
             elif needs_utf8_check(fd):
-                spec = self._t.specs[col]
-                spec.check = _invalid_utf8
-                spec.reason = lambda a, k: (
+                check = "utf8"
+                self._t.specs[col].reason = lambda a, k: (
                     "invalid UTF-8 in a string field (the schema requires valid UTF-8): "
                     f"{a.cast(pa.binary())[k].as_py()!r}"
                 )
-            return _entry(number << 3 | wire, kind, "singular", presence, col)
+            row = _entry(number << 3 | wire, kind, "singular", presence, col)
+            return row._replace(check=core.CHECK[check], aux=aux)
         group = fd.type == _T.TYPE_GROUP  # proto2 groups and editions DELIMITED
         name = fd.message_type.full_name
         # A struct is the plain message whatever its type (well_known_types=False), and
@@ -273,7 +281,8 @@ class EncodingPlan:
             empty = presence == "always" or path.endswith("[]")
             col = self._spec(
                 col,
-                "derived",
+                "given",
+                pa.binary(),
                 derive=_json_bytes(name, null_is_empty=empty),
                 reason=lambda a, k: f"not valid JSON for {name}: {a[k].as_py()!r}",
             )
@@ -285,7 +294,8 @@ class EncodingPlan:
             # canonical (map order, split messages), so parsed and serialized again.
             col = self._spec(
                 col,
-                "derived",
+                "given",
+                pa.binary(),
                 derive=_canonical_bytes(
                     message_factory.GetMessageClass(fd.message_type), self._discard_unknown
                 ),
@@ -295,15 +305,19 @@ class EncodingPlan:
                 tag, "raw_group" if group else "bytes", "singular", presence, col, end=end
             )
         kind = "group" if group else "message"
+        check, aux, scale = "none", 0, 0
         if wkt in ("timestamp", "duration"):
             want = pa.types.is_timestamp if wkt == "timestamp" else pa.types.is_duration
             if not want(t):
                 raise _type_error(path, wkt, t)
-            node = self._temporal(fd.message_type, wkt, t, col, path)
+            node = self._temporal(fd.message_type, wkt, t, col)
+            # the value's range is checked where the message is written
+            check, aux, scale = wkt, 8, _PER_SECOND[t.unit]
+            self._t.specs[col].reason = functools.partial(_range_reason, wkt)
         elif (wkt == "date" and pa.types.is_date32(t)) or (
             wkt == "timeofday" and (pa.types.is_time64(t) or pa.types.is_time32(t))
         ):
-            node = self._temporal(fd.message_type, wkt, t, col, path)
+            node = self._temporal(fd.message_type, wkt, t, col)
         elif wkt == "wrapper":
             value_fd = fd.message_type.fields_by_name["value"]
             node = self._wrap(fd.message_type, [self._value(value_fd, t, col, path, "implicit")])
@@ -314,11 +328,12 @@ class EncodingPlan:
             )
         elif pa.types.is_struct(t):
             fields = [t.field(i) for i in range(t.num_fields)]
-            cols = [self._spec(col, "field", i, f.name) for i, f in enumerate(fields)]
+            cols = [self._spec(col, "field", f.type, i, f.name) for i, f in enumerate(fields)]
             node = self._node(fd.message_type, fields, cols, path)
         else:
             raise _type_error(path, f"the struct of {name}", t)
-        return _entry(tag, kind, "singular", presence, col, child=node, end=end)
+        row = _entry(tag, kind, "singular", presence, col, child=node, end=end)
+        return row._replace(check=core.CHECK[check], aux=aux, scale=scale)
 
     def _wrap(self, message: Descriptor, rows: list[EncodeEntry]) -> int:
         node = len(self._t.nodes)
@@ -326,30 +341,33 @@ class EncodingPlan:
         self._t.entries.extend(rows)
         return node
 
-    def _temporal(self, message: Descriptor, wkt: str, t: pa.DataType, col: int, path: str) -> int:
-        """A node whose fields are helper arrays derived from the temporal column."""
-        spec = self._t.specs[col]
-        parts: tuple[str, ...]
-        split: Callable
-        if wkt in ("timestamp", "duration"):
-            per_second = _PER_SECOND[t.unit]
-            parts = ("seconds", "nanos")
-            split = functools.partial(_split_seconds, per_second, wkt == "duration")
-            spec.check = functools.partial(_seconds_out_of_range, per_second, wkt)
-            spec.reason = functools.partial(_range_reason, wkt)
+    def _temporal(self, message: Descriptor, wkt: str, t: pa.DataType, col: int) -> int:
+        """A node whose fields are parts of the temporal column's slot, split by the core."""
+        parts: dict[str, str]
+        if wkt == "timestamp":
+            parts = {"seconds": "seconds", "nanos": "nanos"}
+        elif wkt == "duration":
+            parts = {"seconds": "duration_seconds", "nanos": "duration_nanos"}
         elif wkt == "date":
-            parts = ("year", "month", "day")
-            split = _split_date
+            parts = {"year": "year", "month": "month", "day": "day"}
         else:
-            parts = ("hours", "minutes", "seconds", "nanos")
-            split = functools.partial(_split_time, _PER_SECOND[t.unit])
+            parts = {"hours": "hours", "minutes": "minutes", "seconds": "time_seconds",
+                     "nanos": "time_nanos"}  # fmt: skip
+        width = t.bit_width // 8
+        scale = _PER_SECOND[t.unit] if hasattr(t, "unit") else 1
         rows = []
         for fd in sorted(message.fields, key=lambda f: f.number):
-            position = parts.index(fd.name)
-            helper = self._spec(col, "derived", derive=_part(split, position))
-            kind, _, wire = _SCALARS[fd.type]
-            rows.append(_entry(fd.number << 3 | wire, kind, "singular", "implicit", helper))
+            _, _, wire = _SCALARS[fd.type]
+            row = _entry(fd.number << 3 | wire, "time", "singular", "implicit", col)
+            rows.append(row._replace(aux=core.TIME_PART[parts[fd.name]] | width << 8, scale=scale))
         return self._wrap(message, rows)
+
+    def _enum_set(self, fd: FieldDescriptor) -> int:
+        """The index of a closed enum's declared numbers among the plan's enum sets."""
+        numbers = tuple(sorted({v.number for v in fd.enum_type.values}))
+        if numbers not in self._t.enum_sets:
+            self._t.enum_sets.append(numbers)
+        return self._t.enum_sets.index(numbers)
 
     def _enum_names(self, fd: FieldDescriptor, t: pa.DataType, col: int, path: str) -> int:
         if not (pa.types.is_integer(t.index_type) and pa.types.is_string(t.value_type)):
@@ -359,7 +377,8 @@ class EncodingPlan:
         closed = fd.enum_type.is_closed  # no undeclared numbers (see _value)
         return self._spec(
             col,
-            "derived",
+            "given",
+            pa.int32(),
             derive=functools.partial(_enum_numbers, numbers, closed),
             reason=lambda a, k: f"{a[k].as_py()!r} is not a value of enum {name}",
         )
@@ -368,54 +387,56 @@ class EncodingPlan:
 
     def encode(self, batch: pa.RecordBatch) -> pa.Array:
         n = batch.num_rows
-        arrays: list[pa.Array] = []
-        keep: list[object] = []  # everything whose address the core reads
-        cols = np.zeros((len(self._t.specs), len(EncodeColumn._fields)), dtype=np.int64)
-        for i, spec in enumerate(self._t.specs):
-            bad = None
-            if spec.access == "column":
-                array = batch.column(spec.index)
-            elif spec.access == "field":
-                array = arrays[spec.parent].field(spec.index)
-            elif spec.access == "values":
-                array = arrays[spec.parent].values
-            else:
-                array, bad = spec.derive(arrays[spec.parent])  # type: ignore[misc]
-            if spec.check is not None:
-                bad = spec.check(array)
-            arrays.append(array)
-            cols[i] = _address(array, keep)
-            if bad is not None:
-                bad = np.ascontiguousarray(bad, dtype=np.uint8)
-                keep.append(bad)
-                cols[i, _BAD] = bad.ctypes.data
-            if spec.map_keys is not None:
-                perm = _map_order(array, spec.map_keys)
-                if perm is not None:
-                    keep.append(perm)
-                    cols[i, _PERM] = perm.ctypes.data
+        arrays: dict[int, pa.Array] = {}  # the pyarrow arrays Python needed, by spec
+        keep: list[object] = []  # everything given whose address the core reads
+        given = np.zeros((len(self._given), len(EncodeColumn._fields) + 1), dtype=np.int64)
+        for row, i in enumerate(self._given):
+            spec = self._t.specs[i]
+            array, bad = spec.derive(self._array(batch, spec.parent, arrays))  # type: ignore[misc]
+            arrays[i] = array
+            given[row, 0] = i
+            given[row, 1:] = _address(array, bad, keep)
         capacity = int(self._bytes_per_row * n * 1.1) + 4096
-        status, err_col, err_index, data, start, offsets, wide = core.encode(
-            cols, self._entries, self._nodes, n, capacity
+        status, err_col, err_index, data, start, offsets, wide = self._core.encode(
+            batch, n, given, capacity
         )
         del keep
         if status:
-            row, where = self._locate(arrays, err_col, err_index)
+            row, where = self._locate(batch, arrays, err_col, err_index)
             reason = core.STATUS_TEXT.get(status, f"status {status}")
             spec = self._t.specs[err_col]
             if status == 2 and spec.null_reason is not None:
                 reason = spec.null_reason
             elif status == 3 and spec.reason is not None:
-                # a derived array's reason speaks of the value it was derived from
-                source = arrays[spec.parent] if spec.access == "derived" else arrays[err_col]
-                reason = spec.reason(source, err_index)
+                # a given array's reason speaks of the value it was derived from
+                source = err_col if spec.access != "given" else spec.parent
+                reason = spec.reason(self._array(batch, source, arrays), err_index)
             raise EncodeError(reason, row=row, path=where)
         data_buf = pa.py_buffer(data).slice(start)
         self._bytes_per_row = max(len(data_buf) / max(n, 1), 1.0)
         binary = pa.large_binary() if wide else pa.binary()
         return pa.Array.from_buffers(binary, n, [None, pa.py_buffer(offsets), data_buf])
 
-    def _locate(self, arrays: list[pa.Array], col: int, k: int) -> tuple[int, str]:
+    def _array(self, batch: pa.RecordBatch, i: int, arrays: dict[int, pa.Array]) -> pa.Array:
+        """The pyarrow array of spec i (struct children with their parent's offset applied,
+        as the core reads them): built only for given specs and errors."""
+        found = arrays.get(i)
+        if found is None:
+            spec = self._t.specs[i]
+            if spec.access == "column":
+                found = batch.column(spec.index)
+            elif spec.access == "field":
+                found = self._array(batch, spec.parent, arrays).field(spec.index)
+            elif spec.access == "values":
+                found = self._array(batch, spec.parent, arrays).values
+            else:  # given arrays are made before the core runs
+                raise AssertionError(f"given spec {i} was not derived")
+            arrays[i] = found
+        return found
+
+    def _locate(
+        self, batch: pa.RecordBatch, arrays: dict[int, pa.Array], col: int, k: int
+    ) -> tuple[int, str]:
         """(row, column path) of logical slot k of array `col`: ``points[3].x``."""
         parts: list[str] = []
         while True:
@@ -426,8 +447,7 @@ class EncodingPlan:
             if spec.access == "field":
                 parts.append(f".{spec.label}")
             elif spec.access == "values":
-                parent = arrays[spec.parent]
-                offsets = _offsets(parent)
+                offsets = _offsets(self._array(batch, spec.parent, arrays))
                 j = int(np.searchsorted(offsets, k, side="right")) - 1
                 parts.append(f"[{k - int(offsets[j])}]")
                 k = j
@@ -454,6 +474,49 @@ def _entry(
         elem=elem,
         child=child,
         oneof=0,
+        check=core.CHECK["none"],
+        aux=0,
+        scale=0,
+    )
+
+
+def _matrix(record: type, rows: list) -> np.ndarray:
+    return np.array(rows, dtype=np.int64).reshape(-1, len(record._fields))  # type: ignore[attr-defined]
+
+
+def _spec_row(spec: _Spec) -> EncodeSpec:
+    return EncodeSpec(
+        parent=spec.parent,
+        access=core.ACCESS[spec.access],
+        child=spec.index,
+        layout=core.LAYOUT[spec.layout],
+        wide=int(spec.wide),
+    )
+
+
+def _layout(t: pa.DataType) -> str:
+    """The buffers of an array of type t, as the core binds them."""
+    if pa.types.is_struct(t):
+        return "struct"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if (
+        pa.types.is_binary(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_large_string(t)
+    ):
+        return "binary"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        return "list"
+    if pa.types.is_dictionary(t):
+        return "dictionary"
+    return "fixed"
+
+
+def _wide(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_large_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_list(t)
     )
 
 
@@ -472,39 +535,31 @@ def _type_error(path: str, expected: str, got: pa.DataType) -> EncodeError:
 # -- buffers ----------------------------------------------------------------------------
 
 
-def _address(array: pa.Array, keep: list[object]) -> EncodeColumn:
-    """The cols row of an array: its own buffers (children are separate specs)."""
+def _address(array: pa.Array, bad: np.ndarray | None, keep: list[object]) -> EncodeColumn:
+    """The column of a given array (a number or binary array made in Python) and its mask
+    of slots that cannot be encoded."""
     keep.append(array)
     t = array.type
     buffers = array.buffers()
     validity = buffers[0].address if buffers[0] is not None and array.null_count else 0
-    values = offsets = wide = 0
-    if pa.types.is_struct(t):
-        pass
-    elif (
-        pa.types.is_binary(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_large_string(t)
-    ):
+    values = offsets = 0
+    if _layout(t) == "binary":
         offsets = buffers[1].address
         values = buffers[2].address if buffers[2] is not None else 0
-        wide = int(pa.types.is_large_binary(t) or pa.types.is_large_string(t))
-    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
-        offsets = buffers[1].address
-        wide = int(pa.types.is_large_list(t))
-    elif pa.types.is_dictionary(t):
-        pass  # read through its derived numbers
     else:
         values = buffers[1].address if buffers[1] is not None else 0
+    bad_address = 0
+    if bad is not None:
+        bad = np.ascontiguousarray(bad, dtype=np.uint8)
+        keep.append(bad)
+        bad_address = bad.ctypes.data
     return EncodeColumn(
         validity=validity,
         offset=array.offset,
         values=values,
         offsets=offsets,
-        wide=wide,
-        bad=0,
-        perm=0,
+        wide=int(_wide(t)),
+        bad=bad_address,
     )
 
 
@@ -524,103 +579,7 @@ def _int64_view(array: pa.Array) -> np.ndarray:
     return raw[array.offset : array.offset + len(array)].astype(np.int64)
 
 
-# -- derived arrays ---------------------------------------------------------------------
-
-
-class _Declared:
-    """The numbers of a closed enum: a lookup table over their range (or a sorted array
-    when the range is too sparse for one)."""
-
-    def __init__(self, numbers: set[int]) -> None:
-        self.numbers = np.array(sorted(numbers), dtype=np.int64)
-        self.low = int(self.numbers[0])
-        span = int(self.numbers[-1]) - self.low + 1
-        self.table = None
-        if span <= 1 << 16:
-            self.table = np.zeros(span, dtype=bool)
-            self.table[self.numbers - self.low] = True
-
-    def missing(self, values: np.ndarray) -> np.ndarray:
-        if self.table is None:
-            return ~np.isin(values, self.numbers)
-        at = values.astype(np.int64) - self.low
-        inside = (at >= 0) & (at < len(self.table))
-        return ~(inside & self.table[np.where(inside, at, 0)])
-
-
-def _undeclared(declared: _Declared, array: pa.Array) -> np.ndarray | None:
-    """Slots holding a number the (closed) enum does not declare (nulls are not)."""
-    if not len(array):
-        return None
-    values = array.fill_null(declared.low).to_numpy(zero_copy_only=False)
-    bad = declared.missing(values)
-    return bad.view(np.uint8) if bad.any() else None
-
-
-_HIGH_BITS = np.uint64(0x8080808080808080)
-
-
-def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
-    """Slots of a string array that are not valid UTF-8 (a binary array viewed as string).
-
-    Fast paths over the values the slots span: no byte >= 0x80 (ASCII); or the span as a
-    whole is valid UTF-8 and no slot starts or ends inside a character, so each slot is.
-    """
-    n = len(array)
-    data = array.buffers()[2]
-    if n == 0 or data is None:
-        return None
-    dtype = np.int64 if pa.types.is_large_string(array.type) else np.int32
-    cuts: np.ndarray = np.frombuffer(array.buffers()[1], dtype=dtype)
-    cuts = cuts[array.offset : array.offset + n + 1].astype(np.int64)
-    lo, hi = int(cuts[0]), int(cuts[-1])
-    span = np.frombuffer(data, dtype=np.uint8)[lo:hi]
-    whole = len(span) & ~7  # eight bytes at a time: the high bits of a uint64
-    if not (span[:whole].view(np.uint64) & _HIGH_BITS).any() and not (span[whole:] >= 0x80).any():
-        return None
-    try:
-        codecs.utf_8_decode(span.tobytes(), "strict", True)
-        inner = cuts[(cuts > lo) & (cuts < hi)] - lo
-        if not ((span[inner] & 0xC0) == 0x80).any():
-            return None
-    except UnicodeDecodeError:
-        pass
-    bad = np.zeros(n, dtype=np.uint8)
-    for k, value in enumerate(array.cast(pa.binary()).to_pylist()):
-        if value is not None:
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                bad[k] = 1
-    return bad if bad.any() else None
-
-
-def _part(split: Callable, position: int) -> Derive:
-    def derive(array: pa.Array) -> tuple[pa.Array, None]:
-        return pa.array(split(array)[position]), None
-
-    return derive
-
-
-def _split_seconds(per_second: int, duration: bool, array: pa.Array):
-    v = _int64_view(array)
-    seconds = v // per_second
-    rest = v - seconds * per_second
-    if duration:  # seconds and nanos carry the same sign (duration.proto)
-        negative = (rest != 0) & (v < 0)
-        seconds = seconds + negative
-        rest = rest - negative * per_second
-    nanos = rest * (1_000_000_000 // per_second)
-    return seconds.astype(np.int64), nanos.astype(np.int32)
-
-
-def _seconds_out_of_range(per_second: int, wkt: str, array: pa.Array) -> np.ndarray | None:
-    seconds = _int64_view(array) // per_second
-    if wkt == "timestamp":
-        bad = (seconds < _TS_MIN) | (seconds > _TS_MAX)
-    else:
-        bad = (seconds < -_DUR_MAX - 1) | (seconds > _DUR_MAX)
-    return bad if bad.any() else None
+# -- given arrays -----------------------------------------------------------------------
 
 
 def _range_reason(wkt: str, array: pa.Array, k: int) -> str:
@@ -631,25 +590,6 @@ def _range_reason(wkt: str, array: pa.Array, k: int) -> str:
             "(0001-01-01 .. 9999-12-31)"
         )
     return f"duration {value} is outside google.protobuf.Duration's range (+-10,000 years)"
-
-
-def _split_date(array: pa.Array):
-    days = _int64_view(array).astype("datetime64[D]")
-    months = days.astype("datetime64[M]")
-    years = days.astype("datetime64[Y]")
-    year = years.astype(np.int64) + 1970
-    month = months.astype(np.int64) - (year - 1970) * 12 + 1
-    day = (days - months).astype(np.int64) + 1
-    return year.astype(np.int32), month.astype(np.int32), day.astype(np.int32)
-
-
-def _split_time(per_second: int, array: pa.Array):
-    v = _int64_view(array)
-    seconds, rest = np.divmod(v, per_second)
-    hours, seconds = np.divmod(seconds, 3600)
-    minutes, seconds = np.divmod(seconds, 60)
-    nanos = rest * (1_000_000_000 // per_second)
-    return tuple(x.astype(np.int32) for x in (hours, minutes, seconds, nanos))
 
 
 def _enum_numbers(
@@ -733,101 +673,15 @@ def _canonical_bytes(cls: type[Message], discard_unknown: bool) -> Derive:
 
 # -- map entry order --------------------------------------------------------------------
 
-_UNSIGNED = {
-    _T.TYPE_INT32: np.uint32,
-    _T.TYPE_SINT32: np.uint32,
-    _T.TYPE_SFIXED32: np.uint32,
-    _T.TYPE_UINT32: np.uint32,
-    _T.TYPE_FIXED32: np.uint32,
-    _T.TYPE_INT64: np.uint64,
-    _T.TYPE_SINT64: np.uint64,
-    _T.TYPE_SFIXED64: np.uint64,
-    _T.TYPE_UINT64: np.uint64,
-    _T.TYPE_FIXED64: np.uint64,
-}
-
 
 def _key_order(key_fd: FieldDescriptor) -> str:
+    """How a map's keys sort on the wire (encoder.MAP_KEYS; the core's ``before`` says how,
+    checked against the runtime in tests/test_encode.py): integers as unsigned numbers of
+    their width, bools, strings bytewise."""
     if key_fd.type == _T.TYPE_STRING:
         return "string"
     if key_fd.type == _T.TYPE_BOOL:
         return "bool"
-    return np.dtype(_UNSIGNED[key_fd.type]).name
-
-
-def _map_order(array: pa.Array, order: str) -> np.ndarray | None:
-    """Logical entry indices of a map array, each map's entries in upb's deterministic order.
-
-    upb writes backwards and sorts keys ascending with its comparators, so on the wire:
-    integer keys descend as *unsigned* numbers of their width (-1 first, 0 last), bools
-    descend (true first), strings ascend bytewise except that a string comes after every
-    longer string it is a prefix of ("ab", "a", "b", ""). Checked against the runtime in
-    tests/test_encode.py.
-    """
-    offsets = _offsets(array)
-    entries = array.values
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    if hi - lo < 2:
-        return None
-    fast = _map_order_short(offsets, entries, order)
-    if fast is not None:
-        return fast
-    keys = entries.field(0).slice(lo, hi - lo)
-    owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    if order == "string":
-        raw = keys.cast(pa.binary())
-        if pc.any(pc.match_substring(raw, b"\xff")).as_py():
-            # a 0xff byte (proto2 strings are not UTF-8 checked): sort such keys in Python
-            values = raw.to_pylist()
-            inside = sorted(
-                range(len(values)),
-                key=lambda i: (owner[i], functools.cmp_to_key(_upb_string_order)(values[i])),
-            )
-            sorted_idx = np.asarray(inside, dtype=np.int64)
-        else:
-            # 0xff never occurs in UTF-8: as a terminator it sorts a prefix after its
-            # extensions, which is upb's order
-            terminated = pc.binary_join_element_wise(raw, pa.scalar(b"", pa.binary()), b"\xff")
-            table = pa.table({"o": owner, "k": terminated})
-            sorted_idx = pc.sort_indices(
-                table, sort_keys=[("o", "ascending"), ("k", "ascending")]
-            ).to_numpy()
-    else:
-        if order == "bool":
-            key = np.asarray(keys.cast(pa.uint8()).fill_null(0)).astype(np.uint64)
-        else:
-            key = np.asarray(keys.fill_null(0)).view(order).astype(np.uint64)
-        sorted_idx = np.lexsort((~key, owner))
-    perm = np.arange(len(entries), dtype=np.int64)
-    perm[lo:hi] = sorted_idx.astype(np.int64) + lo
-    return perm
-
-
-def _map_order_short(offsets: np.ndarray, entries: pa.StructArray, order: str) -> np.ndarray | None:
-    """_map_order in the core when no key is null and no map is long (the usual batch)."""
-    keys = entries.field(0)  # flattened: the struct's offset applied
-    if keys.null_count:
-        return None
-    buffers = keys.buffers()
-    if order == "string":
-        kind, key_offsets, data = 0, buffers[1], buffers[2]
-        wide = pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type)
-    else:
-        kind = 1 if order == "bool" else np.dtype(order).itemsize
-        key_offsets, data, wide = None, buffers[1], False
-    return core.map_order(
-        np.ascontiguousarray(offsets, dtype=np.int64),
-        len(entries),
-        kind,
-        keys.offset,
-        np.frombuffer(data if data is not None else b"", dtype=np.uint8),
-        None if key_offsets is None else np.frombuffer(key_offsets, dtype=np.uint8),
-        wide,
-    )
-
-
-def _upb_string_order(a: bytes, b: bytes) -> int:
-    common = min(len(a), len(b))
-    if a[:common] != b[:common]:
-        return -1 if a[:common] < b[:common] else 1
-    return (len(a) < len(b)) - (len(a) > len(b))
+    if key_fd.cpp_type in (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_UINT32):
+        return "uint32"
+    return "uint64"
