@@ -251,8 +251,7 @@ def test_the_encoder_binds_every_array_where_pyarrow_has_it(compile_proto) -> No
         messages.append(msg.SerializeToString())
     batch = tc.transcode(messages).slice(2, 4)
     plan = EncodingPlan(schema.descriptor, batch.schema)
-    given = np.zeros((0, encoder.COL_WIDTH + 1), dtype=np.int64)
-    bound = plan._core.columns(batch, given)
+    bound = plan._core.columns(batch, lambda spec, present: None)
     arrays: dict = {}
     for i, spec in enumerate(plan._t.specs):
         array = plan._array(batch, i, arrays)

@@ -68,7 +68,7 @@ class Encoder:
     def __init__(self, schema: Schema) -> None:
         self._schema = schema
         self._lock = threading.Lock()
-        self._plans: dict[pa.Schema, EncodingPlan] = {}
+        self._plans: list[EncodingPlan] = []  # the latest first
 
     def to_json(
         self,
@@ -215,13 +215,13 @@ class Encoder:
                 return
 
     def _encoding_plan(self, schema: pa.Schema) -> EncodingPlan:
-        plans = self._plans
-        plan = plans.get(schema)
-        if plan is None:
-            plan = EncodingPlan(self._schema.descriptor, schema)
-            with self._lock:
-                if len(plans) > 16:  # schemas seen in one process: a handful
-                    plans.clear()
-                plans[schema] = plan
+        # Found by comparing schemas: hashing one formats every type as text, which took
+        # ~20 ms a call for a wide recursive message (a few thousand arrays).
+        for plan in self._plans:
+            if plan.schema.equals(schema):
+                return plan
+        plan = EncodingPlan(self._schema.descriptor, schema)
+        with self._lock:  # a new list: a reader iterating the old one is not disturbed
+            self._plans = [plan, *self._plans[:15]]  # a handful per process
         return plan
 

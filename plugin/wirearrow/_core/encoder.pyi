@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -37,7 +38,13 @@ class Plan:
         enum_sets: Any = (),
     ) -> None: ...
     def tables(self) -> tuple[list[EncodeSpec], list[EncodeEntry], list[EncodeNode]]: ...
-    def columns(self, batch: Any, given: _Bytes) -> list[EncodeColumn]: ...
+    def columns(
+        self, batch: Any, derive: Callable[[int, bool], EncodeColumn | None]
+    ) -> list[EncodeColumn]: ...
     def encode(
-        self, batch: Any, n_rows: int, given: _Bytes, capacity: int = 0
+        self,
+        batch: Any,
+        n_rows: int,
+        derive: Callable[[int, bool], EncodeColumn | None],
+        capacity: int = 0,
     ) -> tuple[int, int, int, OwnedBuffer | None, int, OwnedBuffer | None, bool]: ...

@@ -951,40 +951,57 @@ cdef class Plan:
              for i in range(self.n_nodes)],
         )
 
-    cdef ArrowColumn* _bind(self, batch, const int64_t[:, ::1] given, ArrowArray* root) except NULL:
-        """The columns of one batch (caller frees them and releases root)."""
+    cdef ArrowColumn* _bind(self, ArrowArray* root, derive) except NULL:
+        """The columns of one exported batch (the caller frees them and releases root).
+
+        A given spec's column is asked of `derive(spec, present)`, which returns a
+        layout.EncodeColumn, or None when `present` is False (its parent holds no value in
+        this batch): the column is then the parent's validity alone, never read past it.
+        """
         cdef ArrowColumn* cols = <ArrowColumn*>PyMem_RawCalloc(max(self.n_specs, 1),
                                                                sizeof(ArrowColumn))
         cdef const ArrowArray** arrays = <const ArrowArray**>PyMem_RawMalloc(
             max(self.n_specs, 1) * sizeof(ArrowArray*))
-        cdef int64_t bad, i, s
+        cdef int64_t bad, i
+        cdef const ArrowArray* source
+        cdef bint present
         if cols == NULL or arrays == NULL:
             PyMem_RawFree(cols)
             PyMem_RawFree(arrays)
             raise MemoryError()
-        with nogil:
-            bad = bind(self.specs, self.n_specs, root, arrays, cols)
-        PyMem_RawFree(arrays)
-        if bad >= 0:
+        try:
+            with nogil:
+                bad = bind(self.specs, self.n_specs, root, arrays, cols)
+            if bad >= 0:
+                raise ValueError(f"encode: the batch's array {bad} is not shaped as the plan says")
+            for i in range(self.n_specs):
+                if self.specs[i].access != A_GIVEN:
+                    continue
+                source = arrays[self.specs[i].parent]
+                present = source == NULL or (source.length > 0 and source.null_count != source.length)
+                column = derive(i, present)
+                if column is None:
+                    if present:
+                        raise ValueError(f"encode: no column given for spec {i}")
+                    cols[i] = cols[self.specs[i].parent]
+                    cols[i].values = NULL
+                    cols[i].offsets = NULL
+                    cols[i].bad = NULL
+                    continue
+                cols[i].validity = <const uint8_t*><uintptr_t>column[C_VALIDITY]
+                cols[i].offset = column[C_OFFSET]
+                cols[i].values = <const uint8_t*><uintptr_t>column[C_VALUES]
+                cols[i].offsets = <const uint8_t*><uintptr_t>column[C_OFFSETS]
+                cols[i].wide = <int32_t>column[C_WIDE]
+                cols[i].bad = <const uint8_t*><uintptr_t>column[C_BAD]
+        except BaseException:
             PyMem_RawFree(cols)
-            raise ValueError(f"encode: the batch's array {bad} is not shaped as the plan says")
-        if given.shape[1] != COL_WIDTH + 1:
-            PyMem_RawFree(cols)
-            raise ValueError("encode: malformed given columns")
-        for i in range(given.shape[0]):
-            s = given[i, 0]
-            if not (0 <= s < self.n_specs) or self.specs[s].access != A_GIVEN:
-                PyMem_RawFree(cols)
-                raise ValueError("encode: a given column for a spec that is not given")
-            cols[s].validity = <const uint8_t*><uintptr_t>given[i, 1 + C_VALIDITY]
-            cols[s].offset = given[i, 1 + C_OFFSET]
-            cols[s].values = <const uint8_t*><uintptr_t>given[i, 1 + C_VALUES]
-            cols[s].offsets = <const uint8_t*><uintptr_t>given[i, 1 + C_OFFSETS]
-            cols[s].wide = <int32_t>given[i, 1 + C_WIDE]
-            cols[s].bad = <const uint8_t*><uintptr_t>given[i, 1 + C_BAD]
+            raise
+        finally:
+            PyMem_RawFree(arrays)
         return cols
 
-    def columns(self, batch, const int64_t[:, ::1] given):
+    def columns(self, batch, derive):
         """The columns one batch binds (layout.EncodeColumn records; addresses into the
         batch's buffers, valid while it lives): what tests/test_layout.py checks."""
         cdef ArrowArray* root = <ArrowArray*>PyMem_RawCalloc(1, sizeof(ArrowArray))
@@ -994,7 +1011,7 @@ cdef class Plan:
             raise MemoryError()
         try:
             batch._export_to_c(<uintptr_t>root)
-            cols = self._bind(batch, given, root)
+            cols = self._bind(root, derive)
             return [layout.EncodeColumn(
                 validity=<uintptr_t>cols[i].validity, offset=cols[i].offset,
                 values=<uintptr_t>cols[i].values, offsets=<uintptr_t>cols[i].offsets,
@@ -1006,9 +1023,9 @@ cdef class Plan:
                 root.release(root)
             PyMem_RawFree(root)
 
-    def encode(self, batch, int64_t n_rows, const int64_t[:, ::1] given, int64_t capacity=0):
+    def encode(self, batch, int64_t n_rows, derive, int64_t capacity=0):
         """Encode rows 0..n_rows-1 of `batch` (a RecordBatch of the plan's schema, n_rows
-        long); `given`: rows of (spec, *layout.EncodeColumn) for the given specs.
+        long); given specs' columns from `derive` (see _bind).
 
         Returns (status, error column, error logical index, data, start, offsets, wide): the
         serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
@@ -1024,7 +1041,7 @@ cdef class Plan:
             batch._export_to_c(<uintptr_t>root)
             if root.length != n_rows:
                 raise ValueError("encode: the batch does not hold n_rows rows")
-            cols = self._bind(batch, given, root)
+            cols = self._bind(root, derive)
             return self._run(cols, n_rows, capacity)
         finally:
             PyMem_RawFree(cols)

@@ -97,6 +97,7 @@ class _Spec:
     layout: str = "struct"  # the array's buffers (encoder.LAYOUT)
     wide: bool = False  # 64-bit offsets
     derive: Derive | None = None  # "given": the array from its parent's
+    always: bool = False  # "given": derived even when the parent holds only nulls
     reason: Reason | None = None  # the text of E_BAD_VALUE at a slot of this array
     null_reason: str | None = None  # a required field: a null is this error
 
@@ -123,7 +124,6 @@ class EncodingPlan:
         roots = [self._spec(-1, "column", f.type, i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
         t = self._t
-        self._given = [i for i, spec in enumerate(t.specs) if spec.access == "given"]
         self._core = core.Plan(
             _matrix(EncodeSpec, [_spec_row(spec) for spec in t.specs]),
             _matrix(EncodeEntry, t.entries),
@@ -284,6 +284,7 @@ class EncodingPlan:
                 "given",
                 pa.binary(),
                 derive=_json_bytes(name, null_is_empty=empty),
+                always=empty,  # a null is an empty message there, not nothing
                 reason=lambda a, k: f"not valid JSON for {name}: {a[k].as_py()!r}",
             )
             return _entry(
@@ -389,18 +390,20 @@ class EncodingPlan:
         n = batch.num_rows
         arrays: dict[int, pa.Array] = {}  # the pyarrow arrays Python needed, by spec
         keep: list[object] = []  # everything given whose address the core reads
-        given = np.zeros((len(self._given), len(EncodeColumn._fields) + 1), dtype=np.int64)
-        for row, i in enumerate(self._given):
+
+        def derive(i: int, present: bool) -> EncodeColumn | None:
             spec = self._t.specs[i]
+            if not present and not spec.always:
+                return None  # no value to derive: the core reads the parent's validity
             array, bad = spec.derive(self._array(batch, spec.parent, arrays))  # type: ignore[misc]
             arrays[i] = array
-            given[row, 0] = i
-            given[row, 1:] = _address(array, bad, keep)
+            return _address(array, bad, keep)
+
         capacity = int(self._bytes_per_row * n * 1.1) + 4096
         status, err_col, err_index, data, start, offsets, wide = self._core.encode(
-            batch, n, given, capacity
+            batch, n, derive, capacity
         )
-        del keep
+        keep.clear()  # the core has read them
         if status:
             row, where = self._locate(batch, arrays, err_col, err_index)
             reason = core.STATUS_TEXT.get(status, f"status {status}")
