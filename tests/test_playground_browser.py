@@ -293,8 +293,16 @@ def test_a_broken_plan_and_an_uploaded_tfrecord_file(browser, broken_playground)
     assert overflow and max(overflow) <= 1, overflow
     driver.save_screenshot(str(ARTIFACTS / "playground-broken-plan.png"))
 
-    # Another framing from the page reads the upload again (here a wrong one).
+    # Another framing from the page reads the upload again: a wrong one, and the page
+    # names the right one.
     _set_plan(driver, good)
     _wait(driver, lambda d: "no problems" in _text(d, "problems"), "the plan again")
     Select(driver.find_element(By.ID, "input-framing")).select_by_value("u32le")
     _wait(driver, lambda d: "u32le" in _text(d, "records-info"), "the records read again")
+    _wait(
+        driver,
+        lambda d: "looks like tfrecord framing (framing='tfrecord')" in _text(d, "framing-hint"),
+        "the framing hint",
+    )
+    assert "looks like tfrecord framing" in _text(driver, "preview-summary")
+    driver.save_screenshot(str(ARTIFACTS / "playground-framing-hint.png"))

@@ -235,6 +235,40 @@ class TranscodeJob:
         self.progress = progress
         self.dead_sink = dead_sink
         self.dead_schema = _dead_letter_schema() if dead_sink is not None else None
+        # The current file's first bytes (decompressed), and whether they are all of it:
+        # what they look like is said when most of its first records fail.
+        self._head = b""
+        self._whole = False
+
+    def framing_hint(self) -> str:
+        """What the current file's first bytes look like when they do not read well as
+        the input says (another framing, Confluent records, JSON, compressed), in the
+        command line's words; "" when they read well or nothing else reads them."""
+        from wirearrow.sources.sniff import hint
+
+        fmt = self.fmt
+        words = hint(
+            self._head,
+            format=fmt.format,
+            framing=None if fmt.format == "json" else fmt.stream_framing,
+            confluent=fmt.confluent,
+            whole=self._whole,
+        )
+        return in_flags(words)
+
+    def _first_batch(self, path: str, counts: Counts) -> None:
+        """After a file's first batch: most of its records failed, and its bytes look
+        like another input? Say so once, on stderr (the run goes on)."""
+        if counts.records_failed * 2 <= counts.records_in:
+            return
+        words = self.framing_hint()
+        if words:
+            self.progress.clear()
+            print(
+                f"{PROG}: warning: {path}: {counts.records_failed:,} of the first "
+                f"{counts.records_in:,} records failed; {words}",
+                file=sys.stderr,
+            )
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -263,6 +297,7 @@ class TranscodeJob:
         from wirearrow.counts import Counts
         from wirearrow.sources.compression import compression_of
         from wirearrow.sources.framing import FrameReader
+        from wirearrow.sources.sniff import SNIFF_BYTES
 
         codec = compression_of(path, self.fmt.compression)
         if self.fmt.format == "json":
@@ -284,7 +319,11 @@ class TranscodeJob:
             )  # fmt: skip
             t0 = time.perf_counter()
             record_base = 0
+            self._head, self._whole = b"", False
             for frames in reader:
+                if not frames.offset:
+                    self._head = bytes(frames.data[:SNIFF_BYTES])
+                    self._whole = size is not None and size <= SNIFF_BYTES
                 view = memoryview(frames.data)
                 # (frame ends: TFRecord's data CRC follows each record)
                 base, ends = frames.offset, frames.frame_ends
@@ -295,7 +334,10 @@ class TranscodeJob:
                     frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                     # Confluent records keep their prefix: the file's framing is split first.
                     records = frames.records(i0, i1) if self.fmt.confluent else view[lo:hi]
-                    result += self._batch(path, records, record_base + i0, frame_at, sink)
+                    counts = self._batch(path, records, record_base + i0, frame_at, sink)
+                    if not result.records_in:
+                        self._first_batch(path, counts)
+                    result += counts
                     self.progress.update(label, result.records_in, base + hi, size, t0)
                 record_base += len(frames)
             tail = reader.tail
@@ -319,6 +361,7 @@ class TranscodeJob:
 
         from wirearrow.counts import Counts
         from wirearrow.sources.protojson import ndjson_records, split_ndjson
+        from wirearrow.sources.sniff import SNIFF_BYTES
 
         result = Counts()
         label = os.path.basename(path)
@@ -328,11 +371,16 @@ class TranscodeJob:
         except OSError as err:
             raise CliError(f"cannot read {path}: {err.strerror or err}") from err
         starts, ends = split_ndjson(buffer)
+        self._head = bytes(memoryview(buffer)[:SNIFF_BYTES])
+        self._whole = buffer.size <= SNIFF_BYTES
         t0 = time.perf_counter()
         for i0 in range(0, len(starts), self.batch_size):
             i1 = min(len(starts), i0 + self.batch_size)
             records = ndjson_records(buffer, starts[i0:i1], ends[i0:i1])
-            result += self._batch(path, records, i0, starts[i0:i1], sink, lines=True)
+            counts = self._batch(path, records, i0, starts[i0:i1], sink, lines=True)
+            if not i0:
+                self._first_batch(path, counts)
+            result += counts
             self.progress.update(label, result.records_in, int(ends[i1 - 1]), buffer.size, t0)
         return result.replace(bytes_in=buffer.size)
 
@@ -355,16 +403,18 @@ class TranscodeJob:
             )
         except DecodeError as err:
             j = err.index
+            words = self.framing_hint()
+            hint = f"; {words}" if words else ""
             if lines:
                 raise CliError(
                     f"{path}: record {index_base + j} (the line at byte {int(at[j])}): "
-                    f"{err.reason}" + (f" at {err.path}" if err.path else "")
+                    f"{err.reason}" + (f" at {err.path}" if err.path else "") + hint
                 ) from err
             located = DecodeError(
                 err.reason, index=index_base + j, offset=err.offset, path=err.path
             )
             raise CliError(
-                f"{path}: {located} (the record starts at byte {int(at[j])} of the file)"
+                f"{path}: {located} (the record starts at byte {int(at[j])} of the file){hint}"
             ) from err
         if rows.num_rows:
             sink.write(rows)

@@ -24,6 +24,7 @@ from wirearrow.sources.compression import compression_of, open_decompressed
 from wirearrow.sources.format import CONFLUENT, RecordFormat
 from wirearrow.sources.framing import TRAILERS, looks_like, split_framed_prefix
 from wirearrow.sources.protojson import split_ndjson
+from wirearrow.sources.sniff import hint
 
 __all__ = ["HEAD_BYTES", "RecordsError", "Sample", "parse_pasted", "sample_file", "sample_upload"]
 
@@ -51,6 +52,20 @@ class Sample:
     fmt: RecordFormat = field(default_factory=RecordFormat)
     head: bytes = b""  # the input's first (decompressed) bytes, at most HEAD_BYTES
     whole: bool = False  # head is the whole input
+    given: RecordFormat = field(default_factory=RecordFormat)  # how the input was read
+
+    def framing_hint(self) -> str:
+        """What the input's first bytes look like when they do not read well as
+        ``given`` says (sources.sniff): "" when they do, or nothing else reads them."""
+        fmt = self.given
+        framed = self.framing not in (None, "lines")
+        return hint(
+            self.head,
+            format=fmt.format,
+            framing=self.framing if framed else None,
+            confluent=fmt.confluent,
+            whole=self.whole,
+        )
 
     def describe(self) -> dict:
         return {
@@ -121,6 +136,7 @@ def _sample(
         fmt=each,
         head=bytes(data[:HEAD_BYTES]),
         whole=not more and broken is None and len(data) <= HEAD_BYTES,
+        given=fmt,
     )
     if framing is None:
         starts, ends = split_ndjson(data)
@@ -142,8 +158,10 @@ def _sample(
             sample.offsets.append(int(frame_at[i]))
     if bad:
         sample.note = f"{len(bad)} record(s) left out: their {framing} CRC32C does not match"
-    if problem is not None:
-        sample.note = f"{problem[1]} at byte {problem[0]}"
+    if problem is not None and framing is not None:  # (problems are a framing's)
+        sample.note = f"{problem[1]} at byte {problem[0]}" + looks_like(
+            sample.head, framing, sample.whole
+        )
     elif broken is not None:
         sample.note = broken
     elif more:
@@ -157,7 +175,7 @@ def _sample(
     elif framing is not None and consumed < len(data):
         sample.note = (
             f"truncated {framing} stream: the record at byte {consumed} runs past the end "
-            f"({len(data) - consumed:,} bytes left)" + looks_like(data, framing, whole=True)
+            f"({len(data) - consumed:,} bytes left)" + looks_like(sample.head, framing, sample.whole)
         )
     return sample
 
@@ -187,6 +205,7 @@ def parse_pasted(text: str, max_bytes: int, fmt: RecordFormat | None = None) -> 
             fmt=each,
             head=data[:HEAD_BYTES],
             whole=len(data) <= HEAD_BYTES,
+            given=fmt,
         )
     compact = "".join(text.split())
     if compact.lower().startswith("0x"):
@@ -215,4 +234,5 @@ def parse_pasted(text: str, max_bytes: int, fmt: RecordFormat | None = None) -> 
         fmt=each,
         head=data[:HEAD_BYTES],
         whole=len(data) <= HEAD_BYTES,
+        given=fmt,
     )

@@ -515,8 +515,13 @@ class Session:
         shown = self._last_good
         assert shown.transcoder is not None and shown.schema is not None
         out["stale"] = compiled.transcoder is None
-        out["preview"] = self._preview(shown.transcoder)
+        preview = out["preview"] = self._preview(shown.transcoder)
         out["nested"] = self._nested(shown.schema, record)
+        failed, n = preview["failed"], preview["num_records"]
+        if n and failed * 2 > n:  # most records fail: is it how they are read?
+            words = self.sample.framing_hint()
+            if words:
+                out["hint"] = f"{failed:,} of the {n:,} records fail: {words}."
         return out
 
     def _preview(self, tc) -> dict:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,16 @@ from wirearrow.schema import Schema
 from wirearrow.sources.compression import compression_name, compression_of, decompress
 from wirearrow.sources.confluent import confluent_prefix
 from wirearrow.sources.confluent import message_index as message_index_of
+from wirearrow.sources.sniff import (
+    LOOK_BYTES,
+    LOOK_RECORDS,
+    SNIFF_BYTES,
+    SNIFF_RECORDS,
+    hint,
+    mostly_malformed,
+    suspect,
+    well_formed,
+)
 
 __all__ = [
     "FRAMINGS",
@@ -46,6 +57,8 @@ __all__ = [
     "check_framing",
     "corrupt_reason",
     "frame_records",
+    "looks_like",
+    "misframed",
     "plan_pieces",
     "read_delimited",
     "record_framer",
@@ -62,33 +75,15 @@ MAX_TAIL_RAW = 16 * 1024 * 1024
 _BYTE_AT = re.compile(r"^byte (\d+): (.*)$", re.S)
 # How much of a stream's start is kept to say what the data looks like when it fails.
 SAMPLE_BYTES = 1024 * 1024
-_COMPRESSED = {b"\x1f\x8b": "gzip (.gz)", b"\x28\xb5\x2f\xfd": "zstd (.zst)", b"BZh": "bzip2 (.bz2)"}
 
 
 def looks_like(sample: bytes, framing: str, whole: bool) -> str:
     """Words for what the start of a stream that failed as ``framing`` looks like ("" when
-    nothing better is known): compressed, or another framing that frames it exactly, to
-    the last byte. ``whole``: the sample is the whole stream; only then is another framing
-    tried (varint frames almost any bytes for a while: a part proves nothing)."""
-    for magic, kind in _COMPRESSED.items():
-        if sample.startswith(magic):
-            return (
-                f"; the data looks compressed with {kind}: name the file with its suffix "
-                "or give the compression (compression=, --input-compression)"
-            )
-    clean = []
-    for other in FRAMINGS if whole else ():
-        if other == framing:
-            continue
-        try:
-            starts, _, consumed = split_framed(sample, other)
-        except ValueError:
-            continue
-        if consumed == len(sample) and len(starts):
-            clean.append(other)
-    if len(clean) == 1:
-        return f"; the data looks like {clean[0]} framing, which reads it cleanly"
-    return ""
+    nothing better is known): compressed, protojson text, or another framing (Confluent
+    records included) that reads it well (sources.sniff). ``whole``: the sample is the
+    whole stream."""
+    words = hint(sample, framing=framing, whole=whole)
+    return f"; {words}" if words else ""
 
 
 def check_framing(framing: object) -> str:
@@ -503,6 +498,8 @@ def read_delimited(
     A stream that ends inside a record, a broken compressed stream, or a TFRecord whose CRC
     does not match raises ValueError naming the byte offset (the engines' readers and
     ``Transcoder.decode`` keep the good records and make the rest a dead letter instead).
+    When most of the first records are not protobuf wire data and the bytes read well
+    another way (another framing, Confluent prefixes, JSON text), a UserWarning says so.
     Records over 2 GiB in total come back as a LargeBinaryArray.
     """
     check_framing(framing)
@@ -534,4 +531,34 @@ def read_delimited(
             f"({len(view) - consumed} bytes left)"
             + looks_like(bytes(view[:SAMPLE_BYTES]), framing, len(view) <= SAMPLE_BYTES)
         )
+    words = misframed(view, starts, ends, framing)
+    if words:
+        warnings.warn(f"{name}: {words}", UserWarning, stacklevel=2)
     return records_array(view, starts, ends)
+
+
+def misframed(view: memoryview, starts: np.ndarray, ends: np.ndarray, framing: str) -> str:
+    """Words for records split soundly from ``view`` by ``framing`` of which most of the
+    first are not protobuf wire data, when the bytes read well another way; "" otherwise.
+    Every read_delimited call looks, so the look is the cheapest that tells (~1 us): the
+    first tags of the first record (a wrong framing leaves a length's bytes there), then
+    of a few more; only a bad look leads to the guess, which reads more."""
+
+    def records(n: int) -> list[memoryview]:
+        return [view[s:e] for s, e in zip(starts[:n].tolist(), ends[:n].tolist(), strict=True)]
+
+    if not len(starts):
+        return ""
+    if not suspect(view) and (
+        well_formed(view[int(starts[0]) : int(ends[0])], LOOK_BYTES)
+        or not mostly_malformed(records(LOOK_RECORDS))
+    ):
+        return ""
+    first = records(SNIFF_RECORDS)
+    bad = sum(not well_formed(r) for r in first)
+    words = hint(
+        bytes(view[:SNIFF_BYTES]), framing=framing, whole=len(view) <= SNIFF_BYTES, strict=True
+    )
+    if not words:
+        return ""
+    return f"{bad} of the first {len(first)} {framing} records are not protobuf wire data; {words}"

@@ -205,6 +205,7 @@ async function preview() {
   } else {
     status(`${data.preview.num_rows} rows from ${data.preview.num_records} records`, true);
   }
+  if (data.hint) $("preview-summary").append(el("div", { class: "hint wrap" }, data.hint));
 }
 
 // Most records fail: what the bytes look like (another framing, compression, JSON).
