@@ -141,6 +141,7 @@ def test_defaults(project: Path) -> None:
         "keep_unknown": False,
         "well_known_types": True,
         "unvalidated_strings": "utf8",
+        "field_ids": True,
     }
     assert plan.settings == ()
     assert plan.output == wa.config.OutputConfig(None, "zstd", None)

@@ -326,7 +326,9 @@ class ParserCache:
                     self._hits += 1
                     return found
             started = time.perf_counter()
-            plan = compile_plan(spec.schema.descriptor, spec.plan_columns(), spec)  # errors: not cached
+            plan = compile_plan(
+                spec.schema.descriptor, spec.plan_columns(), spec, whole=spec.columns is None
+            )  # errors: not cached
             found = _Entry(self, key, plan, spec.schema.message_name)
             with self._lock:
                 self._compile_seconds += time.perf_counter() - started

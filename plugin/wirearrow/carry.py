@@ -13,12 +13,15 @@ from collections.abc import Collection
 import numpy as np
 import pyarrow as pa
 
+from wirearrow.field_ids import check_unique, field_id_of, with_field_id
+
 __all__ = [
     "RECORD_INDEX",
     "SCHEMA_ID",
     "carry_table",
     "check_carried",
     "extra_column_name",
+    "extra_fields",
     "with_row_columns",
 ]
 
@@ -83,24 +86,45 @@ def check_carried(carried: pa.Table, taken: set[str | None]) -> None:
         )
 
 
+def extra_fields(
+    schema: pa.Schema, index_name: str | None, id_name: str | None, carried: pa.Schema | None
+) -> list[pa.Field]:
+    """The fields of the extra columns after ``schema``'s: each row's record position, its
+    schema id, then the carried columns. When ``schema`` carries field ids, so do they:
+    each the id of its name (wirearrow.field_ids), checked against the plan's."""
+    fields = []
+    if index_name is not None:
+        fields.append(pa.field(index_name, pa.int64(), nullable=False))
+    if id_name is not None:
+        fields.append(pa.field(id_name, pa.int64(), nullable=False))
+    if carried is not None:
+        fields.extend(carried)
+    if fields and len(schema) and field_id_of(schema.field(0)) is not None:
+        fields = [with_field_id(f, (f.name,)) for f in fields]
+        check_unique(pa.schema([*schema, *fields]))
+    return fields
+
+
 def with_row_columns(
     rows: pa.RecordBatch,
+    fields: list[pa.Field],
     records: np.ndarray,
     index_name: str | None,
     schema_ids: np.ndarray | None,
     id_name: str | None,
     carried: pa.Table | None,
 ) -> pa.RecordBatch:
-    """``rows`` with the extra columns after the plan's: each row's record position, its
-    schema id, then the carried values; ``records``: each row's record (input position)."""
+    """``rows`` with the extra columns of ``fields`` (:func:`extra_fields`) after the
+    plan's: each row's record position, its schema id, then the carried values;
+    ``records``: each row's record (input position)."""
+    columns = []
     if index_name is not None:
-        rows = rows.append_column(
-            pa.field(index_name, pa.int64(), nullable=False), pa.array(records)
-        )
-    if id_name is not None and schema_ids is not None:
-        rows = rows.append_column(pa.field(id_name, pa.int64(), nullable=False), pa.array(schema_ids))
+        columns.append(pa.array(records))
+    if id_name is not None:
+        columns.append(pa.array(schema_ids))
     if carried is not None:
         values = carried.take(pa.array(records))
-        for field, values_of in zip(carried.schema, values.columns, strict=True):
-            rows = rows.append_column(field, values_of.combine_chunks())
-    return rows
+        columns.extend(c.combine_chunks() for c in values.columns)
+    return pa.RecordBatch.from_arrays(
+        [*rows.columns, *columns], schema=pa.schema([*rows.schema, *fields])
+    )

@@ -14,16 +14,25 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from wirearrow.errors import DecodeError
+from wirearrow.field_ids import FIELD_ID, with_field_id
 
 __all__ = ["CARRY", "DEAD_LETTER_SCHEMA", "concat_dead_letters", "dead_letter_table", "with_rows"]
 
+# Field ids 1..5 (docs/evolution.md): a dead-letter table follows its columns by id too;
+# the structs with_rows adds have the id of their name, as any named column.
 DEAD_LETTER_SCHEMA = pa.schema(
     [
-        pa.field("index", pa.int64(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("path", pa.utf8(), nullable=False),
-        pa.field("reason", pa.utf8(), nullable=False),
-        pa.field("raw", pa.binary()),
+        pa.field(name, t, nullable=nullable, metadata={FIELD_ID: str(i).encode()})
+        for i, (name, t, nullable) in enumerate(
+            [
+                ("index", pa.int64(), False),
+                ("offset", pa.int64(), False),
+                ("path", pa.utf8(), False),
+                ("reason", pa.utf8(), False),
+                ("raw", pa.binary(), True),
+            ],
+            start=1,
+        )
     ]
 )
 CARRY = "carry"  # the column of the values carried by each bad record
@@ -49,12 +58,13 @@ def dead_letter_table(
 def with_rows(dead: pa.Table, name: str, rows: pa.Table) -> pa.Table:
     """``dead`` with the struct column ``name``: the row of ``rows`` at each dead letter's
     ``index`` (where a record came from, what it carried); ``dead`` as it is when ``rows``
-    has no column."""
+    has no column. The struct has the field id of its name, as any named column."""
     if not rows.num_columns:
         return dead
     values = rows.take(dead.column("index"))
     columns = [c.combine_chunks() for c in values.columns]
-    return dead.append_column(name, pa.StructArray.from_arrays(columns, fields=list(values.schema)))
+    struct = pa.StructArray.from_arrays(columns, fields=list(values.schema))
+    return dead.append_column(with_field_id(pa.field(name, struct.type), (name,)), struct)
 
 
 def concat_dead_letters(tables: Sequence[pa.Table]) -> pa.Table:

@@ -181,6 +181,15 @@ class Options:
         "`reject`: such a value makes a bad record (docs/types.md)",
     )
 
+    field_ids: bool = _option(
+        True,
+        Flag(),
+        "give every Arrow field (nested ones, list elements, map keys and values included) a "
+        "`PARQUET:field_id`, the same for the same protobuf field in every run and schema "
+        "version, which Parquet writers store and Iceberg, Spark and Trino follow "
+        "(docs/evolution.md); false: no ids",
+    )
+
     def __post_init__(self) -> None:
         problems = [
             f"{name} {why}"

@@ -12,6 +12,8 @@ Any Arrow schema wirearrow produces can be written:
   map whose elements are such structs, and a struct left with no fields once they are gone.
 * Every field is made nullable (map keys excepted, which Parquet requires), since pyarrow
   rejects some non-nullable children under nullable parents.
+* Field ids (``PARQUET:field_id``, wirearrow.field_ids) are written as the schema carries
+  them; when it carries some, every field gets one (docs/evolution.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from wirearrow.field_ids import with_missing_ids
 
 __all__ = [
     "PARQUET_COMPRESSIONS",
@@ -67,7 +71,9 @@ def writable_schema(schema: pa.Schema) -> tuple[pa.Schema, tuple[str, ...]]:
     """The schema Parquet can store, and the paths of the fields dropped to get it.
 
     Dropped: structs with no fields, lists / maps of them, structs left empty by that.
-    Every field comes back nullable except map keys. Does not warn.
+    Every field comes back nullable except map keys. A schema with field ids gets one on
+    every field (columns added after the decode, an engine's Kafka offset: the id of their
+    name, wirearrow.field_ids). Does not warn.
     """
     dropped: list[str] = []
     fields = []
@@ -75,7 +81,7 @@ def writable_schema(schema: pa.Schema) -> tuple[pa.Schema, tuple[str, ...]]:
         new = _writable_field(f, f.name, dropped)
         if new is not None:
             fields.append(new)
-    return pa.schema(fields, metadata=schema.metadata), tuple(dropped)
+    return with_missing_ids(pa.schema(fields, metadata=schema.metadata)), tuple(dropped)
 
 
 def _writable_field(f: pa.Field, where: str, dropped: list[str]) -> pa.Field | None:

@@ -25,6 +25,7 @@ from wirearrow.carry import (
     carry_table,
     check_carried,
     extra_column_name,
+    extra_fields,
     with_row_columns,
 )
 from wirearrow.counts import Counts
@@ -106,6 +107,8 @@ class Transcoder:
         self._lock = threading.Lock()
         self._stats = Counts()
         self._dead: list[pa.Table] = []
+        # the extra columns' fields (with their field ids), by the batch's names for them
+        self._extras: dict[tuple, list[pa.Field]] = {}
 
     def replace(self, **changes: Any) -> Transcoder:
         """A transcoder of ``spec.replace(**changes)`` on the same cache (this one if nothing
@@ -225,8 +228,17 @@ class Transcoder:
         rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
         if positions is not None:
             ids = records.schema_ids[positions] if records.schema_ids is not None else None
+            if ids is None:
+                id_name = None
+            key = (index_name, id_name, None if carried is None else carried.schema)
+            fields = self._extras.get(key)
+            if fields is None:
+                fields = extra_fields(rows.schema, index_name, id_name, key[2])
+                if len(self._extras) > 16:  # carried schemas that vary: keep a few
+                    self._extras.clear()
+                self._extras[key] = fields
             rows = with_row_columns(
-                rows, records.index[positions], index_name, ids, id_name, carried
+                rows, fields, records.index[positions], index_name, ids, id_name, carried
             )
         keep = self._spec.on_error == "dead_letter"
         dead = dead_letter_table(failures if keep else (), carried)

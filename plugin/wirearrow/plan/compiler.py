@@ -14,6 +14,18 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import Program
 from wirearrow.errors import PathError, PlanError, did_you_mean, quoted
+from wirearrow.field_ids import (
+    ELEMENT,
+    MAP_KEY,
+    MAP_VALUE,
+    UNKNOWN,
+    Key,
+    KeyTree,
+    check_unique,
+    number_step,
+    type_keys,
+    with_keys,
+)
 from wirearrow.options import MAX_DEPTH, Options
 from wirearrow.paths import (
     And,
@@ -159,6 +171,7 @@ class CompiledPlan:
     selections: tuple[Selection, ...]  # pre-order: parents before children, first child first
     trees: dict[int, tuple[Selection, ...]]  # every fan-out tree by root index (0: output rows)
     schema: pa.Schema
+    keys: tuple[KeyTree, ...]  # each output column's field-id keys (wirearrow.field_ids)
     nodes: tuple[NodeSpec, ...]
     group_parents: tuple[int, ...]
     column_groups: tuple[int, ...]
@@ -168,8 +181,11 @@ class CompiledPlan:
 
 
 def compile_plan(
-    message: Descriptor, columns: Sequence[str | Column], options: Options
+    message: Descriptor, columns: Sequence[str | Column], options: Options, *, whole: bool = False
 ) -> CompiledPlan:
+    """The plan of ``columns`` over ``message``; ``whole``: the columns are the message's
+    top-level fields (and ``_unknown``), whose field ids follow their numbers
+    (wirearrow.field_ids), where a flat plan's columns are keyed by their names."""
     check_expression_depth(columns)
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     builder.reject_unvalidated = options.unvalidated_strings == "reject"
@@ -214,14 +230,25 @@ def compile_plan(
         raise PlanError(problems)
     if options.validate == "full":
         builder.validate_everything()
-    schema = pa.schema(
-        [
-            pa.field(
-                name, out.type if isinstance(out, BoundExpr) else inputs.columns[out].leaf.type
-            )
-            for name, out in outputs
-        ]
+    fields = [
+        pa.field(name, out.type if isinstance(out, BoundExpr) else inputs.columns[out].leaf.type)
+        for name, out in outputs
+    ]
+    # Only the plan's schema carries the ids: the leaves' types, which the assembler builds
+    # arrays of, stay without metadata (what a batch costs does not change).
+    keys = tuple(
+        _leaf_keys(
+            f.type,
+            None if isinstance(out, BoundExpr) else inputs.columns[out].leaf,
+            _column_key(message, f.name) if whole else (f.name,),
+        )
+        for f, (_, out) in zip(fields, outputs, strict=True)
     )
+    if options.field_ids:
+        fields = [with_keys(f, tree) for f, tree in zip(fields, keys, strict=True)]
+    schema = pa.schema(fields)
+    if options.field_ids:
+        check_unique(schema)
     return CompiledPlan(
         program=builder.build(),
         columns=tuple(inputs.columns),
@@ -232,11 +259,40 @@ def compile_plan(
             for root in resolver.roots
         },
         schema=schema,
+        keys=keys,
         nodes=tuple(builder.nodes),
         group_parents=tuple(builder.groups),
         column_groups=tuple(g for _, g in builder.columns),
         validity_from=builder.validity_from,  # complete once build() has run, above
     )
+
+
+def _column_key(message: Descriptor, name: str) -> Key:
+    """The field-id key of a whole-message column: its field's number, ``_unknown``'s
+    step, or (a column of no field) its name."""
+    fd = message.fields_by_name.get(name)
+    if fd is not None:
+        return (number_step(fd.number),)
+    return (UNKNOWN,) if name == UNKNOWN_FIELDS else (name,)
+
+
+def _leaf_keys(t: pa.DataType, leaf: Leaf | None, key: Key) -> KeyTree:
+    """The field-id key tree of a column of type ``t`` read as ``leaf`` (None: an
+    expression): struct children keyed by their field numbers, list elements and map keys
+    and values by their place (wirearrow.field_ids)."""
+    if isinstance(leaf, StructLeaf) and pa.types.is_struct(t) and leaf.numbers:
+        return key, tuple(
+            _leaf_keys(t.field(i).type, child, (*key, number_step(n) if n else UNKNOWN))
+            for i, ((_, child), n) in enumerate(zip(leaf.children, leaf.numbers, strict=True))
+        )
+    if isinstance(leaf, ListLeaf) and pa.types.is_list(t):
+        return key, (_leaf_keys(t.value_type, leaf.element, (*key, ELEMENT)),)
+    if isinstance(leaf, MapLeaf) and pa.types.is_map(t):
+        return key, (
+            _leaf_keys(t.key_type, leaf.key, (*key, MAP_KEY)),
+            _leaf_keys(t.item_type, leaf.value, (*key, MAP_VALUE)),
+        )
+    return type_keys(t, key)  # a scalar, or a type of no message (an expression's)
 
 
 def _fan_out_order(columns: Sequence[OutputColumn]) -> dict[int, int]:
@@ -856,6 +912,7 @@ class _Resolver:
         self._open_structs += 1
         try:
             children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
+            numbers = tuple(f.number for f in message.fields)
         finally:
             self._open_structs -= 1
         if self.options.keep_unknown:
@@ -868,8 +925,9 @@ class _Resolver:
                 )
             unknown = ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
             children = (*children, (UNKNOWN_FIELDS, unknown))
+            numbers = (*numbers, 0)
         t = pa.struct([pa.field(name, leaf.type, nullable=True) for name, leaf in children])
-        return StructLeaf(node.group, t, presence, children)
+        return StructLeaf(node.group, t, presence, children, numbers)
 
 
 def _field(message: Descriptor, name: str) -> FieldDescriptor | None:

@@ -46,6 +46,7 @@ class CutLeaf(ScalarLeaf):
 class StructLeaf(Leaf):
     presence: int  # column, -1 when the struct is always present (a list element)
     children: tuple[tuple[str, Leaf], ...]
+    numbers: tuple[int, ...] = ()  # each child's protobuf field number (0: `_unknown`)
 
 
 @dataclass(frozen=True, eq=False)
