@@ -188,11 +188,14 @@ def test_pool_size_leaves_a_cpu_for_tasks() -> None:
 
 
 def test_index_splits_on_record_boundaries(records: list[bytes], tmp_path: Path) -> None:
-    import pyarrow.fs as pafs
+    """The pieces read_delimited's planning cuts a large file into (sources.files)."""
+    from wirearrow.sources.files import file_pieces
 
     path = tmp_path / "r.varint"
     path.write_bytes(framed(records))
-    pieces = war.datasource._index(pafs.LocalFileSystem(), str(path), path.stat().st_size, "varint", 20_000)
+    size = path.stat().st_size
+    pieces, tail = file_pieces(str(path), size, "varint", "auto", 20_000, lambda: path.open("rb"))
+    assert tail is None
     assert len(pieces) > 5
     assert pieces[0].start == 0 and pieces[-1].end == path.stat().st_size
     assert all(a.end == b.start for a, b in itertools.pairwise(pieces))

@@ -8,11 +8,10 @@
     job.job_stats()                     # records in / ok / failed, rows out: one execution's
     job.dead_letters                    # a Dataset of the bad records, with the reason
 
-For pipelines of your own: :class:`Transcode` and :class:`Encode` (``map_batches`` steps,
-the plan shipped once by :func:`put_plan`), :class:`DelimitedDatasource`,
-:class:`DelimitedDatasink` (:func:`write_delimited`), :class:`ToJson`. This package imports
-Ray; ``import wirearrow`` never does. Modules: transcode, encode (the write half), job
-(what both share), ledger, datasource, profiles. The guide: docs/ray.md.
+For pipelines of your own: the ``map_batches`` steps :class:`Transcode`, :class:`Encode`
+and :class:`ToJson` (the plan shipped once by :func:`put_plan`), :class:`DelimitedDatasource`
+and :class:`DelimitedDatasink`. This package imports Ray; ``import wirearrow`` never does.
+The guide: docs/ray.md.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from wirearrow.counts import Counts
 from wirearrow.encoder import ENCODE_FAILURE_SCHEMA, Encoded
 from wirearrow.errors import EncodeError
 from wirearrow.plans import PlanLike, Resolved
-from wirearrow.ray.datasource import filesystem_of
 from wirearrow.ray.job import (
     Step,
     TranscodeResult,
@@ -32,6 +31,7 @@ from wirearrow.ray.job import (
     write_dead_letters,
 )
 from wirearrow.ray.ledger import Ledger
+from wirearrow.sources.files import filesystem_of
 from wirearrow.sources.framing import check_framing, frame_records, record_framer
 from wirearrow.transcoder import Transcoder
 
@@ -161,8 +161,6 @@ class ToJson:
         self._options = options
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
         texts = self._tc.to_json(batch.select(self._tc.arrow_schema.names), **self._options)
         return pa.table({self._column: texts})
 

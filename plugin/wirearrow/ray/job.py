@@ -24,7 +24,6 @@ from ray.data._internal.execution.execution_callback import ExecutionCallback
 from wirearrow.counts import Counts
 from wirearrow.dead_letters import DEAD_LETTER_SCHEMA, with_rows
 from wirearrow.plans import PlanLike, Resolved, resolve_plan
-from wirearrow.ray.datasource import filesystem_of
 from wirearrow.ray.ledger import (
     BatchResult,
     JobLedger,
@@ -34,6 +33,7 @@ from wirearrow.ray.ledger import (
     forget_job,
     open_job_ledger,
 )
+from wirearrow.sources.files import filesystem_of
 from wirearrow.transcoder import Transcoder
 
 __all__ = ["PoolSize", "Step", "TranscodeResult", "pool_size", "put_plan", "resolve", "run_job"]
@@ -73,9 +73,8 @@ def whereami() -> tuple[str, str]:
 
 
 class Step:
-    """A map_batches step (:class:`~wirearrow.ray.Transcode`, ``Encode``): its transcoder,
-    compiled once, where its dead letters go, and its counts, reported to ``ledger`` after
-    every batch."""
+    """A map_batches step (``Transcode``, ``Encode``): its transcoder, compiled once, where
+    its dead letters go, its counts (reported to ``ledger`` after every batch)."""
 
     def __init__(
         self, plan: PlanLike | Resolved | ray.ObjectRef, on_error: str | None,
@@ -121,8 +120,7 @@ class Step:
         return batch
 
     def _account(self, key: str, counts: Counts, dead: pa.Table | None, started: float) -> None:
-        """Keep a batch's counts; write its dead letters (``dead_letters=``) or hand them to
-        the ledger with the counts."""
+        """Keep a batch's counts; its dead letters to ``dead_letters=`` or the ledger."""
         if dead is not None and not dead.num_rows:
             dead = None
         written = None
@@ -261,9 +259,8 @@ def run_job(
     concurrency: int | tuple[int, int] | None, num_cpus: float | None, batch_size: int | None,
     resource_reservation: bool | None, map_batches_args: dict[str, Any],
 ) -> TranscodeResult:
-    """The one-call path of ``transcode`` and ``encode``: ``ds.map_batches`` of
-    ``step(plan, **args)`` on tasks (one step per worker process and job) or on an actor
-    pool, reporting to a new job in the ledger."""
+    """``transcode`` and ``encode``: ``ds.map_batches`` of ``step(plan, **args)`` on tasks
+    (one step per worker process and job) or an actor pool, reporting to a new job."""
     if compute not in ("tasks", "actors"):
         raise ValueError(f'compute must be "tasks" or "actors", not {compute!r}')
     cpus = cluster_cpus()

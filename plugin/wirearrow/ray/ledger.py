@@ -28,9 +28,8 @@ _COUNTS = tuple(f.name for f in dataclasses.fields(Counts))
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerStats(Counts):
-    """What one step (an actor, or a worker process of a task-mode job) did so far:
-    ``worker`` (actor id or process key), its node and pid, ``compiles`` (1 when the plan
-    came as a ref: resolved once, in ``__init__``), ``batches`` served, and the counts."""
+    """What one step (an actor, or a worker process of a task-mode job) did so far: the
+    counts, ``worker`` (actor id or process key), node, pid, ``compiles``, ``batches``."""
 
     worker: str
     node: str
@@ -59,11 +58,8 @@ class BatchResult(Counts):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobStats(Counts):
-    """The counts of one job: sums over its batches, one :class:`BatchResult` per input
-    batch however often Ray ran it -- one execution's. ``batches``: distinct input batches;
-    ``attempts``: reports received; ``workers``, ``compiles``, ``transcode_seconds``,
-    ``nodes`` and ``per_worker`` (:class:`WorkerStats`): the work done, every attempt
-    included."""
+    """The counts of one job: one :class:`BatchResult` per input batch however often Ray ran
+    it (one execution's), plus the work done, every attempt included (docs/ray.md)."""
 
     batches: int = 0
     workers: int = 0
@@ -91,8 +87,7 @@ class JobStats(Counts):
 
 class Ledger:
     """Where a step reports after every batch: its :class:`WorkerStats`, the batch's
-    :class:`BatchResult` and dead letters (or their file). Implement ``report`` to collect
-    them yourself, keyed by ``batch.key`` (a batch decoded twice counts once)."""
+    :class:`BatchResult` and dead letters (or their file). Keep them by ``batch.key``."""
 
     def report(
         self, stats: WorkerStats, batch: BatchResult, dead: pa.Table | None, file: str | None
@@ -131,12 +126,11 @@ _LENGTH = struct.Struct("<Q")
 
 
 class _LedgerActor:
-    """Counts and dead letters of every job of this driver (the Ray actor ``_LEDGER``: one
-    per session, as an actor costs ~0.5-1 s to start). A batch's report replaces an earlier
-    one of the same key. Every report is appended to the job's journal (a file in
-    ``journal``, on the driver's node) before it returns, and a restarted actor replays the
-    journals: Ray sends the reports it had not answered again. Dead letters live in the
-    journal only, and go back to the driver as objects it owns."""
+    """Counts and dead letters of every job of this driver (one actor per session: one
+    costs ~0.5-1 s to start); a batch's report replaces an earlier one of the same key.
+    Each report is in the job's journal (a file on the driver's node) before it returns, and
+    a restarted actor replays it: Ray sends again what it had not answered. Dead letters
+    live in the journal only (docs/ray.md, The ledger's own death)."""
 
     def __init__(self, journal: str) -> None:
         self._jobs: dict[str, _Job] = {}
@@ -246,8 +240,7 @@ _LEDGERS: dict[tuple[str, str], Any] = {}
 
 def open_job_ledger() -> JobLedger:
     """A new job in this session's ledger actor (created on first use, pinned to the
-    driver's node, whose death ends the job anyway; its journal in a temporary directory
-    there, removed when the driver exits)."""
+    driver's node; its journal in a temporary directory removed when the driver exits)."""
     ctx = ray.get_runtime_context()
     key = (ctx.get_job_id(), ctx.get_node_id())
     actor: Any = _LEDGERS.get(key)

@@ -4,6 +4,8 @@
   builds (YAML ``input:``, the CLI flags, the engines' keywords, the playground);
 * :mod:`~wirearrow.sources.framing` -- length-delimited streams (varint, u32le/be, TFRecord):
   split, read a file a block at a time, plan parallel pieces, frame records for writing;
+* :mod:`~wirearrow.sources.files` -- files on any filesystem pyarrow reaches: listing paths,
+  directories and globs, record-aligned pieces for parallel readers;
 * :mod:`~wirearrow.sources.compression` -- compressed files and buffers;
 * :mod:`~wirearrow.sources.confluent` -- the Confluent Schema Registry prefix;
 * :mod:`~wirearrow.sources.protojson` -- protojson records (JSON -> wire bytes);
