@@ -326,8 +326,7 @@ def test_the_cache_imports_no_engine() -> None:
 
 
 def test_profile_hub_sums_pushes() -> None:
-    pytest.importorskip("ray")
-    from wirearrow.ray.profiles import ProfileHub
+    from wirearrow.cache import ProfileHub
 
     hub = ProfileHub()
     push = {"schema": "s", "plan": "p", "message": "M", "layout": [2, 1]}
@@ -343,8 +342,7 @@ def test_profile_hub_sums_pushes() -> None:
 def test_a_new_process_starts_from_the_hubs_sizes(schema: wa.Schema, skewed: pa.Array) -> None:
     """The sharing protocol without Ray: two processes' caches, one hub in between (its
     exchange, called in process where Ray would call the actor)."""
-    pytest.importorskip("ray")
-    from wirearrow.ray.profiles import ProfileHub
+    from wirearrow.cache import ProfileHub
 
     hub = ProfileHub()
 

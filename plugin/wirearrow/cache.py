@@ -21,7 +21,8 @@ checked against both fingerprints and the plan's table layout: a profile recorde
 another schema or plan is ignored with a warning, never applied). Processes share them
 through an ``exchange`` (``ParserCache(exchange=...)``): a function every process of a job
 calls with the sums it decoded since its last call, which returns the sums of every
-process's calls; ``wirearrow.ray.share_with_ray`` is one, over a Ray actor.
+process's calls. :class:`ProfileHub` is the other end: ``hub.exchange`` in one process
+(threads), or behind an actor (``wirearrow.ray.share_with_ray``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import numpy as np
 from wirearrow.plan.compiler import CompiledPlan, compile_plan
 from wirearrow.spec import TranscodeSpec
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "default_cache", "resolve_profile"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ParserCache", "ProfileHub", "default_cache", "resolve_profile"]
 
 FORMAT = "wirearrow-profile"
 FORMAT_VERSION = 2  # 2: sizes only (1 held the walker's field statistics)
@@ -253,6 +254,36 @@ class _Entry:
             # The merged sum holds every push, ours included; self.delta what arrived meanwhile.
             self.known = sums
             self._seed_sizes()
+
+
+class ProfileHub:
+    """The other end of an ``exchange``: the sums of every push, per (schema, plan), each with
+    a version bumped per push. Plain dicts in and out, never a cache: it can run anywhere
+    (``wirearrow.ray`` runs one as a named actor)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def exchange(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Add a push; the merged plan back (None if its layout differs from the held one)."""
+        key = (payload["schema"], payload["plan"])
+        held = self._plans.get(key)
+        if held is not None and held["layout"] != payload["layout"]:
+            return None  # another wirearrow version's layout: neither side is merged
+        if held is None:
+            held = self._plans[key] = {**payload, "version": 0}
+        else:
+            a, b = held["profile"], payload["profile"]
+            merged = {name: a[name] + b[name] for name in ("records", "batches")}
+            for name in ("elements", "arena"):
+                merged[name] = [x + y for x, y in zip(a[name], b[name], strict=True)]
+            held["profile"] = merged
+        held["version"] += 1
+        return held
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every merged profile (the ``plans`` of a saved profile)."""
+        return list(self._plans.values())
 
 
 # ---- the cache -------------------------------------------------------------------------------

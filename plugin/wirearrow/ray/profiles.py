@@ -1,5 +1,5 @@
-"""The Ray side of the parser cache: a named actor (:class:`ProfileHub`) sums the profiles
-of every process, behind ``ParserCache(exchange=)``; it sees plain dicts, never a cache."""
+"""The Ray side of the parser cache: the core's :class:`~wirearrow.cache.ProfileHub` as a
+named actor, the exchange of every process's ``ParserCache`` (docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -8,44 +8,13 @@ from typing import Any
 
 import ray
 
-from wirearrow.cache import ParserCache
+from wirearrow.cache import ParserCache, ProfileHub
 
-__all__ = ["ProfileHub", "RayProfiles", "pull_from_ray", "share_with_ray"]
+__all__ = ["RayProfiles", "pull_from_ray", "share_with_ray"]
 
 HUB_NAME = "wirearrow-profile-hub"
-_SCALARS = ("records", "batches")
-_ARRAYS = ("elements", "arena")
 # ray.get's bound on a call to the hub: a hub that went away costs sharing, never a batch.
 TIMEOUT_S = 30
-
-
-class ProfileHub:
-    """Sums of pushed profiles, per (schema, plan), each with a version bumped per push."""
-
-    def __init__(self) -> None:
-        self._plans: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def exchange(self, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """Add a push; the merged plan back (None if its layout differs from the held one)."""
-        key = (payload["schema"], payload["plan"])
-        held = self._plans.get(key)
-        if held is not None and held["layout"] != payload["layout"]:
-            return None  # another wirearrow version's layout: neither side is merged
-        if held is None:
-            held = self._plans[key] = {**payload, "version": 0}
-        else:
-            a, b = held["profile"], payload["profile"]
-            merged = {name: a[name] + b[name] for name in _SCALARS}
-            for name in _ARRAYS:
-                merged[name] = [x + y for x, y in zip(a[name], b[name], strict=True)]
-            held["profile"] = merged
-        held["version"] += 1
-        return held
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        """Every merged profile (the ``plans`` of a saved profile)."""
-        return list(self._plans.values())
-
 
 _HUB = ray.remote(num_cpus=0)(ProfileHub)
 # This process's handle of each named hub, by Ray session (a new one has a new node id).
@@ -78,13 +47,8 @@ class RayProfiles:
 
 
 def share_with_ray(cache: ParserCache, name: str = HUB_NAME) -> ParserCache:
-    """Merge ``cache``'s profiles across Ray workers through the named actor ``name``.
-
-    Every ``share_every`` records of a plan a process pushes the sums it decoded since its
-    last push and takes back the sum of every process's pushes, and before its first batch
-    of a plan it takes the sum (a new worker starts from the job's sizes). Returns
-    ``cache``; :func:`~wirearrow.ray.transcode` with ``profile=`` calls it.
-    """
+    """Merge ``cache``'s profiles across Ray workers through the named actor ``name``
+    (docs/cache.md); returns ``cache``. ``transcode(profile=)`` calls it."""
     cache.exchange = RayProfiles(name)
     return cache
 
