@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WIREARROW_WHEEL=$(ls "$PWD"/out/wheel/repaired/wirearrow-*manylinux*.whl) \
-    python -m pytest -q tests/test_beam_portable.py
+    python -m pytest -q -m engines tests/test_beam_portable.py

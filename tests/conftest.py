@@ -1,18 +1,27 @@
 from __future__ import annotations
 
+import ast
+import functools
 import gc
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import wirearrow as wa  # noqa: E402
+from depth import examples  # noqa: E402
+
+# A hypothesis test that states no count of its own (tests/depth.py).
+hypothesis.settings.register_profile("depth", max_examples=examples(25))
+hypothesis.settings.load_profile("depth")
 
 EXAMPLES = ROOT / "examples" / "schema"
 
@@ -38,15 +47,17 @@ def bid_class(bid_schema: wa.Schema):
     return message_factory.GetMessageClass(bid_schema.descriptor)
 
 
-@pytest.fixture
-def compile_proto(tmp_path: Path):
-    """compile_proto(source, message) -> (Schema, message class) of a .proto written to tmp."""
+@pytest.fixture(scope="session")
+def compile_proto(tmp_path_factory: pytest.TempPathFactory):
+    """compile_proto(source, message) -> (Schema, message class) of a .proto source: compiled
+    once a session (protoc runs as a subprocess), as ``t<n>.proto`` in a directory of its own."""
     from google.protobuf import message_factory
 
-    counter = iter(range(1000))
+    counter = iter(range(1 << 20))
 
+    @functools.cache
     def build(source: str, message: str) -> tuple[wa.Schema, type]:
-        path = tmp_path / f"t{next(counter)}.proto"
+        path = tmp_path_factory.mktemp("proto") / f"t{next(counter)}.proto"
         path.write_text(source)
         schema = wa.Schema.from_proto(path, message)
         return schema, message_factory.GetMessageClass(schema.descriptor)
@@ -160,66 +171,84 @@ def complete_direct_metrics(monkeypatch) -> None:
     monkeypatch.setattr(statesampler.StateSampler, "scoped_state", fresh)
 
 
-# ---- test processes: Ray's tests in one, Beam's in another, everything else spread -------
+# ---- tiers -------------------------------------------------------------------------------
 
-# Modules whose tests start Ray, Beam's multi-process runner, a broker or a notebook kernel,
-# whether or not they carry the ray/beam marks (a docs page's examples, the pipelines).
-ENGINE_MODULES = {
-    "test_docs", "test_notebook", "test_pipelines", "test_protojson_engines", "test_kafka",
-    "test_cache",
-}  # fmt: skip
-RAY_MARKS = ("ray", "cluster")
-RAY_FIXTURES = ("ray_local", "_ray_for_the_session", "kafka_broker")
+# A test's tier follows from what it uses: the marks it carries, and the marks its fixtures
+# imply. The unit tier is the default (pyproject.toml's addopts: -m unit); README "Tests".
+FIXTURE_MARKS = {"ray_local": "ray", "kafka_broker": "kafka", "complete_direct_metrics": "beam"}
+ENGINES = {"ray", "beam", "kafka"}
+RELEASE = {"cluster", "browser", "packaging", "notebook", "console", "bench", "slow"}
 
 
-# tryfirst: xdist's worker reads the xdist_group marks in its own modifyitems hook (it appends
-# "@group" to each node id, which is what its loadgroup scheduler groups by); a conftest hook
-# is otherwise called after it, and marks added then were never seen.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, as ``./run test`` runs the suite) every
-    test that runs Ray or a broker goes to one worker, in collection order: they share that
-    worker's one local Ray and broker, and two Rays never compete for the 2 CPUs each
-    claims. Beam's tests (FnApiRunner processes, no Ray) go to another worker together: they
-    share no state with Ray's, and one worker for both was most of the suite's time. The rest
-    (most of the suite, single-threaded Python) runs on the other workers meanwhile. Without
-    xdist the marks do nothing."""
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = item.module.__name__ if item.module is not None else ""
-        ray = any(item.get_closest_marker(m) for m in RAY_MARKS) or any(
-            f in item.fixturenames for f in RAY_FIXTURES
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in item.fixturenames:
+                item.add_marker(mark)
+        marks = {m.name for m in item.iter_markers()}
+        item.add_marker("release" if marks & RELEASE else "engines" if marks & ENGINES else "unit")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The unit tier does not import a module whose module-level pytestmark puts all its
+    tests in another tier: importing Ray or Beam only to deselect their tests would cost
+    each worker seconds. (Read from the source: the module is not imported to find out.)"""
+    if config.option.markexpr != "unit" or collection_path.suffix != ".py":
+        return None
+    marks = {
+        node.attr
+        for statement in ast.parse(collection_path.read_bytes()).body
+        if isinstance(statement, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in statement.targets)
+        for node in ast.walk(statement.value)
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "pytest.mark"
+    }
+    return bool(marks & (ENGINES | RELEASE)) or None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"tiers: -m {config.option.markexpr or '(all)'} (unit | engines | release)"
+
+
+# A test that imports or starts Ray or Beam without saying so (no mark, no fixture) would
+# land in the unit tier and slow it down: it fails there instead. Starts are counted by
+# wrapping ray.init (Ray Data's automatic start calls it too) and Beam's Pipeline.run once
+# their module is imported (by collecting the engine tests, or by an engines test).
+ENGINE_STARTS = {"ray": "init", "apache_beam.pipeline": "Pipeline.run"}
+_starts: Counter[str] = Counter()
+
+
+def _count_starts() -> None:
+    for module, name in ENGINE_STARTS.items():
+        owner: Any = sys.modules.get(module)
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        start = getattr(owner, attr, None)
+        if start is None or hasattr(start, "counted"):
+            continue
+
+        def counted(*args: Any, _start: Any = start, _module: str = module, **kwargs: Any) -> Any:
+            _starts[_module] += 1
+            return _start(*args, **kwargs)
+
+        counted.counted = True  # type: ignore[attr-defined]
+        setattr(owner, attr, functools.wraps(start)(counted))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("unit") is None:
+        return (yield)
+    _count_starts()
+    starts, imported = +_starts, set(ENGINE_STARTS) & set(sys.modules)
+    result = yield
+    used = set(_starts - starts) | (set(ENGINE_STARTS) & set(sys.modules)) - imported
+    if used:
+        pytest.fail(
+            f"this unit-tier test imports or starts {', '.join(sorted(used))}: mark it ray "
+            "or beam (the engines tier: -m engines)",
+            pytrace=False,
         )
-        beam = item.get_closest_marker("beam") is not None
-        if beam and not ray:
-            item.add_marker(pytest.mark.xdist_group("beam"))
-        elif ray or module in ENGINE_MODULES:
-            item.add_marker(pytest.mark.xdist_group("engines"))
-
-
-_GROUPING_LOST = pytest.StashKey[str]()
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """On a worker of ``--dist loadgroup``, after xdist's own hook: a test whose group did
-    not reach its node id fails (below) instead of running on whichever worker. On pytest
-    9.2 xdist's suffix no longer takes effect (pytest-dev/pytest-xdist#1386): every group is
-    silently spread over the workers, and two sdist builds in the checkout, or two local
-    Rays, run at once. (A worker's UsageError would be an INTERNALERROR without its text.)"""
-    if not getattr(session.config.option, "loadgroup", False):  # set only on such a worker
-        return
-    why = (
-        f"--dist loadgroup is not grouping this test on pytest {pytest.__version__} "
-        "(pytest-dev/pytest-xdist#1386): install the pytest that pyproject.toml's test "
-        "group names, or run with -n 0"
-    )
-    for item in session.items:
-        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
-            item.stash[_GROUPING_LOST] = why
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    why = item.stash.get(_GROUPING_LOST, None)
-    if why is not None:  # before any fixture: a module's sdist build would race already
-        pytest.fail(why, pytrace=False)
+    return result

@@ -24,6 +24,7 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.bench
 @pytest.mark.skipif(shutil.which("cc") is None, reason="gil_held.py compiles its shim with cc")
 def test_gil_held_reports_held_time_and_the_two_thread_wait() -> None:
     proc = run("gil_held.py", "--plans", "flat-4", "nested", "--batch", "512", "--repeat", "2")
@@ -47,6 +48,7 @@ def test_gil_held_reports_held_time_and_the_two_thread_wait() -> None:
         assert wait >= 0 and 0 <= wait_share < 100
 
 
+@pytest.mark.bench
 def test_bench_threads_prints_every_way_and_the_target_lines(tmp_path) -> None:
     out = tmp_path / "threads.json"
     proc = run(

@@ -197,6 +197,7 @@ def test_cli_source_and_offset_columns(schema: wa.Schema, tmp_path) -> None:
     assert main([*argv, "--framing", "u32le", "--source-column", "id"]) == 2
 
 
+@pytest.mark.beam
 def test_beam_rows_carry_their_fields(schema: wa.Schema) -> None:
     beam = pytest.importorskip("apache_beam")
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner

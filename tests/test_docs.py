@@ -104,7 +104,13 @@ def scratch(directory: Path) -> None:
         (directory / name).symlink_to(ROOT / name, target_is_directory=True)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def engine_marks(page: Path) -> list[pytest.MarkDecorator]:
+    """A page whose examples require Ray or Beam runs them: its test is in the engines tier."""
+    required = {m for block in PYCON_BLOCK.finditer(page.read_text()) for m in (block.group("module") or "").split()}
+    return [pytest.mark.ray] * ("ray" in required) + [pytest.mark.beam] * ("apache_beam" in required)
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=engine_marks(p), id=p.name) for p in PAGES])
 def test_page_examples(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source, missing = examples(page)
     test = doctest.DocTestParser().get_doctest(
@@ -155,6 +161,7 @@ def _shims(directory: Path) -> Path:
     return bin_dir
 
 
+@pytest.mark.console
 @pytest.mark.parametrize("page", CONSOLE_PAGES, ids=[p.name for p in CONSOLE_PAGES])
 def test_page_commands(page: Path, tmp_path: Path) -> None:
     text = page.read_text()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.notebook, pytest.mark.ray]  # a kernel running a local Ray
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -56,7 +58,6 @@ def _check(nb) -> None:
     assert _outputs(_cell(nb, "import pyarrow as pa"), "image/png")  # records/s
 
 
-@pytest.mark.ray
 def test_the_notebook_runs_and_is_stored_with_its_outputs(monkeypatch) -> None:
     stored = nbformat.read(NOTEBOOK, as_version=4)
     _check(stored)  # stored with outputs, and those outputs are what the page promises

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-# setup.py sdist and build_py write their staging directories into the checkout itself:
-# under pytest-xdist these tests share one worker, so two builds never race in it.
-pytestmark = pytest.mark.xdist_group("packaging")
+# The release tier, in one process: setup.py sdist and build_py write their staging
+# directories into the checkout itself, so two of these builds must never run at once.
+pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "plugin" / "wirearrow" / "_core"

@@ -26,6 +26,8 @@ def _job(name: str):
     return module
 
 
+@pytest.mark.ray
+@pytest.mark.beam
 @pytest.mark.parametrize("framing", ["varint", "u32le"])
 def test_ray_and_beam_jobs_generate_the_same_records(tmp_path, framing) -> None:
     pytest.importorskip("ray")

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
+pytestmark = pytest.mark.bench  # the benchmarks' tooling: the release tier
 
-import plot  # benchmarks/, put on sys.path by conftest.py
+
+@pytest.fixture(scope="module")
+def plot():
+    pytest.importorskip("matplotlib")  # here, not at collection: the unit tier never needs it
+    import plot  # benchmarks/, put on sys.path by conftest.py
+
+    return plot
+
 
 MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "usable_cores": 2, "python": "CPython 3.11"}
 
@@ -19,7 +26,7 @@ def _row(method: str, plan: str, form: str, rate: float, ratio: float | None, **
             "msg_per_s": rate, "ratio": ratio, **extra}  # fmt: skip
 
 
-def test_figures_and_page(tmp_path: Path) -> None:
+def test_figures_and_page(plot, tmp_path: Path) -> None:
     flat = tmp_path / "flat.json"
     flat.write_text(json.dumps({
         "machine": MACHINE,
@@ -50,7 +57,7 @@ def test_figures_and_page(tmp_path: Path) -> None:
     assert "- 4-col vs pybufarrow: 3.4x (target >= 20x)" in text
 
 
-def test_a_run_with_no_measured_row_is_an_error(tmp_path: Path) -> None:
+def test_a_run_with_no_measured_row_is_an_error(plot, tmp_path: Path) -> None:
     empty = tmp_path / "x.json"
     empty.write_text(json.dumps({"results": [{"method": "a", "status": "not available"}]}))
     with pytest.raises(ValueError, match="no measured rows"):

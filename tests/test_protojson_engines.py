@@ -36,6 +36,7 @@ def expected(records: list[bytes]) -> pa.Table:
     return pa.Table.from_batches([wa.load_plan(PLAN).transcoder().transcode(records)])
 
 
+@pytest.mark.ray
 def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
     war = pytest.importorskip("wirearrow.ray")
     fn = war.Transcode(PLAN, column="value", on_error="skip", format="json")
@@ -49,6 +50,7 @@ def test_ray_transcode_class_reads_a_string_column(bid_corpus, texts) -> None:
     assert set(rows.column("k").to_pylist()) == set(range(table.num_rows)) - {50, 51, 52}
 
 
+@pytest.mark.ray
 def test_ray_transcode_takes_the_plans_input(bid_corpus, texts) -> None:
     """A plan's input: (protojson text in column "text") is Transcode's default; input=
     and keywords win over it."""
@@ -65,6 +67,7 @@ def test_ray_transcode_takes_the_plans_input(bid_corpus, texts) -> None:
     assert war.Transcode(plan, format="binary", column="value")(binary).equals(given)
 
 
+@pytest.mark.beam
 @beam_quiet
 def test_beam_to_arrow_takes_json_text(bid_corpus, texts) -> None:
     beam = pytest.importorskip("apache_beam")
@@ -109,6 +112,7 @@ NESTED = {
 }
 
 
+@pytest.mark.ray
 def test_ray_to_json_step(bid_corpus, bid_class) -> None:
     war = pytest.importorskip("wirearrow.ray")
     tc = wa.load_plan(NESTED).transcoder()
@@ -122,6 +126,7 @@ def test_ray_to_json_step(bid_corpus, bid_class) -> None:
     assert out.column_names == ["json"] and out.column("json").to_pylist() == want
 
 
+@pytest.mark.beam
 @beam_quiet
 def test_beam_to_json_round_trip(bid_corpus, texts) -> None:
     beam = pytest.importorskip("apache_beam")
