@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
+from depth import examples
 from oracle import assert_rows_equal, expected_rows
 from schemagen import compile_source, messages, plans, schema_specs, wire_bytes
 from wirearrow import cache as cache_module
@@ -270,7 +271,7 @@ def test_cache_pickles_by_identity(schema: wa.Schema) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(10),
     deadline=None,
     database=None,
     phases=[p for p in Phase if p is not Phase.shrink],
@@ -325,6 +326,7 @@ def test_the_cache_imports_no_engine() -> None:
     assert not [m for m in imported if m.split(".")[0] in engines or m.startswith(engines)]
 
 
+@pytest.mark.ray
 def test_profile_hub_sums_pushes() -> None:
     from wirearrow.cache import ProfileHub
 
@@ -339,6 +341,7 @@ def test_profile_hub_sums_pushes() -> None:
     assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
 
 
+@pytest.mark.ray
 def test_a_new_process_starts_from_the_hubs_sizes(schema: wa.Schema, skewed: pa.Array) -> None:
     """The sharing protocol without Ray: two processes' caches, one hub in between (its
     exchange, called in process where Ray would call the actor)."""
@@ -408,6 +411,7 @@ def test_ray_workers_merge_profiles_in_one_actor(
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.beam
 def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     beam = pytest.importorskip("apache_beam")
     wab = pytest.importorskip("wirearrow.beam")
@@ -435,7 +439,7 @@ def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     bytes_per_record=st.lists(st.floats(0, 1e5, allow_nan=False), max_size=8),
     n=st.integers(1, 1 << 20),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_small_capacities_match_the_vectorised_ones(
     schema: wa.Schema, per_record: list[float], bytes_per_record: list[float], n: int
 ) -> None:

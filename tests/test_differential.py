@@ -8,24 +8,22 @@
     forms for the rich schema. Cells are compared with the Arrow type the column has: NaN
     equals NaN, float32 after rounding through numpy.float32.
 
-WIREARROW_HYPOTHESIS_SCALE=N multiplies the example counts (default 1: about 20 s on 2 cores);
-WIREARROW_DERANDOMIZE=1 makes the runs repeatable; WIREARROW_HYPOTHESIS_SHRINK=0 reports the
-first failing example as found (shrinking a failure to a minimal one can take minutes).
+Example counts are the unit tier's; WIREARROW_TEST_DEPTH multiplies them (tests/depth.py).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import randomized
 from oracle import arrow_shape, assert_rows_equal, expected_arrow_type, expected_rows
 from schemagen import (
     compile_file,
@@ -39,23 +37,7 @@ from schemagen import (
 
 RICH = pathlib.Path(__file__).parent / "protos" / "rich.proto"
 ROOT = "wirearrow.tests.rich.Root"
-_SCALE = float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1"))
 
-
-def _settings(examples: int) -> settings:
-    shrink = os.environ.get("WIREARROW_HYPOTHESIS_SHRINK", "1") != "0"
-    return settings(
-        max_examples=max(1, int(examples * _SCALE)),
-        deadline=None,
-        database=None,
-        derandomize=os.environ.get("WIREARROW_DERANDOMIZE") == "1",
-        phases=list(Phase) if shrink else [p for p in Phase if p is not Phase.shrink],
-        suppress_health_check=[
-            HealthCheck.too_slow,
-            HealthCheck.data_too_large,
-            HealthCheck.large_base_example,
-        ],
-    )
 
 
 def _inputs(wire: list[bytes], every_form: bool) -> Iterator[tuple[str, Any, dict[str, Any]]]:
@@ -235,28 +217,32 @@ def _columns(plan: Sequence[Any]) -> list[Any]:
     return [c if isinstance(c, str) else wa.Column(c[0], name=c[1]) for c in plan]
 
 
-@pytest.mark.parametrize("plan_name", sorted(FIXED_PLANS))
-@_settings(12)
+@randomized(6)
 @given(data=st.data())
-def test_rich_fixed_plans(rich: tuple[wa.Schema, Any], plan_name: str, data: st.DataObject) -> None:
+def test_rich_fixed_plans(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
+    """Every fixed plan on the same records: drawing rich messages costs far more than
+    checking a plan on them, so each plan sees more messages for the time."""
     schema, root = rich
-    plan = FIXED_PLANS[plan_name]
     values = data.draw(
         st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4), label="messages"
     )
     wire = [data.draw(wire_bytes(value)) for value in values]
     validate = data.draw(st.sampled_from(["plan", "full"]), label="validate")
     note(f"wire: {[w.hex() for w in wire]}")
-    check_transcoder(
-        lambda: wa.Transcoder(schema, columns=_columns(plan), validate=validate),
-        root,
-        wire,
-        [c if isinstance(c, str) else (c[0], c[1]) for c in plan],
-        every_form=True,
-    )
+    for plan_name, plan in FIXED_PLANS.items():
+        try:
+            check_transcoder(
+                lambda plan=plan: wa.Transcoder(schema, columns=_columns(plan), validate=validate),
+                root,
+                wire,
+                [c if isinstance(c, str) else (c[0], c[1]) for c in plan],
+                every_form=True,
+            )
+        except AssertionError as failure:
+            raise AssertionError(f"plan {plan_name!r}: {failure}") from failure
 
 
-@_settings(60)
+@randomized(15)
 @given(data=st.data())
 def test_rich_random_plans(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, root = rich
@@ -304,7 +290,7 @@ def test_rich_column_order_never_changes_values(rich: tuple[wa.Schema, Any]) -> 
 # (b) Random schemas
 
 
-@_settings(80)
+@randomized(20)
 @given(data=st.data())
 def test_random_schemas(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")
@@ -333,7 +319,7 @@ def test_random_schemas(data: st.DataObject) -> None:
 # (c) Whole messages (nested mode): one row per record, every field, against the runtime
 
 
-@_settings(25)
+@randomized(7)
 @given(data=st.data())
 def test_rich_whole_message(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, root = rich
@@ -346,7 +332,7 @@ def test_rich_whole_message(rich: tuple[wa.Schema, Any], data: st.DataObject) ->
     check_transcoder(lambda: wa.Transcoder(schema), root, wire, columns)
 
 
-@_settings(60)
+@randomized(15)
 @given(data=st.data())
 def test_random_schemas_whole_message(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

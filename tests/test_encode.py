@@ -8,13 +8,13 @@ tests/protos/ and random proto2 / proto3 / edition-2023 schemas from schemagen. 
 and Durations are compared at the default unit (us) after truncating the runtime message's
 nanos to whole microseconds (what that unit keeps), and exactly with ``timestamp_unit="ns"``.
 
-WIREARROW_HYPOTHESIS_SCALE=N multiplies the example counts, as in test_differential.py.
+Example counts are the unit tier's; WIREARROW_TEST_DEPTH multiplies them (tests/depth.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import pathlib
 import random
 from typing import Any
@@ -24,30 +24,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from google.protobuf import message_factory
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import randomized
 from schemagen import compile_source, messages, schema_specs, tag, varint, wire_bytes
 from wirearrow.plan.types import WELL_KNOWN, is_repeated
 
 PROTOS = pathlib.Path(__file__).parent / "protos"
 GAPIS = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
-_SCALE = float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1"))
 
 
-def _settings(examples: int) -> settings:
-    shrink = os.environ.get("WIREARROW_HYPOTHESIS_SHRINK", "1") != "0"
-    return settings(
-        max_examples=max(1, int(examples * _SCALE)),
-        deadline=None,
-        database=None,
-        derandomize=os.environ.get("WIREARROW_DERANDOMIZE") == "1",
-        phases=list(Phase) if shrink else [p for p in Phase if p is not Phase.shrink],
-        suppress_health_check=list(HealthCheck),
-    )
 
-
+@functools.cache  # once a process: protoc is a subprocess, and examples ask again and again
 def _schema(file: str, name: str) -> tuple[wa.Schema, type]:
     schema = wa.Schema.from_proto(PROTOS / file, name, import_paths=[GAPIS])
     return schema, message_factory.GetMessageClass(schema.descriptor)
@@ -117,7 +107,7 @@ def assert_round_trip(tc: wa.Transcoder, wire: list[bytes], expected: list[bytes
 # Parity: fixed schemas
 
 
-@_settings(60)
+@randomized(15)
 @given(data=st.data())
 def test_rich_round_trip(rich: tuple[wa.Schema, type], data: st.DataObject) -> None:
     schema, cls = rich
@@ -167,7 +157,7 @@ def _drop_unknown(cls: type, data: bytes) -> bytes:
     return message.SerializeToString(deterministic=True)
 
 
-@_settings(40)
+@randomized(10)
 @given(data=st.data())
 def test_wkt_round_trip(wkt: tuple[wa.Schema, type], data: st.DataObject) -> None:
     schema, cls = wkt
@@ -184,7 +174,7 @@ def _exact(cls: type, wire: bytes) -> bytes:
     return cls.FromString(wire).SerializeToString(deterministic=True)
 
 
-@_settings(40)
+@randomized(10)
 @given(data=st.data())
 def test_plain_well_known_types_round_trip_exactly(
     wkt: tuple[wa.Schema, type], rich: tuple[wa.Schema, type], data: st.DataObject
@@ -302,7 +292,7 @@ _KEYS = {
 }
 
 
-@_settings(40)
+@randomized(10)
 @given(data=st.data())
 def test_maps_of_every_key_kind(maps: tuple[wa.Schema, type], data: st.DataObject) -> None:
     """Entry order is upb's deterministic order, for every key type; key and value always."""
@@ -385,7 +375,7 @@ def test_map_order_long_maps_and_sliced_batches(maps: tuple[wa.Schema, type]) ->
         ("delimited.proto", "wirearrow.tests.delimited.D"),
     ],
 )
-@_settings(30)
+@randomized(8)
 @given(data=st.data())
 def test_groups_and_delimited(file: str, name: str, data: st.DataObject) -> None:
     schema, cls = _schema(file, name)
@@ -417,7 +407,7 @@ def test_group_wire_shape() -> None:
     assert tc.encode(tc.transcode([data]))[0].as_py() == data
 
 
-@_settings(20)
+@randomized(5)
 @given(data=st.data())
 def test_recursion_cut_round_trips(data: st.DataObject) -> None:
     schema, cls = _schema("roundtrip.proto", "wirearrow.tests.roundtrip.Tree")
@@ -534,7 +524,7 @@ def test_bidrequest_slices_span_blocks(bid_schema: wa.Schema, bid_class: type, b
 # Parity: random schemas
 
 
-@_settings(80)
+@randomized(20)
 @given(data=st.data())
 def test_random_schemas_round_trip(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

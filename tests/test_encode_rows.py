@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
+from depth import examples
 from wirearrow.encoder import ENCODE_FAILURE_SCHEMA
 
 N = 60
@@ -35,7 +36,7 @@ def spoil(table: pa.Table, bad: dict[int, str]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=table.schema)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(7), deadline=None)
 @given(
     st.dictionaries(st.integers(0, N - 1), st.sampled_from(["list", "nested"]), max_size=8),
     st.integers(1, N),

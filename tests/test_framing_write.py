@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import examples
 from wirearrow._core.framing import crc32c
 from wirearrow.sources.confluent import confluent_prefix
 from wirearrow.sources.framing import FrameReader, plan_pieces, split_framed
@@ -31,7 +32,7 @@ def test_crc32c_known_vectors(table) -> None:
     assert crc32c(b"", table=table) == 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.binary(max_size=100))
 def test_crc32c_equals_google_crc32c(data) -> None:
     google_crc32c = pytest.importorskip("google_crc32c")
@@ -39,7 +40,7 @@ def test_crc32c_equals_google_crc32c(data) -> None:
     assert crc32c(data, masked=True) == crc32c(data, masked=True, table=True)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(records_st, st.sampled_from(STREAM_FRAMINGS), st.integers(0, 3))
 def test_every_framing_reads_back(records, framing, sliced) -> None:
     array = pa.array([b"skip"] * sliced + records, pa.binary())[sliced:]

@@ -3,14 +3,13 @@
 Random damage (truncation, byte flips, insertions) to valid records checks the accounting
 of every error policy against per-record runs and the protobuf runtime; hand-made records
 check each kind of wire error with its record index, byte offset and field path.
-WIREARROW_HYPOTHESIS_SCALE=N multiplies the number of random examples (default 150).
+Example counts are the unit tier's; WIREARROW_TEST_DEPTH multiplies them (tests/depth.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import faulthandler
-import os
 import pathlib
 import resource
 import time
@@ -23,10 +22,11 @@ import pyarrow as pa
 import pytest
 from google.protobuf import message_factory, unknown_fields
 from google.protobuf.message import DecodeError as RuntimeDecodeError
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import randomized
 from oracle import assert_rows_equal, check_unknown, expected_rows
 from schemagen import compile_file, delimited, messages, tag, varint
 from wirearrow.plan.types import is_repeated
@@ -122,17 +122,6 @@ def _damaged(draw: Any, record: bytes) -> bytes:
     return bytes(out)
 
 
-def _damage_settings(examples: int) -> settings:
-    return settings(
-        max_examples=max(
-            1, int(examples * float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1")))
-        ),
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
 def _damaged_batch(data: st.DataObject, request: Any, size: int) -> tuple[list[bytes], str]:
     """1..size valid records of `request`, at least one of them damaged; and a validate mode."""
     values = data.draw(
@@ -146,7 +135,7 @@ def _damaged_batch(data: st.DataObject, request: Any, size: int) -> tuple[list[b
     return records, validate
 
 
-@_damage_settings(150)
+@randomized(38)
 @given(data=st.data())
 def test_damaged_records(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, request = request_schema
@@ -627,7 +616,7 @@ def test_non_finite_struct_numbers_are_kept_as_bare_tokens(json_schema: wa.Schem
 WHOLE = ["id", "imp", "blob", "s", "f", "note", "marks"]  # `tree` is recursive: checked apart
 
 
-@_damage_settings(80)
+@randomized(20)
 @given(data=st.data())
 def test_damaged_whole_messages(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, request = request_schema

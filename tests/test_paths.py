@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from depth import examples
 from wirearrow.errors import PathError
 from wirearrow.paths import (
     And,
@@ -571,7 +572,7 @@ _paths = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=examples(75), deadline=None, database=None)
 @given(_paths)
 def test_format_then_parse_round_trips(steps: tuple) -> None:
     text = format_path(steps)

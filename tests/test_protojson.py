@@ -10,7 +10,6 @@ random options), from random edits of those texts, and from hand-made malformed 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 from typing import Any
 
@@ -18,26 +17,17 @@ import pyarrow as pa
 import pyarrow.parquet
 import pytest
 from google.protobuf import json_format
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import randomized
 from schemagen import compile_file, compile_source, messages, schema_specs
 from wirearrow.sources.protojson import JsonReader
 
 RICH = pathlib.Path(__file__).parent / "protos" / "rich.proto"
 ROOT = "wirearrow.tests.rich.Root"
-_SCALE = float(os.environ.get("WIREARROW_HYPOTHESIS_SCALE", "1"))
 
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=max(1, int(examples * _SCALE)),
-        deadline=None,
-        database=None,
-        phases=[p for p in Phase if p is not Phase.shrink],  # shrinking these takes minutes
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 class _Rich(tuple):
@@ -125,7 +115,7 @@ _OPTIONS = st.fixed_dictionaries(
 )
 
 
-@_settings(60)
+@randomized(15, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_rich_messages_printed_by_the_runtime(rich, data) -> None:
     _compiled, cls, schema = rich
@@ -136,7 +126,7 @@ def test_rich_messages_printed_by_the_runtime(rich, data) -> None:
     check_parity([t if i % 2 else t.encode() for i, t in enumerate(texts)], cls, schema)
 
 
-@_settings(25)
+@randomized(7, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_random_schemas_printed_by_the_runtime(data) -> None:
     spec = data.draw(schema_specs())
@@ -194,7 +184,7 @@ _FIELD_NAMES = st.sampled_from(
 )
 
 
-@_settings(300)
+@randomized(75, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_edited_texts_are_accepted_and_rejected_as_the_runtime_does(rich, data) -> None:
     _compiled, cls, schema = rich
@@ -503,7 +493,7 @@ _TIMESTAMPS = st.builds(
 )
 
 
-@_settings(300)
+@randomized(75, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_timestamps_parse_as_the_runtime_parses_them(rich, data) -> None:
     # canonical RFC 3339 texts take a path of our own; every other spelling the runtime's

@@ -11,9 +11,9 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import randomized
 from oracle import check_unknown, runtime_unknown
 from schemagen import compile_source, delimited, messages, schema_specs, tag, varint, wire_bytes
-from test_differential import _settings
 
 
 def _extra_unknown(draw: Any, used: set[int]) -> bytes:
@@ -28,7 +28,7 @@ def _extra_unknown(draw: Any, used: set[int]) -> bytes:
     return tag(number, 3) + tag(1, 0) + varint(5) + tag(number, 4)
 
 
-@_settings(60)
+@randomized(15)
 @given(data=st.data())
 def test_random_schemas_keep_every_unknown_field(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

@@ -9,14 +9,15 @@ longer runs (and the ASan/UBSan build) are in docs/fuzzing.md.
 from __future__ import annotations
 
 import faulthandler
-import os
 
 import harness
 import pytest
 
+from depth import examples
+
 pytestmark = pytest.mark.malformed
 
-BATCHES = int(os.environ.get("WIREARROW_FUZZ_BATCHES", "42"))  # 6 per target
+BATCHES = examples(14)  # 2 per target at depth 1 (tests/depth.py)
 
 
 @pytest.mark.parametrize("seed", [11, 12])
