@@ -3,6 +3,7 @@ against its in-process mock registry: exactly the bytes real producers put on Ka
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import wirearrow as wa
 PROTOS = Path(__file__).resolve().parent / "protos" / "confluent"
 
 
+@functools.cache  # once a process: protoc is a subprocess
 def schemas() -> tuple[wa.Schema, wa.Schema]:
     """(v1, v2) of shop.Order, as two separately compiled files."""
     v1 = wa.Schema.from_proto(PROTOS / "shop_v1.proto", "shop.Order", import_paths=[PROTOS])

@@ -101,16 +101,16 @@ def test_threads_share_the_pool(bid_schema: wa.Schema, big_corpora: list[pa.Arra
     from concurrent.futures import ThreadPoolExecutor
 
     tc = wa.Transcoder(bid_schema)
-    expected = [tc.transcode(c).to_pylist() for c in big_corpora]
-    encoded = [tc.encode(tc.transcode(c)).to_pylist() for c in big_corpora]
+    expected = [tc.transcode(c) for c in big_corpora]
+    encoded = [tc.encode(batch) for batch in expected]
 
     def work(k: int) -> bool:
         ok = True
         for j in range(3):
             corpus = big_corpora[(k + j) % len(big_corpora)]
             batch = tc.transcode(corpus)
-            ok &= batch.to_pylist() == expected[(k + j) % len(big_corpora)]
-            ok &= tc.encode(batch).to_pylist() == encoded[(k + j) % len(big_corpora)]
+            ok &= batch.equals(expected[(k + j) % len(big_corpora)])
+            ok &= tc.encode(batch).equals(encoded[(k + j) % len(big_corpora)])
         return ok
 
     with ThreadPoolExecutor(4) as pool:

@@ -1,7 +1,14 @@
-"""The command line, end to end: ``python -m wirearrow ...`` in a subprocess."""
+"""The command line, end to end: ``wirearrow ...`` as a shell runs it, files in and out.
+
+Most tests call ``main(argv)`` in this process with its output captured (what
+``python -m wirearrow`` runs, minus half a second of interpreter start per command);
+``python -m wirearrow`` runs in a subprocess where the process itself is tested: the entry
+point and its exit status, and the progress line on a terminal.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -9,6 +16,7 @@ import shlex
 import struct
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import duckdb
@@ -60,7 +68,22 @@ output:
 """
 
 
-def run(cwd: Path, *args: str, stderr=subprocess.PIPE) -> subprocess.CompletedProcess:
+def run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess:
+    """``wirearrow ARGS`` in ``cwd``: its exit status, stdout and stderr."""
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def run_process(cwd: Path, *args: str | Path, stderr=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """``python -m wirearrow ARGS`` in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "wirearrow", *map(str, args)],
         cwd=cwd,
@@ -309,7 +332,7 @@ def test_progress_line_on_a_terminal(work) -> None:
 
     leader, follower = pty.openpty()
     try:
-        proc = run(work, "transcode", "plan.yaml", "a.u32le", "-o", "tty-out", stderr=follower)
+        proc = run_process(work, "transcode", "plan.yaml", "a.u32le", "-o", "tty-out", stderr=follower)
     finally:
         os.close(follower)
     shown = b""
@@ -456,6 +479,16 @@ def test_bench_output_shape(work) -> None:
 
 
 # --------------------------------------------------------------------------- in process
+
+
+def test_the_command_runs_as_a_module(work) -> None:
+    """``python -m wirearrow``: what main() prints and returns, as the process's output and
+    exit status (a success: test_progress_line_on_a_terminal)."""
+    proc, in_process = run_process(work, "transcode", "plan.yaml"), run(work, "transcode", "plan.yaml")
+    assert proc.returncode == 2  # a usage error
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        in_process.returncode, in_process.stdout, in_process.stderr
+    )
 
 
 def test_main_returns_exit_codes(capsys) -> None:

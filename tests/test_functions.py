@@ -1089,9 +1089,10 @@ def test_to_timestamp_of_uint64_beyond_int64_is_null(fx) -> None:
 
 def test_to_timestamp_and_to_duration_in_yaml(fx, tmp_path) -> None:
     _, Msg = fx
+    (tmp_path / "fx.proto").write_text(PROTO)
     plan = wa.load_plan(
         """
-proto: {file: t0.proto, message: fx.Msg}
+proto: {file: fx.proto, message: fx.Msg}
 denormalizer:
   columns:
     - name: start
