@@ -20,7 +20,7 @@ import wirearrow as wa  # noqa: E402
 from depth import examples  # noqa: E402
 
 # A hypothesis test that states no count of its own (tests/depth.py).
-hypothesis.settings.register_profile("depth", max_examples=examples(25))
+hypothesis.settings.register_profile("depth", max_examples=examples(13))
 hypothesis.settings.load_profile("depth")
 
 EXAMPLES = ROOT / "examples" / "schema"

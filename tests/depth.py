@@ -1,9 +1,10 @@
 """How hard the randomized tests try: one knob for every hypothesis test and the fuzz slice.
 
-A test states what the unit tier runs (``@randomized(15)``: 15 examples); the environment
+A test states what the unit tier runs (``@randomized(8)``: 8 examples); the environment
 variable ``WIREARROW_TEST_DEPTH`` multiplies it. The default, 1, keeps ``python -m pytest``
-under a minute; ``./run test release`` runs the unit tier again at depth 4 (CI); a longer
-hunt for a bug is ``WIREARROW_TEST_DEPTH=50 python -m pytest tests/test_differential.py``.
+under a minute; ``./run test release`` runs the unit tier again at depth 8 (CI: at least
+the examples each test ran before the tiers); a longer hunt for a bug is
+``WIREARROW_TEST_DEPTH=50 python -m pytest tests/test_differential.py``.
 ``WIREARROW_DERANDOMIZE=1`` makes a run repeatable; ``WIREARROW_HYPOTHESIS_SHRINK=0``
 reports the first failing example as found (shrinking a failure can take minutes).
 """

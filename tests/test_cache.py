@@ -271,7 +271,7 @@ def test_cache_pickles_by_identity(schema: wa.Schema) -> None:
 
 
 @settings(
-    max_examples=examples(10),
+    max_examples=examples(5),
     deadline=None,
     database=None,
     phases=[p for p in Phase if p is not Phase.shrink],
@@ -439,7 +439,7 @@ def test_beam_dofns_share_the_process_cache(schema: wa.Schema) -> None:
     bytes_per_record=st.lists(st.floats(0, 1e5, allow_nan=False), max_size=8),
     n=st.integers(1, 1 << 20),
 )
-@settings(max_examples=examples(50), deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 def test_small_capacities_match_the_vectorised_ones(
     schema: wa.Schema, per_record: list[float], bytes_per_record: list[float], n: int
 ) -> None:

@@ -132,7 +132,7 @@ def test_a_zstd_bomb_is_read_in_bounded_steps() -> None:
     assert len(decoder._output) < 256 << 20
 
 
-@settings(max_examples=examples(10), deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(st.lists(st.binary(max_size=200), max_size=30), st.sampled_from(sorted(COMPRESS)),
        st.integers(1, 300), st.data())
 def test_any_cut_keeps_a_prefix_of_the_records(records, codec, block, data) -> None:

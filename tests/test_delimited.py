@@ -39,7 +39,7 @@ records_st = st.lists(st.binary(max_size=300), max_size=40)
 framing_st = st.sampled_from(["varint", "u32le", "u32be"])
 
 
-@settings(max_examples=examples(38), deadline=None)
+@settings(max_examples=examples(19), deadline=None)
 @given(records_st, framing_st, st.integers(1, 64))
 def test_reader_yields_every_record_whatever_the_block_size(records, framing, block) -> None:
     data = frame(records, framing)
@@ -48,7 +48,7 @@ def test_reader_yields_every_record_whatever_the_block_size(records, framing, bl
     assert reader.tail is None and reader.position == len(data)
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(13), deadline=None)
 @given(records_st, framing_st, st.integers(1, 64), st.integers(1, 500))
 def test_frames_name_their_stream_offsets(records, framing, block, cut) -> None:
     data = frame(records, framing)[:cut]
@@ -71,7 +71,7 @@ def test_frames_name_their_stream_offsets(records, framing, block, cut) -> None:
         assert f"the record at byte {consumed} runs past the end" in tail.reason
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(13), deadline=None)
 @given(records_st, framing_st, st.integers(1, 2000), st.integers(1, 64))
 def test_pieces_cover_the_records_and_read_back_as_ranges(records, framing, size, block) -> None:
     data = frame(records, framing)

@@ -217,7 +217,7 @@ def _columns(plan: Sequence[Any]) -> list[Any]:
     return [c if isinstance(c, str) else wa.Column(c[0], name=c[1]) for c in plan]
 
 
-@randomized(6)
+@randomized(3)
 @given(data=st.data())
 def test_rich_fixed_plans(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     """Every fixed plan on the same records: drawing rich messages costs far more than
@@ -242,7 +242,7 @@ def test_rich_fixed_plans(rich: tuple[wa.Schema, Any], data: st.DataObject) -> N
             raise AssertionError(f"plan {plan_name!r}: {failure}") from failure
 
 
-@randomized(15)
+@randomized(8)
 @given(data=st.data())
 def test_rich_random_plans(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, root = rich
@@ -290,7 +290,7 @@ def test_rich_column_order_never_changes_values(rich: tuple[wa.Schema, Any]) -> 
 # (b) Random schemas
 
 
-@randomized(20)
+@randomized(10)
 @given(data=st.data())
 def test_random_schemas(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")
@@ -319,7 +319,7 @@ def test_random_schemas(data: st.DataObject) -> None:
 # (c) Whole messages (nested mode): one row per record, every field, against the runtime
 
 
-@randomized(7)
+@randomized(4)
 @given(data=st.data())
 def test_rich_whole_message(rich: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, root = rich
@@ -332,7 +332,7 @@ def test_rich_whole_message(rich: tuple[wa.Schema, Any], data: st.DataObject) ->
     check_transcoder(lambda: wa.Transcoder(schema), root, wire, columns)
 
 
-@randomized(15)
+@randomized(8)
 @given(data=st.data())
 def test_random_schemas_whole_message(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

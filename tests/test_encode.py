@@ -107,7 +107,7 @@ def assert_round_trip(tc: wa.Transcoder, wire: list[bytes], expected: list[bytes
 # Parity: fixed schemas
 
 
-@randomized(15)
+@randomized(8)
 @given(data=st.data())
 def test_rich_round_trip(rich: tuple[wa.Schema, type], data: st.DataObject) -> None:
     schema, cls = rich
@@ -157,7 +157,7 @@ def _drop_unknown(cls: type, data: bytes) -> bytes:
     return message.SerializeToString(deterministic=True)
 
 
-@randomized(10)
+@randomized(5)
 @given(data=st.data())
 def test_wkt_round_trip(wkt: tuple[wa.Schema, type], data: st.DataObject) -> None:
     schema, cls = wkt
@@ -174,7 +174,7 @@ def _exact(cls: type, wire: bytes) -> bytes:
     return cls.FromString(wire).SerializeToString(deterministic=True)
 
 
-@randomized(10)
+@randomized(5)
 @given(data=st.data())
 def test_plain_well_known_types_round_trip_exactly(
     wkt: tuple[wa.Schema, type], rich: tuple[wa.Schema, type], data: st.DataObject
@@ -292,7 +292,7 @@ _KEYS = {
 }
 
 
-@randomized(10)
+@randomized(5)
 @given(data=st.data())
 def test_maps_of_every_key_kind(maps: tuple[wa.Schema, type], data: st.DataObject) -> None:
     """Entry order is upb's deterministic order, for every key type; key and value always."""
@@ -375,7 +375,7 @@ def test_map_order_long_maps_and_sliced_batches(maps: tuple[wa.Schema, type]) ->
         ("delimited.proto", "wirearrow.tests.delimited.D"),
     ],
 )
-@randomized(8)
+@randomized(4)
 @given(data=st.data())
 def test_groups_and_delimited(file: str, name: str, data: st.DataObject) -> None:
     schema, cls = _schema(file, name)
@@ -407,7 +407,7 @@ def test_group_wire_shape() -> None:
     assert tc.encode(tc.transcode([data]))[0].as_py() == data
 
 
-@randomized(5)
+@randomized(3)
 @given(data=st.data())
 def test_recursion_cut_round_trips(data: st.DataObject) -> None:
     schema, cls = _schema("roundtrip.proto", "wirearrow.tests.roundtrip.Tree")
@@ -524,7 +524,7 @@ def test_bidrequest_slices_span_blocks(bid_schema: wa.Schema, bid_class: type, b
 # Parity: random schemas
 
 
-@randomized(20)
+@randomized(10)
 @given(data=st.data())
 def test_random_schemas_round_trip(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

@@ -36,7 +36,7 @@ def spoil(table: pa.Table, bad: dict[int, str]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=table.schema)
 
 
-@settings(max_examples=examples(7), deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(
     st.dictionaries(st.integers(0, N - 1), st.sampled_from(["list", "nested"]), max_size=8),
     st.integers(1, N),

@@ -32,7 +32,7 @@ def test_crc32c_known_vectors(table) -> None:
     assert crc32c(b"", table=table) == 0
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(13), deadline=None)
 @given(st.binary(max_size=100))
 def test_crc32c_equals_google_crc32c(data) -> None:
     google_crc32c = pytest.importorskip("google_crc32c")
@@ -40,7 +40,7 @@ def test_crc32c_equals_google_crc32c(data) -> None:
     assert crc32c(data, masked=True) == crc32c(data, masked=True, table=True)
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(13), deadline=None)
 @given(records_st, st.sampled_from(STREAM_FRAMINGS), st.integers(0, 3))
 def test_every_framing_reads_back(records, framing, sliced) -> None:
     array = pa.array([b"skip"] * sliced + records, pa.binary())[sliced:]

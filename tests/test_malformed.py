@@ -135,7 +135,7 @@ def _damaged_batch(data: st.DataObject, request: Any, size: int) -> tuple[list[b
     return records, validate
 
 
-@randomized(38)
+@randomized(19)
 @given(data=st.data())
 def test_damaged_records(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, request = request_schema
@@ -616,7 +616,7 @@ def test_non_finite_struct_numbers_are_kept_as_bare_tokens(json_schema: wa.Schem
 WHOLE = ["id", "imp", "blob", "s", "f", "note", "marks"]  # `tree` is recursive: checked apart
 
 
-@randomized(20)
+@randomized(10)
 @given(data=st.data())
 def test_damaged_whole_messages(request_schema: tuple[wa.Schema, Any], data: st.DataObject) -> None:
     schema, request = request_schema

@@ -572,7 +572,7 @@ _paths = st.builds(
 )
 
 
-@settings(max_examples=examples(75), deadline=None, database=None)
+@settings(max_examples=examples(38), deadline=None, database=None)
 @given(_paths)
 def test_format_then_parse_round_trips(steps: tuple) -> None:
     text = format_path(steps)

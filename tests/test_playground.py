@@ -407,7 +407,7 @@ def test_garbage_gets_an_error_and_the_server_goes_on(client) -> None:
     assert client.request("/api/state")[0] == 200
 
 
-@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=200), mode=st.sampled_from(["yaml", "lines"]))
 def test_any_plan_text_gets_an_answer(client, text, mode) -> None:
     code, _, data = client.request("/api/preview", {"plan": text, "mode": mode})
@@ -416,7 +416,7 @@ def test_any_plan_text_gets_an_answer(client, text, mode) -> None:
     assert result["problems"] or result["preview"] is not None
 
 
-@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(record=st.binary(max_size=64))
 def test_any_pasted_record_gets_an_answer(client, record) -> None:
     client.json("/api/records", {"kind": "paste", "text": record.hex() or "00"})

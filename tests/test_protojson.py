@@ -115,7 +115,7 @@ _OPTIONS = st.fixed_dictionaries(
 )
 
 
-@randomized(15, shrink=False)  # shrinking these takes minutes
+@randomized(8, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_rich_messages_printed_by_the_runtime(rich, data) -> None:
     _compiled, cls, schema = rich
@@ -126,7 +126,7 @@ def test_rich_messages_printed_by_the_runtime(rich, data) -> None:
     check_parity([t if i % 2 else t.encode() for i, t in enumerate(texts)], cls, schema)
 
 
-@randomized(7, shrink=False)  # shrinking these takes minutes
+@randomized(4, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_random_schemas_printed_by_the_runtime(data) -> None:
     spec = data.draw(schema_specs())
@@ -184,7 +184,7 @@ _FIELD_NAMES = st.sampled_from(
 )
 
 
-@randomized(75, shrink=False)  # shrinking these takes minutes
+@randomized(38, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_edited_texts_are_accepted_and_rejected_as_the_runtime_does(rich, data) -> None:
     _compiled, cls, schema = rich
@@ -493,7 +493,7 @@ _TIMESTAMPS = st.builds(
 )
 
 
-@randomized(75, shrink=False)  # shrinking these takes minutes
+@randomized(38, shrink=False)  # shrinking these takes minutes
 @given(data=st.data())
 def test_timestamps_parse_as_the_runtime_parses_them(rich, data) -> None:
     # canonical RFC 3339 texts take a path of our own; every other spelling the runtime's

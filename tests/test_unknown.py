@@ -28,7 +28,7 @@ def _extra_unknown(draw: Any, used: set[int]) -> bytes:
     return tag(number, 3) + tag(1, 0) + varint(5) + tag(number, 4)
 
 
-@randomized(15)
+@randomized(8)
 @given(data=st.data())
 def test_random_schemas_keep_every_unknown_field(data: st.DataObject) -> None:
     spec = data.draw(schema_specs(), label="schema")

@@ -76,7 +76,7 @@ def _record(draw, blobs) -> tuple[bytes, dict]:
     return wire, row
 
 
-@settings(max_examples=examples(15), deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(8), deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_any_bytes_round_trip_as_the_runtime(proto2, data) -> None:
     schema, cls = proto2
@@ -237,7 +237,7 @@ def _drop_unknown(row):
     return row
 
 
-@settings(max_examples=examples(38), deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(19), deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(records=st.lists(_moving_record(), min_size=1, max_size=5))
 def test_not_utf8_moves_to_the_unknown_fields(proto2, records) -> None:
     schema, cls = proto2
