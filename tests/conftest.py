@@ -5,23 +5,17 @@ import functools
 import gc
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import depth  # noqa: E402, F401 (the hypothesis profile of a test that states no count)
 import wirearrow as wa  # noqa: E402
-from depth import examples  # noqa: E402
-
-# A hypothesis test that states no count of its own (tests/depth.py).
-hypothesis.settings.register_profile("depth", max_examples=examples(13))
-hypothesis.settings.load_profile("depth")
 
 EXAMPLES = ROOT / "examples" / "schema"
 
@@ -207,48 +201,22 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return bool(marks & (ENGINES | RELEASE)) or None
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"tiers: -m {config.option.markexpr or '(all)'} (unit | engines | release)"
+# A unit-tier run imports neither Ray nor Beam (the hook above keeps their test modules out),
+# so a unit test that imports them, to start them or not, fails: it needs the mark for it.
+ENGINE_MODULES = {"ray", "apache_beam"}
+_IMPORTED = pytest.StashKey[set[str]]()
 
 
-# A test that imports or starts Ray or Beam without saying so (no mark, no fixture) would
-# land in the unit tier and slow it down: it fails there instead. Starts are counted by
-# wrapping ray.init (Ray Data's automatic start calls it too) and Beam's Pipeline.run once
-# their module is imported (by collecting the engine tests, or by an engines test).
-ENGINE_STARTS = {"ray": "init", "apache_beam.pipeline": "Pipeline.run"}
-_starts: Counter[str] = Counter()
-
-
-def _count_starts() -> None:
-    for module, name in ENGINE_STARTS.items():
-        owner: Any = sys.modules.get(module)
-        *path, attr = name.split(".")
-        for part in path:
-            owner = getattr(owner, part, None)
-        start = getattr(owner, attr, None)
-        if start is None or hasattr(start, "counted"):
-            continue
-
-        def counted(*args: Any, _start: Any = start, _module: str = module, **kwargs: Any) -> Any:
-            _starts[_module] += 1
-            return _start(*args, **kwargs)
-
-        counted.counted = True  # type: ignore[attr-defined]
-        setattr(owner, attr, functools.wraps(start)(counted))
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_IMPORTED] = ENGINE_MODULES & sys.modules.keys()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    if item.get_closest_marker("unit") is None:
-        return (yield)
-    _count_starts()
-    starts, imported = +_starts, set(ENGINE_STARTS) & set(sys.modules)
     result = yield
-    used = set(_starts - starts) | (set(ENGINE_STARTS) & set(sys.modules)) - imported
-    if used:
-        pytest.fail(
-            f"this unit-tier test imports or starts {', '.join(sorted(used))}: mark it ray "
-            "or beam (the engines tier: -m engines)",
-            pytrace=False,
-        )
+    imported = (ENGINE_MODULES & sys.modules.keys()) - item.stash[_IMPORTED]
+    if imported and item.get_closest_marker("unit"):
+        pytest.fail(f"a unit-tier test that imports {', '.join(sorted(imported))}: mark it "
+                    "ray or beam (the engines tier: -m engines)", pytrace=False)  # fmt: skip
     return result

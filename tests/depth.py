@@ -23,6 +23,11 @@ def examples(n: int) -> int:
     return max(1, round(n * DEPTH))
 
 
+# A hypothesis test that states no count of its own (tests/conftest.py imports this module).
+settings.register_profile("depth", max_examples=examples(13))
+settings.load_profile("depth")
+
+
 def randomized(n: int, *, shrink: bool = True) -> settings:
     """The settings of a test that draws schemas, plans or records: ``n`` examples at this
     run's depth; no deadline (a first compile is slow); no example database (a failure is
