@@ -188,7 +188,7 @@ def test_too_late_records_are_counted_dead_letters(
     """TestStream on the direct runner's streaming engine (FnApiRunner does not run
     TestStream): on time, late within the allowed lateness, and too late -- rows + dead
     letters + late == records in, each record once, and the metrics say the same (with
-    the runner's metrics bug worked around: complete_direct_metrics in conftest.py)."""
+    the runner's metrics bug worked around: complete_direct_metrics in engine_fixtures.py)."""
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner

@@ -124,7 +124,7 @@ def test_page_examples(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     scratch(tmp_path)
     monkeypatch.chdir(tmp_path)
     # A page starts (and stops) its own Ray, as a reader's session would: not the tests'
-    # shared one (conftest.ray_local starts that again when the next test needs it).
+    # shared one (engine_fixtures.ray_local starts that again when the next test needs it).
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()

@@ -62,7 +62,7 @@ def pytest_run(suite: Path, *args: str, **env: str) -> subprocess.CompletedProce
 def test_tiers_follow_marks_and_fixtures(tmp_path: Path) -> None:
     tests = tmp_path / "tests"
     tests.mkdir()
-    for name in ("conftest.py", "depth.py"):
+    for name in ("conftest.py", "depth.py", "engine_fixtures.py"):
         shutil.copy(ROOT / "tests" / name, tests / name)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for name, text in SUITE.items():
