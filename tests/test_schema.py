@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,60 @@ def test_missing_file_names_what_was_tried(protos: Path, tmp_path: Path) -> None
 def test_missing_absolute_file(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="not found"):
         Schema.from_proto(tmp_path / "nope.proto", "X")
+
+
+# ------------------------------------------------------------------------------------------
+# from_proto: a compiled set is reused while its files hold the same bytes
+
+
+def settled(*paths: Path) -> None:
+    """Date the files a minute back: settled, not being edited while protoc runs."""
+    past = time.time() - 60
+    for path in paths:
+        os.utime(path, (past, past))
+
+
+def test_a_compile_is_reused_while_its_files_hold_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[str] = []
+    run_protoc = wirearrow.schema._run_protoc
+
+    def counted(name: str, include_dirs: list[str]) -> bytes:
+        runs.append(name)
+        return run_protoc(name, include_dirs)
+
+    monkeypatch.setattr(wirearrow.schema, "_run_protoc", counted)
+    first, second = tmp_path / "first", tmp_path / "second"
+
+    def fields() -> list[str]:
+        schema = Schema.from_proto("root.proto", "cache.Root", import_paths=[first, second])
+        return [f.name for f in schema.descriptor.fields[0].message_type.fields]
+
+    header = 'syntax = "proto3";\npackage cache;\n'
+    root = write(second, "root.proto", header + 'import "dep.proto";\nmessage Root { Dep dep = 1; }\n')
+    dep = write(second, "dep.proto", header + "message Dep { int32 a = 1; }\n")
+    settled(root, dep)
+    assert fields() == ["a"] and fields() == ["a"]
+    assert len(runs) == 1
+    # An import's bytes change: compiled again.
+    dep.write_text(header + "message Dep { int32 b = 1; }\n")
+    settled(dep)
+    assert fields() == ["b"] and len(runs) == 2
+    # A file now shadows the import from an earlier include directory: compiled again.
+    shadow = write(first, "dep.proto", header + "message Dep { int32 c = 1; }\n")
+    settled(shadow)
+    assert fields() == ["c"] and len(runs) == 3
+    # The same bytes elsewhere: no compile.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in (root, shadow):
+        (copy / path.name).write_bytes(path.read_bytes())
+    copied = Schema.from_proto("root.proto", "cache.Root", import_paths=[copy])
+    assert copied.descriptor.fields[0].message_type.fields[0].name == "c" and len(runs) == 3
+    # A file written just now may be mid-edit while protoc reads it: its set is not kept.
+    shadow.write_text(header + "message Dep { int32 d = 1; }\n")
+    assert fields() == ["d"] and fields() == ["d"] and len(runs) == 5
 
 
 # ------------------------------------------------------------------------------------------

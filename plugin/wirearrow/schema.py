@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -268,20 +270,77 @@ def _locate(path: str | os.PathLike[str], import_paths: Sequence[str]) -> tuple[
     raise SchemaError(f"proto file {raw!r} not found; tried: {', '.join(tried)}")
 
 
+# The sets protoc compiled in this process, each with the files it was compiled from
+# (virtual name, sha256 of the bytes). A compile costs a process start and protoc's run (0.1
+# to 0.2 s of CPU); loading the same schema again (the playground on every edit, the CLI's
+# check then transcode, a worker's plans, a copy of the same files elsewhere) reuses the set
+# when each of its files resolves over the include directories of the new call to the same
+# bytes: exactly when protoc would write the same set, since it reads nothing else.
+# A set is kept only when none of its files changed from shortly before protoc started
+# (their mtime): an edit during the run could otherwise pair the new bytes with a set of
+# the old ones. Failures are not kept. Bounded: the least recently used goes first.
+_Sources = tuple[tuple[str, bytes], ...]
+_COMPILED: OrderedDict[tuple[str, _Sources], bytes] = OrderedDict()
+_COMPILED_MAX = 64
+_COMPILED_LOCK = threading.Lock()
+# File timestamps come from a clock that may lag the one time.time_ns reads by a tick.
+_MTIME_SLACK_NS = 50_000_000
+
+
+def _digest(name: str, include_dirs: Sequence[str]) -> tuple[bytes, int] | None:
+    """The sha256 and mtime of ``name`` where protoc finds it (the first include directory
+    holding it); None when none does."""
+    for directory in include_dirs:
+        try:
+            with open(os.path.join(directory, name), "rb") as stream:
+                return hashlib.sha256(stream.read()).digest(), os.fstat(stream.fileno()).st_mtime_ns
+        except OSError:
+            continue
+    return None
+
+
 def _protoc(name: str, include_dirs: Sequence[str]) -> bytes:
-    """Compile ``name`` (import-path relative) into a serialized FileDescriptorSet.
+    """Compile ``name`` (import-path relative) into a serialized FileDescriptorSet, or
+    reuse the set compiled from the same bytes (``_COMPILED``)."""
+    bundled = str(importlib.resources.files("grpc_tools") / "_proto")
+    dirs = (*include_dirs, bundled)
+    with _COMPILED_LOCK:
+        candidates = [key for key in _COMPILED if key[0] == name]
+    for key in candidates:
+        if all((_digest(file, dirs) or (b"",))[0] == digest for file, digest in key[1]):
+            with _COMPILED_LOCK:
+                data = _COMPILED.get(key)
+                if data is not None:
+                    _COMPILED.move_to_end(key)
+                    return data
+    started = time.time_ns()
+    data = _run_protoc(name, dirs)
+    sources = []
+    for file in descriptor_pb2.FileDescriptorSet.FromString(data).file:
+        found = _digest(file.name, dirs)
+        if found is None or found[1] >= started - _MTIME_SLACK_NS:
+            return data  # read from where we cannot see, or changed just now: not kept
+        sources.append((file.name, found[0]))
+    with _COMPILED_LOCK:
+        _COMPILED[(name, tuple(sources))] = data
+        while len(_COMPILED) > _COMPILED_MAX:
+            _COMPILED.popitem(last=False)
+    return data
+
+
+def _run_protoc(name: str, include_dirs: Sequence[str]) -> bytes:
+    """protoc on ``name`` over ``include_dirs``: the serialized FileDescriptorSet.
 
     A subprocess rather than ``grpc_tools.protoc.main()`` in-process: protoc writes its
     diagnostics to the C-level stderr, which only a separate process lets us capture.
     """
-    bundled = str(importlib.resources.files("grpc_tools") / "_proto")
     with tempfile.TemporaryDirectory(prefix="wirearrow-protoc-") as workdir:
         out = os.path.join(workdir, "set.binpb")
         command = [
             sys.executable,
             "-m",
             "grpc_tools.protoc",
-            *(f"--proto_path={directory}" for directory in [*include_dirs, bundled]),
+            *(f"--proto_path={directory}" for directory in include_dirs),
             "--include_imports",
             f"--descriptor_set_out={out}",
             name,
@@ -529,7 +588,8 @@ class Schema:
         ``path`` is relative to one of ``import_paths`` (protoc ``-I``), or a path on disk.
         ``google/protobuf/*.proto`` imports need no import path. proto2, proto3 and editions
         files are accepted. Compilation errors are raised as :class:`SchemaError` carrying
-        protoc's ``file:line:col: message`` lines.
+        protoc's ``file:line:col: message`` lines. The same files compiled again in this
+        process (the same bytes, wherever they are) reuse the first compilation.
         """
         roots = [os.path.abspath(os.fspath(root)) for root in import_paths]
         name, include_dirs = _locate(path, roots)
