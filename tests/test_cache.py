@@ -326,7 +326,6 @@ def test_the_cache_imports_no_engine() -> None:
     assert not [m for m in imported if m.split(".")[0] in engines or m.startswith(engines)]
 
 
-@pytest.mark.ray
 def test_profile_hub_sums_pushes() -> None:
     from wirearrow.cache import ProfileHub
 
@@ -341,7 +340,6 @@ def test_profile_hub_sums_pushes() -> None:
     assert [p["profile"]["records"] for p in hub.snapshot()] == [15]
 
 
-@pytest.mark.ray
 def test_a_new_process_starts_from_the_hubs_sizes(schema: wa.Schema, skewed: pa.Array) -> None:
     """The sharing protocol without Ray: two processes' caches, one hub in between (its
     exchange, called in process where Ray would call the actor)."""

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wirearrow as wa
+from depth import examples, randomized
 from wirearrow.field_ids import (
     ELEMENT,
     FIELD_ID,
@@ -102,7 +103,7 @@ def test_top_level_fields_keep_their_number_and_ids_are_pinned() -> None:
     assert field_id(deep) == 1722114255 and 2**30 <= field_id(deep) < 2**31 - 2**24
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     st.lists(
         st.lists(st.integers(0, 40), min_size=1, max_size=5).map(tuple),
@@ -344,7 +345,7 @@ def _expected_ids(descriptor, keep_unknown: bool) -> dict[str, int]:
     return out
 
 
-@settings(max_examples=25, deadline=None, database=None)
+@randomized(4)
 @given(data=st.data())
 def test_random_schemas_ids_follow_the_field_numbers(tmp_path_factory, data) -> None:
     from schemagen import compile_source, plans, schema_specs

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
+from depth import examples
 from wirearrow.cli import main as cli_main
 from wirearrow.sources.framing import FRAMINGS
 from wirearrow.sources.sniff import SNIFF_BYTES, guess_input, hint, well_formed
@@ -85,7 +86,7 @@ def test_one_record_given_as_it_is() -> None:
     assert guess_input(FRAMED["u32le"][: 4 + len(RECORDS[0])])[0].changes == {"framing": "u32le"}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.binary(max_size=2000),
     st.sampled_from([None, *FRAMINGS]),
