@@ -27,6 +27,7 @@ from wirearrow.field_ids import (
     field_ids,
     number_step,
     with_missing_ids,
+    with_unique_ids,
 )
 from wirearrow.parquet import ParquetSink, writable_schema
 
@@ -119,17 +120,46 @@ def test_packed_keys_never_share_an_id(keys) -> None:
         assert 1 <= field_id(k) < 2**31 - 2**24  # headroom for a table's own new ids
 
 
-def test_a_hash_collision_is_refused_not_written(tmp_path) -> None:
-    # These two names hash to one id (found by search): a plan naming both is refused.
-    assert field_id(("c23225",)) == field_id(("c38832",))
+def test_a_hash_collision_moves_one_field_to_a_reproducible_free_id(tmp_path) -> None:
+    # These two names hash to one id (found by search). Of the two, the one first by
+    # (depth, path) keeps it, whatever the column order; the other moves to a probed id
+    # that depends only on its path and the id it lost.
+    lost = field_id(("c23225",))
+    assert field_id(("c38832",)) == lost
     schema = _schema(tmp_path)
-    with pytest.raises(wa.PlanError, match=r"c38832.*also the id of c23225"):
-        wa.Transcoder(schema, columns=[wa.Column("id", "c23225"), wa.Column("device.ua", "c38832")])
+    seen = []
+    for columns in (
+        [wa.Column("id", "c23225"), wa.Column("device.ua", "c38832")],
+        [wa.Column("device.ua", "c38832"), wa.Column("id", "c23225")],
+    ):
+        ids = field_ids(wa.Transcoder(schema, columns=columns).arrow_schema)
+        assert ids["c23225"] == lost
+        assert ids["c38832"] != lost and 2**30 <= ids["c38832"] < 2**31 - 2**24
+        seen.append(ids["c38832"])
+    assert seen[0] == seen[1]
     # field_ids=False writes none, so nothing collides
     tc = wa.Transcoder(
         schema, columns=[wa.Column("id", "c23225"), wa.Column("device.ua", "c38832")], field_ids=False
     )
     assert all(f.metadata is None for f in tc.arrow_schema)
+
+
+def test_a_moved_id_never_lands_on_a_taken_one_and_hand_set_ids_are_refused() -> None:
+    def fid(name: str, i: int, t: pa.DataType = pa.int64()) -> pa.Field:
+        return pa.field(name, t, metadata={FIELD_ID: str(i).encode()})
+
+    taken = 2**30 + 5
+    schema = pa.schema([fid("a", taken), fid("b", taken), fid("s", 7, pa.struct([fid("x", taken)]))])
+    out = with_unique_ids(schema)
+    ids = field_ids(out)
+    assert ids["a"] == taken and len(set(ids.values())) == 4  # "s.x" is deeper: it moves too
+    assert ids["s"] == 7
+    # the columns named movable move first, even when shallower
+    ids = field_ids(with_unique_ids(schema, movable={"a"}))
+    assert ids["b"] == taken and ids["a"] != taken
+    check_unique(out)
+    with pytest.raises(wa.PlanError, match="set by hand"):
+        with_unique_ids(pa.schema([fid("a", 3), fid("b", 3)]))
 
 
 # ---- what the transcoder produces -------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Collection
 import numpy as np
 import pyarrow as pa
 
-from wirearrow.field_ids import check_unique, field_id_of, with_field_id
+from wirearrow.field_ids import field_id_of, with_field_id, with_unique_ids
 
 __all__ = [
     "RECORD_INDEX",
@@ -101,7 +101,8 @@ def extra_fields(
         fields.extend(carried)
     if fields and len(schema) and field_id_of(schema.field(0)) is not None:
         fields = [with_field_id(f, (f.name,)) for f in fields]
-        check_unique(pa.schema([*schema, *fields]))
+        both = with_unique_ids(pa.schema([*schema, *fields]), movable={f.name for f in fields})
+        fields = list(both)[len(schema) :]
     return fields
 
 

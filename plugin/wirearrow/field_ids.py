@@ -25,15 +25,18 @@ Ids live in three disjoint ranges (docs/evolution.md states the guarantee):
   never share an id (injective by construction);
 * ``2**30 .. 2**31-2**24-1``: every other key (deeper paths, named columns): a 64-bit BLAKE2b
   hash of the key reduced to the range. Two such keys can meet on one id (about
-  ``n**2 / 2**31`` for ``n`` of them in a schema); every schema wirearrow builds is
-  checked and a collision is a :class:`~wirearrow.PlanError` naming both fields, never a
-  silent duplicate.
+  ``n**2 / 2**31`` for ``n`` of them in a schema: rare below thousands of fields, certain
+  in a recursive message unrolled to 100,000). Every schema wirearrow builds goes through
+  :func:`with_unique_ids`: of two fields on one id the shallower (then the one first by
+  path) keeps it, the other is probed to a free id that is a pure function of its path
+  and the id it lost -- so ids stay unique and reproducible, and a field that keeps its
+  id keeps it when deeper fields are added (a larger ``max_depth``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TypeAlias
 
 import pyarrow as pa
@@ -57,6 +60,7 @@ __all__ = [
     "with_field_id",
     "with_keys",
     "with_missing_ids",
+    "with_unique_ids",
     "without_field_ids",
 ]
 
@@ -242,6 +246,73 @@ def check_unique(schema: pa.Schema, what: str = "the output schema") -> None:
         raise PlanError(problems)
 
 
+def with_unique_ids(schema: pa.Schema, movable: Collection[str] = ()) -> pa.Schema:
+    """``schema`` with no id on two fields: where hashed ids collide, the field first by
+    (top-level column not in ``movable``, depth, path) keeps the id and the others move to
+    a probed free id in the hashed range (see the module's doc). ``schema`` itself when no
+    two ids meet (the common case: one walk). Two fields sharing an id outside the hashed
+    range were not numbered here (metadata the caller set): a PlanError naming both."""
+    walked = [(path, i) for path, f in _walk(schema) if (i := field_id_of(f)) is not None]
+    ids = [i for _, i in walked]
+    used = set(ids)
+    if len(used) == len(ids):
+        return schema
+    owner: dict[int, str] = {}
+    moved: dict[str, int] = {}
+    for path, i in sorted(walked, key=lambda pi: _priority(pi[0], movable)):
+        other = owner.setdefault(i, path)
+        if other == path:
+            continue
+        if i < _HASHED_BASE:
+            raise PlanError(
+                [
+                    f"field id {i} of {path} is also the id of {other}: ids below "
+                    f"{_HASHED_BASE} are protobuf field numbers and packed paths, which "
+                    "wirearrow never gives twice; the schema's field metadata was set by hand"
+                ]
+            )
+        probe = 0
+        new = i
+        while new in used:
+            probe += 1
+            new = _HASHED_BASE + _hash(("probe", i, path, probe)) % _HASHED_SPAN
+        used.add(new)
+        moved[path] = new
+    return pa.schema(_with_moved(schema, "", moved), metadata=schema.metadata)
+
+
+def _priority(path: str, movable: Collection[str]) -> tuple[bool, int, str]:
+    top = path.split(".", 1)[0].split("[", 1)[0]
+    return top in movable, path.count(".") + path.count("["), path
+
+
+def _with_moved(fields: object, where: str, moved: dict[str, int]) -> list[pa.Field]:
+    """``fields`` (a schema or struct) with the ids of ``moved`` set, by :func:`_walk`'s paths."""
+    out = []
+    for f in fields:  # type: ignore[attr-defined]
+        path = f"{where}.{f.name}" if where else f.name
+        out.append(_moved_field(f, path, moved))
+    return out
+
+
+def _moved_field(f: pa.Field, path: str, moved: dict[str, int]) -> pa.Field:
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct(_with_moved(t, path, moved))
+    elif pa.types.is_map(t):
+        key = _moved_field(t.key_field, f"{path}[key]", moved)
+        item = _moved_field(t.item_field, f"{path}[value]", moved)
+        t = pa.map_(key, item, keys_sorted=t.keys_sorted)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = _rebuilt(t, [_moved_field(t.value_field, f"{path}[*]", moved)])
+    f = f.with_type(t)
+    if path in moved:
+        metadata = dict(f.metadata or {})
+        metadata[FIELD_ID] = str(moved[path]).encode()
+        f = f.with_metadata(metadata)
+    return f
+
+
 def with_missing_ids(schema: pa.Schema) -> pa.Schema:
     """``schema`` with an id on every field: those that carry none (a column added after
     the decode: an engine's Kafka offset, a dead letter's) get the id of their name and
@@ -256,9 +327,7 @@ def with_missing_ids(schema: pa.Schema) -> pa.Schema:
         f if _all_ids(f) else _fill(f, (f.name,))
         for f in schema
     ]
-    out = pa.schema(fields, metadata=schema.metadata)
-    check_unique(out)
-    return out
+    return with_unique_ids(pa.schema(fields, metadata=schema.metadata))
 
 
 def _all_ids(f: pa.Field) -> bool:

@@ -21,10 +21,10 @@ from wirearrow.field_ids import (
     UNKNOWN,
     Key,
     KeyTree,
-    check_unique,
     number_step,
     type_keys,
     with_keys,
+    with_unique_ids,
 )
 from wirearrow.options import MAX_DEPTH, Options
 from wirearrow.paths import (
@@ -248,7 +248,7 @@ def compile_plan(
         fields = [with_keys(f, tree) for f, tree in zip(fields, keys, strict=True)]
     schema = pa.schema(fields)
     if options.field_ids:
-        check_unique(schema)
+        schema = with_unique_ids(schema)
     return CompiledPlan(
         program=builder.build(),
         columns=tuple(inputs.columns),
