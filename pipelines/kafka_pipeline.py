@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from local_kafka import LocalKafka  # noqa: E402
+from stage_times import Clock, ray_parquet_sink  # noqa: E402
 
 import corpus  # noqa: E402
 
@@ -105,10 +106,11 @@ def produce(
 
 
 def run(
-    bootstrap: str, topic: str, out: Path, schema_id: int | None
+    bootstrap: str, topic: str, out: Path, schema_id: int | None, seconds: dict | None = None
 ) -> tuple[pa.Table, pa.Table | None, Any]:
     """One topic through Ray: (rows, dead letters, counts), also written under ``out``.
-    ``schema_id``: the values are Confluent-framed, with that schema id."""
+    ``schema_id``: the values are Confluent-framed, with that schema id. ``seconds``: set
+    to where the time went (the run; in its tasks: reading, transcoding, writing)."""
     import ray
 
     s = schema()
@@ -122,7 +124,18 @@ def run(
     if schema_id is not None:
         confluent = {"framing": "confluent", "schemas": {schema_id: s}, "schema_id": True}
     result = war.transcode(ds, tc, carry=KAFKA_COLUMNS, batch_size=256, **confluent)
-    result.rows.write_parquet(str(out / "rows"))
+    clock = Clock()
+    sink = ray_parquet_sink(str(out / "rows"))
+    with clock.stage("run"):  # read, transcode and write, streamed together in Ray's tasks
+        result.rows.write_datasink(sink)
+    if seconds is not None:
+        transcode = result.job_stats().transcode_seconds
+        seconds.update(
+            run=round(clock.stages["run"], 3),
+            read=round(max(sink.seconds["blocks"] - transcode, 0.0), 3),
+            transcode=round(transcode, 3),
+            write=round(sink.seconds["write"], 3),
+        )
     rows = pq.read_table(out / "rows")
     dead = pa.concat_tables(
         [ray.get(ref) for ref in result.dead_letters.to_arrow_refs()]
@@ -177,18 +190,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         produced: dict[str, set[tuple[int, int]]] = {}
         schema_id = args.schema_id
+        clock = Clock()
         if not args.no_produce:
-            produced, schema_id = produce(
-                bootstrap, args.topic, args.n, args.partitions, args.corrupt_every
-            )
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-        report = {}
+            with clock.stage("produce"):
+                produced, schema_id = produce(
+                    bootstrap, args.topic, args.n, args.partitions, args.corrupt_every
+                )
+        with clock.stage("Ray start"):
+            ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+        report: dict[str, Any] = {}
         for name, sid in ((f"{args.topic}-plain", None), (args.topic, schema_id)):
-            rows, dead, stats = run(bootstrap, name, args.out / name, sid)
+            seconds: dict[str, float] = {}
+            with clock.stage(f"{name}"):
+                rows, dead, stats = run(bootstrap, name, args.out / name, sid, seconds)
             report[name] = {"records_in": stats.records_in, "rows_out": stats.rows_out,
                             "records_failed": stats.records_failed}
             if produced:
                 report[name].update(check_exactly_once(produced[name], rows, dead))
+            # Where the time went: the run, and in its tasks (summed) the read, transcode
+            # and write (the rest of the run is Ray's).
+            report[name]["seconds"] = seconds
+        report["seconds"] = {k: round(v, 3) for k, v in clock.stages.items()}
         print(json.dumps(report, indent=2))
         ray.shutdown()
     finally:

@@ -11,8 +11,9 @@ record boundaries). The job reads it with ``wirearrow.ray.read_delimited``, tran
 with ``transforms/openrtb_flat.yaml`` (``--plan``) on Ray tasks (``--compute actors``:
 an actor pool), and writes ``OUT/rows/`` (Parquet, one file per block) and ``OUT/dead_letters/`` (Parquet, one
 file per batch that had bad records: the reason, the raw bytes, and the file and byte
-offset of the record). It prints the counts, checks that every record is in the rows or
-in the dead letters, and exits 1 if not.
+offset of the record). It prints the counts and where the time went (Ray's start, the
+plan, the run; in the run's tasks: reading, transcoding, writing), checks that every record
+is in the rows or in the dead letters, and exits 1 if not.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import ray
@@ -29,6 +29,9 @@ import ray
 import wirearrow.ray as war
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "pipelines"))  # (also when this file is imported as a module)
+from stage_times import Clock, ray_parquet_sink  # noqa: E402
+
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 
 
@@ -94,30 +97,32 @@ def main(argv: list[str] | None = None) -> int:
         for directory in (rows_out, dead_out):
             shutil.rmtree(directory, ignore_errors=True)
 
-    started = time.perf_counter()
-    ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
+    clock = Clock()
+    with clock.stage("Ray start"):
+        ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = args.progress
     # transcode() also turns Ray Data's per-operator resource reservation off for this job
     # when the cluster has at most 4 CPUs: there it mostly holds the writes back (docs/ray.md).
 
-    job_started = time.perf_counter()
-    ds = war.read_delimited(source, framing=args.framing, include_location=True)
-    job = war.transcode(
-        ds,
-        args.plan,
-        on_error="dead_letter",
-        dead_letters=dead_out,
-        compute=args.compute,
-        concurrency=args.concurrency,
-    )
+    with clock.stage("plan"):  # the input split at record boundaries, the plan compiled
+        ds = war.read_delimited(source, framing=args.framing, include_location=True)
+        job = war.transcode(
+            ds,
+            args.plan,
+            on_error="dead_letter",
+            dead_letters=dead_out,
+            compute=args.compute,
+            concurrency=args.concurrency,
+        )
     where = "Ray tasks"
     if job.pool is not None:
         where = f"{job.pool.min}..{job.pool.max} actor(s) of {job.pool.num_cpus:g} CPU"
     print(f"job:    {source} -> {Path(args.plan).name} on {where} -> {rows_out}")
-    job.rows.write_parquet(rows_out)
-    done = time.perf_counter()
-    wall, with_start = done - job_started, done - started
+    sink = ray_parquet_sink(rows_out)
+    with clock.stage("run"):  # read, transcode and write, streamed together in Ray's tasks
+        job.rows.write_datasink(sink)
+    wall = clock.stages["run"]
     stats = job.job_stats()
 
     print(f"rows:   {stats.rows_out:,} rows written to {rows_out}")
@@ -131,9 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         f"node(s) ({stats.compiles} plan compile(s)), "
         f"{stats.transcode_seconds:.2f} s transcoding"
     )
+    print(f"time:   {clock.line()} ({stats.records_in / wall:,.0f} records/s in the run)")
+    # In task mode Ray fuses read -> transcode -> write into each task: what a write task
+    # waits for its blocks is their read and transcode. With actors the waits include
+    # waiting for the actors.
+    tasks = sink.seconds
+    waits = tasks["blocks"] - (stats.transcode_seconds if job.pool is None else 0.0)
+    read = "read" if job.pool is None else "read and waiting for the actors"
     print(
-        f"time:   {wall:.2f} s for the job ({stats.records_in / wall:,.0f} records/s), "
-        f"{with_start:.2f} s with starting Ray"
+        f"tasks:  {read} {max(waits, 0.0):.2f} s, transcode {stats.transcode_seconds:.2f} s, "
+        f"write {tasks['write']:.2f} s, summed over {tasks['tasks']} write task(s); the rest "
+        "of the run is Ray's (starting workers, scheduling)"
     )
     ray.shutdown()
 

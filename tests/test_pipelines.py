@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -76,3 +77,48 @@ def test_beam_job_writes_the_transcoders_rows(tmp_path) -> None:
     ]
     assert len(letters) == bad
     assert f"{n:,} records -> {expected.num_rows:,} rows, {bad:,} dead letters" in out.getvalue()
+    # Where the time went: the driver's stages, and the runner's time of each step.
+    times = re.search(r"time: ([\d.]+) s in all: build ([\d.]+) s, run ([\d.]+) s", out.getvalue())
+    assert times, out.getvalue()
+    total, build, run = map(float, times.groups())
+    assert 0 < build + run <= total
+    steps = re.search(
+        r"steps: read and transcode ([\d.]+) s, write ([\d.]+) s, dead letters ([\d.]+) s",
+        out.getvalue(),
+    )
+    assert steps and 0 < sum(map(float, steps.groups())) <= run, out.getvalue()
+
+
+def test_stage_times() -> None:
+    import time
+
+    stage_times = _job("stage_times")
+    clock = stage_times.Clock()
+    with clock.stage("a"):
+        time.sleep(0.01)
+    for _ in range(2):
+        with clock.stage("b"):
+            pass
+    assert list(clock.stages) == ["a", "b"] and clock.stages["a"] >= 0.01
+    assert re.fullmatch(r"[\d.]+ s in all: a 0\.0\d s, b 0\.00 s", clock.line())
+
+    class Counter:
+        def __init__(self, step: str, name: str, msecs: int) -> None:
+            self.key = type("Key", (), {"step": step, "metric": type("M", (), {"name": name})})
+            self.committed = msecs
+
+    class Result:
+        def monitoring_metrics(self):
+            return self
+
+        def query(self):
+            total = "beam:metric:ptransform_execution_time:total_msecs:v1"
+            return {"counters": [
+                Counter("Read/ReadChunks", total, 700), Counter("Read/Match", total, 30),
+                Counter("ReadMore", total, 5000), Counter("Write", total, 250),
+                Counter("Write", "beam:metric:pardo_execution_time:process_bundle_msecs:v1", 9),
+            ]}  # fmt: skip
+
+    seconds = stage_times.beam_step_seconds(Result(), {"read": "Read", "write": "Write", "x": "X"})
+    assert seconds == {"read": 0.73, "write": 0.25, "x": 0.0}
+    assert stage_times.beam_step_seconds(object(), {"read": "Read"}) == {"read": 0.0}

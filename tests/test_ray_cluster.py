@@ -98,6 +98,9 @@ def test_readme_job_on_two_nodes_writes_the_rows_of_a_local_run(cluster, tmp_pat
 
     local = _run([str(JOB), "--n", str(RECORDS), "--out", str(tmp_path / "local")], _local_env())
     assert "on 1 node(s)" in local
+    # Where the time went: Ray's start, the plan, the run; in the run's tasks, the stages.
+    assert re.search(r"time:   [\d.]+ s in all: Ray start [\d.]+ s, plan [\d.]+ s, run [\d.]+ s", local)
+    assert re.search(r"tasks:  read [\d.]+ s, transcode [\d.]+ s, write [\d.]+ s", local), local
     rows = _rows(tmp_path / "cluster" / "rows")
     assert rows == _rows(tmp_path / "local" / "rows")
     assert sum(rows.values()) > RECORDS  # the flat plan fans out (53,980 rows for 20,000)
