@@ -311,7 +311,8 @@ class Transcoder:
             if not rejected:
                 break
             # Drop the records the plan rejected (and the wire failures, already rolled back)
-            # and decode the rest again: rare, only for strict columns and range errors.
+            # and decode the rest again: rare, only for strict columns, range errors and
+            # values an expression cannot compute.
             keep = np.ones(len(records.starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             records.keep(keep)

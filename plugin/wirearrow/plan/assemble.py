@@ -39,9 +39,9 @@ from wirearrow._core.rows import (
     select_slice,
     take_indices,
 )
-from wirearrow.plan.compiler import BoundExpr, CompiledPlan, OutputColumn
-from wirearrow.plan.expressions import Grouped
-from wirearrow.plan.expressions import broadcast as _broadcast
+from wirearrow.errors import quoted
+from wirearrow.plan.compiler import CompiledPlan, OutputColumn
+from wirearrow.plan.evaluate import Records, evaluate
 from wirearrow.plan.leaves import (
     CutLeaf,
     EnumLeaf,
@@ -588,6 +588,7 @@ class Assembler:
         n_rows = len(table[0])
         # The root group's elements are the decoded records; parents are dropped below.
         positions = self.parents(0)[table[0]] if row_records else None
+        batch_positions = self.parents(0)  # a record's place in the batch, for its errors
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
         facts = _facts(self.plan)
@@ -625,13 +626,22 @@ class Assembler:
                     self.r.col_arena[c] = None
             self._arrays.clear()
         built: list[pa.Array] = out
-        records = _Records(
+        records = Records(
             table[0], expanded, {t: tab[t] for t, (tab, _) in tables.items()}, self.counts[0]
         )
-        result = [
-            built[ref] if isinstance(ref, int) else _evaluate(ref, built, n_rows, records)
-            for _, ref in self.plan.outputs
-        ]
+        result = []
+        failed: list[tuple[int, str, str]] = []
+        for name, ref in self.plan.outputs:
+            if isinstance(ref, int):
+                result.append(built[ref])
+                continue
+            values, failures = evaluate(ref, built, n_rows, records)
+            result.append(values)
+            for elements, reason in failures:  # a value not computed fails its record
+                why = f"column {quoted(name)}: {reason}"
+                failed.extend((p, why, name) for p in batch_positions[elements].tolist())
+        if failed:
+            raise BadRecords(failed)
         return result, n_rows, positions
 
     def _drop_parents(self) -> None:
@@ -1063,46 +1073,6 @@ def _zero_offsets(n: int) -> pa.Buffer:
     if zeros.size < 4 * n:
         zeros = _ZERO_OFFSETS = pa.py_buffer(np.zeros(max(n, 2 * zeros.size // 4), np.int32))
     return zeros.slice(0, 4 * n)
-
-
-@dataclass(frozen=True)
-class _Records:
-    """How output rows and aggregate input rows map to records."""
-
-    rows: np.ndarray  # output row -> record
-    expanded: bool  # False: output rows are the records
-    groups: dict[int, np.ndarray]  # fan-out tree -> (its row -> record)
-    n: int
-
-
-def _evaluate(expr: BoundExpr, inputs: list[pa.Array], n: int, records: _Records) -> pa.Array:
-    """An expression over the row-aligned input columns (vectorised, pyarrow.compute)."""
-    value = _value(expr, inputs, n, records)
-    arr = value if isinstance(value, pa.Array) else _broadcast(value, n)
-    return arr if arr.type == expr.type else arr.cast(expr.type)
-
-
-def _value(
-    expr: BoundExpr, inputs: list[pa.Array], n: int, records: _Records
-) -> pa.Array | pa.Scalar:
-    if expr.input >= 0:
-        return inputs[expr.input]
-    if expr.function is None:
-        return pa.scalar(expr.value, type=expr.type)
-    if expr.function.aggregate:
-        # Arguments live on the aggregate rows (the fan-outs of its paths under each
-        # record); the result has one value per record, then one per output row.
-        groups = records.groups[expr.tree]
-        args = [
-            Grouped(
-                _broadcast(_value(a, inputs, len(groups), records), len(groups)), groups, records.n
-            )
-            for a in expr.args
-        ]
-        per_record = expr.function.evaluate(args, expr.call, records.n)  # type: ignore[arg-type]
-        return per_record.take(pa.array(records.rows)) if records.expanded else per_record
-    args = [_value(a, inputs, n, records) for a in expr.args]
-    return expr.function.evaluate(args, expr.call, n)  # type: ignore[arg-type]
 
 
 def _enum_names(numbers: pa.Array, names: tuple[tuple[int, str], ...]) -> pa.DictionaryArray:

@@ -34,6 +34,7 @@ __all__ = [
     "Keyword",
     "Lit",
     "PathRef",
+    "RowErrors",
     "as_expr",
     "lit",
     "literal_problem",
@@ -43,6 +44,21 @@ __all__ = [
 
 class ExprTypeError(ValueError):
     """An expression does not type-check; the plan compiler adds the column name."""
+
+
+class RowErrors(Exception):
+    """Raised by an evaluator whose result has rows without a value: ``value`` is the
+    result, null at those rows; ``failures`` says which rows and why, ``[(mask, reason)]``
+    (a bool per row, or one for all when every argument was a scalar).
+
+    Each such row fails its record under the error policy, never the batch
+    (plan/evaluate.py). Raised rather than returned so that evaluators keep one result type.
+    """
+
+    def __init__(self, value: pa.Array, failures: list[tuple[np.ndarray, str]]) -> None:
+        super().__init__("; ".join(reason for _, reason in failures))
+        self.value = value
+        self.failures = failures
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +172,10 @@ class Grouped:
 Value: TypeAlias = "pa.Array | pa.Scalar"
 Typer = Callable[[Sequence[pa.DataType], Call], pa.DataType]
 Evaluator = Callable[[Sequence[Value], Call, int], Value]
+# Where each argument's value is used (a bool per row; None: everywhere), from the argument
+# values: a failure in the branch cond does not take, or in a value coalesce does not reach,
+# fails nothing.
+Needs = Callable[[Sequence[Value], int], Sequence["np.ndarray | None"]]
 
 
 # A Python builder keyword's default: required.
@@ -190,6 +210,8 @@ class Function:
     params: tuple[str, ...] = ()
     keywords: tuple[Keyword, ...] = ()
     doc: str = ""
+    # Where each argument is used (cond, coalesce, and, or): a value not used fails nothing.
+    needs: Needs | None = None
 
     def check_arity(self, n: int) -> None:
         if n < self.min_args or (self.max_args is not None and n > self.max_args):
@@ -270,6 +292,7 @@ def register(
     params: Sequence[str] = (),
     keywords: Sequence[Keyword] = (),
     doc: str = "",
+    needs: Needs | None = None,
 ) -> Callable[[Evaluator], Evaluator]:
     def deco(fn: Evaluator) -> Evaluator:
         FUNCTIONS[name] = Function(
@@ -283,6 +306,7 @@ def register(
             tuple(params),
             tuple(keywords),
             doc,
+            needs,
         )
         return fn
 
@@ -335,7 +359,7 @@ def truthy(v: Value, n: int) -> pa.Array:
     elif pa.types.is_boolean(t):
         out = arr
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
-        out = pc.not_equal(arr, 0)
+        out = pc.not_equal(arr, pa.scalar(0, t))  # (an int64 0 made Arrow cast uint64 to int64)
     elif pa.types.is_string(t) or pa.types.is_binary(t):
         out = pc.greater(pc.binary_length(arr), 0)
     elif pa.types.is_list(t) or pa.types.is_map(t):

@@ -32,8 +32,14 @@ into a PlanError naming the column):
 * string forms (concat, hash, mask, distinct, list_concat, cast_string, text functions): as
   the reference's §3.1 (floats in shortest digits without exponent, bytes as lowercase hex,
   enums as numbers); timestamps, dates and durations as Arrow renders them (the reference
-  renders a Timestamp message as ``<message>``); lists, maps and structs have none (a plan
-  error where the reference writes ``<list>``/``<map>``/``<message>``).
+  renders a Timestamp message as ``<message>``; beyond year 9999, where Arrow's calendar
+  wraps, the same form from the exact date); lists, maps and structs have none (a plan
+  error where the reference writes ``<list>``/``<map>``/``<message>``). cast_string of
+  bytes decodes UTF-8 instead (the reference: hex); ``hex`` gives the hex form.
+* a value that cannot be computed fails its record, not the batch (plan/evaluate.py): an
+  evaluator raises RowErrors with its result and the failing rows (times beyond their
+  type, bytes that are not UTF-8); any other error is pinned on its rows by evaluating
+  halves again. Times never wrap: they are computed on int64 ticks, exactly.
 * comparisons follow IEEE for NaN (the reference: NaN compares equal to everything).
 * upper/lower are Arrow's per-code-point mappings (utf8proc): as Go except where the Unicode
   data differ, notably ``ß`` -> ``ẞ`` (Go leaves it). trim strips Go's ``unicode.IsSpace`` set.
@@ -73,6 +79,7 @@ match by backtracking where the reference's greedy scan fails.
 
 from __future__ import annotations
 
+import codecs
 import decimal
 import functools
 import re
@@ -93,7 +100,9 @@ from wirearrow.plan.expressions import (
     Keyword,
     Lit,
     MaybePath,
+    Needs,
     PathRef,
+    RowErrors,
     Typer,
     Value,
     broadcast,
@@ -122,24 +131,56 @@ def _fn(
     params: Sequence[str] = (),
     keywords: Sequence[Keyword] = (),
     doc: str = "",
+    needs: Needs | None = None,
 ) -> Callable[[Evaluator], Evaluator]:
     """register(), with the result cast to the type the typer gives for the actual arguments
     (so nested calls always see the types the plan was checked with)."""
 
     def deco(fn: Evaluator) -> Evaluator:
         def evaluate(args: Sequence[Value], call: Call, n: int) -> Value:
-            out = fn(args, call, n)
             types = [a.values.type if isinstance(a, Grouped) else a.type for a in args]
             t = typer(types, call)
+            try:
+                out = fn(args, call, n)
+            except RowErrors as errors:
+                if errors.value.type != t:
+                    errors.value = errors.value.cast(t)
+                raise
             return out if out.type == t else out.cast(t)
 
         register(
             name, min_args, max_args, typer, aux, aggregate,
-            params=params, keywords=keywords, doc=doc,
+            params=params, keywords=keywords, doc=doc, needs=needs,
         )(evaluate)  # fmt: skip
         return fn
 
     return deco
+
+
+def _refuse(value: Value, n: int, failures: Sequence[tuple[np.ndarray, str]]) -> Value:
+    """``value``, unless rows have no value (a bool mask per reason): then RowErrors with
+    those rows null, each failing its record (plan/evaluate.py)."""
+    failed = [(np.asarray(mask, dtype=bool), reason) for mask, reason in failures]
+    failed = [(mask, reason) for mask, reason in failed if mask.any()]
+    if not failed:
+        return value
+    arr = broadcast(value, n)
+    bad = np.zeros(len(arr), dtype=bool)
+    for mask, _ in failed:
+        bad |= mask
+    raise RowErrors(pc.if_else(pa.array(bad), pa.scalar(None, arr.type), arr), failed)
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _int64s(arr: pa.Array) -> np.ndarray:
+    """An integer array's values as int64 (0 where null)."""
+    filled = pc.fill_null(arr, 0) if arr.null_count else arr
+    return np.asarray(filled.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
 
 
 def _describe(call: Call, i: int) -> str:
@@ -259,6 +300,105 @@ def _finest(*units: str) -> str:
     return max(units, key=_FINER.index)
 
 
+# ---- exact time arithmetic ------------------------------------------------------------------
+#
+# Arrow's casts between time units and its temporal arithmetic wrap silently at the ends of
+# int64 (or raise for the whole array), and its calendar kernels are exact only within
+# years -32767..32767. Times are computed here on int64 ticks with numpy instead: a value
+# that does not fit the result's type fails its record (_refuse), none wraps.
+
+_I64_MAX = 2**63 - 1
+
+
+def _ticks(v: Value, n: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(int64 ticks, valid, unit) of timestamps, durations or dates: a date32 counts
+    seconds (days * 86400, which always fits), a date64 milliseconds."""
+    arr = broadcast(v, n)
+    t = arr.type
+    if pa.types.is_date32(t):
+        return _int64s(arr.view(pa.int32())) * 86400, _valid(arr), "s"
+    if pa.types.is_date64(t):
+        return _int64s(arr.view(pa.int64())), _valid(arr), "ms"
+    return _int64s(arr.view(pa.int64())), _valid(arr), t.unit
+
+
+def _rescale(ticks: np.ndarray, unit: str, to: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ticks of `unit` in the same or a finer unit `to`, and which do not fit int64 there
+    (0 in the result)."""
+    factor = _PER_SECOND[to] // _PER_SECOND[unit]
+    if factor == 1:
+        return ticks, np.zeros(len(ticks), dtype=bool)
+    bad = (ticks > _I64_MAX // factor) | (ticks < -(2**63 // factor))
+    return np.where(bad, 0, ticks) * factor, bad
+
+
+def _add_checked(a: np.ndarray, b: np.ndarray, subtract: bool) -> tuple[np.ndarray, np.ndarray]:
+    """a + b (or a - b) on int64, and where it overflowed."""
+    with np.errstate(over="ignore"):
+        r = a - b if subtract else a + b
+    overflow = (((a ^ b) & (a ^ r)) if subtract else ((a ^ r) & (b ^ r))) < 0
+    return r, overflow
+
+
+def _temporal_pair(
+    a: Value, b: Value, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    """Two times in their finest unit: (a ticks, a outside int64 there, b ticks, b outside,
+    order (-1, 0, 1: a before, with, after b; exact even where one does not fit), both valid,
+    unit)."""
+    at, a_ok, au = _ticks(a, n)
+    bt, b_ok, bu = _ticks(b, n)
+    unit = _finest(au, bu)
+    ra, a_bad = _rescale(at, au, unit)
+    rb, b_bad = _rescale(bt, bu, unit)
+    order = np.where(ra < rb, -1, np.where(ra > rb, 1, 0))
+    # Only the coarser one is rescaled: when it does not fit, it is beyond every value of
+    # the finer one, on its own side of 0.
+    order = np.where(a_bad, np.sign(at), np.where(b_bad, -np.sign(bt), order))
+    return ra, a_bad, rb, b_bad, order, a_ok & b_ok, unit
+
+
+def _from_ticks(ticks: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
+    mask = None if valid.all() else ~valid
+    if pa.types.is_date32(t):
+        return pa.array(ticks.astype(np.int32), pa.date32(), mask=mask)
+    return pa.array(ticks, t, mask=mask)
+
+
+def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(year, month, day) of days since 1970-01-01, proleptic Gregorian (Howard Hinnant's
+    civil_from_days), exact over every int64 second count."""
+    z = days + 719468
+    era = np.floor_divide(z, 146097)
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _calendar(ticks: np.ndarray, unit: str) -> dict[str, np.ndarray]:
+    """The UTC parts of instants given in ticks of `unit` (floored: -1 s is 23:59:59 of
+    1969-12-31), and ``epoch``, the whole seconds since 1970."""
+    seconds = np.floor_divide(ticks, _PER_SECOND[unit])
+    days = np.floor_divide(seconds, 86400)
+    of_day = seconds - days * 86400
+    year, month, day = _civil(days)
+    return {
+        "year": year,
+        "month": month,
+        "day": day,
+        "hour": of_day // 3600,
+        "minute": of_day // 60 % 60,
+        "second": of_day % 60,
+        "epoch": seconds,
+        "days": days,
+        "fraction": ticks - seconds * _PER_SECOND[unit],
+    }
+
+
 # ---- string forms -----------------------------------------------------------------------------
 
 
@@ -359,9 +499,46 @@ def _text(arr: pa.Array) -> pa.Array:
         return pa.nulls(len(arr), pa.utf8())
     if pa.types.is_floating(t):
         return _float_text(arr)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return _time_text(arr)
     if _has_text(t):
         return arr.cast(pa.utf8())
     raise ExprTypeError(f"{t} has no string form")
+
+
+# Arrow renders times exactly within years 1..9999 (beyond, its calendar wraps: year 14423
+# and hour 2562033891409935 for INT64_MAX seconds, "<value out of range>" for dates); the
+# rows beyond are rendered here the same way, from the exact calendar.
+_TEXT_SECONDS = (-62135596800, 253402300800)  # 0001-01-01, 10000-01-01
+_FRACTION_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def _time_text(arr: pa.Array) -> pa.Array:
+    ticks, valid, unit = _ticks(arr, len(arr))
+    seconds = np.floor_divide(ticks, _PER_SECOND[unit])
+    beyond = valid & ((seconds < _TEXT_SECONDS[0]) | (seconds >= _TEXT_SECONDS[1]))
+    if not beyond.any():
+        return arr.cast(pa.utf8())
+    where = pa.array(beyond)
+    inside = pc.if_else(where, pa.scalar(None, arr.type), arr).cast(pa.utf8())
+    parts = _calendar(ticks[beyond], unit)
+
+    def digits(values: np.ndarray, width: int) -> pa.Array:
+        return pc.utf8_lpad(pa.array(np.abs(values)).cast(pa.utf8()), width=width, padding="0")
+
+    year = pc.binary_join_element_wise(
+        pa.array(np.where(parts["year"] < 0, "-", "")), digits(parts["year"], 4), ""
+    )
+    pieces = [year, "-", digits(parts["month"], 2), "-", digits(parts["day"], 2)]
+    if not pa.types.is_date(arr.type):
+        pieces += [" ", digits(parts["hour"], 2), ":", digits(parts["minute"], 2), ":",
+                   digits(parts["second"], 2)]  # fmt: skip
+        if _FRACTION_DIGITS[unit]:
+            pieces += [".", digits(parts["fraction"], _FRACTION_DIGITS[unit])]
+        if arr.type.tz is not None:
+            pieces.append("Z")
+    text = pc.binary_join_element_wise(*pieces, "")
+    return pc.replace_with_mask(inside, where, text)
 
 
 def string_form(v: Value, n: int, keep_nulls: bool = False) -> Value:
@@ -385,7 +562,25 @@ def _has(args: Sequence[Value], call: Call, n: int) -> Value:
     return truthy(args[0], n)
 
 
-@_fn("coalesce", 2, None, _first_common, doc="The first truthy value (0, \"\" and false are skipped); null when none is.")
+def _truthy_rows(v: Value, n: int) -> np.ndarray:
+    return np.asarray(truthy(v, n).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _coalesce_needs(args: Sequence[Value], n: int) -> list[np.ndarray | None]:
+    """Each value is used where no value before it is truthy."""
+    out: list[np.ndarray | None] = [None]
+    before = np.zeros(n, dtype=bool)
+    for a in args[:-1]:
+        before |= _truthy_rows(a, n)
+        out.append(~before)
+    return out
+
+
+@_fn(
+    "coalesce", 2, None, _first_common,
+    doc="The first truthy value (0, \"\" and false are skipped); null when none is.",
+    needs=_coalesce_needs,
+)
 def _coalesce(args: Sequence[Value], call: Call, n: int) -> Value:
     t = common_type([a.type for a in args], "coalesce")
     out = _nulls(n, t)
@@ -407,16 +602,24 @@ def _default_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 def _default(args: Sequence[Value], call: Call, n: int) -> Value:
     t = _default_type([args[0].type], call)
     value = _to(broadcast(args[0], n), t)
-    return pc.if_else(truthy(value, n), value, pa.scalar(call.literal, t))
+    # (the literal in its own type, then as t: a uint64 above int64 wraps, as documented)
+    fallback = _to(pa.scalar(call.literal, literal_type(call.literal)), t)
+    return pc.if_else(truthy(value, n), value, fallback)
 
 
 def _cond_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return common_type(types[1:], "cond")
 
 
+def _cond_needs(args: Sequence[Value], n: int) -> list[np.ndarray | None]:
+    chosen = _truthy_rows(args[0], n)
+    return [None, chosen, ~chosen]
+
+
 @_fn(
     "cond", 3, 3, _cond_type, params=("predicate", "if_true", "if_false"),
     doc="`if_true` where the predicate is truthy (null is false), else `if_false`.",
+    needs=_cond_needs,
 )  # fmt: skip
 def _cond(args: Sequence[Value], call: Call, n: int) -> Value:
     t = common_type([a.type for a in args[1:]], "cond")
@@ -543,8 +746,14 @@ def _comparison(op: Callable[[Value, Value], Value]) -> Evaluator:
         ta, tb = _comparison_types(a.type, b.type, call)
         if _is_null(ta) or _is_null(tb):
             return _nulls(n, pa.bool_())
-        if _temporal_kind(ta) == "timestamp":
-            a, b = _as_utc(a), _as_utc(b)
+        if _temporal_kind(ta) in ("timestamp", "duration"):
+            # exactly, in ticks: a cast to the finer unit would wrap at the ends of int64
+            *_, order, valid, _ = _temporal_pair(a, b, n)
+            return op(pa.array(order, pa.int8(), mask=None if valid.all() else ~valid), 0)
+        if pa.types.is_boolean(a.type) and not pa.types.is_boolean(ta):
+            a = _to(a, pa.int64())  # a bool against a number: 0/1 (no cast to a decimal)
+        if pa.types.is_boolean(b.type) and not pa.types.is_boolean(tb):
+            b = _to(b, pa.int64())
         return op(_to(a, ta), _to(b, tb))
 
     return evaluate
@@ -561,12 +770,18 @@ for _name, _op in {
     _fn(_name, 2, 2, _compare_type)(_comparison(_op))
 
 
-@_fn("and", 2, 2, _bool, doc="Both truthy (never null).")
+@_fn(
+    "and", 2, 2, _bool, doc="Both truthy (never null).",
+    needs=lambda args, n: [None, _truthy_rows(args[0], n)],
+)  # fmt: skip
 def _and(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.and_(truthy(args[0], n), truthy(args[1], n))
 
 
-@_fn("or", 2, 2, _bool, doc="Either truthy (never null).")
+@_fn(
+    "or", 2, 2, _bool, doc="Either truthy (never null).",
+    needs=lambda args, n: [None, ~_truthy_rows(args[0], n)],
+)  # fmt: skip
 def _or(args: Sequence[Value], call: Call, n: int) -> Value:
     return pc.or_(truthy(args[0], n), truthy(args[1], n))
 
@@ -607,11 +822,21 @@ def _arith_result(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return _arith_type(types)
 
 
-def _temporal_operand(v: Value, unit: str) -> Value:
-    t = v.type
-    if _temporal_kind(t) == "timestamp":
-        return pc.cast(_as_utc(v), pa.timestamp(unit, tz="UTC"))
-    return pc.cast(v, pa.duration(unit))
+def _time_arith(args: Sequence[Value], call: Call, n: int, t: pa.DataType) -> Value:
+    """ts +- duration, ts - ts, duration +- duration in t's unit: a value or a result
+    outside int64 ticks of that unit fails its record."""
+    a, a_bad, b, b_bad, _, valid, _ = _temporal_pair(args[0], args[1], n)
+    r, overflow = _add_checked(a, b, subtract=call.func == "sub")
+    unfit = (a_bad | b_bad) & valid
+    return _refuse(
+        _from_ticks(np.where(overflow, 0, r), valid, t),
+        n,
+        [
+            (a_bad & valid, f"{call.func}: {_describe(call, 0)} does not fit {t}"),
+            (b_bad & valid, f"{call.func}: {_describe(call, 1)} does not fit {t}"),
+            (overflow & valid & ~unfit, f"{call.func}: the result is outside {t}"),
+        ],
+    )
 
 
 def _arith(op: Callable[[Value, Value], Value]) -> Evaluator:
@@ -620,7 +845,7 @@ def _arith(op: Callable[[Value, Value], Value]) -> Evaluator:
         if any(_is_null(a.type) for a in args):
             return _nulls(n, t)
         if pa.types.is_timestamp(t) or pa.types.is_duration(t):
-            return op(*(_temporal_operand(a, t.unit) for a in args))
+            return _time_arith(args, call, n, t)
         return op(_to(args[0], t), _to(args[1], t))
 
     return evaluate
@@ -657,8 +882,9 @@ def _mod(args: Sequence[Value], call: Call, n: int) -> Value:
         return _nulls(n)
     x, d, q, t = _divide(args, call, n)
     if pa.types.is_integer(t):
-        # remainder with the sign of the dividend (C/Go), not Python's floored %
-        return pc.if_else(pc.equal(d, -1), pa.scalar(0, t), pc.subtract(x, pc.multiply(q, d)))
+        # remainder with the sign of the dividend (C/Go), not Python's floored %; x % -1
+        # is 0 (x * 0 keeps x's nulls: mod(null, -1) is null)
+        return pc.if_else(pc.equal(d, -1), pc.multiply(x, 0), pc.subtract(x, pc.multiply(q, d)))
     xa, da = broadcast(x, n), broadcast(d, n)
     xn = xa.to_numpy(zero_copy_only=False)
     dn = pc.fill_null(da, 1.0).to_numpy(zero_copy_only=False)
@@ -727,10 +953,24 @@ def _minmax(fn: Callable[..., Value]) -> Evaluator:
         t = _minmax_type([a.type for a in args], call)
         if any(_is_null(a.type) for a in args):
             return _nulls(n, t)
+        if _temporal_kind(t) in ("timestamp", "duration"):
+            # in ticks of t's unit: the one chosen fails its record if it does not fit there
+            ra, a_bad, rb, b_bad, order, valid, _ = _temporal_pair(args[0], args[1], n)
+            first = (order <= 0) if call.func == "min" else (order >= 0)
+            ticks = np.where(first, ra, rb)
+            unfit = np.where(first, a_bad, b_bad) & valid
+            return _refuse(
+                _from_ticks(np.where(unfit, 0, ticks), valid, t),
+                n,
+                [(unfit, f"{call.func}: the {'earlier' if call.func == 'min' else 'later'} "
+                  f"value does not fit {t}")],
+            )
         a, b = (_to(_as_utc(v), t) for v in args)
-        if pa.types.is_temporal(t):  # Arrow has no temporal kernel: order the ticks
-            ticks = _storage_int(t)
-            return pc.cast(fn(pc.cast(a, ticks), pc.cast(b, ticks), skip_nulls=False), t)
+        if pa.types.is_temporal(t):  # times of day: Arrow has no kernel, order the ticks
+            ticks_type = _storage_int(t)
+            return pc.cast(
+                fn(pc.cast(a, ticks_type), pc.cast(b, ticks_type), skip_nulls=False), t
+            )
         out = fn(a, b, skip_nulls=False)
         if pa.types.is_floating(t):  # IEEE: a NaN operand gives NaN (Arrow skips it)
             out = pc.if_else(pc.or_(pc.is_nan(a), pc.is_nan(b)), float("nan"), out)
@@ -954,12 +1194,80 @@ def _cast_float(args: Sequence[Value], call: Call, n: int) -> Value:
     v = args[0]
     if _is_str(v.type):
         return _parse_float(broadcast(v, n).cast(pa.utf8()))
-    return pc.cast(v, pa.float64())
+    return pc.cast(v, pa.float64(), safe=False)  # the nearest double (2**60 + 1: 2**60)
 
 
-@_fn("cast_string", 1, 1, _string)
+@_fn(
+    "cast_string", 1, 1, _string,
+    doc="The string form; bytes decoded as UTF-8 (bytes that are not fail the record).",
+)  # fmt: skip
 def _cast_string(args: Sequence[Value], call: Call, n: int) -> Value:
-    return string_form(args[0], n)
+    v = args[0]
+    if not _is_bytes(v.type):
+        return string_form(v, n)
+    # bytes are text in UTF-8 (hex() gives their hex form); bytes that are not fail
+    arr = broadcast(v, n)
+    if pa.types.is_fixed_size_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    try:
+        return pc.fill_null(arr.cast(pa.utf8()), "")
+    except pa.ArrowInvalid:
+        bad = not_utf8(arr)
+    text = pc.if_else(pa.array(bad), pa.scalar(None, arr.type), arr).cast(pa.utf8())
+    reason = f"cast_string: {_describe(call, 0)} is not valid UTF-8"
+    return _refuse(pc.fill_null(text, ""), n, [(bad, reason)])
+
+
+def not_utf8(arr: pa.Array) -> np.ndarray:
+    """Which values of a binary array are not valid UTF-8 (each on its own: a character
+    split between two values makes both invalid); nulls are not.
+
+    The whole data buffer is decoded by Python's C codec, resuming after each error at the
+    start of the next value: one decode call per bad value plus one, none per good value.
+    """
+    off, data = _buffers(arr)
+    n = len(arr)
+    bad = np.zeros(n, dtype=bool)
+    raw = data.tobytes()
+    at = 0
+    while at < len(raw):
+        try:
+            codecs.utf_8_decode(raw[at:], "strict", True)
+            break
+        except UnicodeDecodeError as err:
+            row = int(np.searchsorted(off, at + err.start, side="right")) - 1
+            bad[row] = True
+            at = int(off[row + 1])
+    # A value ending inside a character the next one completes decodes as a whole: the
+    # byte after it (the next value's first byte) is a continuation byte, and so is the
+    # next value's start.
+    lengths = np.diff(off)
+    nonempty = np.flatnonzero(lengths > 0)
+    starts = off[nonempty]
+    continues = (data[starts] & 0xC0) == 0x80
+    bad[nonempty[continues]] = True
+    ends = off[nonempty + 1]
+    inside = ends < len(data)
+    cut = np.zeros(len(nonempty), dtype=bool)
+    cut[inside] = (data[ends[inside]] & 0xC0) == 0x80
+    bad[nonempty[cut]] = True
+    return bad & _valid(arr)
+
+
+def _hex_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
+    t = types[0]
+    if not (_is_bytes(t) or _is_str(t) or _is_null(t)):
+        raise ExprTypeError(f"hex: {_describe(call, 0)} is {t}; hex takes bytes or a string")
+    return pa.utf8()
+
+
+@_fn("hex", 1, 1, _hex_type, doc="Bytes (a string: its UTF-8 bytes) as lowercase hex.")
+def _hex_of(args: Sequence[Value], call: Call, n: int) -> Value:
+    """Bytes (a string: its UTF-8 bytes) as lowercase hex; null stays null."""
+    v = broadcast(args[0], n)
+    if _is_null(v.type):
+        return _nulls(n, pa.utf8())
+    return _hex(v.cast(pa.binary()) if _is_str(v.type) else v)
 
 
 # ---- hash -------------------------------------------------------------------------------------
@@ -1051,14 +1359,19 @@ def _instant(v: Value, call: Call) -> Value:
     return pc.cast(_as_utc(v), t)
 
 
-_PARTS = {
-    "year": pc.year,
-    "month": pc.month,
-    "day": pc.day,
-    "hour": pc.hour,
-    "minute": pc.minute,
-    "second": pc.second,
-}
+_PARTS = ("year", "month", "day", "hour", "minute", "second")
+
+
+def _instant_ticks(v: Value, call: Call, n: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(int64 ticks, valid, unit) of what a time function reads: a timestamp or date, or
+    an integer epoch in the call's unit (a uint64 beyond int64 is no time: null)."""
+    t = v.type
+    if _is_null(t):
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), "us"
+    if _is_int(t):
+        ticks = broadcast(_epoch_ticks(v), n)
+        return _int64s(ticks), _valid(ticks), _instant_type(t, call).unit
+    return _ticks(v, n)
 
 
 def _extract_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -1066,9 +1379,16 @@ def _extract_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     return pa.int64()
 
 
+def _part_of(part: str, args: Sequence[Value], call: Call, n: int) -> Value:
+    """One calendar part of each instant, exact at the ends of int64 (Arrow's kernels
+    gave year 14423 for INT64_MAX seconds)."""
+    ticks, valid, unit = _instant_ticks(args[0], call, n)
+    return pa.array(_calendar(ticks, unit)[part], pa.int64(), mask=None if valid.all() else ~valid)
+
+
 def _extract(part: str) -> Evaluator:
     def evaluate(args: Sequence[Value], call: Call, n: int) -> Value:
-        return _PARTS[part](_instant(args[0], call))
+        return _part_of(part, args, call, n)
 
     return evaluate
 
@@ -1101,21 +1421,15 @@ def _date_part_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     doc="year, month, day, hour, minute, second or epoch (seconds) of a time, UTC.",
 )  # fmt: skip
 def _date_part(args: Sequence[Value], call: Call, n: int) -> Value:
-    part = _date_part_name(call)
-    ts = _instant(args[0], call)
-    if part == "epoch":  # whole seconds since 1970, floored
-        ticks = pc.cast(pc.cast(ts, pa.timestamp(ts.type.unit)), pa.int64())
-        per = _PER_SECOND[ts.type.unit]
-        q = pc.divide(ticks, per)  # truncated; floor it for instants before 1970
-        return pc.subtract(
-            q, pc.cast(pc.less(pc.subtract(ticks, pc.multiply(q, per)), 0), pa.int64())
-        )
-    return _PARTS[part](ts)
+    return _part_of(_date_part_name(call), args, call, n)  # epoch: whole seconds, floored
 
 
 def _epoch_to_date_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     _instant_type(types[0], call)
     return pa.date32()
+
+
+_DATE32_DAYS = (-(2**31), 2**31 - 1)
 
 
 @_fn(
@@ -1126,7 +1440,15 @@ def _epoch_to_date(args: Sequence[Value], call: Call, n: int) -> Value:
     if pa.types.is_date32(args[0].type):
         return args[0]
     # the calendar date (UTC) of the instant: floored, so -1 s is 1969-12-31
-    return pc.cast(_instant(args[0], call), pa.date32())
+    ticks, valid, unit = _instant_ticks(args[0], call, n)
+    days = _calendar(ticks, unit)["days"]
+    outside = (days < _DATE32_DAYS[0]) | (days > _DATE32_DAYS[1])
+    return _refuse(
+        _from_ticks(np.where(outside, 0, days), valid, pa.date32()),
+        n,
+        [(outside & valid, f"epoch_to_date: {_describe(call, 0)} is outside date32 "
+          "(years -5877641..5881580)")],
+    )
 
 
 def _age_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
@@ -1141,12 +1463,25 @@ def _age_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
     doc="now - value, or value - other: a duration. `unit` for integer epochs.",
 )  # fmt: skip
 def _age(args: Sequence[Value], call: Call, n: int) -> Value:
-    unit = _age_type([a.type for a in args], call).unit
-    values = [pc.cast(_instant(a, call), pa.timestamp(unit, tz="UTC")) for a in args]
+    t = _age_type([a.type for a in args], call)
+    values = [_instant_ticks(a, call, n) for a in args]
     if len(values) == 1:  # the wall clock, once per batch
-        now = pa.scalar(time.time_ns() // 1000, pa.timestamp("us", tz="UTC"))
-        values.insert(0, pc.cast(now, pa.timestamp(unit, tz="UTC")))
-    return pc.subtract(values[0], values[1])
+        now = np.full(n, time.time_ns() // 1000, dtype=np.int64)
+        values.insert(0, (now, np.ones(n, dtype=bool), "us"))
+    (a, a_ok, au), (b, b_ok, bu) = values
+    ra, a_bad = _rescale(a, au, t.unit)
+    rb, b_bad = _rescale(b, bu, t.unit)
+    valid = a_ok & b_ok
+    r, overflow = _add_checked(ra, rb, subtract=True)
+    unfit = (a_bad | b_bad) & valid
+    return _refuse(
+        _from_ticks(np.where(overflow | unfit, 0, r), valid, t),
+        n,
+        [
+            (unfit, f"age: a time does not fit timestamp[{t.unit}]"),
+            (overflow & valid & ~unfit, f"age: the difference is outside {t}"),
+        ],
+    )
 
 
 def _epoch_ticks(v: Value) -> Value:
