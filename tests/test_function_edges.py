@@ -28,7 +28,7 @@ from wirearrow.plan.evaluate import Records, evaluate
 from wirearrow.plan.expressions import FUNCTIONS, Call, ExprTypeError, literal_type
 
 FUNCTION_EXAMPLES = 8  # of up to MAX_ROWS rows each
-SLOW_EXAMPLES = 400
+SLOW_EXAMPLES = 100
 MAX_ROWS = 24
 
 I64 = (-(2**63), 2**63 - 1)
