@@ -225,3 +225,29 @@ def test_any_error_of_an_evaluator_is_pinned_on_its_records(ev, monkeypatch) -> 
     # one that raises on every row fails every record, and the batch still returns
     tc, batch = transcode(ev, E.Call("boom", (E.Lit(13),)), messages[:5])
     assert batch.num_rows == 0 and tc.stats.records_failed == 5
+
+
+def test_an_aggregate_error_is_pinned_on_its_records(ev, monkeypatch) -> None:
+    """Narrowing down an aggregate's error splits the records (each with all its values)."""
+    import pyarrow.compute as pc
+
+    from wirearrow.plan.functions import per_record
+
+    def boom(args, call, n):
+        if pc.any(pc.equal(args[0].values, 13)).as_py():
+            raise pa.ArrowInvalid("13 inside")
+        return per_record(args[0], "sum")
+
+    fn = E.Function("boomsum", 1, 1, lambda types, call: pa.int64(), boom, aggregate=True)
+    monkeypatch.setitem(E.FUNCTIONS, "boomsum", fn)
+    schema, Event = ev
+    tc = wa.Transcoder(
+        schema,
+        columns=["id", wa.Column(name="s", expr=E.Call("boomsum", (wa.cast_int("items[*].id"),)))],
+        on_error="dead_letter",
+    )
+    messages = [{"id": str(i), "items": [{"id": str(i)}, {"id": str(i + 1)}]} for i in range(30)]
+    batch = tc.transcode([Event(**m).SerializeToString() for m in [*messages, {"id": "x"}]])
+    kept = [i for i in range(30) if i not in (12, 13)]
+    assert batch.to_pydict() == {"id": [str(i) for i in kept] + ["x"], "s": [2 * i + 1 for i in kept] + [None]}
+    assert dead(tc) == [(12, "s", "column 's': boomsum: 13 inside"), (13, "s", "column 's': boomsum: 13 inside")]

@@ -358,6 +358,20 @@ def _temporal_pair(
     return ra, a_bad, rb, b_bad, order, a_ok & b_ok, unit
 
 
+def _fitted(v: Value, t: pa.DataType) -> Value:
+    """A time as type t (the same kind, a finer or equal unit); ArrowInvalid where a value
+    does not fit (the exact path then says which)."""
+    v = _as_utc(v) if pa.types.is_timestamp(t) else v
+    return v if v.type == t else pc.cast(v, t, safe=True)
+
+
+def _in_unit(v: Value, unit: str) -> Value:
+    """A timestamp or date as timestamp[unit, UTC], a duration as duration[unit]."""
+    if _temporal_kind(v.type) == "timestamp":
+        return _fitted(v, pa.timestamp(unit, tz="UTC"))
+    return _fitted(v, pa.duration(unit))
+
+
 def _from_ticks(ticks: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
     mask = None if valid.all() else ~valid
     if pa.types.is_date32(t):
@@ -747,7 +761,11 @@ def _comparison(op: Callable[[Value, Value], Value]) -> Evaluator:
         if _is_null(ta) or _is_null(tb):
             return _nulls(n, pa.bool_())
         if _temporal_kind(ta) in ("timestamp", "duration"):
-            # exactly, in ticks: a cast to the finer unit would wrap at the ends of int64
+            try:  # both in the finer unit, unless one does not fit there
+                return op(_fitted(a, ta), _fitted(b, tb))
+            except pa.ArrowInvalid:
+                pass
+            # then exactly, in ticks (a cast that does not check wraps)
             *_, order, valid, _ = _temporal_pair(a, b, n)
             return op(pa.array(order, pa.int8(), mask=None if valid.all() else ~valid), 0)
         if pa.types.is_boolean(a.type) and not pa.types.is_boolean(ta):
@@ -825,6 +843,12 @@ def _arith_result(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 def _time_arith(args: Sequence[Value], call: Call, n: int, t: pa.DataType) -> Value:
     """ts +- duration, ts - ts, duration +- duration in t's unit: a value or a result
     outside int64 ticks of that unit fails its record."""
+    try:  # the usual case, in Arrow: every value and result fits
+        a_t, b_t = (_in_unit(v, t.unit) for v in args)
+        checked = pc.add_checked if call.func == "add" else pc.subtract_checked
+        return checked(a_t, b_t)
+    except pa.ArrowInvalid:
+        pass
     a, a_bad, b, b_bad, _, valid, _ = _temporal_pair(args[0], args[1], n)
     r, overflow = _add_checked(a, b, subtract=call.func == "sub")
     unfit = (a_bad | b_bad) & valid
@@ -954,6 +978,11 @@ def _minmax(fn: Callable[..., Value]) -> Evaluator:
         if any(_is_null(a.type) for a in args):
             return _nulls(n, t)
         if _temporal_kind(t) in ("timestamp", "duration"):
+            try:  # the usual case: both fit t's unit; Arrow has no temporal kernel: ticks
+                a, b = (_in_unit(v, t.unit).view(pa.int64()) for v in (broadcast(x, n) for x in args))
+                return fn(a, b, skip_nulls=False).view(t)
+            except pa.ArrowInvalid:
+                pass
             # in ticks of t's unit: the one chosen fails its record if it does not fit there
             ra, a_bad, rb, b_bad, order, valid, _ = _temporal_pair(args[0], args[1], n)
             first = (order <= 0) if call.func == "min" else (order >= 0)
@@ -1355,8 +1384,25 @@ def _instant(v: Value, call: Call) -> Value:
     if _is_null(v.type):
         return pc.cast(v, t)
     if _is_int(v.type):
-        return pc.cast(_to(v, pa.int64()), t)
+        return pc.cast(_epoch_ticks(v), t)
     return pc.cast(_as_utc(v), t)
+
+
+_ARROW_PARTS = {
+    "year": pc.year, "month": pc.month, "day": pc.day,
+    "hour": pc.hour, "minute": pc.minute, "second": pc.second,
+}  # fmt: skip
+
+
+def _in_arrow_calendar(ts: pa.Array) -> bool:
+    """Whether every instant of a UTC timestamp array is within years 1..9999, where
+    Arrow's calendar kernels are exact (one min/max pass)."""
+    bounds = pc.min_max(ts.view(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return True
+    per = _PER_SECOND[ts.type.unit]
+    return _TEXT_SECONDS[0] * per <= low and high < _TEXT_SECONDS[1] * per
 
 
 _PARTS = ("year", "month", "day", "hour", "minute", "second")
@@ -1382,6 +1428,9 @@ def _extract_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 def _part_of(part: str, args: Sequence[Value], call: Call, n: int) -> Value:
     """One calendar part of each instant, exact at the ends of int64 (Arrow's kernels
     gave year 14423 for INT64_MAX seconds)."""
+    ts = broadcast(_instant(args[0], call), n)
+    if part in _ARROW_PARTS and _in_arrow_calendar(ts):  # the usual case: Arrow's kernel
+        return _ARROW_PARTS[part](ts)
     ticks, valid, unit = _instant_ticks(args[0], call, n)
     return pa.array(_calendar(ticks, unit)[part], pa.int64(), mask=None if valid.all() else ~valid)
 
@@ -1440,6 +1489,9 @@ def _epoch_to_date(args: Sequence[Value], call: Call, n: int) -> Value:
     if pa.types.is_date32(args[0].type):
         return args[0]
     # the calendar date (UTC) of the instant: floored, so -1 s is 1969-12-31
+    ts = broadcast(_instant(args[0], call), n)
+    if _in_arrow_calendar(ts):
+        return pc.cast(ts, pa.date32())
     ticks, valid, unit = _instant_ticks(args[0], call, n)
     days = _calendar(ticks, unit)["days"]
     outside = (days < _DATE32_DAYS[0]) | (days > _DATE32_DAYS[1])
@@ -1464,6 +1516,14 @@ def _age_type(types: Sequence[pa.DataType], call: Call) -> pa.DataType:
 )  # fmt: skip
 def _age(args: Sequence[Value], call: Call, n: int) -> Value:
     t = _age_type([a.type for a in args], call)
+    try:  # the usual case, in Arrow: every time and difference fits
+        stamps = [_fitted(_instant(a, call), pa.timestamp(t.unit, tz="UTC")) for a in args]
+        if len(stamps) == 1:  # the wall clock, once per batch
+            now = pa.scalar(time.time_ns() // 1000, pa.timestamp("us", tz="UTC"))
+            stamps.insert(0, _fitted(now, pa.timestamp(t.unit, tz="UTC")))
+        return pc.subtract_checked(stamps[0], stamps[1])
+    except pa.ArrowInvalid:
+        pass
     values = [_instant_ticks(a, call, n) for a in args]
     if len(values) == 1:  # the wall clock, once per batch
         now = np.full(n, time.time_ns() // 1000, dtype=np.int64)
