@@ -48,6 +48,7 @@ from wirearrow.options import (
     ON_ERROR,
     OPTIONS,
     Choice,
+    FieldNames,
     Flag,
     IntRange,
     option_problem,
@@ -680,6 +681,17 @@ class _Checker:
             return None
         return value
 
+    def string_list(self, value: object, keypath: str, line: int | None) -> list[str] | None:
+        if not isinstance(value, list):
+            self.problem(line, keypath, f"expected a list of strings, got {_kind(value)}")
+            return None
+        out = []
+        for i in range(len(value)):
+            text = self.string(self.text(value, i), _join(keypath, i), self.item_line(value, i, line))
+            if text is not None:
+                out.append(text)
+        return out if len(out) == len(value) else None
+
     def choice(
         self,
         value: object,
@@ -729,6 +741,9 @@ class _Checker:
             return self.integer(value, key, line, minimum=rule.low, maximum=rule.high)
         if isinstance(rule, Flag):
             return self.boolean(value, key, line)
+        if isinstance(rule, FieldNames):
+            names = self.string_list(value, key, line)
+            return tuple(names) if names is not None else None
         raise TypeError(f"no YAML check for the rule of option {key}: {rule!r}")
 
     def boolean(self, value: object, keypath: str, line: int | None) -> bool | None:

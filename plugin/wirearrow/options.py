@@ -32,6 +32,7 @@ __all__ = [
     "UNVALIDATED_STRINGS",
     "VALIDATE",
     "Choice",
+    "FieldNames",
     "Flag",
     "IntRange",
     "Options",
@@ -105,7 +106,27 @@ class Flag:
         return "`true` / `false`"
 
 
-Rule = Choice | IntRange | Flag
+@dataclass(frozen=True)
+class FieldNames:
+    """Full names of fields of the schema (``pkg.Message.field``), kept as a sorted tuple
+    (any collection of them is accepted); the compiler checks each against the schema."""
+
+    def problem(self, value: object) -> str | None:
+        if isinstance(value, tuple) and all(isinstance(v, str) and v for v in value):
+            return None
+        return f"must be a list of field full names (pkg.Message.field), not {value!r}"
+
+    def describe(self) -> str:
+        return "a list of field full names"
+
+    @staticmethod
+    def normalise(value: object) -> object:
+        if isinstance(value, list | set | frozenset | tuple):
+            return tuple(sorted(set(value), key=str))  # one order: one plan
+        return value  # (a single str: refused by problem, not split into letters)
+
+
+Rule = Choice | IntRange | Flag | FieldNames
 
 
 def _option(default: Any, rule: Rule, doc: str, *, plan: bool = True) -> Any:
@@ -180,6 +201,14 @@ class Options:
         "message's unknown fields and counted in `strings_not_utf8`; `binary` columns; or "
         "`reject`: such a value makes a bad record (docs/types.md)",
     )
+    bytes_as_string: tuple[str, ...] = _option(
+        (),
+        FieldNames(),
+        "`bytes` fields that hold text, by full name (`[pkg.Event.payload]`): `utf8` wherever "
+        "the plan reads them (a column, a struct's child, a list's items, a map's value), a "
+        "value that is not UTF-8 making a bad record; `encode` writes the text back as the "
+        "same bytes (docs/types.md)",
+    )
 
     field_ids: bool = _option(
         True,
@@ -191,6 +220,9 @@ class Options:
     )
 
     def __post_init__(self) -> None:
+        for name, f in OPTIONS.items():
+            if isinstance(f.metadata["rule"], FieldNames):
+                object.__setattr__(self, name, FieldNames.normalise(getattr(self, name)))
         problems = [
             f"{name} {why}"
             for name in OPTIONS
@@ -225,7 +257,7 @@ def unknown_options(names: object) -> list[str]:
 
 def _yaml_text(value: object) -> str:
     """A default as a YAML plan writes it."""
-    if value is None:
+    if value is None or value == ():
         return "none"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"

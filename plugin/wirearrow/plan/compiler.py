@@ -190,7 +190,7 @@ def compile_plan(
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
     builder.reject_unvalidated = options.unvalidated_strings == "reject"
     resolver = _Resolver(builder, options)
-    problems: list[str] = []
+    problems: list[str] = _bytes_as_string_problems(message, options)
     inputs = _Inputs(resolver)
     outputs: list[tuple[str, int | BoundExpr]] = []
     seen: dict[str, int] = {}
@@ -293,6 +293,56 @@ def _leaf_keys(t: pa.DataType, leaf: Leaf | None, key: Key) -> KeyTree:
             _leaf_keys(t.item_type, leaf.value, (*key, MAP_VALUE)),
         )
     return type_keys(t, key)  # a scalar, or a type of no message (an expression's)
+def _bytes_as_string_problems(message: Descriptor, options: Options) -> list[str]:
+    """Each name of bytes_as_string must be a bytes field of the schema's pool."""
+    names = options.bytes_as_string
+    if not names:
+        return []
+    pool = message.file.pool
+    problems = []
+    for name in names:
+        try:
+            fd = pool.FindFieldByName(name)
+        except KeyError:
+            fd = None
+        if fd is not None and fd.type != FieldDescriptor.TYPE_BYTES:
+            kind = _TYPE_NAMES.get(fd.type, "other")
+            article = "an" if kind[0] in "aeiou" else "a"
+            problems.append(f"bytes_as_string: {quoted(name)} is {article} {kind} field, not bytes")
+        elif fd is None:
+            known = sorted(_bytes_fields(message))
+            hint = did_you_mean(name, known) or (
+                f" (the bytes fields: {', '.join(known[:20])}{', ...' if len(known) > 20 else ''})"
+                if known
+                else f" ({message.full_name} reaches no bytes field)"
+            )
+            problems.append(f"bytes_as_string: {quoted(name)} is not a field{hint}")
+    return problems
+
+
+_TYPE_NAMES = {
+    getattr(FieldDescriptor, name): name.removeprefix("TYPE_").lower()
+    for name in dir(FieldDescriptor)
+    if name.startswith("TYPE_")
+}
+
+
+def _bytes_fields(message: Descriptor) -> set[str]:
+    """Full names of the bytes fields reachable from `message` (each type walked once)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    stack = [message]
+    while stack:
+        m = stack.pop()
+        if m.full_name in seen:
+            continue
+        seen.add(m.full_name)
+        for fd in m.fields:
+            if fd.type == FieldDescriptor.TYPE_BYTES:
+                found.add(fd.full_name)
+            elif fd.message_type is not None:
+                stack.append(fd.message_type)
+    return found
 
 
 def _fan_out_order(columns: Sequence[OutputColumn]) -> dict[int, int]:
@@ -424,6 +474,7 @@ class _Resolver:
         self._sizes: dict[tuple, int] = {}  # memo of _struct_size
         self._planned_fields = 0  # of the struct columns resolved so far
         self._open_structs = 0  # structs being built around the current field
+        self._bytes_as_string = frozenset(options.bytes_as_string)
 
     def new_tree(self) -> Selection:
         """A fan-out tree of its own (for an aggregate): its root is the record too."""
@@ -825,6 +876,9 @@ class _Resolver:
                 self.b.binary_columns.add(column)
                 return ScalarLeaf(group, pa.binary(), column, fd)
             self.b.text_columns.add(column)
+        elif fd.type == FieldDescriptor.TYPE_BYTES and fd.full_name in self._bytes_as_string:
+            self.b.string_bytes.add(column)  # the decoder checks its UTF-8
+            return ScalarLeaf(group, pa.utf8(), column, fd)
         return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
 
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:

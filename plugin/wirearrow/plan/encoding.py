@@ -68,7 +68,8 @@ _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
     _T.TYPE_DOUBLE: ("fixed64", (pa.float64(),), 1),
     # binary: a string read with unvalidated_strings="binary"
     _T.TYPE_STRING: ("bytes", (pa.utf8(), pa.large_utf8(), pa.binary(), pa.large_binary()), 2),
-    _T.TYPE_BYTES: ("bytes", (pa.binary(), pa.large_binary()), 2),
+    # utf8: a bytes field read as text (bytes_as_string): its UTF-8 bytes
+    _T.TYPE_BYTES: ("bytes", (pa.binary(), pa.large_binary(), pa.utf8(), pa.large_utf8()), 2),
 }
 _BINARY = (pa.binary(), pa.large_binary())
 _JSON = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}

@@ -91,6 +91,9 @@ class ProgramBuilder:
         # unless a leaf also reads them as text.
         self.binary_columns: set[int] = set()
         self.text_columns: set[int] = set()
+        # Bytes fields read as text (bytes_as_string): a value that is not UTF-8 is a bad
+        # record (the runtime accepts any bytes there; the utf8 column cannot hold them).
+        self.string_bytes: set[int] = set()
         # unvalidated_strings="reject": a string the schema does not validate, read into a
         # utf8 column and not UTF-8, fails its record instead of becoming an unknown field.
         self.reject_unvalidated = False
@@ -388,7 +391,7 @@ class ProgramBuilder:
             # utf8 column, which must be valid: checked too, and a value that is not UTF-8
             # is moved to the message's unknown fields (upb accepts it; docs/types.md).
             as_bytes = entry.column in self.binary_columns - self.text_columns
-            if needs_utf8_check(fd):
+            if needs_utf8_check(fd) or entry.column in self.string_bytes:
                 flags |= FLAG["utf8"]
             elif fd.type == FieldDescriptor.TYPE_STRING and entry.column >= 0 and not as_bytes:
                 flags |= FLAG["utf8"]
