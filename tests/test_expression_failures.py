@@ -243,7 +243,7 @@ def test_an_aggregate_error_is_pinned_on_its_records(ev, monkeypatch) -> None:
     schema, Event = ev
     tc = wa.Transcoder(
         schema,
-        columns=["id", wa.Column(name="s", expr=E.Call("boomsum", (wa.cast_int("items[*].id"),)))],
+        columns=["id", wa.Column(name="s", expr=E.Call("boomsum", (wa.fn.cast_int("items[*].id"),)))],
         on_error="dead_letter",
     )
     messages = [{"id": str(i), "items": [{"id": str(i)}, {"id": str(i + 1)}]} for i in range(30)]
