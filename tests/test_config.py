@@ -141,6 +141,7 @@ def test_defaults(project: Path) -> None:
         "keep_unknown": False,
         "well_known_types": True,
         "unvalidated_strings": "utf8",
+        "bytes_as_string": (),
         "field_ids": True,
     }
     assert plan.settings == ()
