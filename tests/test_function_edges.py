@@ -900,3 +900,33 @@ def test_function_at_the_edges(name: str, data: st.DataObject) -> None:
 @given(data=st.data())
 def test_function_at_the_edges_at_length(name: str, data: st.DataObject) -> None:
     drive(data.draw, name)
+
+
+# Bytes that make UTF-8 hard: leads of 2-4 byte characters, continuations, a surrogate's
+# lead (ed a0), an over-long lead (f4 90), and 0xff, which is never UTF-8.
+PIECES = [b"a", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xf0", b"\x9f", b"\x98",
+          b"\x80", b"\xff", b"\xed", b"\xa0", b"\xf4\x90", "é".encode(), "€".encode()]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    values=st.lists(
+        st.one_of(st.none(), st.lists(st.sampled_from(PIECES), max_size=4).map(b"".join)),
+        min_size=1,
+        max_size=8,
+    ),
+    skip=st.integers(0, 2),
+)
+def test_not_utf8_is_bytes_decode_value_by_value(values: list[bytes | None], skip: int) -> None:
+    """Found by the slow run: b'item-0' followed by b'\\xa9' was taken for a character cut
+    between the two. Each value on its own, as bytes.decode; nulls are valid; a slice too."""
+    from wirearrow.plan.functions import not_utf8
+
+    def invalid(v: bytes | None) -> bool:
+        try:
+            return v is not None and bool(v.decode("utf-8")) is None
+        except UnicodeDecodeError:
+            return True
+
+    arr = pa.array(values, pa.binary()).slice(min(skip, len(values) - 1))
+    assert not_utf8(arr).tolist() == [invalid(v) for v in values[min(skip, len(values) - 1):]]

@@ -1267,19 +1267,21 @@ def not_utf8(arr: pa.Array) -> np.ndarray:
             row = int(np.searchsorted(off, at + err.start, side="right")) - 1
             bad[row] = True
             at = int(off[row + 1])
-    # A value ending inside a character the next one completes decodes as a whole: the
-    # byte after it (the next value's first byte) is a continuation byte, and so is the
-    # next value's start.
-    lengths = np.diff(off)
-    nonempty = np.flatnonzero(lengths > 0)
-    starts = off[nonempty]
-    continues = (data[starts] & 0xC0) == 0x80
-    bad[nonempty[continues]] = True
-    ends = off[nonempty + 1]
-    inside = ends < len(data)
-    cut = np.zeros(len(nonempty), dtype=bool)
-    cut[inside] = (data[ends[inside]] & 0xC0) == 0x80
-    bad[nonempty[cut]] = True
+    # A character split between two values decodes as a whole: the first value ends inside
+    # it (its last lead byte wants more bytes than follow it), the second starts with a
+    # continuation byte.
+    nonempty = np.flatnonzero(np.diff(off) > 0)
+    starts, ends = off[nonempty], off[nonempty + 1]
+    bad[nonempty[(data[starts] & 0xC0) == 0x80]] = True
+    found = np.zeros(len(nonempty), dtype=bool)
+    for k in range(1, 5):  # the last lead byte: at most 4 bytes from the end
+        at = ends - k
+        inside = (at >= starts) & ~found
+        b = data[np.where(inside, at, 0)] if len(data) else np.zeros(len(at), np.uint8)
+        lead = inside & ((b & 0xC0) != 0x80)
+        wants = np.where(b < 0x80, 1, np.where(b >= 0xF0, 4, np.where(b >= 0xE0, 3, 2)))
+        bad[nonempty[lead & (wants > k)]] = True
+        found |= lead
     return bad & _valid(arr)
 
 
