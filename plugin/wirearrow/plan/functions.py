@@ -1275,9 +1275,9 @@ def not_utf8(arr: pa.Array) -> np.ndarray:
     bad[nonempty[(data[starts] & 0xC0) == 0x80]] = True
     found = np.zeros(len(nonempty), dtype=bool)
     for k in range(1, 5):  # the last lead byte: at most 4 bytes from the end
-        at = ends - k
-        inside = (at >= starts) & ~found
-        b = data[np.where(inside, at, 0)] if len(data) else np.zeros(len(at), np.uint8)
+        last = ends - k
+        inside = (last >= starts) & ~found
+        b = data[np.where(inside, last, 0)] if len(data) else np.zeros(len(last), np.uint8)
         lead = inside & ((b & 0xC0) != 0x80)
         wants = np.where(b < 0x80, 1, np.where(b >= 0xF0, 4, np.where(b >= 0xE0, 3, 2)))
         bad[nonempty[lead & (wants > k)]] = True
