@@ -807,6 +807,7 @@ ALL_OPTIONS = {
     "keep_unknown": True,
     "well_known_types": False,
     "unvalidated_strings": "binary",
+    "bytes_as_string": ("t.Root.blob",),
     "field_ids": False,
 }
 
