@@ -6,7 +6,9 @@ value, or a failure of that row's record. Never a wrapped time, never an error f
 
 The model is written from the documentation with Python's unbounded integers, not from the
 implementation; functions are driven through plan/evaluate.py, the code the assembler runs.
-``FUNCTION_EXAMPLES`` examples per function here; the ``slow`` run draws many more.
+``FUNCTION_EXAMPLES`` examples per function in the unit tier; WIREARROW_TEST_DEPTH multiplies
+them (tests/depth.py: the release tier's depth-8 pass draws 32 a function;
+``WIREARROW_TEST_DEPTH=25`` the 100 a function this test was first run with).
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
+from depth import randomized
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import BoundExpr
 from wirearrow.plan.evaluate import Records, evaluate
 from wirearrow.plan.expressions import FUNCTIONS, Call, ExprTypeError, literal_type
 
-FUNCTION_EXAMPLES = 4  # of up to MAX_ROWS rows each (the unit tier's: ~0.5 s a function)
-SLOW_EXAMPLES = 100
+FUNCTION_EXAMPLES = 4  # of up to MAX_ROWS rows each (~0.5 s a function)
 MAX_ROWS = 24
 
 I64 = (-(2**63), 2**63 - 1)
@@ -886,19 +888,9 @@ def check(name, call, t, rows, values, failures, clock) -> None:
 
 
 @pytest.mark.parametrize("name", DRIVEN)
-@settings(max_examples=FUNCTION_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])  # fmt: skip
+@randomized(FUNCTION_EXAMPLES)
 @given(data=st.data())
 def test_function_at_the_edges(name: str, data: st.DataObject) -> None:
-    drive(data.draw, name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", DRIVEN)
-@settings(max_examples=SLOW_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])  # fmt: skip
-@given(data=st.data())
-def test_function_at_the_edges_at_length(name: str, data: st.DataObject) -> None:
     drive(data.draw, name)
 
 
@@ -908,7 +900,7 @@ PIECES = [b"a", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xf0", b"\x9f", b
           b"\x80", b"\xff", b"\xed", b"\xa0", b"\xf4\x90", "é".encode(), "€".encode()]  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@randomized(60)
 @given(
     values=st.lists(
         st.one_of(st.none(), st.lists(st.sampled_from(PIECES), max_size=4).map(b"".join)),
