@@ -37,8 +37,14 @@ def test_rows_equal_the_bare_payloads_for_every_schema_version(versions, data) -
     tc = wa.Transcoder(v2)
     for records in (framed, pa.array(framed, pa.binary()), pa.array(framed, pa.large_binary())):
         got = tc.transcode(records, framing="confluent", schemas={1: v1, 2: v2}, schema_id=True)
-        want = tc.transcode(payloads)
-        assert got.drop_columns(["_schema_id"]).equals(want)
+        want = tc.transcode(payloads).to_pylist()
+        # each version is decoded with its own schema: a field v1 does not have (total) is
+        # null for its records, not v2's default (docs/evolution.md)
+        for row, sid in zip(want, ids, strict=True):
+            if sid == 1:
+                row["total"] = None
+        assert got.drop_columns(["_schema_id"]).to_pylist() == want
+        assert got.schema.remove(got.schema.get_field_index("_schema_id")).equals(tc.arrow_schema)
         assert got.column("_schema_id").to_pylist() == ids
     flat = wa.Transcoder(v2, ["id", "lines[*].note.text"])
     got = flat.transcode(framed, framing="confluent", schemas={1: v1, 2: v2}, record_index=True)
@@ -104,7 +110,7 @@ def test_bad_prefixes_are_dead_letters_with_their_reason(versions, data) -> None
 
 def test_a_lookup_function_is_asked_once_per_new_id(versions, data) -> None:
     v1, v2 = versions
-    framed, payloads, _ = data
+    framed, _payloads, _ = data
     asked: list[int] = []
 
     def lookup(schema_id: int) -> wa.Schema | None:
@@ -113,9 +119,10 @@ def test_a_lookup_function_is_asked_once_per_new_id(versions, data) -> None:
 
     tc = wa.Transcoder(v2, on_error="skip")
     stray = b"\x00\x00\x00\x00\x09" + framed[0][5:]
+    want = wa.Transcoder(v2).transcode(framed, framing="confluent", schemas={1: v1, 2: v2})
     for _ in range(3):
         rows = tc.transcode([*framed, stray], framing="confluent", schemas=lookup)
-        assert rows.equals(tc.transcode(payloads))
+        assert rows.equals(want)
     assert sorted(asked) == [1, 2, 9]
     ids = SchemaIds(lookup)
     assert pickle.loads(pickle.dumps(SchemaIds({1: v1}))).schema(1) == v1

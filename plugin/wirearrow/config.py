@@ -87,7 +87,9 @@ REFERENCE_FUNCTIONS = frozenset((
 # The transcoder's options are top-level keys of their own names, but for on_error: the
 # errors key (a policy, or a mapping with the dead-letter path too).
 _OPTION_KEYS = tuple(name for name in OPTIONS if name != "on_error")
-_TOP_KEYS = ("proto", "custom_message", "denormalizer", "errors", *_OPTION_KEYS, "output", "input")
+_TOP_KEYS = (
+    "proto", "custom_message", "versions", "denormalizer", "errors", *_OPTION_KEYS, "output", "input"
+)
 _PROTO_KEYS = ("file", "descriptor_set", "module", "message", "import_paths")
 # Where a schema can come from: exactly one of these keys of `proto` (and custom_message).
 _SCHEMA_KEYS = ("file", "descriptor_set", "module")
@@ -160,6 +162,9 @@ class PlanConfig:
     # the plan's own schema).
     input_settings: tuple[tuple[str, Any], ...] = ()
     schema_ids: tuple[tuple[int, ProtoSource | None], ...] = ()
+    # versions: other versions of the plan's message whose records share its output
+    # (docs/evolution.md), beside those input.schemas names
+    version_sources: tuple[ProtoSource, ...] = ()
     source: str = "<dict>"  # the plan file as given, "<string>" or "<dict>"
     # Where things were written, for errors found later: "file:line" of each column, and
     # of proto.file / proto.message.
@@ -259,9 +264,30 @@ class PlanConfig:
         spec = self._cache.get("spec")
         if spec is None:
             spec = self._cache["spec"] = TranscodeSpec(
-                self.schema(), self.columns, **dict(self.settings)
+                self.schema(), self.columns, self.versions(), **dict(self.settings)
             )
         return spec
+
+    def versions(self) -> tuple[Schema, ...]:
+        """The other versions of the plan's message this plan reads: those ``versions:``
+        lists, then the schemas of ``input.schemas`` that are not the plan's own
+        (docs/evolution.md). Each compiled once."""
+        own = self.schema().fingerprint
+        found: dict[str, Schema] = {}
+        for i, source in enumerate(self.version_sources):
+            schema = self._cache.get(source)
+            if schema is None:
+                try:
+                    schema = self._cache[source] = source.schema()
+                except SchemaError as err:
+                    raise SchemaError(f"{self.source}: versions[{i}]: {err}") from err
+            if schema.fingerprint != own:
+                found.setdefault(schema.fingerprint, schema)
+        for sid, _ in self.schema_ids:
+            schema = self.confluent_schema(sid)
+            if schema is not None and schema.fingerprint != own:
+                found.setdefault(schema.fingerprint, schema)
+        return tuple(found.values())
 
     def locate(self, problem: str) -> str:
         """``column 'x': why`` (the compiler's words) -> ``file:line: denormalizer...: why``."""
@@ -777,6 +803,7 @@ class _Checker:
         custom, custom_sites = None, ("", "")
         if root.get("custom_message") is not None:
             custom, custom_sites = self.proto(*at("custom_message"), "custom_message")
+        versions = self.versions(*at("versions"))
         columns, column_sites = self.denormalizer(root, *at("denormalizer"))
         on_error, dead_letter_path = self.errors(*at("errors"))
         settings: dict[str, Any] = {}
@@ -806,6 +833,7 @@ class _Checker:
             output=output,
             input_settings=input_settings,
             schema_ids=schema_ids,
+            version_sources=versions,
             source=self.where,
             _column_sites=column_sites,
             _proto_sites=proto_sites,
@@ -1221,6 +1249,24 @@ class _Checker:
                     f"needs policy: dead_letter (policy {policy!r} keeps no dead letters)",
                 )
         return policy, dead_letter_path
+
+    def versions(self, value: object, line: int | None) -> tuple[ProtoSource, ...]:
+        """versions: a list of {file | descriptor_set | module, message, import_paths}."""
+        if value is None:
+            return ()
+        if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+            self.problem(
+                line,
+                "versions",
+                "expected a list of schemas ({file: ..., message: ...}), got " + _kind(value),
+            )
+            return ()
+        out = []
+        for i, item in enumerate(value):
+            located, _ = self.proto(item, self.item_line(value, i, line), f"versions[{i}]")
+            if located is not None:
+                out.append(located)
+        return tuple(out)
 
     def output(self, value: object, line: int | None) -> OutputConfig:
         if value is None:

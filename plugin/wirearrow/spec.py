@@ -37,19 +37,29 @@ def as_columns(columns: Sequence[str | Column] | None) -> tuple[Column, ...] | N
 
 @dataclass(frozen=True)
 class TranscodeSpec(Options):
-    """The schema, the columns (None: the whole message) and every option.
+    """The schema, the columns (None: the whole message), the other versions of the
+    schema's message whose records it reads too, and every option.
 
     Columns given as path strings are stored as :class:`~wirearrow.Column`.
     """
 
     schema: Schema
     columns: tuple[Column, ...] | None = None
+    # Other versions of the schema's message whose records share the output: its schema is
+    # their superset (wirearrow.versions, docs/tables.md).
+    versions: tuple[Schema, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.schema, Schema):
             raise TypeError(
                 f"schema must be a wirearrow.Schema, not {type(self.schema).__name__}"
             )
+        if isinstance(self.versions, Schema) or not isinstance(self.versions, Sequence):
+            raise TypeError("versions must be a sequence of wirearrow.Schema")
+        object.__setattr__(self, "versions", tuple(self.versions))
+        for version in self.versions:
+            if not isinstance(version, Schema):
+                raise TypeError(f"versions holds a {type(version).__name__}, not a wirearrow.Schema")
         # Path strings are accepted too (and stored as Column).
         object.__setattr__(self, "columns", as_columns(self.columns))
         if self.columns is not None:

@@ -60,6 +60,7 @@ class SchemaIds:
         self._source = schemas
         self._lock = threading.Lock()
         self._known: dict[int, Schema | None] = {}
+        self._why: dict[int, str] = {}  # ids a look-up refused, and why
         self._tables: dict[str, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
         if isinstance(schemas, Mapping):
             for sid, schema in schemas.items():
@@ -69,17 +70,38 @@ class SchemaIds:
         return (SchemaIds, (self._source,))
 
     def schema(self, schema_id: int) -> Schema | None:
-        """The schema of ``schema_id`` (None: not accepted)."""
+        """The schema of ``schema_id`` (None: not accepted).
+
+        A look-up function refuses an id by returning None, or by raising ``LookupError``
+        saying why (a registry that does not know it): the records of that id are bad
+        records with that reason. Any other exception (a registry that cannot be reached)
+        propagates.
+        """
         with self._lock:
             if schema_id in self._known:
                 return self._known[schema_id]
         found = None
         if not isinstance(self._source, Mapping):
-            found = _checked_schema(schema_id, self._source(schema_id))
+            try:
+                found = _checked_schema(schema_id, self._source(schema_id))
+            except LookupError as err:
+                with self._lock:
+                    self._why[schema_id] = str(err) or f"unknown schema id {schema_id}"
         with self._lock:
             self._known[schema_id] = found
             self._tables.clear()
         return found
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever an id is learned."""
+        return len(self._known)
+
+    def accepted(self) -> tuple[int, dict[int, Schema]]:
+        """(a number that changes whenever an id is learned, {id: schema} of the ids
+        accepted so far)."""
+        with self._lock:
+            return len(self._known), {sid: s for sid, s in self._known.items() if s is not None}
 
     def learn(self, schema_ids: Iterable[int]) -> bool:
         """Look up ids not seen yet (a look-up function only); True when any was new."""
@@ -117,6 +139,9 @@ class SchemaIds:
             return "bad Confluent message-index array"
         sid = int.from_bytes(record[1:5], "big")
         if status == CONFLUENT_UNKNOWN_ID:
+            why = self._why.get(sid)
+            if why is not None:
+                return f"Confluent schema id {sid}: {why}"
             return f"Confluent schema id {sid} is not mapped to a schema"
         path = _read_path(record)
         schema = self.schema(sid)

@@ -44,7 +44,7 @@ class Records:
 
     ``failures``: the records refused before decoding. With Confluent prefixes,
     ``raw_starts`` is where each record's prefix starts (its dead letter keeps it, its
-    offsets count from it) and ``schema_ids`` its schema id.
+    offsets count from it), ``schema_ids`` its schema id and ``lookup`` the schema of each.
     """
 
     data: memoryview
@@ -54,6 +54,20 @@ class Records:
     failures: list[Failure] = field(default_factory=list)
     raw_starts: np.ndarray | None = None
     schema_ids: np.ndarray | None = None
+    lookup: SchemaIds | None = None
+
+    def subset(self, mask: np.ndarray) -> Records:
+        """The records where ``mask`` is true, as a batch of their own (no failures)."""
+        return Records(
+            self.data,
+            self.starts[mask],
+            self.ends[mask],
+            self.index[mask],
+            [],
+            None if self.raw_starts is None else self.raw_starts[mask],
+            None if self.schema_ids is None else self.schema_ids[mask],
+            self.lookup,
+        )
 
     @property
     def n_in(self) -> int:
@@ -118,6 +132,7 @@ class RecordReader:
         raw_starts = records.starts
         starts, schema_ids, status = strip_prefixes(ids, message, data, raw_starts, records.ends)
         records.starts, records.raw_starts, records.schema_ids = starts, raw_starts, schema_ids
+        records.lookup = ids
         bad = refused(status)
         if not len(bad):
             return
