@@ -449,8 +449,12 @@ def _record_format(args: argparse.Namespace, resolved: Resolved) -> RecordFormat
     plan = resolved.config
     assert plan is not None  # a plan file
     given: dict = {}
+    if args.schema_id and getattr(args, "schema_registry", None):
+        raise CliError("give --schema-id or --schema-registry, not both", 2)
     try:
-        if args.schema_id:
+        if getattr(args, "schema_registry", None):
+            given["schemas"] = args.schema_registry
+        elif args.schema_id:
             given["schemas"] = dict(_schema_id_arg(item, plan) for item in args.schema_id)
         elif plan.schema_ids:
             plan.confluent_schemas()  # every schema version compiles, now
@@ -462,8 +466,8 @@ def _record_format(args: argparse.Namespace, resolved: Resolved) -> RecordFormat
         if "needs schemas=" in str(err):
             raise CliError(
                 "--framing confluent needs the schema ids it accepts: --schema-id ID (the "
-                "plan's message) or --schema-id ID=FILE.proto:MESSAGE, or input.schemas in "
-                "the plan",
+                "plan's message) or --schema-id ID=FILE.proto:MESSAGE, --schema-registry URL, "
+                "or input.schemas in the plan",
                 2,
             ) from err
         raise CliError(in_flags(str(err)), 2) from err
@@ -973,6 +977,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_input_arguments(tr)
     add_schema_ids(tr)
+    tr.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="--framing confluent: fetch the schema of each schema id from this "
+        "Confluent-compatible schema registry (docs/evolution.md); default: the plan's "
+        "input.schemas",
+    )
     tr.add_argument(
         "--on-error",
         choices=ON_ERROR,

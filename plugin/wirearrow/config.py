@@ -223,8 +223,10 @@ class PlanConfig:
     @property
     def input(self) -> RecordFormat:
         """How the plan's records arrive (its ``input:`` section; defaults elsewhere)."""
-        schemas = self.confluent_schema if self.schema_ids else None
-        return RecordFormat(**dict(self.input_settings), schemas=schemas)
+        settings = dict(self.input_settings)  # input.schemas: a registry's URL is there
+        if self.schema_ids:
+            settings["schemas"] = self.confluent_schema
+        return RecordFormat(**settings)
 
     def confluent_schemas(self) -> dict[int, Schema]:
         """``{schema_id: Schema}`` of ``input.schemas`` (each compiled once)."""
@@ -1321,7 +1323,19 @@ class _Checker:
             column = self.string(m["column"], "input.column", self.key_line(m, "column"))
             if column is not None:
                 settings["column"] = column
-        schemas = self.schema_ids(m.get("schemas"), self.key_line(m, "schemas"))
+        schemas: tuple[tuple[int, ProtoSource | None], ...] = ()
+        if isinstance(m.get("schemas"), str):  # a schema registry's URL
+            url = self.string(m["schemas"], "input.schemas", self.key_line(m, "schemas"))
+            if url is not None and not re.match(r"https?://", url.strip()):
+                self.problem(
+                    self.key_line(m, "schemas"),
+                    "input.schemas",
+                    f"a schema registry is an http:// or https:// URL, not {url!r}",
+                )
+            elif url is not None:
+                settings["schemas"] = url.strip()
+        else:
+            schemas = self.schema_ids(m.get("schemas"), self.key_line(m, "schemas"))
         raw_id = m.get("schema_id")
         if raw_id is not None:
             id_line = self.key_line(m, "schema_id")
@@ -1348,7 +1362,7 @@ class _Checker:
             )
         if not self.problems:
             try:  # the combinations RecordFormat refuses, located at the section
-                RecordFormat(**settings, schemas={} if confluent else None)
+                RecordFormat(**{**settings, "schemas": {} if confluent else None})
             except (TypeError, ValueError) as err:
                 self.problem(line, "input", str(err))
         return tuple(settings.items()), schemas
@@ -1356,12 +1370,13 @@ class _Checker:
     def schema_ids(
         self, value: object, line: int | None
     ) -> tuple[tuple[int, ProtoSource | None], ...]:
-        """input.schemas: {schema_id: null | "proto" | {file, message, import_paths}}."""
+        """input.schemas: {schema_id: null | "proto" | {file, message, import_paths}} (or a
+        registry's URL: read by input())."""
         if value is None:
             return ()
         if not isinstance(value, Mapping) or not value:
             self.problem(
-                line, "input.schemas", f"expected a mapping of schema ids, got {_kind(value)}"
+                line, "input.schemas", f"expected a mapping of schema ids or a schema registry URL, got {_kind(value)}"
             )
             return ()
         out: list[tuple[int, ProtoSource | None]] = []

@@ -6,10 +6,12 @@ message's full name. Descriptors are rebuilt from them on first use, in a privat
 ``DescriptorPool`` per set: never the process-wide default pool, so the user's generated
 classes and our descriptors can never clash over a file name.
 
-Four ways in:
+Five ways in:
 
 * :meth:`Schema.from_proto` compiles ``.proto`` source with the ``protoc`` bundled in
   ``grpcio-tools`` (no protoc binary needed; ``google/protobuf/*.proto`` are built in);
+* :meth:`Schema.from_sources` compiles ``.proto`` texts held in memory (a schema
+  registry's), in process;
 * :meth:`Schema.from_descriptor_set` takes a serialized set (``protoc --descriptor_set_out``,
   ``buf build -o``);
 * :meth:`Schema.from_message` takes a generated message class or instance;
@@ -26,6 +28,7 @@ that is unique in the set (``Inner``, ``Outer.Inner``).
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import importlib
@@ -38,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -363,6 +366,68 @@ def _run_protoc(name: str, include_dirs: Sequence[str]) -> bytes:
             return stream.read()
 
 
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compile_sources(sources: Mapping[str, str], root: str) -> list[descriptor_pb2.FileDescriptorProto]:
+    """``root`` and its imports compiled from ``sources`` (``{name: text}``), in process.
+
+    grpcio-tools' ``get_protos`` runs protoc's parser and returns each file's generated
+    Python module, whose one ``AddSerializedFile(b"...")`` argument is the serialized
+    FileDescriptorProto: that literal is read with :mod:`ast` (the code is never run).
+    Its errors come back as values (file, line, column, message), unlike ``protoc.main``'s,
+    which go to the C-level stderr.
+    """
+    from grpc_tools import _protoc_compiler
+
+    bundled = str(importlib.resources.files("grpc_tools") / "_proto")
+    with tempfile.TemporaryDirectory(prefix="wirearrow-sources-") as workdir:
+        for name, text in sources.items():
+            parts = name.split("/")
+            if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+                raise SchemaError(f"{name!r} is not a relative .proto import path")
+            if not isinstance(text, str):
+                raise SchemaError(f"the source of {name!r} is a {type(text).__name__}, not text")
+            path = os.path.join(workdir, *parts)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+        try:
+            with _COMPILE_LOCK:  # protoc's importer state is not documented thread-safe
+                generated = _protoc_compiler.get_protos(
+                    root.encode(), [workdir.encode(), bundled.encode()]
+                )
+        except _protoc_compiler.ProtocErrors as err:
+            lines = [
+                f"{e.filename.decode(errors='replace')}:{e.line + 1}:{e.column + 1}: "
+                f"{e.message.decode(errors='replace')}"
+                for e in err.errors()
+            ]
+            raise SchemaError(f"protoc could not compile {root!r}:\n" + "\n".join(lines)) from None
+    files = []
+    for module, code in generated:
+        serialized = _serialized_file(code)
+        if serialized is None:
+            raise SchemaError(f"no serialized descriptor in protoc's {module.decode()}")
+        files.append(descriptor_pb2.FileDescriptorProto.FromString(serialized))
+    return files
+
+
+def _serialized_file(code: bytes) -> bytes | None:
+    """The bytes literal passed to ``AddSerializedFile`` in a generated ``_pb2`` module."""
+    for node in ast.walk(ast.parse(code)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "AddSerializedFile"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, bytes)
+        ):
+            return node.args[0].value
+    return None
+
+
 def _default_json_name(name: str) -> str:
     """protoc's default ``json_name`` (``ToJsonName``): underscores dropped, the letter
     after each one upper-cased."""
@@ -606,6 +671,31 @@ class Schema:
         data = _protoc(name, include_dirs)
         files = descriptor_pb2.FileDescriptorSet.FromString(data).file
         return cls._build(files, message, f"{name} and its imports", prefer_file=name)
+
+    @classmethod
+    def from_sources(
+        cls, sources: Mapping[str, str], file: str, message: str | None = None
+    ) -> Schema:
+        """Compile ``.proto`` texts held in memory, ``{file name: text}`` (a schema
+        registry's schema and its references), and take ``message`` from ``file`` (None:
+        the first message ``file`` declares).
+
+        Compiled in this process by the protoc library of ``grpcio-tools`` (no binary, no
+        subprocess); ``google/protobuf/*.proto`` imports need no source. File names are
+        import paths (``shop/common.proto``): relative, without ``..``. Errors are a
+        :class:`SchemaError` carrying protoc's ``file:line:col: message`` lines.
+        """
+        if file not in sources:
+            raise SchemaError(f"{file!r} is not one of the sources ({', '.join(sorted(sources))})")
+        files = _compile_sources(sources, file)
+        where = f"{file} and its imports"
+        if message is None:
+            root = next((f for f in files if f.name == file), None)
+            if root is None or not root.message_type:
+                raise SchemaError(f"{file} declares no message")
+            package = f"{root.package}." if root.package else ""
+            message = f"{package}{root.message_type[0].name}"
+        return cls._build(files, message, where, prefer_file=file)
 
     @classmethod
     def from_descriptor_set(

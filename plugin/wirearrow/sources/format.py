@@ -17,6 +17,7 @@ from typing import Any
 
 from wirearrow.sources.compression import INPUT_COMPRESSIONS, compression_name
 from wirearrow.sources.framing import FRAMINGS
+from wirearrow.sources.registry import registry_source
 
 __all__ = ["CONFLUENT", "FORMATS", "RECORD_FRAMINGS", "RecordFormat"]
 
@@ -64,10 +65,12 @@ class RecordFormat:
         ".gz .bz2 .zst .xz .deflate; a buffer: none) or a codec name",
         choices=INPUT_COMPRESSIONS,
     )
-    schemas: Mapping[int, Any] | Callable[[int], Any] | None = _field(  # noqa: RUF009 (a Field)
+    schemas: Mapping[int, Any] | Callable[[int], Any] | str | None = _field(  # noqa: RUF009 (a Field)
         None,
         "framing `confluent`: the schema ids accepted: a {schema_id: Schema} mapping, a "
-        "function schema_id -> Schema | None, or a wirearrow.sources.confluent.SchemaIds",
+        "function schema_id -> Schema | None, a wirearrow.sources.confluent.SchemaIds, or a "
+        "Confluent-compatible schema registry: its URL or a confluent-kafka "
+        "SchemaRegistryClient (docs/evolution.md)",
     )
     schema_id: bool | str = _field(
         False,
@@ -96,6 +99,9 @@ class RecordFormat:
                 f"delimited_by must be one of {', '.join(FRAMINGS)}, not {self.delimited_by!r}"
             )
         object.__setattr__(self, "compression", compression_name(self.compression))
+        registry = registry_source(self.schemas)
+        if registry is not None:  # a URL or a client: the look-up that fetches from it
+            object.__setattr__(self, "schemas", registry)
         if not isinstance(self.schema_id, bool | str) or self.schema_id == "":
             raise TypeError(f"schema_id must be True, False or a column name, not {self.schema_id!r}")
         if self.column is not None and (not isinstance(self.column, str) or not self.column):
