@@ -32,7 +32,7 @@ from google.protobuf.descriptor import Descriptor
 
 from wirearrow.cache import ParserCache
 from wirearrow.errors import PathError, PlanError, SchemaError, quoted
-from wirearrow.field_ids import Key, KeyTree, check_unique, with_keys
+from wirearrow.field_ids import Key, KeyTree, with_keys, with_unique_ids
 from wirearrow.paths import FilterStep, SliceStep, WildcardStep, format_path, parse_path
 from wirearrow.plan.compiler import Column
 from wirearrow.schema import Schema
@@ -246,10 +246,11 @@ class Superset:
             field, tree = _built(node)
             fields.append(with_keys(field, tree) if self.field_ids else field)
             trees.append(tree)
-        shape = Shape(tuple(fields), tuple(trees))
         if self.field_ids:
-            check_unique(pa.schema(shape.fields), "the superset of the versions")
-        return shape
+            # as the compiler does for one version: two hashed keys on one id move the
+            # deeper field (then the later by path) to a probed free id
+            fields = list(with_unique_ids(pa.schema(fields)))
+        return Shape(tuple(fields), tuple(trees))
 
 
 def _copy(node: _Node) -> _Node:
