@@ -145,8 +145,8 @@ def test_a_hash_collision_moves_one_field_to_a_reproducible_free_id(tmp_path) ->
 
 
 def test_a_moved_id_never_lands_on_a_taken_one_and_hand_set_ids_are_refused() -> None:
-    def fid(name: str, i: int, t: pa.DataType = pa.int64()) -> pa.Field:
-        return pa.field(name, t, metadata={FIELD_ID: str(i).encode()})
+    def fid(name: str, i: int, t: pa.DataType | None = None) -> pa.Field:
+        return pa.field(name, t or pa.int64(), metadata={FIELD_ID: str(i).encode()})
 
     taken = 2**30 + 5
     schema = pa.schema([fid("a", taken), fid("b", taken), fid("s", 7, pa.struct([fid("x", taken)]))])
