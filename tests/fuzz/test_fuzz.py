@@ -15,6 +15,8 @@ import pytest
 
 from depth import examples
 
+import wirearrow as wa
+
 pytestmark = pytest.mark.malformed
 
 BATCHES = examples(7)  # 1 per target at depth 1 (tests/depth.py)
@@ -40,3 +42,21 @@ def test_the_issue_reproducers_are_per_record() -> None:
     harness.check(target, records, report)
     assert not report.failures, report.failures
     assert (report.accepted, report.rejected) == (2, 1)
+
+
+def test_an_empty_level_below_the_cut_sent_twice() -> None:
+    """``left{left{}, left{}}`` for Tree cut at max_depth=1: the second, empty occurrence of
+    the cut level merges into the first while its column holds no bytes yet (memcpy of zero
+    bytes to a NULL arena: undefined behaviour, which the sanitizer build stops on; CI runs
+    this test under it, .ci/sanitize.sh)."""
+    (target,) = harness.load_targets(["Tree"])
+    record = bytes.fromhex("1204" "1200" "1200")
+    tc = wa.Transcoder(target.schema, max_depth=1, keep_unknown=True, validate="full")
+    rows = tc.transcode([record, b"\x12\x00" * 3]).to_pylist()
+    assert [row["left"]["left"] for row in rows] == [b"", None]
+    assert tc.encode(tc.transcode([record]))[0].as_py() == target.cls.FromString(
+        record
+    ).SerializeToString(deterministic=True)
+    report = harness.Report()
+    harness.check(target, [record, record * 2], report)
+    assert not report.failures, report.failures

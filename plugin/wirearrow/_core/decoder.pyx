@@ -2217,6 +2217,8 @@ cdef int merge_message_bytes(Ctx* c, int32_t col, int64_t e, const uint8_t* s,
         return store_string(c, col, e, s, n, False)
     if e + 1 != cs.filled:
         return E_INTERNAL
+    if n == 0:
+        return OK   # nothing to add; and the arena may still be NULL (memcpy(NULL, s, 0) is UB)
     st = arena_reserve(c, cs, n)
     if st != OK:
         return st
