@@ -13,9 +13,8 @@ import faulthandler
 import harness
 import pytest
 
-from depth import examples
-
 import wirearrow as wa
+from depth import examples
 
 pytestmark = pytest.mark.malformed
 
