@@ -1,11 +1,15 @@
-"""A real Kafka-protocol broker on this machine, for the Kafka pipeline and its tests.
+"""A real Kafka-protocol broker (and a Postgres server) on this machine, for the pipelines
+and their tests.
 
-``noida-db`` (PyPI) is a single binary that speaks the Kafka protocol: started on a free
-loopback port with a temporary data directory, ready when the port accepts connections,
-stopped by its PID (never by name: other brokers may run on the machine). The ``noida-db``
-command is a Python launcher that runs the binary as its child: the broker starts in a
-session of its own, and stopping it signals that session's process group (the launcher
-and the binary, nothing else).
+``noida-db`` (PyPI) is a single binary that speaks the Kafka protocol and Postgres's, among
+others: each service started on a free loopback port with a temporary data directory,
+ready when the port accepts connections, stopped by its PID (never by name: other brokers
+may run on the machine). The ``noida-db`` command is a Python launcher that runs the binary
+as its child: the server starts in a session of its own, and stopping it signals that
+session's process group (the launcher and the binary, nothing else).
+
+:class:`LocalKafka` gives a broker's bootstrap address, :class:`LocalPostgres` a database
+URL (the Iceberg SQL catalog's real-database case).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ def _binary() -> str:
     return found
 
 
-class LocalKafka:
-    """``with LocalKafka() as kafka: kafka.bootstrap`` -- a broker for the block's duration."""
+class LocalService:
+    """One noida-db service (``service``) for a ``with`` block's duration, on ``port``."""
+
+    service = ""
 
     def __init__(self, ready_seconds: float = 20.0) -> None:
         self.ready_seconds = ready_seconds
@@ -53,16 +59,17 @@ class LocalKafka:
         self._process: subprocess.Popen[bytes] | None = None
         self._data_dir: str | None = None
 
-    def __enter__(self) -> LocalKafka:
+    def __enter__(self) -> LocalService:
         binary = _binary()
         self._data_dir = tempfile.mkdtemp(prefix="wirearrow-kafka-")
         self.port = _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        service = self.service
         log = open(os.path.join(self._data_dir, "broker.log"), "wb")
         try:
             self._process = subprocess.Popen(
                 [binary, "start", "--data-dir", os.path.join(self._data_dir, "data"),
-                 "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(self.port)],
+                 "--host", "127.0.0.1", "--only", service, f"--{service}-port", str(self.port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -108,3 +115,29 @@ class LocalKafka:
         if self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
             self._data_dir = None
+
+
+class LocalKafka(LocalService):
+    """``with LocalKafka() as kafka: kafka.bootstrap`` -- a broker for the block's duration."""
+
+    service = "kafka"
+
+    def __enter__(self) -> LocalKafka:
+        super().__enter__()
+        return self
+
+
+class LocalPostgres(LocalService):
+    """``with LocalPostgres() as pg: pg.url`` -- a Postgres database for the block's
+    duration (user ``postgres``, database ``postgres``, no password)."""
+
+    service = "postgres"
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of the database (what pyiceberg's SQL catalog takes)."""
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def __enter__(self) -> LocalPostgres:
+        super().__enter__()
+        return self

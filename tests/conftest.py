@@ -17,6 +17,7 @@ from engine_fixtures import (  # noqa: E402, F401 (the engines tier's fixtures, 
     _ray_for_the_session,
     complete_direct_metrics,
     kafka_broker,
+    postgres_url,
     ray_local,
 )
 
@@ -66,8 +67,11 @@ def compile_proto(tmp_path_factory: pytest.TempPathFactory):
 
 # A test's tier follows from what it uses: the marks it carries, and the marks its fixtures
 # imply. The unit tier is the default (pyproject.toml's addopts: -m unit); README "Tests".
-FIXTURE_MARKS = {"ray_local": "ray", "kafka_broker": "kafka", "complete_direct_metrics": "beam"}
-ENGINES = {"ray", "beam", "kafka"}
+FIXTURE_MARKS = {
+    "ray_local": "ray", "kafka_broker": "kafka", "postgres_url": "postgres",
+    "complete_direct_metrics": "beam",
+}
+ENGINES = {"ray", "beam", "kafka", "postgres"}
 RELEASE = {"cluster", "browser", "packaging", "notebook", "console", "bench", "slow"}
 
 

@@ -33,6 +33,24 @@ def kafka_broker() -> Iterator[str]:
         broker.__exit__(None, None, None)
 
 
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The SQLAlchemy URL of a real Postgres database (noida-db) on a free loopback port,
+    for the session; stopped by its PID. Skipped only when the binary cannot start."""
+    sys.path.insert(0, str(ROOT / "pipelines"))
+    from local_kafka import BrokerUnavailable, LocalPostgres
+
+    server = LocalPostgres()
+    try:
+        server.__enter__()
+    except BrokerUnavailable as err:
+        pytest.skip(f"no Postgres: {err}")
+    try:
+        yield server.url
+    finally:
+        server.__exit__(None, None, None)
+
+
 # ---- one local Ray for the session ---------------------------------------------------------
 
 RAY_CPUS = 2  # the laptop case; the machine has 2 cores

@@ -145,7 +145,7 @@ def test_defaults(project: Path) -> None:
         "field_ids": True,
     }
     assert plan.settings == ()
-    assert plan.output == wa.config.OutputConfig(None, "zstd", None)
+    assert plan.output == wa.Output()
     assert plan.input == wa.RecordFormat()
     assert plan.dead_letter_path is None
     assert plan.source.endswith("plan.yaml")
@@ -183,8 +183,8 @@ def test_extensions(project: Path) -> None:
         max_nesting=7,
     )
     assert plan.dead_letter_path == str(project / "out" / "dead.parquet")
-    assert plan.output == wa.config.OutputConfig(
-        str(project / "out" / "orders.parquet"), "zstd", 1000
+    assert plan.output == wa.Output(
+        path=str(project / "out" / "orders.parquet"), compression="zstd", row_group_size=1000
     )
     assert plan.input.framing == "varint"
     tc = plan.transcoder()
@@ -560,12 +560,26 @@ ERRORS = {
         ],
     ),
     "output": (
-        HEAD + "output:\n  path: 7\n  compression: lzo\n  row_group_size: -1\n  format: csv\n",
+        HEAD + "output:\n  path: 7\n  compression: lzo\n  row_group_size: -1\n  format: csv\n"
+        "  shards: 3\n",
         [
             r"3: output.path: expected a string, got an integer",
             r"4: output.compression: unknown value 'lzo'.*; expected one of: none, snappy, gzip, brotli, lz4, zstd",
             r"5: output.row_group_size: must be at least 1, got -1",
-            r"6: output.format: unknown key; expected one of: path, compression, row_group_size",
+            r"6: output.format: unknown value 'csv'; expected one of: parquet, iceberg, delta",
+            r"7: output.shards: unknown key; expected one of: format, path, table, catalog, .*",
+        ],
+    ),
+    "output table": (
+        HEAD + "output:\n  format: iceberg\n  table: ns.bids\n  partition: [day(ts), 'bucket(id)']\n",
+        [
+            r"5: output.partition\[1\]: 'bucket\(id\)': bucket takes a width first",
+        ],
+    ),
+    "output combination": (
+        HEAD + "output:\n  format: iceberg\n  table: bids\n  path: x.parquet\n",
+        [
+            r"2: output: path is for parquet output; an iceberg output names its table; table 'bids' must be NAMESPACE.NAME",
         ],
     ),
     "input": (

@@ -21,6 +21,7 @@ from wirearrow.errors import (
     SchemaError,
     WirearrowError,
 )
+from wirearrow.output import Output
 from wirearrow.parquet import write_parquet
 from wirearrow.plan.compiler import Column
 from wirearrow.plans import resolve_plan
@@ -38,6 +39,7 @@ __all__ = [
     "Decoded",
     "EncodeError",
     "Encoder",
+    "Output",
     "ParserCache",
     "PathError",
     "PlanConfig",

@@ -54,7 +54,8 @@ from wirearrow.options import (
     option_problem,
     unknown_options,
 )
-from wirearrow.parquet import PARQUET_COMPRESSIONS
+from wirearrow.output import FIELDS as OUTPUT_FIELDS
+from wirearrow.output import OUTPUT_FORMATS, Output, partition_problem
 from wirearrow.paths import parse_path
 from wirearrow.plan import functions as _functions  # noqa: F401  (registers the library)
 from wirearrow.plan.compiler import Column
@@ -65,7 +66,6 @@ from wirearrow.spec import TranscodeSpec
 from wirearrow.transcoder import Transcoder
 
 __all__ = [
-    "OutputConfig",
     "PlanConfig",
     "ProtoSource",
     "load_plan",
@@ -97,7 +97,7 @@ _COLUMN_KEYS = ("name", "path", "expr", "strict")
 _EXPR_KEYS = ("func", "args", *AUX_KEYS)
 _ARG_KEYS = ("path", "literal", "expr")
 _ERRORS_KEYS = ("policy", "dead_letter_path")
-_OUTPUT_KEYS = ("path", "compression", "row_group_size")
+_OUTPUT_KEYS = tuple(OUTPUT_FIELDS)  # output: an Output, under the same names
 _INPUT_KEYS = tuple(FIELDS)  # input: a RecordFormat, under the same names
 # The alternative format of pybufarrow's README, rejected by the reference too (§4.2).
 _PYBUFARROW_KEYS = ("proto_file", "message_name", "denorm")
@@ -134,15 +134,6 @@ class ProtoSource:
 
 
 @dataclass(frozen=True)
-class OutputConfig:
-    """Parquet output, for the command line: ``path`` absolute (or None: not set)."""
-
-    path: str | None = None
-    compression: str = "zstd"
-    row_group_size: int | None = None  # None: the writer's default
-
-
-@dataclass(frozen=True)
 class PlanConfig:
     """A checked plan: build its :meth:`transcoder` (or just its :meth:`schema`).
 
@@ -156,7 +147,8 @@ class PlanConfig:
     # its default. Read them as ``options``, derive with ``with_options``.
     settings: tuple[tuple[str, Any], ...] = ()
     dead_letter_path: str | None = None
-    output: OutputConfig = OutputConfig()
+    # Where the rows go (output:): files or a table; paths absolute.
+    output: Output = field(default_factory=Output)
     # The input: fields of a RecordFormat the plan sets, as (name, value) pairs (read them
     # as ``input``), and the source of each Confluent schema id of input.schemas (None:
     # the plan's own schema).
@@ -1270,28 +1262,82 @@ class _Checker:
                 out.append(located)
         return tuple(out)
 
-    def output(self, value: object, line: int | None) -> OutputConfig:
+    def output(self, value: object, line: int | None) -> Output:
+        """output: an :class:`~wirearrow.Output`, its keys and checks from its fields."""
         if value is None:
-            return OutputConfig()
+            return Output()
         m = self.mapping(value, "output", line, _OUTPUT_KEYS)
         if m is None:
-            return OutputConfig()
-        path = compression = row_group_size = None
-        if m.get("path") is not None:
-            path = self.local_path(m["path"], "output.path", self.key_line(m, "path"))
-        if m.get("compression") is not None:
-            compression = self.choice(
-                m["compression"],
-                "output.compression",
-                self.key_line(m, "compression"),
-                PARQUET_COMPRESSIONS,
+            return Output()
+        given: dict[str, Any] = {}
+        fmt = "parquet"
+        if m.get("format") is not None:
+            fmt = self.choice(
+                m["format"], "output.format", self.key_line(m, "format"), OUTPUT_FORMATS,
                 fold_case=True,
-            )
-        if m.get("row_group_size") is not None:
-            row_group_size = self.integer(
-                m["row_group_size"], "output.row_group_size", self.key_line(m, "row_group_size"), 1
-            )
-        return OutputConfig(path, compression or "zstd", row_group_size)
+            ) or fmt  # fmt: skip
+            given["format"] = fmt
+        for key in _OUTPUT_KEYS:
+            if key == "format" or m.get(key) is None:
+                continue
+            keypath, key_line = f"output.{key}", self.key_line(m, key)
+            raw = m[key]
+            choices = OUTPUT_FIELDS[key].metadata.get("choices")
+            checked: Any = None
+            if choices is not None:
+                checked = self.choice(raw, keypath, key_line, choices, fold_case=True)
+            elif key in ("row_group_size", "commit_every"):
+                checked = self.integer(m[key], keypath, key_line, 1)
+            elif key == "partition":
+                checked = self.partition(m[key], keypath, key_line)
+            elif key == "catalog":
+                checked = self.catalog(m[key], keypath, key_line)
+            elif key == "path" or key == "warehouse" or (
+                fmt == "delta" and key in ("table", "dead_letters")
+            ):
+                # files and directories: relative to the plan (URIs as they are)
+                text = self.string(raw, keypath, key_line)
+                checked = text if text is None or "://" in text else self.local_path(text, keypath, key_line)
+            else:
+                checked = self.string(raw, keypath, key_line)
+            if checked is not None:
+                given[key] = checked
+        try:
+            return Output(**given)
+        except ValueError as err:
+            self.problem(line, "output", str(err))
+            return Output()
+
+    def partition(self, value: object, keypath: str, line: int | None) -> tuple[str, ...] | None:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            self.problem(line, keypath, f"expected a list of partition fields, got {_kind(value)}")
+            return None
+        out = []
+        for i, item in enumerate(items):
+            why = partition_problem(item)
+            if why is not None:
+                self.problem(self.item_line(items, i, line), f"{keypath}[{i}]", why)
+                continue
+            out.append(item)
+        return tuple(out) if len(out) == len(items) else None
+
+    def catalog(self, value: object, keypath: str, line: int | None) -> str | dict[str, str] | None:
+        if isinstance(value, str):
+            return self.string(value, keypath, line)
+        if not isinstance(value, Mapping):
+            self.problem(line, keypath, f"expected a URL, a catalog name or a mapping of properties, got {_kind(value)}")
+            return None
+        props: dict[str, str] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or isinstance(item, Mapping | list) or item is None:
+                self.problem(
+                    self.key_line(value, key), f"{keypath}.{key}",
+                    "a catalog property is a name and a scalar value",
+                )  # fmt: skip
+                continue
+            props[key] = str(item).lower() if isinstance(item, bool) else str(item)
+        return props
 
     def input(
         self, value: object, line: int | None
