@@ -8,8 +8,9 @@ kept in checkpoints; delta-rs refuses two concurrent commits of the same app id.
 map is also in the commit info (``wirearrow.positions.APP_ID``), to list the keys.
 
 Where Delta differs from Iceberg: columns are matched by name (no field ids in Delta
-without column mapping, which delta-rs does not write; the files carry the plan's ids all
-the same); a new schema version adds columns (nested ones too) but cannot widen one
+without column mapping, which delta-rs does not write), and the data files carry no
+``PARQUET:field_id`` either: DuckDB's delta reader takes the ids of a table without column
+mapping for ids of its own and reads every such column as null; a new schema version adds columns (nested ones too) but cannot widen one
 (delta-rs has no type widening): such rows are refused with the column named; partitions
 are columns (identity), not transforms.
 """
@@ -31,6 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from wirearrow.counts import Counts
+from wirearrow.field_ids import without_field_ids
 from wirearrow.output import parse_partition
 from wirearrow.tables.positions import POSITIONS_KEY, Positions
 from wirearrow.tables.sink import (
@@ -248,7 +250,9 @@ class DeltaSink(TableSink):
         from deltalake import DeltaTable, write_deltalake
         from deltalake import Schema as DeltaSchema
 
-        target, _ = storable_schema(schema, "delta")
+        # No field ids anywhere: not in the table's schema (delta-rs keeps field metadata
+        # there), not in the files (see the module's doc).
+        target = without_field_ids(storable_schema(schema, "delta")[0])
         for column in self.partition:
             if column not in target.names:
                 raise TableSchemaError(f"partition column {column!r} is not a column of the rows")
