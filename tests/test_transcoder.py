@@ -899,3 +899,18 @@ def test_record_index_after_plan_rejections_and_framed_input(compile_proto) -> N
     assert again.equals(batch)
     with pytest.raises(ValueError, match="record_index"):
         tc.transcode(records, record_index="tags[1]")
+
+
+def test_a_filter_on_a_large_uint64_is_true(compile_proto) -> None:
+    # a uint64 above 2**63 is non-zero: true in a filter, as any other (hypothesis found
+    # the comparison with an int64 zero raising on it)
+    schema, Msg = compile_proto(
+        'syntax = "proto3"; message Item { uint64 v = 1; float f = 2; }'
+        "message M { repeated Item items = 1; }",
+        "M",
+    )
+    values = [(2**63, 0.0), (0, 0.5), (2**64 - 1, 0.0)]
+    record = Msg(items=[{"v": v, "f": f} for v, f in values]).SerializeToString()
+    for path, want in (("items[?(.v && .v)].v", [2**63, 2**64 - 1]), ("items[?(.f)].f", [0.5])):
+        batch = wa.Transcoder(schema, columns=[path]).transcode([record, record])
+        assert batch.column(0).to_pylist() == want * 2

@@ -1239,6 +1239,10 @@ def _truthy(arr: pa.Array) -> pa.Array:
         return arr
     if pa.types.is_string(t) or pa.types.is_binary(t):
         return pc.greater(pc.binary_length(arr), 0)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        # zero of the column's own type: a bare 0 is int64, and Arrow casts a uint64
+        # column to it for the comparison (values >= 2**63 raised instead of being true)
+        return pc.not_equal(arr, pa.scalar(0, t))
     return pc.not_equal(arr, 0)
 
 
