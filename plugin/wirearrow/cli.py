@@ -618,6 +618,14 @@ def cmd_transcode(args: argparse.Namespace) -> int:
             "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
             2,
         )
+    if plan.output.format != "parquet":
+        # Not silently Parquet instead: the plan asked for a table and its guarantees.
+        raise CliError(
+            f"{args.plan}: output.format is {plan.output.format}: the command line writes "
+            "Parquet files; write Iceberg and Delta tables with wirearrow.tables from Python "
+            "(docs/tables.md), or give the plan a parquet output",
+            2,
+        )
     fmt = _record_format(args, resolved)
     tc = resolved.transcoder
     policy = tc.spec.on_error

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from wirearrow.counts import Counts
 from wirearrow.errors import PlanError
-from wirearrow.field_ids import FIELD_ID, check_unique, field_id_of, with_field_id
+from wirearrow.field_ids import FIELD_ID, field_id_of, with_field_id, with_unique_ids
 from wirearrow.output import parse_partition
 from wirearrow.tables.positions import POSITIONS_KEY, Positions
 from wirearrow.tables.sink import (
@@ -161,11 +161,17 @@ def with_table_ids(schema: pa.Schema, by_name: Mapping[str, int]) -> pa.Schema:
 
     fields = [visit(f, with_field_id(f, (f.name,)), f.name) for f in schema]
     out = pa.schema(fields, metadata=schema.metadata)
+    # The ids wirearrow gave the rows are unique already; a column numbered here (no id of
+    # its own, none in the table) is the one moved off a hashed id it shares, as the
+    # compiler moves a deeper field (wirearrow.field_ids.with_unique_ids).
+    numbered = {
+        f.name for f in schema
+        if field_id_of(f) is None and f.name not in by_name
+    }  # fmt: skip
     try:
-        check_unique(out, "the rows' schema with the table's ids")
+        return with_unique_ids(out, movable=numbered)
     except PlanError as err:
         raise TableSchemaError(str(err)) from None
-    return out
 
 
 def _widens(old: Any, new: Any) -> bool:
