@@ -113,23 +113,29 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
             starts += 1
             before = len(_lines(log))
             proc = subprocess.Popen(_job(corpus_file, fmt, where, log, batch, commit_every))
-            # Up to 4 kills a run, then the job is let finish. Most at a random time of its
-            # work (a batch, a commit, between the two tables' commits), one in six during
-            # its start-up (opening the tables, reading positions).
-            if len(kills) < 4:
-                if rng.random() < 1 / 6:
-                    time.sleep(rng.uniform(0.1, 2.0))
-                elif _started(log, before, proc):
-                    # within what is left of the work: the job resumed at position P
-                    resumed = int(_last(log).split()[-1])
-                    left = work_seconds * (1 - resumed / N_RECORDS)
-                    time.sleep(rng.uniform(0.0, left * 0.95))
+            try:
+                # Up to 4 kills a run, then the job is let finish. Most at a random time of
+                # its work (a batch, a commit, between the two tables' commits), one in six
+                # during its start-up (opening the tables, reading positions).
+                if len(kills) < 4:
+                    if rng.random() < 1 / 6:
+                        time.sleep(rng.uniform(0.1, 2.0))
+                    elif _started(log, before, proc):
+                        # within what is left of the work: the job resumed at position P
+                        # (its first line of this start; it may have logged more since)
+                        resumed = int(_lines(log)[before][1].removeprefix("resume "))
+                        left = work_seconds * (1 - resumed / N_RECORDS)
+                        time.sleep(rng.uniform(0.0, left * 0.95))
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGKILL)
+                        proc.wait()
+                        kills.append(_last(log) if len(_lines(log)) > before else "start-up")
+                        continue
+                proc.wait()
+            finally:  # a failure here leaves no job running
                 if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
+                    proc.kill()
                     proc.wait()
-                    kills.append(_last(log) if len(_lines(log)) > before else "start-up")
-                    continue
-            proc.wait()
             assert proc.returncode == 0, f"the job failed ({proc.returncode}); log: {_last(log)}"
             break
         rows, dead = _tables(fmt, where)
