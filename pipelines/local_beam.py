@@ -53,6 +53,11 @@ class LocalPortableBeam:
         self, env: dict[str, str] | None = None, timeout: float = 60.0, install: bool = False
     ) -> None:
         self.env = {**os.environ, **(env or {})}
+        # worker_pool_main starts each SDK worker as a bare `python -c ...` from PATH: put
+        # this interpreter's directory first, or a venv's Python that was not activated
+        # (`.venv/bin/python -m pytest`) starts workers without Beam and the job hangs.
+        bindir = os.path.dirname(sys.executable)
+        self.env["PATH"] = os.pathsep.join([bindir, self.env.get("PATH", "")])
         self.install = install
         self.timeout = timeout
         self.dir = Path(tempfile.mkdtemp(prefix="wa-beam-"))
