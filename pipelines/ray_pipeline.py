@@ -77,7 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="tasks at once, or actors (default: Ray's; actors: 1..CPUs-1)",
     )
-    p.add_argument("--progress", action="store_true", help="show Ray Data's progress bars")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Ray Data's progress bars (default: on when stderr is a terminal, so not in CI "
+        "or into a file; --no-progress turns them off)",
+    )
     return p.parse_args(argv)
 
 
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     with clock.stage("Ray start"):
         ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = args.progress
+    ctx.enable_progress_bars = sys.stderr.isatty() if args.progress is None else args.progress
     # transcode() also turns Ray Data's per-operator resource reservation off for this job
     # when the cluster has at most 4 CPUs: there it mostly holds the writes back (docs/ray.md).
 

@@ -163,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("out/ray_write"))
     p.add_argument("--kafka", default=None, help="bootstrap servers, or 'local' (noida-db)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Ray Data's progress bars (default: on when stderr is a terminal)",
+    )
     args = p.parse_args(argv)
     import ray
 
@@ -170,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if not ray.is_initialized():
         with clock.stage("Ray start"):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    ray.data.DataContext.get_current().enable_progress_bars = progress
     run(args.n, args.seed, args.out, args.kafka, clock)
     return 0
 
