@@ -54,7 +54,7 @@ from wirearrow.paths import (
     WildcardStep,
     parse_path,
 )
-from wirearrow.plan.types import is_repeated
+from wirearrow.plan.types import is_repeated, real_oneofs
 
 __all__ = ["arrow_shape", "assert_rows_equal", "expected_arrow_type", "expected_rows", "same_value"]
 
@@ -90,9 +90,21 @@ def _is_message(fd: FieldDescriptor) -> bool:
 
 
 def _tree(message: Any) -> _Msg:
-    return _Msg(
-        message.DESCRIPTOR, {fd.name: _field(message, fd) for fd in message.DESCRIPTOR.fields}
-    )
+    fields = {fd.name: _field(message, fd) for fd in message.DESCRIPTOR.fields}
+    # A path naming a oneof reads which member is set (None: none is).
+    for oneof in real_oneofs(message.DESCRIPTOR):
+        fields[oneof.name] = _which(message, oneof)
+    return _Msg(message.DESCRIPTOR, fields)
+
+
+def _which(message: Any, oneof: Any) -> str | None:
+    member = message.WhichOneof(oneof.name)
+    if member is None:
+        return None
+    value = getattr(message, member)
+    fd = message.DESCRIPTOR.fields_by_name[member]
+    # A string moved to the unknown fields (not UTF-8, unvalidated) is not set for wirearrow.
+    return None if fd.type == _FD.TYPE_STRING and isinstance(value, bytes) else member
 
 
 def _field(message: Any, fd: FieldDescriptor) -> Any:
@@ -250,7 +262,8 @@ def _render(value: Any) -> Any:
         return fields["value"]
     if name == "google.protobuf.FieldMask":
         return list(fields["paths"])
-    return {key: _render(item) for key, item in fields.items()}  # Any is a plain struct here
+    # (Any is a plain struct here; a oneof's name is not a field of the struct)
+    return {fd.name: _render(fields[fd.name]) for fd in value.descriptor.fields}
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,6 +286,8 @@ def _fan_out_positions(descriptor: Descriptor, steps: Sequence[Any]) -> list[int
     field: FieldDescriptor | None = None  # the field whose value we are on, if not yet selected
     for i, step in enumerate(steps):
         if isinstance(step, FieldStep):
+            if step.name in descriptor.oneofs_by_name:  # a oneof: the last step
+                break
             field = descriptor.fields_by_name[step.name]
             descriptor = field.message_type
             if is_repeated(field):
@@ -422,6 +437,8 @@ def expected_arrow_type(descriptor: Descriptor, path: str) -> pa.DataType:
     selected = False  # whether a selector followed the last field step
     for step in parse_path(path).steps:
         if isinstance(step, FieldStep):
+            if step.name in descriptor.oneofs_by_name:
+                return pa.dictionary(pa.int32(), pa.utf8())  # the member set
             field = descriptor.fields_by_name[step.name]
             descriptor, selected = field.message_type, False
         elif is_repeated(field) and not selected:

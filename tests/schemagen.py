@@ -18,7 +18,7 @@
   of them, as :mod:`oracle` expects. The oracle parses these bytes
   with the runtime, so the encoder need not be right, only valid.
 * :func:`plans` draws 1–8 paths over a descriptor, often extending an earlier path's prefix
-  so that columns share fan-outs.
+  so that columns share fan-outs; a path may end on a oneof (which member is set).
 """
 
 from __future__ import annotations
@@ -886,6 +886,10 @@ def _walk(
     stems = []
     text = prefix
     while True:
+        oneofs = [name for name, _ in _real_oneofs(descriptor)]
+        if oneofs and draw(st.integers(0, 5)) == 0:  # which member of a oneof is set
+            name = draw(st.sampled_from(oneofs))
+            return (f"{text}.{name}" if text else name), stems
         fd = draw(st.sampled_from(list(descriptor.fields)))
         text = f"{text}.{fd.name}" if text else fd.name
         can_go_on = depth < 4

@@ -142,6 +142,7 @@ def test_defaults(project: Path) -> None:
         "well_known_types": True,
         "unvalidated_strings": "utf8",
         "bytes_as_string": (),
+        "oneof_case": False,
         "field_ids": True,
     }
     assert plan.settings == ()

@@ -808,6 +808,7 @@ ALL_OPTIONS = {
     "well_known_types": False,
     "unvalidated_strings": "binary",
     "bytes_as_string": ("t.Root.blob",),
+    "oneof_case": True,
     "field_ids": False,
 }
 

@@ -209,6 +209,14 @@ class Options:
         "value that is not UTF-8 making a bad record; `encode` writes the text back as the "
         "same bytes (docs/types.md)",
     )
+    oneof_case: bool = _option(
+        False,
+        Flag(),
+        "whole messages: a `<oneof>_case` column (dictionary<int32, utf8>: the name of the "
+        "member set, null when none is) after each oneof's members, in every struct; `encode` "
+        "writes the member it names and no other (docs/types.md). Any plan can read the same "
+        "as the path naming the oneof (`feature[\"age\"].kind`)",
+    )
 
     field_ids: bool = _option(
         True,

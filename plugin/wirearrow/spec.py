@@ -18,6 +18,7 @@ from typing import Any
 from wirearrow.errors import PlanError
 from wirearrow.options import PLAN_OPTIONS, Options, options_doc, unknown_options
 from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, check_expression_depth
+from wirearrow.plan.types import ONEOF_CASE, case_columns
 from wirearrow.schema import Schema
 
 __all__ = ["TranscodeSpec", "as_columns"]
@@ -33,6 +34,24 @@ def as_columns(columns: Sequence[str | Column] | None) -> tuple[Column, ...] | N
     if isinstance(columns, str | bytes):
         raise TypeError("columns must be a sequence of paths or wa.Column, not one string")
     return tuple(Column(c) if isinstance(c, str) else c for c in columns)
+
+
+def _with_case_columns(descriptor: Any, fields: tuple[Column, ...]) -> tuple[Column, ...]:
+    """The record's columns with a `<oneof>_case` column (the path naming the oneof) after
+    each oneof's last member, as oneof_case puts them in every struct."""
+    cases = case_columns(descriptor)
+    clash = [name for name in cases if name in descriptor.fields_by_name]
+    if clash:
+        problem = f"{descriptor.full_name} has a field named {clash[0]!r}"
+        raise PlanError([f"{problem}: oneof_case cannot add the case of its oneof"])
+    after = {o.fields[-1].name: o for o in cases.values()}
+    out: list[Column] = []
+    for column in fields:
+        out.append(column)
+        oneof = after.get(column.path or "")
+        if oneof is not None:
+            out.append(Column(oneof.name, name=ONEOF_CASE.format(oneof.name)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,10 @@ class TranscodeSpec(Options):
             return (*self.columns, *keep)
         if not descriptor.fields and not keep:
             raise PlanError([f"message {descriptor.full_name} has no fields: nothing to read"])
-        return (*(Column(f.name) for f in descriptor.fields), *keep)
+        fields = tuple(Column(f.name) for f in descriptor.fields)
+        if self.oneof_case:
+            fields = _with_case_columns(descriptor, fields)
+        return (*fields, *keep)
 
     @property
     def plan_key(self) -> tuple[str, str]:

@@ -49,6 +49,7 @@ from wirearrow.plan.leaves import (
     Leaf,
     ListLeaf,
     MapLeaf,
+    OneofLeaf,
     ScalarLeaf,
     StructLeaf,
     TemporalLeaf,
@@ -182,7 +183,23 @@ class Assembler:
             return self._temporal(leaf, n)
         if isinstance(leaf, JsonLeaf):
             return self._json(leaf, n)
+        if isinstance(leaf, OneofLeaf):
+            return self._oneof_case(leaf, n)
         raise AssertionError(f"unknown leaf {leaf!r}")
+
+    def _oneof_case(self, leaf: OneofLeaf, n: int) -> pa.Array:
+        """The member set in each element, as an index into the member names; the decoder
+        unsets the other members' columns when one comes, so at most one is valid."""
+        case = np.full(n, -1, dtype=np.int32)
+        for k, column in enumerate(leaf.columns):
+            valid = self._valid_bytes(column)
+            if valid is None:  # (never: a member has presence) valid everywhere
+                case[:] = k
+                continue
+            case[np.frombuffer(cast(bytes, valid), dtype=np.uint8, count=n) != 0] = k
+        none = case < 0
+        indices = pa.array(case, type=pa.int32(), mask=none if none.any() else None)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(leaf.names, pa.utf8()))
 
     def _scalar(self, column: int, t: pa.DataType, n: int) -> pa.Array:
         if pa.types.is_string(t) or pa.types.is_binary(t):
@@ -1178,6 +1195,8 @@ def _storage(leaf: Leaf) -> tuple[int, ...]:
         return (leaf.column,)
     if isinstance(leaf, TemporalLeaf):
         return (*leaf.columns, *((leaf.presence,) if leaf.presence >= 0 else ()))
+    if isinstance(leaf, OneofLeaf):
+        return leaf.columns
     presence = getattr(leaf, "presence", -1)
     own = (presence,) if presence >= 0 else ()
     if isinstance(leaf, StructLeaf):

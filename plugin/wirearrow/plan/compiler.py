@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
 
 from wirearrow._core.decoder import Program
 from wirearrow.errors import PathError, PlanError, did_you_mean, quoted
@@ -65,6 +65,7 @@ from wirearrow.plan.leaves import (
     Leaf,
     ListLeaf,
     MapLeaf,
+    OneofLeaf,
     ScalarLeaf,
     StructLeaf,
     TemporalLeaf,
@@ -73,10 +74,12 @@ from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import (
     WELL_KNOWN,
+    case_columns,
     is_map,
     is_message,
     is_repeated,
     needs_utf8_check,
+    real_oneofs,
     scalar_kind,
 )
 
@@ -92,6 +95,7 @@ __all__ = [
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
+ONEOF_CASE_TYPE = pa.dictionary(pa.int32(), pa.utf8())
 # Fields of the Arrow type of a whole message (structs, lists, maps and their leaves): a
 # recursive type cut at max_depth has a plan this large only when it grows exponentially.
 MAX_PLAN_FIELDS = 100_000
@@ -276,14 +280,22 @@ def _column_key(message: Descriptor, name: str) -> Key:
     return (UNKNOWN,) if name == UNKNOWN_FIELDS else (name,)
 
 
+def _child_step(name: str, number: int) -> int | str:
+    """The field-id key step of a struct's child: its field number, `_unknown`'s step, or
+    (a column of no field: a oneof's case) its name."""
+    if number > 0:
+        return number_step(number)
+    return UNKNOWN if number == 0 else name
+
+
 def _leaf_keys(t: pa.DataType, leaf: Leaf | None, key: Key) -> KeyTree:
     """The field-id key tree of a column of type ``t`` read as ``leaf`` (None: an
     expression): struct children keyed by their field numbers, list elements and map keys
     and values by their place (wirearrow.field_ids)."""
     if isinstance(leaf, StructLeaf) and pa.types.is_struct(t) and leaf.numbers:
         return key, tuple(
-            _leaf_keys(t.field(i).type, child, (*key, number_step(n) if n else UNKNOWN))
-            for i, ((_, child), n) in enumerate(zip(leaf.children, leaf.numbers, strict=True))
+            _leaf_keys(t.field(i).type, child, (*key, _child_step(name, n)))
+            for i, ((name, child), n) in enumerate(zip(leaf.children, leaf.numbers, strict=True))
         )
     if isinstance(leaf, ListLeaf) and pa.types.is_list(t):
         return key, (_leaf_keys(t.value_type, leaf.element, (*key, ELEMENT)),)
@@ -541,7 +553,17 @@ class _Resolver:
                     )
                 return sel, ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
             if fd is None:
-                raise PathError(_no_field(message, step.name), text, step.pos)
+                oneof = _oneof(message, step.name)
+                if oneof is None:
+                    raise PathError(_no_field(message, step.name), text, step.pos)
+                if i != len(steps) - 1:
+                    raise PathError(
+                        f"{quoted(step.name)} is a oneof of {message.full_name} ({_members(oneof)}): "
+                        "it reads which member is set; to read a value, name the member",
+                        text,
+                        steps[i + 1].pos,
+                    )
+                return sel, self._oneof_leaf(node, oneof)
             last = i == len(steps) - 1
             nxt = None if last else steps[i + 1]
             prefix = format_path(steps[: i + 1])
@@ -881,6 +903,30 @@ class _Resolver:
             return ScalarLeaf(group, pa.utf8(), column, fd)
         return ScalarLeaf(group, scalar_kind(fd).arrow, column, fd)
 
+    def _oneof_leaf(self, node: NodeSpec, oneof: OneofDescriptor) -> OneofLeaf:
+        """Which member of `oneof` is set, from a column per member that is valid where it
+        is (its value, or a sub-message's presence: its fields are not read)."""
+        columns = []
+        for fd in oneof.fields:
+            entry = node.fields.get(fd.number)
+            if is_message(fd):
+                if self._is_json(fd) or (entry is not None and entry.raw):
+                    columns.append(self.b.raw(node, fd)[1])
+                else:
+                    presence = self.b.message(node, fd).presence
+                    columns.append(presence)
+                continue
+            # (as the member's own column reads it: a string moved to the unknown fields,
+            # not being UTF-8, is not set)
+            columns.append(self._scalar_leaf(node, fd).column)
+        return OneofLeaf(
+            node.group,
+            ONEOF_CASE_TYPE,
+            oneof.full_name,
+            tuple(fd.name for fd in oneof.fields),
+            tuple(columns),
+        )
+
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
         if is_map(fd):
             return self._map_leaf(node, fd, stack)
@@ -969,6 +1015,11 @@ class _Resolver:
             numbers = tuple(f.number for f in message.fields)
         finally:
             self._open_structs -= 1
+        if self.options.oneof_case:
+            children = _with_cases(message, node.group, children, fd.name)
+            # (a case column is no field: keyed by its name for its field id)
+            number = {f.name: f.number for f in message.fields}
+            numbers = tuple(number.get(name, -1) for name, _ in children)
         if self.options.keep_unknown:
             if UNKNOWN_FIELDS in message.fields_by_name:
                 raise PathError(
@@ -995,8 +1046,57 @@ def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
 
 
 def _no_field(message: Descriptor, name: str) -> str:
-    names = [f.name for f in message.fields]
+    names = [f.name for f in message.fields] + [o.name for o in real_oneofs(message)]
     return f"field {quoted(name)} not in message {message.full_name}{did_you_mean(name, names)}"
+
+
+def _oneof(message: Descriptor, name: str) -> OneofDescriptor | None:
+    oneof = message.oneofs_by_name.get(name)
+    return oneof if oneof is not None and oneof in real_oneofs(message) else None
+
+
+def _members(oneof: OneofDescriptor) -> str:
+    return "members: " + ", ".join(repr(f.name) for f in oneof.fields)
+
+
+def _with_cases(
+    message: Descriptor, group: int, children: tuple[tuple[str, Leaf], ...], where: str
+) -> tuple[tuple[str, Leaf], ...]:
+    """`children` of a struct with each oneof's case after the oneof's last member."""
+    cases = case_columns(message)
+    if not cases:
+        return children
+    leaves = dict(children)
+    clash = [name for name in cases if name in leaves]
+    if clash:
+        raise PathError(
+            f"{message.full_name} has a field named {clash[0]!r}: it cannot also hold the "
+            "case of its oneof (oneof_case)",
+            where,
+            0,
+        )
+    after: dict[str, tuple[str, Leaf]] = {}
+    for name, oneof in cases.items():
+        columns = tuple(_presence_column(leaves[f.name]) for f in oneof.fields)
+        names = tuple(f.name for f in oneof.fields)
+        leaf = OneofLeaf(group, ONEOF_CASE_TYPE, oneof.full_name, names, columns)
+        after[oneof.fields[-1].name] = (name, leaf)
+    out: list[tuple[str, Leaf]] = []
+    for child in children:
+        out.append(child)
+        if child[0] in after:
+            out.append(after[child[0]])
+    return tuple(out)
+
+
+def _presence_column(leaf: Leaf) -> int:
+    """A decoder column whose validity says the field a leaf reads is present."""
+    if isinstance(leaf, ScalarLeaf | JsonLeaf):
+        return leaf.column
+    presence = getattr(leaf, "presence", -1)
+    if presence < 0:
+        raise AssertionError(f"a oneof member without presence: {leaf!r}")
+    return presence
 
 
 def _describe(step: object) -> str:

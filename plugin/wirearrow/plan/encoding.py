@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import json_format, message_factory, struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -37,6 +38,7 @@ from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, Encode
 from wirearrow.errors import EncodeError
 from wirearrow.plan.types import (
     WELL_KNOWN,
+    case_columns,
     is_map,
     is_message,
     is_packed,
@@ -101,6 +103,9 @@ class _Spec:
     always: bool = False  # "given": derived even when the parent holds only nulls
     reason: Reason | None = None  # the text of E_BAD_VALUE at a slot of this array
     null_reason: str | None = None  # a required field: a null is this error
+    # A oneof member under a `<oneof>_case` column: (that column's spec, the member names,
+    # this member's index); the member is written where the case names it, and only there.
+    case: tuple[int, tuple[str, ...], int] | None = None
 
 
 @dataclass
@@ -163,6 +168,19 @@ class EncodingPlan:
         if unknown is not None and fields[-1].name != UNKNOWN_FIELD:
             raise _mismatch(where, UNKNOWN_FIELD, "must be the last field of its struct")
         expected = {fd.name for fd in message.fields}
+        # oneof_case: the case column of a oneof says which member is written
+        cases: dict[str, int] = {}
+        for name, oneof in case_columns(message).items():
+            if name in by_name and name not in expected:
+                arrow_field, col = by_name.pop(name)
+                t = arrow_field.type
+                if not (
+                    pa.types.is_string(t)
+                    or pa.types.is_large_string(t)
+                    or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))
+                ):
+                    raise _type_error(_join(where, name), "string or dictionary<int32, string>", t)
+                cases[oneof.full_name] = col
         extra = [name for name in by_name if name not in expected]
         if extra:
             raise _mismatch(where, extra[0], f"is not a field of {message.full_name}")
@@ -180,6 +198,13 @@ class EncodingPlan:
         for fd in sorted(message.fields, key=lambda f: f.number):
             arrow_field, col = by_name[fd.name]
             path = _join(where, fd.name)
+            member_of = fd.containing_oneof
+            if member_of is not None and member_of.full_name in cases:
+                members = tuple(f.name for f in member_of.fields)
+                case = (cases[member_of.full_name], members, members.index(fd.name))
+                # (a given array: the member where the case names it, null elsewhere)
+                t = arrow_field.type
+                col = self._spec(col, "given", t, case=case, always=True)
             row = self._field(fd, arrow_field.type, col, message, path)
             oneof = fd.containing_oneof
             rows.append(
@@ -326,16 +351,25 @@ class EncodingPlan:
         elif wkt == "fieldmask":
             paths_fd = fd.message_type.fields_by_name["paths"]
             node = self._wrap(
-                fd.message_type, [self._field(paths_fd, t, col, fd.message_type, path)]
+                fd.message_type,
+                [self._field(paths_fd, t, self._bound(col), fd.message_type, path)],
             )
         elif pa.types.is_struct(t):
             fields = [t.field(i) for i in range(t.num_fields)]
-            cols = [self._spec(col, "field", f.type, i, f.name) for i, f in enumerate(fields)]
+            source = self._bound(col)
+            cols = [self._spec(source, "field", f.type, i, f.name) for i, f in enumerate(fields)]
             node = self._node(fd.message_type, fields, cols, path)
         else:
             raise _type_error(path, f"the struct of {name}", t)
         row = _entry(tag, kind, "singular", presence, col, child=node, end=end)
         return row._replace(check=core.CHECK[check], aux=aux, scale=scale)
+
+    def _bound(self, col: int) -> int:
+        """The batch's own array under a oneof member's case given (its struct children and
+        list values are bound from the batch: the given array only says which slots are
+        written), else `col` itself."""
+        spec = self._t.specs[col]
+        return spec.parent if spec.case is not None else col
 
     def _wrap(self, message: Descriptor, rows: list[EncodeEntry]) -> int:
         node = len(self._t.nodes)
@@ -396,7 +430,11 @@ class EncodingPlan:
             spec = self._t.specs[i]
             if not present and not spec.always:
                 return None  # no value to derive: the core reads the parent's validity
-            array, bad = spec.derive(self._array(batch, spec.parent, arrays))  # type: ignore[misc]
+            parent = self._array(batch, spec.parent, arrays)
+            if spec.case is not None:
+                array, bad = self._only_case(batch, arrays, spec.case, parent), None
+            else:
+                array, bad = spec.derive(parent)  # type: ignore[misc]
             arrays[i] = array
             return _address(array, bad, keep)
 
@@ -437,6 +475,42 @@ class EncodingPlan:
                 raise AssertionError(f"given spec {i} was not derived")
             arrays[i] = found
         return found
+
+    def _only_case(
+        self,
+        batch: pa.RecordBatch,
+        arrays: dict[int, pa.Array],
+        case: tuple[int, tuple[str, ...], int],
+        member: pa.Array,
+    ) -> pa.Array:
+        """Member k of a oneof where its case column names it; an EncodeError on the case
+        column where it names no member, or this one while it is null."""
+        at, names, k = case
+        case_array = self._array(batch, at, arrays)
+        array, bad = _only_case(member, case_array, names, k)
+        if bad is not None:
+            # (the slots of this batch's rows: a list's values may hold more)
+            lo, hi = self._reachable(batch, arrays, at)
+            slots = np.flatnonzero(bad[lo:hi])
+            if len(slots):
+                slot = lo + int(slots[0])
+                row, where = self._locate(batch, arrays, at, slot)
+                raise EncodeError(_case_reason(case_array, names, k, slot), row=row, path=where)
+        return array
+
+    def _reachable(
+        self, batch: pa.RecordBatch, arrays: dict[int, pa.Array], col: int
+    ) -> tuple[int, int]:
+        """The logical slots of array `col` that the batch's rows reach: a list's values
+        array holds the elements of rows outside a slice too."""
+        spec = self._t.specs[col]
+        if spec.access == "column":
+            return 0, len(self._array(batch, col, arrays))
+        lo, hi = self._reachable(batch, arrays, spec.parent)
+        if spec.access == "values":
+            offsets = _offsets(self._array(batch, spec.parent, arrays))
+            return int(offsets[lo]), int(offsets[hi])
+        return lo, hi
 
     def _locate(
         self, batch: pa.RecordBatch, arrays: dict[int, pa.Array], col: int, k: int
@@ -623,6 +697,48 @@ def _enum_numbers(
     out = pa.array(table[idx], type=pa.int32(), mask=~valid)
     flags = bad[idx] & valid
     return out, (flags if flags.any() else None)
+
+
+def _case_indices(case: pa.Array, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(the member each slot of a case column names, -1 for none; slots naming no member)."""
+    valid = np.asarray(case.is_valid())
+    members = pa.array(names, pa.utf8())
+    if pa.types.is_dictionary(case.type):
+        # by the dictionary's values (the indices of its null slots need not be in range)
+        per_value = pc.index_in(case.dictionary.cast(pa.utf8()), value_set=members)
+        lookup = np.append(per_value.fill_null(-2).to_numpy(zero_copy_only=False), -1)
+        at = case.indices.to_numpy(zero_copy_only=False)
+        index = lookup[np.where(valid, at, len(lookup) - 1).astype(np.int64)].astype(np.int32)
+    else:
+        found = pc.index_in(case, value_set=members)
+        index = found.fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int32)
+        index[~valid] = -1
+    unknown = index == -2
+    index[unknown] = -1
+    return index, unknown
+
+
+def _only_case(
+    member: pa.Array, case: pa.Array, names: tuple[str, ...], k: int
+) -> tuple[pa.Array, np.ndarray | None]:
+    """Member k of a oneof where its case column names it, null elsewhere; and the slots
+    where the case names no member or names this one while it is null (_case_reason)."""
+    index, unknown = _case_indices(case, names)
+    chosen = index == k
+    valid = np.asarray(member.is_valid())
+    bad = unknown | (chosen & ~valid)
+    if np.array_equal(chosen, valid):
+        out = member  # (as decoded: the case is the member that is set)
+    else:
+        out = pc.if_else(pa.array(chosen), member, pa.nulls(len(member), member.type))
+    return out, (bad if bad.any() else None)
+
+
+def _case_reason(case: pa.Array, names: tuple[str, ...], k: int, slot: int) -> str:
+    value = case[slot].as_py()
+    if value not in names:
+        return f"{value!r} is not a member of the oneof ({', '.join(names)})"
+    return f"the case names {names[k]!r}, which is null"
 
 
 def _json_bytes(message: str, null_is_empty: bool) -> Derive:

@@ -16,6 +16,7 @@ __all__ = [
     "Leaf",
     "ListLeaf",
     "MapLeaf",
+    "OneofLeaf",
     "ScalarLeaf",
     "StructLeaf",
     "TemporalLeaf",
@@ -46,7 +47,8 @@ class CutLeaf(ScalarLeaf):
 class StructLeaf(Leaf):
     presence: int  # column, -1 when the struct is always present (a list element)
     children: tuple[tuple[str, Leaf], ...]
-    numbers: tuple[int, ...] = ()  # each child's protobuf field number (0: `_unknown`)
+    # each child's protobuf field number (0: `_unknown`; -1: a oneof's case, keyed by name)
+    numbers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,3 +90,16 @@ class EnumLeaf(ScalarLeaf):
     """An enum read as the names of its values: dictionary<int32, utf8>."""
 
     names: tuple[tuple[int, str], ...] = ()  # (number, name), declaration order
+
+
+@dataclass(frozen=True, eq=False)
+class OneofLeaf(Leaf):
+    """Which member of a oneof is set: dictionary<int32, utf8> of the member names (index =
+    the member's position in the oneof), null when none is."""
+
+    oneof: str  # full name of the oneof
+    names: tuple[str, ...]  # member names, declaration order: the dictionary
+    # Per member, a decoder column whose validity says the member is set (its value, its
+    # presence, or the views of its bytes); the decoder unsets a member's columns when
+    # another member comes, so at most one is valid per element.
+    columns: tuple[int, ...]

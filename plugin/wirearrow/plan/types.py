@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
 import pyarrow as pa
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf import descriptor_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
 
 from wirearrow._core.decoder import KIND
 
 __all__ = [
+    "ONEOF_CASE",
     "WELL_KNOWN",
     "ScalarKind",
+    "case_columns",
     "default_bytes",
     "is_closed_enum",
     "is_map",
@@ -20,6 +24,7 @@ __all__ = [
     "is_repeated",
     "is_required",
     "needs_utf8_check",
+    "real_oneofs",
     "scalar_kind",
 ]
 
@@ -156,6 +161,30 @@ def needs_utf8_check(field: FieldDescriptor) -> bool:
     if features is not None:
         return features.utf8_validation == features.VERIFY
     return getattr(field.file, "syntax", "proto2") == "proto3"
+
+
+@functools.lru_cache(maxsize=16384)
+def real_oneofs(message: Descriptor) -> tuple[OneofDescriptor, ...]:
+    """The oneofs a user declared: not the synthetic one protoc makes for each proto3
+    ``optional`` field (the descriptor API does not tell them apart; its proto does)."""
+    if not message.oneofs:
+        return ()
+    proto = descriptor_pb2.DescriptorProto()
+    message.CopyToProto(proto)
+    synthetic = {
+        f.oneof_index for f in proto.field if f.proto3_optional and f.HasField("oneof_index")
+    }
+    return tuple(o for o in message.oneofs if o.index not in synthetic)
+
+
+# With oneof_case, each struct (and the record) gets, per oneof, the name of the member set:
+# the child named ONEOF_CASE.format(oneof name).
+ONEOF_CASE = "{}_case"
+
+
+def case_columns(message: Descriptor) -> dict[str, OneofDescriptor]:
+    """The `<oneof>_case` names of a message's oneofs (oneof_case=True)."""
+    return {ONEOF_CASE.format(o.name): o for o in real_oneofs(message)}
 
 
 def has_presence(field: FieldDescriptor, container: Descriptor) -> bool:
