@@ -54,7 +54,7 @@ from wirearrow.paths import (
     WildcardStep,
     parse_path,
 )
-from wirearrow.plan.types import is_repeated, real_oneofs
+from wirearrow.plan.types import extensions_of, field_name, fields_of, is_repeated, real_oneofs
 
 __all__ = ["arrow_shape", "assert_rows_equal", "expected_arrow_type", "expected_rows", "same_value"]
 
@@ -89,8 +89,18 @@ def _is_message(fd: FieldDescriptor) -> bool:
     return fd.type in (_FD.TYPE_MESSAGE, _FD.TYPE_GROUP)
 
 
+def _by_name(descriptor: Descriptor, name: str) -> FieldDescriptor:
+    """A field by its path step: its name, or "[pkg.ext]" for an extension."""
+    if name.startswith("["):
+        return next(f for f in extensions_of(descriptor) if field_name(f) == name)
+    return descriptor.fields_by_name[name]
+
+
 def _tree(message: Any) -> _Msg:
     fields = {fd.name: _field(message, fd) for fd in message.DESCRIPTOR.fields}
+    # extensions, by their path step "[pkg.ext]"
+    for fd in extensions_of(message.DESCRIPTOR):
+        fields[field_name(fd)] = _field(message, fd)
     # A path naming a oneof reads which member is set (None: none is).
     for oneof in real_oneofs(message.DESCRIPTOR):
         fields[oneof.name] = _which(message, oneof)
@@ -108,7 +118,7 @@ def _which(message: Any, oneof: Any) -> str | None:
 
 
 def _field(message: Any, fd: FieldDescriptor) -> Any:
-    value = getattr(message, fd.name)
+    value = message.Extensions[fd] if fd.is_extension else getattr(message, fd.name)
     if _is_map(fd):
         value_fd = fd.message_type.fields_by_name["value"]
         # An entry whose string value is not UTF-8 (the runtime gives bytes) becomes an
@@ -124,7 +134,9 @@ def _field(message: Any, fd: FieldDescriptor) -> Any:
             cut = [i for i, item in enumerate(items) if isinstance(item, bytes)]
             items = items[: cut[0]] if cut else items
         return [_element(item, fd) for item in items]
-    if fd.has_presence and not message.HasField(fd.name):
+    if fd.has_presence and not (
+        message.HasExtension(fd) if fd.is_extension else message.HasField(fd.name)
+    ):
         return None
     if isinstance(value, bytes) and fd.type == _FD.TYPE_STRING:
         return None if fd.has_presence else ""  # moved to the unknown fields: unset
@@ -243,11 +255,12 @@ def _operand(atom: RelPath | Literal, element: _Msg) -> Any:
 # Leaves rendered as to_pylist() renders them
 
 
-def _render(value: Any) -> Any:
+def _render(value: Any, extensions: bool = False) -> Any:
+    """`extensions`: a struct holds the message's extensions too (extensions=True)."""
     if isinstance(value, list):
-        return [_render(item) for item in value]
+        return [_render(item, extensions) for item in value]
     if isinstance(value, _Map):
-        return [(key, _render(item)) for key, item in value.entries]
+        return [(key, _render(item, extensions)) for key, item in value.entries]
     if not isinstance(value, _Msg):
         return value
     name, fields = value.descriptor.full_name, value.fields
@@ -263,7 +276,8 @@ def _render(value: Any) -> Any:
     if name == "google.protobuf.FieldMask":
         return list(fields["paths"])
     # (Any is a plain struct here; a oneof's name is not a field of the struct)
-    return {fd.name: _render(fields[fd.name]) for fd in value.descriptor.fields}
+    every = fields_of(value.descriptor, extensions)
+    return {field_name(fd): _render(fields[field_name(fd)], extensions) for fd in every}
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +302,7 @@ def _fan_out_positions(descriptor: Descriptor, steps: Sequence[Any]) -> list[int
         if isinstance(step, FieldStep):
             if step.name in descriptor.oneofs_by_name:  # a oneof: the last step
                 break
-            field = descriptor.fields_by_name[step.name]
+            field = _by_name(descriptor, step.name)
             descriptor = field.message_type
             if is_repeated(field):
                 continue
@@ -319,6 +333,7 @@ class _Column:
     name: str
     owner: _FanOut  # the deepest fan-out of the path (the root node when there is none)
     rest: tuple[Any, ...]  # steps after the owner's fan-out step
+    extensions: bool = False  # structs hold the extensions (extensions=True)
 
     def cell(self, row: dict[Any, Any]) -> Any:
         if self.owner.key not in row:  # the owner had no elements: a left-join null
@@ -326,10 +341,12 @@ class _Column:
         value = row[self.owner.key]
         for step in self.rest:
             value = _select(value, step)
-        return _render(value)
+        return _render(value, self.extensions)
 
 
-def _plan(descriptor: Descriptor, columns: Sequence[Any]) -> tuple[_FanOut, list[_Column]]:
+def _plan(
+    descriptor: Descriptor, columns: Sequence[Any], extensions: bool = False
+) -> tuple[_FanOut, list[_Column]]:
     root = _FanOut(key=(), segment=())
     nodes: dict[Any, _FanOut] = {(): root}
     planned = []
@@ -343,7 +360,7 @@ def _plan(descriptor: Descriptor, columns: Sequence[Any]) -> tuple[_FanOut, list
                 nodes[key] = _FanOut(key, tuple(steps[start : position + 1]))
                 parent.children.append(nodes[key])  # first appearance decides the order
             parent, start = nodes[key], position + 1
-        planned.append(_Column(name, parent, tuple(steps[start:])))
+        planned.append(_Column(name, parent, tuple(steps[start:]), extensions))
     return root, planned
 
 
@@ -365,14 +382,18 @@ def _expand(node: _FanOut, instance: Any) -> list[dict[Any, Any]]:
 
 
 def expected_rows(
-    message_class: Any, messages: Sequence[bytes], columns: Sequence[Any]
+    message_class: Any,
+    messages: Sequence[bytes],
+    columns: Sequence[Any],
+    extensions: bool = False,
 ) -> list[dict[str, Any]]:
     """The rows flat mode must produce for ``messages`` under ``columns``.
 
     A column is a path text (which is also its name) or a ``(path, name)`` pair. A message
-    the runtime cannot parse raises the runtime's ``DecodeError``.
+    the runtime cannot parse raises the runtime's ``DecodeError``. ``extensions``: the
+    transcoder's option (structs then hold the extensions the schema declares).
     """
-    root, planned = _plan(message_class.DESCRIPTOR, columns)
+    root, planned = _plan(message_class.DESCRIPTOR, columns, extensions)
     out = []
     for raw in messages:
         tree = _tree(message_class.FromString(raw))
@@ -386,9 +407,9 @@ def expected_rows(
 # Arrow types
 
 
-def _scalar_type(fd: FieldDescriptor) -> pa.DataType:
+def _scalar_type(fd: FieldDescriptor, ext: bool = False) -> pa.DataType:
     if _is_message(fd):
-        return _message_type(fd.message_type)
+        return _message_type(fd.message_type, ext)
     return {
         _FD.TYPE_INT32: pa.int32(),
         _FD.TYPE_SINT32: pa.int32(),
@@ -409,7 +430,7 @@ def _scalar_type(fd: FieldDescriptor) -> pa.DataType:
     }[fd.type]
 
 
-def _message_type(descriptor: Descriptor) -> pa.DataType:
+def _message_type(descriptor: Descriptor, ext: bool = False) -> pa.DataType:
     name = descriptor.full_name
     if name == "google.protobuf.Timestamp":
         return pa.timestamp("us", tz="UTC")
@@ -419,27 +440,29 @@ def _message_type(descriptor: Descriptor) -> pa.DataType:
         return _scalar_type(descriptor.fields_by_name["value"])
     if name == "google.protobuf.FieldMask":
         return pa.list_(pa.utf8())
-    return pa.struct([pa.field(fd.name, _field_type(fd)) for fd in descriptor.fields])
+    fields = fields_of(descriptor, ext)
+    return pa.struct([pa.field(field_name(fd), _field_type(fd, ext)) for fd in fields])
 
 
-def _field_type(fd: FieldDescriptor) -> pa.DataType:
+def _field_type(fd: FieldDescriptor, ext: bool = False) -> pa.DataType:
     if _is_map(fd):
         entry = fd.message_type.fields_by_name
-        return pa.map_(_scalar_type(entry["key"]), _scalar_type(entry["value"]))
+        return pa.map_(_scalar_type(entry["key"], ext), _scalar_type(entry["value"], ext))
     if is_repeated(fd):
-        return pa.list_(_scalar_type(fd))
-    return _scalar_type(fd)
+        return pa.list_(_scalar_type(fd, ext))
+    return _scalar_type(fd, ext)
 
 
-def expected_arrow_type(descriptor: Descriptor, path: str) -> pa.DataType:
-    """The Arrow type of the column ``path`` (decided by its last field and what follows)."""
+def expected_arrow_type(descriptor: Descriptor, path: str, extensions: bool = False) -> pa.DataType:
+    """The Arrow type of the column ``path`` (decided by its last field and what follows);
+    ``extensions``: the transcoder's option (structs hold the extensions)."""
     field = None
     selected = False  # whether a selector followed the last field step
     for step in parse_path(path).steps:
         if isinstance(step, FieldStep):
             if step.name in descriptor.oneofs_by_name:
                 return pa.dictionary(pa.int32(), pa.utf8())  # the member set
-            field = descriptor.fields_by_name[step.name]
+            field = _by_name(descriptor, step.name)
             descriptor, selected = field.message_type, False
         elif is_repeated(field) and not selected:
             selected = True
@@ -447,7 +470,7 @@ def expected_arrow_type(descriptor: Descriptor, path: str) -> pa.DataType:
                 field = field.message_type.fields_by_name["value"]
                 descriptor = field.message_type
     assert field is not None, "root-only paths are not flat columns"
-    return _scalar_type(field) if selected else _field_type(field)
+    return _scalar_type(field, extensions) if selected else _field_type(field, extensions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,7 +37,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
-from wirearrow.plan.types import is_closed_enum, is_repeated, needs_utf8_check
+from wirearrow.plan.types import (
+    extensions_of,
+    field_name,
+    is_closed_enum,
+    is_repeated,
+    needs_utf8_check,
+)
 
 __all__ = [
     "KEY_INTS",
@@ -182,6 +188,8 @@ class MessageSpec:
     name: str
     fields: tuple[FieldSpec, ...]
     oneofs: tuple[tuple[str, tuple[FieldSpec, ...]], ...] = ()
+    extendable: bool = False  # declares extension numbers EXTENSION_RANGE
+    extends: tuple[ExtendSpec, ...] = ()  # extensions declared inside this message
 
     def render(self) -> str:
         lines = [f"message {self.name} {{"]
@@ -190,7 +198,25 @@ class MessageSpec:
             lines.append(f"  oneof {name} {{")
             lines += [f"    {member.render()}" for member in members]
             lines.append("  }")
+        if self.extendable:
+            lines.append(f"  extensions {EXTENSION_RANGE[0]} to {EXTENSION_RANGE[1]};")
+        lines += ["  " + line for extend in self.extends for line in extend.render().split("\n")]
         return "\n".join([*lines, "}"])
+
+
+EXTENSION_RANGE = (100, 199)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtendSpec:
+    """``extend <extendee> { ... }``: extension fields of another message."""
+
+    extendee: str
+    fields: tuple[FieldSpec, ...]
+
+    def render(self) -> str:
+        lines = [f"extend {self.extendee} {{", *(f"  {f.render()}" for f in self.fields), "}"]
+        return "\n".join(lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +226,7 @@ class SchemaSpec:
     messages: tuple[MessageSpec, ...]
     file_options: tuple[str, ...] = ()
     package: str = "gen"
+    extends: tuple[ExtendSpec, ...] = ()  # top-level extensions
 
     @property
     def root(self) -> str:
@@ -207,17 +234,19 @@ class SchemaSpec:
 
     def render(self) -> str:
         header = 'edition = "2023";' if self.syntax == "editions" else f'syntax = "{self.syntax}";'
+        every_extend = (*self.extends, *(e for m in self.messages for e in m.extends))
         used = {
             field.type
             for message in self.messages
             for field in (*message.fields, *(m for _, ms in message.oneofs for m in ms))
-        }
+        } | {field.type for extend in every_extend for field in extend.fields}
         imports = sorted({WKT_FILES[t] for t in used if t in WKT_FILES})
         parts = [header, f"package {self.package};"]
         parts += [f'import "{name}";' for name in imports]
         parts += [f"option {option};" for option in self.file_options]
         parts += [enum.render(self.syntax) for enum in self.enums]
         parts += [message.render() for message in self.messages]
+        parts += [extend.render() for extend in self.extends]
         return "\n".join(parts) + "\n"
 
 
@@ -333,8 +362,14 @@ def _field_spec_of(
 
 
 @st.composite
-def schema_specs(draw: Any, syntax: str | None = None) -> SchemaSpec:
-    """A random schema: 0–2 enums and 2–5 messages; the root is the first message."""
+def schema_specs(draw: Any, syntax: str | None = None, extensions: bool = False) -> SchemaSpec:
+    """A random schema: 0–2 enums and 2–5 messages; the root is the first message.
+
+    ``extensions``: proto2 or editions (proto3 has none), and some messages declare an
+    extension range that other declarations extend, at the top level or inside a message:
+    scalars, enums, later messages (no recursion), well-known types, repeated ones too."""
+    if extensions and syntax is None:
+        syntax = draw(st.sampled_from(["proto2", "editions"]))
     syntax = syntax or draw(st.sampled_from(["proto2", "proto3", "editions"]))
     file_implicit = syntax == "editions" and draw(st.booleans())
     enums = {
@@ -367,7 +402,61 @@ def schema_specs(draw: Any, syntax: str | None = None) -> SchemaSpec:
         oneofs = (("o1", members),) if members else ()
         specs.append(MessageSpec(name, tuple(plain), oneofs))
     options = ("features.field_presence = IMPLICIT",) if file_implicit else ()
-    return SchemaSpec(syntax, tuple(enums.values()), tuple(specs), options)
+    top: list[ExtendSpec] = []
+    if extensions and syntax != "proto3" and not file_implicit:
+        specs, top = _with_extensions(draw, syntax, enums, specs, names)
+    return SchemaSpec(syntax, tuple(enums.values()), tuple(specs), options, extends=tuple(top))
+
+
+def _with_extensions(
+    draw: Any, syntax: str, enums: dict[str, EnumSpec], specs: list[MessageSpec], names: list[str]
+) -> tuple[list[MessageSpec], list[ExtendSpec]]:
+    """Some messages made extendable, each extended by 1-3 fields declared at the top level
+    or inside another message."""
+    top: list[ExtendSpec] = []
+    nested: dict[int, list[ExtendSpec]] = {}
+    extendable = set()
+    for index, name in enumerate(names):
+        if index and draw(st.integers(0, 2)) == 0:
+            continue
+        extendable.add(index)
+        numbers = draw(
+            st.lists(st.integers(*EXTENSION_RANGE), min_size=1, max_size=3, unique=True)
+        )
+        fields = []
+        for number in numbers:
+            kinds = ["scalar", "scalar", "wkt"] + ["enum"] * bool(enums)
+            kinds += ["message"] * bool(names[index + 1 :])
+            kind = draw(st.sampled_from(kinds))
+            choices = {
+                "scalar": SCALAR_TYPES,
+                "wkt": sorted(WKT_FILES),
+                "enum": sorted(enums),
+                "message": names[index + 1 :],
+            }[kind]
+            type_name = draw(st.sampled_from(choices))
+            repeated = draw(st.integers(0, 2)) == 0
+            label = "repeated" if repeated else ("optional" if syntax == "proto2" else "")
+            options: tuple[str, ...] = ()
+            packable = kind in ("scalar", "enum") and type_name not in ("string", "bytes")
+            if repeated and packable and draw(st.booleans()):
+                options = ("packed = true",) if syntax == "proto2" else (
+                    "features.repeated_field_encoding = EXPANDED",
+                )
+            fields.append(FieldSpec(f"x{index}_{number}", number, type_name, label, options=options))
+        extend = ExtendSpec(name, tuple(fields))
+        scope = draw(st.sampled_from([None, *range(len(names))]))
+        if scope is None:
+            top.append(extend)
+        else:
+            nested.setdefault(scope, []).append(extend)
+    out = [
+        dataclasses.replace(
+            spec, extendable=i in extendable, extends=tuple(nested.get(i, ()))
+        )
+        for i, spec in enumerate(specs)
+    ]
+    return out, top
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,10 +563,10 @@ def _fill(draw: Any, message: Any, depth: int, max_depth: int) -> None:
         chosen = draw(st.sampled_from([None, *members]))
         skipped.update(m for m in members if m != chosen)
     oneof_members = {m for _, members in _real_oneofs(descriptor) for m in members}
-    for fd in descriptor.fields:
-        if fd.name in skipped:
+    for fd in (*descriptor.fields, *extensions_of(descriptor)):
+        if fd.name in skipped and not fd.is_extension:
             continue
-        container = getattr(message, fd.name)
+        container = _value_of(message, fd)
         if _is_map(fd):
             key_fd, value_fd = fd.message_type.fields
             keys = draw(st.lists(map_keys(key_fd), max_size=3, unique=True))
@@ -492,12 +581,18 @@ def _fill(draw: Any, message: Any, depth: int, max_depth: int) -> None:
                     _fill_child(draw, container.add(), depth, max_depth)
                 else:
                     container.append(draw(scalar_values(fd)))
-        elif fd.name in oneof_members or draw(st.booleans()):
+        elif (fd.name in oneof_members and not fd.is_extension) or draw(st.booleans()):
             if _is_message(fd):
                 _fill_child(draw, container, depth, max_depth)
                 container.SetInParent()  # present even when left empty
+            elif fd.is_extension:
+                message.Extensions[fd] = draw(scalar_values(fd))
             else:
                 setattr(message, fd.name, draw(scalar_values(fd)))
+
+
+def _value_of(message: Any, fd: FieldDescriptor) -> Any:
+    return message.Extensions[fd] if fd.is_extension else getattr(message, fd.name)
 
 
 def _fill_child(draw: Any, child: Any, depth: int, max_depth: int) -> None:
@@ -660,10 +755,10 @@ def _rejected_entry(draw: Any, fd: FieldDescriptor) -> bytes:
 def _message_body(draw: Any, message: Any) -> list[bytes]:
     """The message as wire chunks; cutting the list anywhere keeps every field's order."""
     descriptor = message.DESCRIPTOR
-    present = {fd.name for fd, _ in message.ListFields()}
+    present = {fd.full_name for fd, _ in message.ListFields()}
     groups: list[list[bytes]] = []
-    for fd in descriptor.fields:
-        if fd.name in present:
+    for fd in (*descriptor.fields, *extensions_of(descriptor)):
+        if fd.full_name in present:
             groups.append(_field_chunks(draw, message, fd))
         elif not is_repeated(fd) and not fd.has_presence and draw(st.integers(0, 5)) == 0:
             groups.append([_record(fd, _default(fd))])  # an explicit zero reads as absent
@@ -733,7 +828,7 @@ def _value_record(draw: Any, fd: FieldDescriptor, value: Any) -> list[bytes]:
 
 
 def _field_chunks(draw: Any, message: Any, fd: FieldDescriptor) -> list[bytes]:
-    value = getattr(message, fd.name)
+    value = _value_of(message, fd)
     if _is_map(fd):
         key_fd, value_fd = fd.message_type.fields
         chunks = []
@@ -890,8 +985,9 @@ def _walk(
         if oneofs and draw(st.integers(0, 5)) == 0:  # which member of a oneof is set
             name = draw(st.sampled_from(oneofs))
             return (f"{text}.{name}" if text else name), stems
-        fd = draw(st.sampled_from(list(descriptor.fields)))
-        text = f"{text}.{fd.name}" if text else fd.name
+        fd = draw(st.sampled_from([*descriptor.fields, *extensions_of(descriptor)]))
+        name = field_name(fd)
+        text = f"{text}.{name}" if text and not fd.is_extension else f"{text}{name}"
         can_go_on = depth < 4
         element = fd
         if _is_map(fd):

@@ -143,6 +143,7 @@ def test_defaults(project: Path) -> None:
         "unvalidated_strings": "utf8",
         "bytes_as_string": (),
         "oneof_case": False,
+        "extensions": False,
         "field_ids": True,
     }
     assert plan.settings == ()

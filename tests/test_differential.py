@@ -34,6 +34,7 @@ from schemagen import (
     varint,
     wire_bytes,
 )
+from wirearrow.plan.types import field_name, fields_of
 
 RICH = pathlib.Path(__file__).parent / "protos" / "rich.proto"
 ROOT = "wirearrow.tests.rich.Root"
@@ -64,19 +65,21 @@ def check_transcoder(
     wire: list[bytes],
     columns: Sequence[Any],
     every_form: bool = False,
+    extensions: bool = False,
 ) -> None:
     """Compare a fresh transcoder with the oracle on ``wire``, in each input form.
 
-    ``columns`` are path texts or ``(path, name)`` pairs, as the transcoder was given them.
+    ``columns`` are path texts or ``(path, name)`` pairs, as the transcoder was given them;
+    ``extensions``: the transcoder's option of that name.
     """
     pairs = [(c, c) if isinstance(c, str) else tuple(c) for c in columns]
-    want = expected_rows(message_class, wire, pairs)
+    want = expected_rows(message_class, wire, pairs, extensions)
     event("one row per record" if len(want) == len(wire) else "fan-out adds rows")
     tc = make()
     descriptor = message_class.DESCRIPTOR
     assert tc.arrow_schema.names == [name for _, name in pairs]
     for (path, name), field in zip(pairs, tc.arrow_schema, strict=True):
-        expected = expected_arrow_type(descriptor, path)
+        expected = expected_arrow_type(descriptor, path, extensions)
         assert arrow_shape(field.type) == arrow_shape(expected), (
             f"type of {name!r}: {field.type} vs {expected}"
         )
@@ -347,3 +350,36 @@ def test_random_schemas_whole_message(data: st.DataObject) -> None:
     schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
     columns = [fd.name for fd in root.DESCRIPTOR.fields]
     check_transcoder(lambda: wa.Transcoder(schema), root, wire, columns)
+
+
+# --------------------------------------------------------------------------------------------
+# (d) Extensions: paths through them, and whole messages with extensions=True
+
+
+@randomized(5)
+@given(data=st.data())
+def test_random_schemas_with_extensions(data: st.DataObject) -> None:
+    spec = data.draw(schema_specs(extensions=True), label="schema")
+    source = spec.render()
+    note(source)
+    compiled = compile_source(source)
+    root = compiled.message_class(spec.root)
+    values = data.draw(
+        st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4), label="messages"
+    )
+    wire = [data.draw(wire_bytes(value)) for value in values]
+    note(f"wire: {[w.hex() for w in wire]}")
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
+    plan = data.draw(plans(root.DESCRIPTOR), label="plan")
+    extensions = data.draw(st.booleans(), label="extensions=True")
+    check_transcoder(
+        lambda: wa.Transcoder(schema, columns=plan, extensions=extensions),
+        root,
+        wire,
+        plan,
+        extensions=extensions,
+    )
+    columns = [field_name(f) for f in fields_of(root.DESCRIPTOR, True)]
+    check_transcoder(
+        lambda: wa.Transcoder(schema, extensions=True), root, wire, columns, extensions=True
+    )

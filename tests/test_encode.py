@@ -946,3 +946,27 @@ def test_duplicated_column_names_are_errors(maps: tuple[wa.Schema, type]) -> Non
     with pytest.raises(wa.EncodeError, match="appears twice in the batch") as info:
         tc.encode(doubled)
     assert info.value.path == batch.schema.names[0] and info.value.row is None
+
+
+@randomized(5)
+@given(data=st.data())
+def test_random_schemas_with_extensions_round_trip(data: st.DataObject) -> None:
+    """Random proto2 / editions schemas with extensions: with extensions=True they are
+    columns and come back as the runtime writes them; without it they are unknown fields,
+    kept in `_unknown` in wire order, and encode still gives the runtime's bytes."""
+    spec = data.draw(schema_specs(extensions=True), label="schema")
+    source = spec.render()
+    note(source)
+    compiled = compile_source(source)
+    root = compiled.message_class(spec.root)
+    values = data.draw(st.lists(messages(root.DESCRIPTOR), min_size=1, max_size=4))
+    wire = [data.draw(wire_bytes(truncated(v))) for v in values]
+    note(f"wire: {[w.hex() for w in wire]}")
+    schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
+    exact = [_exact(root, w) for w in wire]
+    for extensions in (True, False):
+        tc = wa.Transcoder(schema, extensions=extensions, keep_unknown=True,
+                           unvalidated_strings="binary")  # fmt: skip
+        assert_round_trip(tc, wire, exact)
+    tc = wa.Transcoder(schema, extensions=True, unvalidated_strings="binary")
+    assert_round_trip(tc, wire, [_drop_unknown(root, w) for w in wire])

@@ -809,6 +809,7 @@ ALL_OPTIONS = {
     "unvalidated_strings": "binary",
     "bytes_as_string": ("t.Root.blob",),
     "oneof_case": True,
+    "extensions": True,
     "field_ids": False,
 }
 

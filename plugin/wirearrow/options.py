@@ -217,6 +217,15 @@ class Options:
         "writes the member it names and no other (docs/types.md). Any plan can read the same "
         "as the path naming the oneof (`feature[\"age\"].kind`)",
     )
+    extensions: bool = _option(
+        False,
+        Flag(),
+        "the extensions the schema's descriptor set declares for a message are its fields: "
+        "whole messages get a column per extension, named `[pkg.ext]` as protojson names it, "
+        "after the message's own fields, and `encode` writes them as the runtime does; false: "
+        "they are unknown fields (kept in `_unknown` with keep_unknown). Paths reach an "
+        "extension as `msg[pkg.ext]` either way (docs/types.md)",
+    )
 
     field_ids: bool = _option(
         True,

@@ -7,10 +7,12 @@ every node.
 
 Grammar (bufarrow-behaviour §1.1, §1.2, §1.6)::
 
-    path      := [ "(" FullMessageName ")" "." ] fieldname { accessor }
+    path      := [ "(" FullMessageName ")" "." ] field { accessor }
                | "(" FullMessageName ")"            -- root only
                | ""                                 -- root only
-    accessor  := "." fieldname | "[" index "]" | "[?(" predicate ")]"
+    field     := fieldname | extension
+    extension := "[" ident { "." ident } "]"         -- an extension by full name: [pkg.ext]
+    accessor  := "." field | extension | "[" index "]" | "[?(" predicate ")]"
     index     := integer | string | "true" | "false" | "*"
                | [integer] ":" [integer] [ ":" [integer] ]
 
@@ -520,6 +522,8 @@ class _Parser:
         elif first.kind is _Kind.IDENT:
             lexer.advance()
             steps.append(FieldStep(first.text, first.pos))
+        elif first.is_punct("["):
+            steps.append(self.bracket(first_step=True))
         else:
             self.error(
                 f"a path starts with a field name or '(', found {first.describe()}", first.pos
@@ -563,17 +567,44 @@ class _Parser:
         token = self.lexer.advance()
         if token.kind is _Kind.IDENT:
             return FieldStep(token.text, token.pos)
+        if token.is_punct("[") and self.lexer.peek().kind is _Kind.IDENT:
+            return self.extension(token.pos)
         if token.kind is _Kind.EOF:
             self.error("trailing '.': expected a field name after it", dot.pos)
         if token.is_punct("."):
             self.error("double '.': expected a field name between the dots", token.pos)
         self.error(f"expected a field name after '.', found {token.describe()}", token.pos)
 
-    # "[" index "]" | "[?(" predicate ")]"
-    def bracket(self) -> Step:
+    # "[" ident { "." ident } "]": an extension field, by its full name (the "[" is read)
+    def extension(self, open_pos: int) -> FieldStep:
+        parts: list[str] = []
+        while True:
+            token = self.lexer.advance()
+            if token.kind is not _Kind.IDENT:
+                self.error(
+                    f"expected the extension's full name inside '[ ]', found {token.describe()}",
+                    token.pos,
+                )
+            parts.append(token.text)
+            if not self.lexer.peek().is_punct("."):
+                break
+            self.lexer.advance()
+        self.expect_close_bracket("the extension's name")
+        return FieldStep(f"[{'.'.join(parts)}]", open_pos)
+
+    # "[" index "]" | "[?(" predicate ")]" | extension
+    def bracket(self, first_step: bool = False) -> Step:
         lexer = self.lexer
         open_pos = lexer.advance().pos
         token = lexer.peek()
+        if first_step:
+            if token.kind is not _Kind.IDENT or token.text in ("true", "false"):
+                self.error(
+                    "a path starts with a field name, an extension ([pkg.ext]) or '(', found "
+                    f"'[' and {token.describe()}",
+                    token.pos,
+                )
+            return self.extension(open_pos)
         if token.is_punct("?"):
             lexer.advance()
             paren = lexer.advance()
@@ -599,11 +630,8 @@ class _Parser:
                 lexer.advance()
                 self.expect_close_bracket("the key")
                 return KeyStep(token.text == "true", open_pos)
-            self.error(
-                f"expected an index, key, '*', slice or filter inside '[ ]', found identifier "
-                f"'{token.text}' (quote string keys: [\"{token.text}\"])",
-                token.pos,
-            )
+            # an extension field by its full name (a string key is quoted: ["k"])
+            return self.extension(open_pos)
         if token.kind is _Kind.INT or token.is_punct(":"):
             return self.index_or_slice(open_pos)
         if token.kind is _Kind.FLOAT:
@@ -835,7 +863,8 @@ def format_path(steps: Iterable[Step]) -> str:
     out: list[str] = []
     for step in steps:
         if isinstance(step, FieldStep):
-            out.append(f".{step.name}" if out else step.name)
+            # an extension ([pkg.ext]) needs no dot
+            out.append(f".{step.name}" if out and not step.name.startswith("[") else step.name)
         elif isinstance(step, IndexStep):
             out.append(f"[{step.index}]")
         elif isinstance(step, KeyStep):

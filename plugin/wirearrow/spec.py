@@ -18,7 +18,7 @@ from typing import Any
 from wirearrow.errors import PlanError
 from wirearrow.options import PLAN_OPTIONS, Options, options_doc, unknown_options
 from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, check_expression_depth
-from wirearrow.plan.types import ONEOF_CASE, case_columns
+from wirearrow.plan.types import ONEOF_CASE, case_columns, extensions_of, field_name
 from wirearrow.schema import Schema
 
 __all__ = ["TranscodeSpec", "as_columns"]
@@ -109,6 +109,8 @@ class TranscodeSpec(Options):
         fields = tuple(Column(f.name) for f in descriptor.fields)
         if self.oneof_case:
             fields = _with_case_columns(descriptor, fields)
+        if self.extensions:
+            fields += tuple(Column(field_name(f)) for f in extensions_of(descriptor))
         return (*fields, *keep)
 
     @property

@@ -45,10 +45,12 @@ from wirearrow.versions import Versions, record_order
 __all__ = ["Decoded", "Transcoder", "max_depth_limit"]
 
 
-def max_depth_limit(schema: Schema, well_known_types: bool = True) -> int:
+def max_depth_limit(
+    schema: Schema, well_known_types: bool = True, extensions: bool = False
+) -> int:
     """The largest ``max_depth`` at which ``Transcoder(schema, max_depth=...)`` (whole
     messages) fits the plan-size bound; 0 when even 1 does not (select fields by path)."""
-    return deepest_whole_read(schema.descriptor, well_known_types)
+    return deepest_whole_read(schema.descriptor, well_known_types, extensions)
 
 
 class Decoded(NamedTuple):

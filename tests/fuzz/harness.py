@@ -38,15 +38,18 @@ HERE = pathlib.Path(__file__).resolve().parent
 PROTOS = HERE.parent / "protos"
 GAPIS = str(pathlib.Path(google.type.date_pb2.__file__).parents[2])
 
-# (file, message, max_depth for whole-message reads of a recursive type)
+# (file, message, max_depth for whole-message reads of a recursive type, name, options):
+# fuzz.Node twice: its extensions as unknown fields (kept, and written back in the runtime's
+# order), and as fields (extensions=True)
 TARGETS = [
-    (HERE / "protos" / "fuzz.proto", "wirearrow.tests.fuzz.Node", 4),
-    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Wkt", None),
-    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Maps", None),
-    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Tree", 3),
-    (PROTOS / "groups.proto", "wirearrow.tests.groups.G", None),
-    (PROTOS / "delimited.proto", "wirearrow.tests.delimited.D", None),
-    (PROTOS / "malformed.proto", "wirearrow.tests.malformed.Request", 3),
+    (HERE / "protos" / "fuzz.proto", "wirearrow.tests.fuzz.Node", 4, "Node", {}),
+    (HERE / "protos" / "fuzz.proto", "wirearrow.tests.fuzz.Node", 2, "NodeExt", {"extensions": True}),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Wkt", None, "Wkt", {}),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Maps", None, "Maps", {}),
+    (PROTOS / "roundtrip.proto", "wirearrow.tests.roundtrip.Tree", 3, "Tree", {}),
+    (PROTOS / "groups.proto", "wirearrow.tests.groups.G", None, "G", {}),
+    (PROTOS / "delimited.proto", "wirearrow.tests.delimited.D", None, "D", {}),
+    (PROTOS / "malformed.proto", "wirearrow.tests.malformed.Request", 3, "Request", {}),
 ]
 
 # Disagreements with the runtime that docs/ explains, by the reason wirearrow gives.
@@ -82,6 +85,12 @@ GROUP_AS_LENGTH = (
     "(errors.md)"
 )
 EMPTY_VALUE = "a singular Value with no kind is null, and left out by encode (round-trip.md)"
+# Extensions read as unknown fields (no extensions=True) are checked as unknown fields: a
+# message extension whose bytes do not parse is accepted; with extensions=True it is not.
+EXTENSION_AS_UNKNOWN = (
+    "an extension kept as an unknown field is checked as one; with extensions=True its "
+    "content is (types.md)"
+)
 # A map entry upb keeps whole as an unknown field (docs/types.md, "Unknown fields"): its
 # message value is written as it came, where upb re-serializes it (the same value parsed).
 MESSAGE_ENTRY = (
@@ -97,6 +106,7 @@ class Target:
     cls: Any
     max_depth: int | None
     seeds: list[bytes] = field(default_factory=list)
+    options: dict = field(default_factory=dict)  # transcoder options of this target
 
 
 @dataclass
@@ -125,13 +135,12 @@ class Report:
 
 def load_targets(names: list[str] | None = None) -> list[Target]:
     out = []
-    for path, message, max_depth in TARGETS:
-        short = message.rsplit(".", 1)[-1]
+    for path, message, max_depth, short, options in TARGETS:
         if names and short not in names and message not in names:
             continue
         schema = wa.Schema.from_proto(path, message, import_paths=[GAPIS])
         cls = message_factory.GetMessageClass(schema.descriptor)
-        out.append(Target(short, schema, cls, max_depth))
+        out.append(Target(short, schema, cls, max_depth, options=options))
     return out
 
 
@@ -195,9 +204,21 @@ MOVED_REQUIRED = "a required string that is not UTF-8 moved to the unknown field
 def _moves_strings(target: Target, record: bytes) -> bool:
     """Whether the record holds an unvalidated string that is not UTF-8 (it moves)."""
     tc = wa.Transcoder(target.schema, on_error="skip", max_depth=target.max_depth,
-                       keep_unknown=True, timestamp_unit="ns")  # fmt: skip
+                       keep_unknown=True, timestamp_unit="ns", **target.options)  # fmt: skip
     tc.transcode([record])
     return tc.stats.strings_not_utf8 > 0
+
+
+def _extension_content(target: Target, record: bytes) -> bool:
+    """Whether a record accepted with its extensions as unknown fields is rejected once they
+    are fields (their content is then checked, as upb checks it)."""
+    if target.options.get("extensions") or not target.schema.descriptor.extension_ranges:
+        return False
+    # (cut at 1: below the cut, validate="full" parses the bytes as the runtime does)
+    tc = wa.Transcoder(target.schema, on_error="skip", max_depth=1 if target.max_depth else None,
+                       validate="full", timestamp_unit="ns", extensions=True)  # fmt: skip
+    tc.transcode([record])
+    return tc.stats.records_failed > 0
 
 
 def _explain(target: Target, record: bytes, message: Any | None, reason: str = "") -> str | None:
@@ -281,7 +302,8 @@ def _empty_value(message: Any) -> bool:
 def check(target: Target, records: list[bytes], report: Report) -> None:
     """Every check of the module docstring, on one batch."""
     report.records += len(records)
-    options = {"max_depth": target.max_depth, "keep_unknown": True, "timestamp_unit": "ns"}
+    options = {"max_depth": target.max_depth, "keep_unknown": True, "timestamp_unit": "ns",
+               **target.options}  # fmt: skip
     tc = wa.Transcoder(target.schema, on_error="dead_letter", validate="full", **options)
     try:
         out = tc.transcode(records)
@@ -317,6 +339,8 @@ def check(target: Target, records: list[bytes], report: Report) -> None:
         report.accepted += 1
         if message is None:
             why = _explain(target, record, None)
+            if why is None and _extension_content(target, record):
+                why = EXTENSION_AS_UNKNOWN
             if why is None:
                 report.fail(target, "accepted, upb rejects", record)
             else:

@@ -428,14 +428,16 @@ def _fill(rng: random.Random, message: object, depth: int, max_depth: int) -> No
     if descriptor.full_name == "google.protobuf.Value":
         _fill_value(rng, message, depth, max_depth)
         return
-    for fd in descriptor.fields:
+    # the fields, then the extensions the schema's pool declares for the message
+    extensions = descriptor.file.pool.FindAllExtensions(descriptor) if descriptor.extension_ranges else []
+    for fd in (*descriptor.fields, *extensions):
         required = fd.is_required and rng.random() < 0.95
         if not required and rng.random() < 0.45:
             continue
         is_message = fd.type in (F.TYPE_MESSAGE, F.TYPE_GROUP)
         if is_message and depth >= max_depth and not required:
             continue
-        container = getattr(message, fd.name)
+        container = message.Extensions[fd] if fd.is_extension else getattr(message, fd.name)  # type: ignore[attr-defined]
         if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
             key_fd, value_fd = fd.message_type.fields_by_number[1], fd.message_type.fields_by_number[2]
             for _ in range(rng.randint(0, 3)):
@@ -457,6 +459,8 @@ def _fill(rng: random.Random, message: object, depth: int, max_depth: int) -> No
             child = container
             child.SetInParent()
             _fill(rng, child, depth + 1, max_depth)
+        elif fd.is_extension:
+            message.Extensions[fd] = _scalar(rng, fd)  # type: ignore[attr-defined]
         else:
             setattr(message, fd.name, _scalar(rng, fd))
 

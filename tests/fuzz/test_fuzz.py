@@ -18,7 +18,7 @@ from depth import examples
 
 pytestmark = pytest.mark.malformed
 
-BATCHES = examples(7)  # 1 per target at depth 1 (tests/depth.py)
+BATCHES = examples(8)  # 1 per target at depth 1 (tests/depth.py)
 
 
 @pytest.mark.parametrize("seed", [11, 12])

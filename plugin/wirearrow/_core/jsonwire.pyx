@@ -695,11 +695,9 @@ cdef bytearray convert_fields_slots(Msg m, object js, Context ctx):
         if fd is None:
             if not isinstance(name, str):
                 raise JsonError(f"field name must be a string, not {type(name).__name__}")
-            if _EXTENSION_NAME.match(name):
-                reason = "extensions are not supported in JSON input"
-                if not m.extendable:
-                    reason = f"Message type {m.full_name} does not have extensions"
-                raise JsonError(reason)
+            if _EXTENSION_NAME.match(name) and not m.extendable:
+                raise JsonError(f"Message type {m.full_name} does not have extensions")
+            # (an extension the schema does not declare: an unknown field, as in json_format)
             if ctx.ignore_unknown:
                 continue
             raise unknown_field(m, name)

@@ -75,6 +75,9 @@ from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import (
     WELL_KNOWN,
     case_columns,
+    extensions_of,
+    field_name,
+    fields_of,
     is_map,
     is_message,
     is_repeated,
@@ -192,6 +195,7 @@ def compile_plan(
     (wirearrow.field_ids), where a flat plan's columns are keyed by their names."""
     check_expression_depth(columns)
     builder = ProgramBuilder(message, max_nesting=options.max_nesting)
+    builder.extensions = options.extensions
     builder.reject_unvalidated = options.unvalidated_strings == "reject"
     resolver = _Resolver(builder, options)
     problems: list[str] = _bytes_as_string_problems(message, options)
@@ -570,6 +574,14 @@ class _Resolver:
             if is_map(fd):
                 if nxt is None:
                     return sel, self._map_leaf(node, fd)
+                if isinstance(nxt, FieldStep) and nxt.name.startswith("["):
+                    key = nxt.name[1:-1]
+                    raise PathError(
+                        f"map {fd.name!r}: [{key}] is read as an extension; quote string "
+                        f'keys: ["{key}"]',
+                        text,
+                        nxt.pos,
+                    )
                 if isinstance(nxt, FieldStep):
                     raise PathError(
                         f"map {fd.name!r} needs [key] or [*] (its key/value cannot be traversed)",
@@ -610,8 +622,9 @@ class _Resolver:
                         )
                     return sel, JsonLeaf(group, pa.utf8(), column, fd.message_type.full_name)
                 if isinstance(nxt, FieldStep):
+                    dot = "" if nxt.name.startswith("[") else "."
                     raise PathError(
-                        f"{fd.name!r} is repeated: add [*], [N] or a slice before .{nxt.name}",
+                        f"{fd.name!r} is repeated: add [*], [N] or a slice before {dot}{nxt.name}",
                         text,
                         nxt.pos,
                     )
@@ -860,7 +873,14 @@ class _Resolver:
         MAX_PLAN_FIELDS fields."""
         if self.options.max_depth is None:
             return  # no recursion is expanded: the type is no larger than the schema
-        size = _struct_size(message, stack, self.options.max_depth, self._sizes, self._well_known)
+        size = _struct_size(
+            message,
+            stack,
+            self.options.max_depth,
+            self._sizes,
+            self._well_known,
+            self.options.extensions,
+        )
         self._planned_fields += size  # every column of the plan counts
         if self._planned_fields > MAX_PLAN_FIELDS:
             total = self._planned_fields
@@ -1011,14 +1031,17 @@ class _Resolver:
         # present); a writer that cannot (Parquet) is the sink's concern.
         self._open_structs += 1
         try:
-            children = tuple((f.name, self._field_leaf(node, f, stack)) for f in message.fields)
-            numbers = tuple(f.number for f in message.fields)
+            children = tuple(
+                (field_name(f), self._field_leaf(node, f, stack))
+                for f in fields_of(message, self.options.extensions)
+            )
+            numbers = tuple(f.number for f in fields_of(message, self.options.extensions))
         finally:
             self._open_structs -= 1
         if self.options.oneof_case:
             children = _with_cases(message, node.group, children, fd.name)
             # (a case column is no field: keyed by its name for its field id)
-            number = {f.name: f.number for f in message.fields}
+            number = {field_name(f): f.number for f in fields_of(message, self.options.extensions)}
             numbers = tuple(number.get(name, -1) for name, _ in children)
         if self.options.keep_unknown:
             if UNKNOWN_FIELDS in message.fields_by_name:
@@ -1036,6 +1059,9 @@ class _Resolver:
 
 
 def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
+    if name.startswith("["):  # an extension, by its full name
+        full = name[1:-1]
+        return next((f for f in extensions_of(message) if f.full_name == full), None)
     fd = message.fields_by_name.get(name)
     if fd is None:
         # A proto2 group is also reachable by its type name (`G` for `group G = 1 {...}`).
@@ -1046,6 +1072,14 @@ def _field(message: Descriptor, name: str) -> FieldDescriptor | None:
 
 
 def _no_field(message: Descriptor, name: str) -> str:
+    if name.startswith("["):
+        if not message.extension_ranges:
+            return f"{quoted(name)}: message {message.full_name} declares no extensions"
+        known = [field_name(f) for f in extensions_of(message)]
+        return (
+            f"no extension {quoted(name)} of message {message.full_name} in the schema"
+            f"{did_you_mean(name, known)}"
+        )
     names = [f.name for f in message.fields] + [o.name for o in real_oneofs(message)]
     return f"field {quoted(name)} not in message {message.full_name}{did_you_mean(name, names)}"
 
@@ -1163,7 +1197,9 @@ _TYPE_NAMES = {
 }
 
 
-def deepest_whole_read(message: Descriptor, well_known_types: bool = True) -> int:
+def deepest_whole_read(
+    message: Descriptor, well_known_types: bool = True, extensions: bool = False
+) -> int:
     """The largest max_depth (1..MAX_DEPTH) at which a whole-message plan of `message` stays
     within MAX_PLAN_FIELDS; 0 when none does. Counted as _check_size counts, without
     building the plan (which, near the bound, takes seconds)."""
@@ -1174,12 +1210,12 @@ def deepest_whole_read(message: Descriptor, well_known_types: bool = True) -> in
     def fields(depth: int) -> int:
         memo: dict[tuple, int] = {}
         total = 0
-        for f in message.fields:  # each top-level field is a column; its struct is counted
+        for f in fields_of(message, extensions):  # each top-level field is a column
             value = f.message_type.fields_by_number[2] if is_map(f) else f
             t = value.message_type
             if t is not None and well_known(t) is None:
                 stack = (message.full_name, t.full_name)
-                total += _struct_size(t, stack, depth, memo, well_known)
+                total += _struct_size(t, stack, depth, memo, well_known, extensions)
         return total
 
     low, high = 0, MAX_DEPTH  # the size grows with depth: find the last that fits
@@ -1198,6 +1234,7 @@ def _struct_size(
     max_depth: int,
     memo: dict[tuple, int],
     well_known: Callable[[Descriptor], str | None],
+    extensions: bool = False,
 ) -> int:
     """Fields of the struct type _node_leaf builds for `message` (stack ends with it).
 
@@ -1210,7 +1247,7 @@ def _struct_size(
     if size is not None:
         return size
     size = 1
-    for f in message.fields:
+    for f in fields_of(message, extensions):
         value = f.message_type.fields_by_number[2] if is_map(f) else f
         size += 2 if is_map(f) else 0  # the map and its key
         t = value.message_type
@@ -1219,7 +1256,7 @@ def _struct_size(
         elif t.full_name in stack and len(stack) > max_depth:
             size += 1  # cut: serialized bytes
         else:
-            size += _struct_size(t, (*stack, t.full_name), max_depth, memo, well_known)
+            size += _struct_size(t, (*stack, t.full_name), max_depth, memo, well_known, extensions)
         size += 1 if is_repeated(f) and not is_map(f) else 0  # the list around it
     memo[key] = size
     return size

@@ -39,6 +39,8 @@ from wirearrow.errors import EncodeError
 from wirearrow.plan.types import (
     WELL_KNOWN,
     case_columns,
+    extensions_of,
+    field_name,
     is_map,
     is_message,
     is_packed,
@@ -181,6 +183,9 @@ class EncodingPlan:
                 ):
                     raise _type_error(_join(where, name), "string or dictionary<int32, string>", t)
                 cases[oneof.full_name] = col
+        # extensions=True: the columns of the extensions (the batch may leave any out)
+        extensions = [f for f in extensions_of(message) if field_name(f) in by_name]
+        expected |= {field_name(f) for f in extensions}
         extra = [name for name in by_name if name not in expected]
         if extra:
             raise _mismatch(where, extra[0], f"is not a field of {message.full_name}")
@@ -195,9 +200,13 @@ class EncodingPlan:
             if len(oneof.fields) > 1:
                 oneofs[oneof.full_name] = len(oneofs) + 1
         rows = []
-        for fd in sorted(message.fields, key=lambda f: f.number):
-            arrow_field, col = by_name[fd.name]
-            path = _join(where, fd.name)
+        # upb writes the fields by number, then the extensions by number *descending*,
+        # then the unknown fields (checked against the runtime in tests/test_extensions.py)
+        ordered = sorted(message.fields, key=lambda f: f.number)
+        ordered += sorted(extensions, key=lambda f: -f.number)
+        for fd in ordered:
+            arrow_field, col = by_name[field_name(fd)]
+            path = _join(where, field_name(fd))
             member_of = fd.containing_oneof
             if member_of is not None and member_of.full_name in cases:
                 members = tuple(f.name for f in member_of.fields)
@@ -214,6 +223,21 @@ class EncodingPlan:
             arrow_field, col = unknown
             if arrow_field.type not in _BINARY:
                 raise _mismatch(where, UNKNOWN_FIELD, f"must be binary, not {arrow_field.type}")
+            declared = extensions_of(message)
+            if declared and not extensions:
+                # Extensions read as unknown fields (no extensions=True): upb writes them
+                # before the unknown fields, by number descending, each once (merged,
+                # packed as declared), so they are put in that form.
+                numbers = frozenset(f.number for f in declared)
+                col = self._spec(
+                    col,
+                    "given",
+                    pa.binary(),
+                    derive=_canonical_extensions(
+                        message_factory.GetMessageClass(message), numbers
+                    ),
+                    reason=lambda a, k: _extension_problem(message, a[k].as_py()),
+                )
             rows.append(_entry(0, "unknown", "singular", "explicit", col))
         first = len(self._t.entries)
         self._t.entries.extend(rows)
@@ -523,7 +547,7 @@ class EncodingPlan:
                 parts.append(spec.label)
                 return k, "".join(reversed(parts))
             if spec.access == "field":
-                parts.append(f".{spec.label}")
+                parts.append(spec.label if spec.label.startswith("[") else f".{spec.label}")
             elif spec.access == "values":
                 offsets = _offsets(self._array(batch, spec.parent, arrays))
                 j = int(np.searchsorted(offsets, k, side="right")) - 1
@@ -599,7 +623,7 @@ def _wide(t: pa.DataType) -> bool:
 
 
 def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
+    return f"{where}.{name}" if where and not name.startswith("[") else f"{where}{name}"
 
 
 def _mismatch(where: str, name: str, problem: str) -> EncodeError:
@@ -789,6 +813,96 @@ def _canonical_bytes(cls: type[Message], discard_unknown: bool) -> Derive:
         return pa.array(out, pa.binary()), (bad if bad.any() else None)
 
     return derive
+
+
+def _varint_at(data: bytes, pos: int) -> tuple[int, int] | None:
+    """(the varint at `pos`, the position after it), None when cut or too long."""
+    value = shift = 0
+    while pos < len(data) and shift < 64:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
+    return None
+
+
+def _field_numbers(data: bytes) -> set[int] | None:
+    """The field numbers of the records of an unknown-fields value (group members too);
+    None if it does not read as records."""
+    numbers = set()
+    pos = 0
+    while pos < len(data):
+        read = _varint_at(data, pos)
+        if read is None:
+            return None
+        key, pos = read
+        numbers.add(key >> 3)
+        wire = key & 7
+        if wire in (0, 2):
+            read = _varint_at(data, pos)
+            if read is None:
+                return None
+            value, pos = read
+            pos += value if wire == 2 else 0
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        elif wire not in (3, 4):  # (a group's records are read as records)
+            return None
+    return numbers if pos == len(data) else None
+
+
+def _canonical_extensions(cls: type[Message], numbers: frozenset[int]) -> Derive:
+    """A message's unknown-fields values, those holding an extension the schema declares
+    put in the runtime's form: parsed as the message (the extensions become extensions,
+    the rest stays unknown fields) and serialized deterministically. A value whose
+    extensions leave a required field unset is bad: the runtime refuses the message."""
+
+    def derive(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+        if not len(array) or array.null_count == len(array):
+            return array, None
+        values = array.to_pylist()
+        bad = None
+        changed = False
+        for i, data in enumerate(values):
+            if not data:
+                continue
+            held = _field_numbers(data)
+            if held is None or not held & numbers:
+                continue
+            try:
+                message = cls.FromString(data)
+            except ProtobufDecodeError:
+                continue  # (not the decoder's: left as it is)
+            if not message.IsInitialized():
+                # (not serialized: upb 6 crashes serializing such a message when it has a
+                # map field, and in FindInitializationErrors too; docs/fuzzing.md)
+                if bad is None:
+                    bad = np.zeros(len(values), dtype=np.uint8)
+                bad[i] = 1
+                continue
+            values[i] = message.SerializeToString(deterministic=True)
+            changed = True
+        out = pa.array(values, pa.binary()) if changed else array
+        return out, bad
+
+    return derive
+
+
+def _extension_problem(message: Descriptor, data: bytes) -> str:
+    held = message_factory.GetMessageClass(message).FromString(data)
+    names = [
+        field_name(fd)
+        for fd, value in held.ListFields()
+        if fd.is_extension
+        and fd.message_type is not None
+        and not all(v.IsInitialized() for v in (value if fd.is_repeated else [value]))
+    ]
+    return (
+        f"a required field is null in extension {', '.join(names) or '?'} (kept among the "
+        "unknown fields): the runtime cannot serialize the message"
+    )
 
 
 # -- map entry order --------------------------------------------------------------------

@@ -23,6 +23,7 @@ from wirearrow._core.layout import (
 )
 from wirearrow.plan.types import (
     default_bytes,
+    fields_of,
     has_presence,
     is_closed_enum,
     is_map,
@@ -97,6 +98,9 @@ class ProgramBuilder:
         # unvalidated_strings="reject": a string the schema does not validate, read into a
         # utf8 column and not UTF-8, fails its record instead of becoming an unknown field.
         self.reject_unvalidated = False
+        # extensions=True: the extensions the pool declares are fields of every message
+        # (known, validated, not unknown fields); otherwise they are unknown fields.
+        self.extensions = False
         self.root = self._node(root, group=0, presence=-1)
         # Closed enums' declared values and maps' entry rules, one row per distinct type.
         self.enum_sets: list[DecodeEnumSet] = []
@@ -185,7 +189,7 @@ class ProgramBuilder:
 
     def _know_every_field(self, node: NodeSpec) -> None:
         # Fields the plan does not read must still be told apart from unknown ones.
-        for fd in node.message.fields:
+        for fd in fields_of(node.message, self.extensions):
             if fd.number not in node.fields:
                 self._check_only(node, fd)
 
@@ -215,7 +219,7 @@ class ProgramBuilder:
         return node
 
     def _add_validators(self, node: NodeSpec) -> None:
-        for fd in node.message.fields:
+        for fd in fields_of(node.message, self.extensions):
             if fd.number in node.fields:
                 continue
             if is_message(fd):
@@ -285,7 +289,9 @@ class ProgramBuilder:
                 entries.append(self._entry_row(node, entry, clear_at, len(clear)))
             # Cover every field number the message declares, read or not, so that skipping a
             # known field costs one table load instead of a search.
-            declared = [f.number for f in node.message.fields if f.number < _DENSE_LIMIT]
+            declared = [
+                f.number for f in fields_of(node.message, self.extensions) if f.number < _DENSE_LIMIT
+            ]
             small = [n for n in numbers if n < _DENSE_LIMIT] + declared
             dense_len = (max(small) + 1) if small else 0
             dense_at = len(dense)

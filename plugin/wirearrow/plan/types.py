@@ -18,6 +18,9 @@ __all__ = [
     "ScalarKind",
     "case_columns",
     "default_bytes",
+    "extensions_of",
+    "field_name",
+    "fields_of",
     "is_closed_enum",
     "is_map",
     "is_packed",
@@ -175,6 +178,27 @@ def real_oneofs(message: Descriptor) -> tuple[OneofDescriptor, ...]:
         f.oneof_index for f in proto.field if f.proto3_optional and f.HasField("oneof_index")
     }
     return tuple(o for o in message.oneofs if o.index not in synthetic)
+
+
+@functools.lru_cache(maxsize=16384)
+def extensions_of(message: Descriptor) -> tuple[FieldDescriptor, ...]:
+    """The extensions of `message` declared anywhere in its pool (the schema's descriptor
+    set), by field number."""
+    if not message.extension_ranges:
+        return ()
+    return tuple(sorted(message.file.pool.FindAllExtensions(message), key=lambda f: f.number))
+
+
+def field_name(field: FieldDescriptor) -> str:
+    """A field's name as a column and a path step: an extension is ``[pkg.ext]``, as
+    protojson and the text format write it."""
+    return f"[{field.full_name}]" if field.is_extension else field.name
+
+
+def fields_of(message: Descriptor, extensions: bool) -> tuple[FieldDescriptor, ...]:
+    """The fields of `message` in declaration order, then (`extensions`) its extensions."""
+    fields = tuple(message.fields)
+    return (*fields, *extensions_of(message)) if extensions else fields
 
 
 # With oneof_case, each struct (and the record) gets, per oneof, the name of the member set:

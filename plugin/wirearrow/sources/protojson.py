@@ -19,6 +19,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.jsonwire import KINDS, WKTS, Context, Field, Msg, to_wire
 from wirearrow.errors import DecodeError
+from wirearrow.plan.types import extensions_of, field_name
 from wirearrow.sources.varint import varint
 
 __all__ = ["JsonReader", "ndjson_records", "read_ndjson", "split_ndjson", "to_json"]
@@ -70,7 +71,10 @@ class _Tables:
         self._msgs[d.full_name] = m  # before the fields: recursive types point back at it
         m.full_name = d.full_name
         m.extendable = bool(d.extension_ranges)
+        # The extensions the pool declares are fields named "[pkg.ext]" (json_format reads
+        # them so); the runtime writes them after the fields, by number descending.
         fields = sorted(d.fields, key=lambda f: f.number)
+        fields += sorted(extensions_of(d), key=lambda f: -f.number)
         m.fields = [self._field(f, slot) for slot, f in enumerate(fields)]
         m.by_json_name = {f.json_name: f for f in m.fields}
         m.by_name = {f.name: f for f in m.fields}
@@ -93,8 +97,8 @@ class _Tables:
     def _field(self, f: FieldDescriptor, slot: int) -> Field:
         fd = Field()
         fd.name, fd.json_name, fd.number, fd.kind, fd.slot = (
-            f.name,
-            f.json_name,
+            field_name(f),
+            field_name(f) if f.is_extension else f.json_name,
             f.number,
             f.type,
             slot,
