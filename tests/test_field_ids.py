@@ -337,6 +337,16 @@ def test_metadata_key_is_pyarrows(tmp_path) -> None:
 # ---- random schemas: the compiler's ids against ids computed from the descriptor ------------
 
 
+def _mapped_value(fd) -> bool:
+    """Whether a field (a map: its value) is read as a well-known type's Arrow value."""
+    from wirearrow.plan.types import WELL_KNOWN
+
+    d = fd.message_type
+    if d is not None and d.GetOptions().map_entry:
+        d = d.fields_by_number[2].message_type
+    return d is not None and WELL_KNOWN.get(d.full_name, "any") != "any"
+
+
 def _expected_ids(descriptor, keep_unknown: bool) -> dict[str, int]:
     """{path: id} of a whole-message output, walked from the descriptor alone (the keys of
     docs/evolution.md): the oracle the compiler's keying is checked against."""
@@ -352,12 +362,31 @@ def _expected_ids(descriptor, keep_unknown: bool) -> dict[str, int]:
         if keep_unknown:
             p = f"{path}._unknown" if path else "_unknown"
             out[p] = field_id((*key, UNKNOWN))
+            # the fields read as a well-known type's value: what the value cannot hold, in
+            # `_unknown_wkt` (keyed by its name), child by the field's number
+            rests = [fd for fd in d.fields if _mapped_value(fd)]
+            if rests:
+                p = f"{path}._unknown_wkt" if path else "_unknown_wkt"
+                rest_key = (*key, "_unknown_wkt")
+                out[p] = field_id(rest_key)
+                for fd in rests:
+                    shaped(fd, f"{p}.{fd.name}", (*rest_key, number_step(fd.number)))
 
     def value(fd, path: str, key: tuple) -> None:
         out[path] = field_id(key)
         d = fd.message_type
         if d is not None and not d.full_name.startswith("google.protobuf."):
             message(d, path, key)
+
+    def shaped(fd, path: str, key: tuple) -> None:
+        """A field's place without its value's children (a binary, a list or a map of them)."""
+        out[path] = field_id(key)
+        d = fd.message_type
+        if d is not None and d.GetOptions().map_entry:
+            out[f"{path}[key]"] = field_id((*key, MAP_KEY))
+            out[f"{path}[value]"] = field_id((*key, MAP_VALUE))
+        elif is_repeated(fd):
+            out[f"{path}[*]"] = field_id((*key, ELEMENT))
 
     def field(fd, path: str, key: tuple) -> None:
         d = fd.message_type

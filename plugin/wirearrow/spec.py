@@ -17,8 +17,16 @@ from typing import Any
 
 from wirearrow.errors import PlanError
 from wirearrow.options import PLAN_OPTIONS, Options, options_doc, unknown_options
-from wirearrow.plan.compiler import UNKNOWN_FIELDS, Column, check_expression_depth
-from wirearrow.plan.types import ONEOF_CASE, case_columns, extensions_of, field_name
+from wirearrow.plan.compiler import UNKNOWN_FIELDS, UNKNOWN_WKT, Column, check_expression_depth
+from wirearrow.plan.types import (
+    ONEOF_CASE,
+    WELL_KNOWN,
+    case_columns,
+    extensions_of,
+    field_name,
+    fields_of,
+    is_map,
+)
 from wirearrow.schema import Schema
 
 __all__ = ["TranscodeSpec", "as_columns"]
@@ -34,6 +42,17 @@ def as_columns(columns: Sequence[str | Column] | None) -> tuple[Column, ...] | N
     if isinstance(columns, str | bytes):
         raise TypeError("columns must be a sequence of paths or wa.Column, not one string")
     return tuple(Column(c) if isinstance(c, str) else c for c in columns)
+
+
+def _has_mapped_values(descriptor: Any, extensions: bool) -> bool:
+    """Whether a message has a field read as a well-known type's value (not a struct)."""
+    for fd in fields_of(descriptor, extensions):
+        value = fd.message_type.fields_by_number[2] if is_map(fd) else fd
+        if value.message_type is not None and WELL_KNOWN.get(
+            value.message_type.full_name, "any"
+        ) != "any":
+            return True
+    return False
 
 
 def _with_case_columns(descriptor: Any, fields: tuple[Column, ...]) -> tuple[Column, ...]:
@@ -96,7 +115,8 @@ class TranscodeSpec(Options):
 
     def plan_columns(self) -> tuple[Column, ...]:
         """The columns compiled: the given ones or one per top-level field, then
-        ``_unknown`` when unknown fields are kept."""
+        ``_unknown_wkt`` (whole messages with fields of well-known types) and ``_unknown``
+        when unknown fields are kept."""
         descriptor = self.schema.descriptor
         keep = (Column(UNKNOWN_FIELDS),) if self.keep_unknown else ()
         if keep and UNKNOWN_FIELDS in descriptor.fields_by_name:
@@ -111,6 +131,13 @@ class TranscodeSpec(Options):
             fields = _with_case_columns(descriptor, fields)
         if self.extensions:
             fields += tuple(Column(field_name(f)) for f in extensions_of(descriptor))
+        if self.keep_unknown and self.well_known_types and _has_mapped_values(
+            descriptor, self.extensions
+        ):
+            if UNKNOWN_WKT in descriptor.fields_by_name:
+                problem = f"{descriptor.full_name} has a field named {UNKNOWN_WKT}"
+                raise PlanError([f"{problem}: keep_unknown cannot add its own column"])
+            fields += (Column(UNKNOWN_WKT),)
         return (*fields, *keep)
 
     @property

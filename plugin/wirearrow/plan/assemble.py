@@ -10,7 +10,6 @@ leaf array taken at those indices (no take at all for a plan without fan-out).
 from __future__ import annotations
 
 import functools
-import json
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -40,12 +39,14 @@ from wirearrow._core.rows import (
     take_indices,
 )
 from wirearrow.errors import quoted
+from wirearrow.plan import jsontext
 from wirearrow.plan.compiler import CompiledPlan, OutputColumn
 from wirearrow.plan.evaluate import Records, evaluate
 from wirearrow.plan.leaves import (
     CutLeaf,
     EnumLeaf,
     JsonLeaf,
+    JsonRestLeaf,
     Leaf,
     ListLeaf,
     MapLeaf,
@@ -185,7 +186,34 @@ class Assembler:
             return self._json(leaf, n)
         if isinstance(leaf, OneofLeaf):
             return self._oneof_case(leaf, n)
+        if isinstance(leaf, JsonRestLeaf):
+            return self._json_rest(leaf, n)
         raise AssertionError(f"unknown leaf {leaf!r}")
+
+    def _json_rest(self, leaf: JsonRestLeaf, n: int) -> pa.Array:
+        """The bytes of each Struct / Value / ListValue whose JSON text cannot say all the
+        runtime holds (re-serialized as the runtime does), null where it can: one parse
+        and one JSON round trip per value (keep_unknown only)."""
+        from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+        cls = jsontext.CLASSES[leaf.message]
+        raw = self._scalar(leaf.column, pa.binary(), n)
+        if raw.null_count == len(raw):
+            return raw
+        out: list[bytes | None] = []
+        for value in raw.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                msg = cls.FromString(value)
+                text = jsontext.render(msg)
+            except (ProtobufDecodeError, RecursionError, ValueError):
+                out.append(None)  # a bad record (the JSON leaf says why)
+                continue
+            kept = not jsontext.lossless(msg, text)
+            out.append(msg.SerializeToString(deterministic=True) if kept else None)
+        return pa.array(out, pa.binary())
 
     def _oneof_case(self, leaf: OneofLeaf, n: int) -> pa.Array:
         """The member set in each element, as an index into the member names; the decoder
@@ -294,7 +322,7 @@ class Assembler:
         bytes do not parse as that message: [(position, reason)]."""
         from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-        cls = _json_class(leaf.message)
+        cls = jsontext.CLASSES[leaf.message]
         raw = self._scalar(leaf.column, pa.binary(), n)
         out: list[str | None] = []
         bad: list[tuple[int, str]] = []  # (element, reason)
@@ -303,22 +331,16 @@ class Assembler:
                 out.append(None)
                 continue
             try:
-                msg = cls.FromString(value)  # type: ignore[attr-defined]
+                msg = cls.FromString(value)
             except (ProtobufDecodeError, RecursionError):
                 out.append(None)
                 bad.append((element, f"malformed {leaf.message}"))
                 continue
-            if leaf.message == "google.protobuf.Value" and msg.WhichOneof("kind") is None:
-                out.append(None)  # a Value with no kind has no JSON form
-                continue
             try:
-                obj = _json_object(msg)
-            except _OutsideJson as err:
+                out.append(jsontext.render(msg))  # None: a Value with no kind
+            except jsontext.OutsideJson as err:
                 out.append(None)
                 bad.append((element, str(err)))
-                continue
-            # Struct is a map: sorted keys make the text deterministic across runs.
-            out.append(json.dumps(obj, separators=(",", ":"), sort_keys=True))
         elements = np.array([e for e, _ in bad], dtype=np.int64)
         records = self.records_of(leaf.group, elements).tolist()
         problems = [(r, why) for r, (_, why) in zip(records, bad, strict=True)]
@@ -1130,49 +1152,6 @@ def _index_dtype(n: int) -> type:
 _LEAF_FACTS = 16384
 
 
-@functools.lru_cache(maxsize=_LEAF_FACTS)
-@functools.cache
-def _json_class(message: str) -> type:
-    from google.protobuf import struct_pb2
-
-    return {
-        "google.protobuf.Struct": struct_pb2.Struct,
-        "google.protobuf.Value": struct_pb2.Value,
-        "google.protobuf.ListValue": struct_pb2.ListValue,
-    }[message]
-
-
-class _OutsideJson(ValueError):
-    """A Struct / Value / ListValue the runtime holds but its JSON form cannot: NullValue
-    is an open enum, so the runtime keeps ``null_value = 5``, which JSON ``null`` would
-    write back as 0 -- a bad record, as the other values outside their type
-    (docs/types.md)."""
-
-
-def _json_object(msg: object) -> object:
-    """Struct / Value / ListValue -> the Python value of its JSON form.
-
-    As json_format.MessageToDict, except that a non-finite number_value, which the JSON
-    mapping has no form for, becomes the float itself: json.dumps writes it as the bare
-    token NaN, Infinity or -Infinity, which encode parses back (docs/types.md).
-    """
-    name = msg.DESCRIPTOR.full_name  # type: ignore[attr-defined]
-    if name == "google.protobuf.Struct":
-        return {k: _json_object(v) for k, v in msg.fields.items()}  # type: ignore[attr-defined]
-    if name == "google.protobuf.ListValue":
-        return [_json_object(v) for v in msg.values]  # type: ignore[attr-defined]
-    kind = msg.WhichOneof("kind")  # type: ignore[attr-defined]
-    if kind == "null_value" and msg.null_value != 0:  # type: ignore[attr-defined]
-        raise _OutsideJson(
-            f"google.protobuf.Value null_value {msg.null_value} is not NULL_VALUE (0)"  # type: ignore[attr-defined]
-        )
-    if kind is None or kind == "null_value":
-        return None
-    if kind in ("struct_value", "list_value"):
-        return _json_object(getattr(msg, kind))
-    return getattr(msg, kind)
-
-
 def _walk(leaf: Leaf) -> tuple[Leaf, ...]:
     if isinstance(leaf, StructLeaf):
         return (leaf, *(x for _, child in leaf.children for x in _walk(child)))
@@ -1191,7 +1170,7 @@ def _child_groups(leaf: Leaf) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=_LEAF_FACTS)
 def _storage(leaf: Leaf) -> tuple[int, ...]:
     """Decoder columns a leaf reads."""
-    if isinstance(leaf, ScalarLeaf | JsonLeaf):
+    if isinstance(leaf, ScalarLeaf | JsonLeaf | JsonRestLeaf):
         return (leaf.column,)
     if isinstance(leaf, TemporalLeaf):
         return (*leaf.columns, *((leaf.presence,) if leaf.presence >= 0 else ()))

@@ -62,6 +62,7 @@ from wirearrow.plan.leaves import (
     CutLeaf,
     EnumLeaf,
     JsonLeaf,
+    JsonRestLeaf,
     Leaf,
     ListLeaf,
     MapLeaf,
@@ -88,6 +89,7 @@ from wirearrow.plan.types import (
 
 __all__ = [
     "UNKNOWN_FIELDS",
+    "UNKNOWN_WKT",
     "Column",
     "CompiledPlan",
     "check_expression_depth",
@@ -98,6 +100,10 @@ __all__ = [
 # The pseudo-field of a message's unknown fields: their raw bytes (tag and value), in wire
 # order; null when there are none. Readable by path, and added to every struct by keep_unknown.
 UNKNOWN_FIELDS = "_unknown"
+# keep_unknown: next to `_unknown`, a struct holding, per field read as a well-known type's
+# value (Timestamp, wrappers, JSON ...), what that value cannot hold: the unknown fields
+# inside it; a Struct / Value / ListValue's bytes where its JSON text cannot say it all.
+UNKNOWN_WKT = "_unknown_wkt"
 ONEOF_CASE_TYPE = pa.dictionary(pa.int32(), pa.utf8())
 # Fields of the Arrow type of a whole message (structs, lists, maps and their leaves): a
 # recursive type cut at max_depth has a plan this large only when it grows exponentially.
@@ -556,6 +562,16 @@ class _Resolver:
                         steps[i + 1].pos,
                     )
                 return sel, ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
+            if fd is None and step.name == UNKNOWN_WKT and i == len(steps) - 1:
+                rest = self._rest_leaf(node, self._stack())
+                if rest is None:
+                    raise PathError(
+                        f"{message.full_name} has no field read as a well-known type's value: "
+                        f"no {UNKNOWN_WKT}",
+                        text,
+                        step.pos,
+                    )
+                return sel, rest
             if fd is None:
                 oneof = _oneof(message, step.name)
                 if oneof is None:
@@ -947,6 +963,59 @@ class _Resolver:
             tuple(columns),
         )
 
+    # -- what well-known types' values cannot hold (keep_unknown) -------------------------
+
+    def _rest_leaf(self, node: NodeSpec, stack: tuple[str, ...]) -> StructLeaf | None:
+        """`_unknown_wkt` of a message: per field read as a well-known type's value, the
+        unknown fields inside the value (or a JSON type's bytes), slot for slot with the
+        field's own column; None when the message has no such field."""
+        children = []
+        numbers = []  # (a child's field id follows its field's number)
+        for fd in fields_of(node.message, self.options.extensions):
+            leaf = self._rest_of_field(node, fd, stack)
+            if leaf is not None:
+                children.append((field_name(fd), leaf))
+                numbers.append(fd.number)
+        if not children:
+            return None
+        t = pa.struct([pa.field(name, leaf.type) for name, leaf in children])
+        return StructLeaf(node.group, t, node.presence, tuple(children), tuple(numbers))
+
+    def _rest_of_field(
+        self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]
+    ) -> Leaf | None:
+        value_fd = fd.message_type.fields_by_number[2] if is_map(fd) else fd
+        if value_fd.message_type is None:
+            return None
+        wkt = self._well_known(value_fd.message_type)
+        if wkt is None or wkt == "any":  # a struct: it has its own `_unknown`
+            return None
+        if is_map(fd):
+            group, entry = self.b.repeated(node, fd)
+            assert isinstance(entry, NodeSpec)
+            key = self._scalar_leaf(entry, fd.message_type.fields_by_number[1])
+            value = self._rest_of_value(entry, value_fd, wkt)
+            t = pa.map_(key.type, pa.binary())
+            return MapLeaf(node.group, t, group, key, value, node.presence)
+        if is_repeated(fd):
+            if wkt == "json":
+                group, column = self.b.raw(node, fd)
+                element: Leaf = JsonRestLeaf(group, pa.binary(), column, value_fd.message_type.full_name)
+            else:
+                group, child = self.b.repeated(node, fd)
+                assert isinstance(child, NodeSpec)
+                element = ScalarLeaf(group, pa.binary(), self.b.unknown(child))
+            return ListLeaf(node.group, pa.list_(pa.binary()), group, element, node.presence)
+        return self._rest_of_value(node, fd, wkt)
+
+    def _rest_of_value(self, node: NodeSpec, fd: FieldDescriptor, wkt: str) -> Leaf:
+        """The rest of one singular value of `fd` in `node` (a field, or a map's value)."""
+        if wkt == "json":
+            group, column = self.b.raw(node, fd)
+            return JsonRestLeaf(group, pa.binary(), column, fd.message_type.full_name)
+        child = self.b.message(node, fd)
+        return ScalarLeaf(child.group, pa.binary(), self.b.unknown(child))
+
     def _field_leaf(self, node: NodeSpec, fd: FieldDescriptor, stack: tuple[str, ...]) -> Leaf:
         if is_map(fd):
             return self._map_leaf(node, fd, stack)
@@ -1051,6 +1120,17 @@ class _Resolver:
                     fd.name,
                     0,
                 )
+            rest = self._rest_leaf(node, stack)
+            if rest is not None:
+                if UNKNOWN_WKT in message.fields_by_name:
+                    raise PathError(
+                        f"{message.full_name} has a field named {UNKNOWN_WKT}: it cannot also "
+                        "hold what its well-known types cannot (keep_unknown)",
+                        fd.name,
+                        0,
+                    )
+                children = (*children, (UNKNOWN_WKT, rest))
+                numbers = (*numbers, -1)  # (no field: keyed by its name)
             unknown = ScalarLeaf(node.group, pa.binary(), self.b.unknown(node))
             children = (*children, (UNKNOWN_FIELDS, unknown))
             numbers = (*numbers, 0)

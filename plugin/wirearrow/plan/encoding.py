@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from google.protobuf import json_format, message_factory, struct_pb2
+from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
@@ -36,11 +36,13 @@ from google.protobuf.message import Message
 from wirearrow._core import encoder as core
 from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, EncodeSpec
 from wirearrow.errors import EncodeError
+from wirearrow.plan import jsontext
 from wirearrow.plan.types import (
     WELL_KNOWN,
     case_columns,
     extensions_of,
     field_name,
+    fields_of,
     is_map,
     is_message,
     is_packed,
@@ -48,9 +50,12 @@ from wirearrow.plan.types import (
     needs_utf8_check,
 )
 
-__all__ = ["UNKNOWN_FIELD", "EncodingPlan"]
+__all__ = ["UNKNOWN_FIELD", "UNKNOWN_WKT", "EncodingPlan"]
 
 UNKNOWN_FIELD = "_unknown"
+# keep_unknown: per field read as a well-known type's value, what that value cannot hold
+# (the unknown fields inside it; a Struct / Value / ListValue's bytes)
+UNKNOWN_WKT = "_unknown_wkt"
 
 _T = FieldDescriptor
 
@@ -76,12 +81,6 @@ _SCALARS: dict[int, tuple[str, tuple[pa.DataType, ...], int]] = {
     _T.TYPE_BYTES: ("bytes", (pa.binary(), pa.large_binary(), pa.utf8(), pa.large_utf8()), 2),
 }
 _BINARY = (pa.binary(), pa.large_binary())
-_JSON = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
-_JSON_CLASSES = {
-    "google.protobuf.Struct": struct_pb2.Struct,
-    "google.protobuf.Value": struct_pb2.Value,
-    "google.protobuf.ListValue": struct_pb2.ListValue,
-}
 # Timestamp / Duration bounds (google/protobuf/timestamp.proto, duration.proto).
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
@@ -108,6 +107,8 @@ class _Spec:
     # A oneof member under a `<oneof>_case` column: (that column's spec, the member names,
     # this member's index); the member is written where the case names it, and only there.
     case: tuple[int, tuple[str, ...], int] | None = None
+    other: int = -1  # a second array the derivation reads, slot for slot
+    align: int = -1  # a list / map whose elements this list's or map's must match
 
 
 @dataclass
@@ -132,6 +133,8 @@ class EncodingPlan:
         roots = [self._spec(-1, "column", f.type, i, f.name) for i, f in enumerate(schema)]
         self._node_into(0, descriptor, list(schema), roots, "")
         t = self._t
+        # `_unknown_wkt` lists and maps, checked against their fields' per batch
+        self._aligned = [i for i, spec in enumerate(t.specs) if spec.align >= 0]
         self._core = core.Plan(
             _matrix(EncodeSpec, [_spec_row(spec) for spec in t.specs]),
             _matrix(EncodeEntry, t.entries),
@@ -170,6 +173,7 @@ class EncodingPlan:
         if unknown is not None and fields[-1].name != UNKNOWN_FIELD:
             raise _mismatch(where, UNKNOWN_FIELD, "must be the last field of its struct")
         expected = {fd.name for fd in message.fields}
+        rests = self._rests(by_name.pop(UNKNOWN_WKT, None), message, where)
         # oneof_case: the case column of a oneof says which member is written
         cases: dict[str, int] = {}
         for name, oneof in case_columns(message).items():
@@ -214,7 +218,8 @@ class EncodingPlan:
                 # (a given array: the member where the case names it, null elsewhere)
                 t = arrow_field.type
                 col = self._spec(col, "given", t, case=case, always=True)
-            row = self._field(fd, arrow_field.type, col, message, path)
+            rest = rests.get(field_name(fd))
+            row = self._field(fd, arrow_field.type, col, message, path, rest)
             oneof = fd.containing_oneof
             rows.append(
                 row._replace(oneof=oneofs.get(oneof.full_name, 0) if oneof is not None else 0)
@@ -243,9 +248,36 @@ class EncodingPlan:
         self._t.entries.extend(rows)
         self._t.nodes[node] = EncodeNode(first=first, n_entries=len(rows))
 
+    def _rests(
+        self, given: tuple[pa.Field, int] | None, message: Descriptor, where: str
+    ) -> dict[str, tuple[int, pa.DataType]]:
+        """The children of a struct's `_unknown_wkt` by field name (spec, Arrow type)."""
+        if given is None:
+            return {}
+        arrow_field, col = given
+        t = arrow_field.type
+        if not pa.types.is_struct(t):
+            raise _mismatch(where, UNKNOWN_WKT, f"must be a struct, not {t}")
+        names = {field_name(f) for f in fields_of(message, True)}
+        out = {}
+        for i in range(t.num_fields):
+            name = t.field(i).name
+            if name not in names:
+                raise _mismatch(_join(where, UNKNOWN_WKT), name, f"is not a field of {message.full_name}")
+            out[name] = (self._spec(col, "field", t.field(i).type, i, name), t.field(i).type)
+        return out
+
     def _field(
-        self, fd: FieldDescriptor, t: pa.DataType, col: int, container: Descriptor, path: str
+        self,
+        fd: FieldDescriptor,
+        t: pa.DataType,
+        col: int,
+        container: Descriptor,
+        path: str,
+        given: tuple[int, pa.DataType] | None = None,
     ) -> EncodeEntry:
+        """The entry of field `fd`; `given`: its `_unknown_wkt` child (spec, type)."""
+        rest = None if given is None else self._rest_values(fd, col, *given, path)
         if is_map(fd):
             if not pa.types.is_map(t):
                 raise _type_error(path, "a map", t)
@@ -256,7 +288,7 @@ class EncodingPlan:
             value_col = self._spec(entries, "field", t.item_type, 1, "value")
             rows = [
                 self._value(key_fd, t.key_type, key_col, f"{path}[].key", "always"),
-                self._value(value_fd, t.item_type, value_col, f"{path}[].value", "always"),
+                self._value(value_fd, t.item_type, value_col, f"{path}[].value", "always", rest),
             ]
             node = len(self._t.nodes)
             self._t.nodes.append(EncodeNode(first=len(self._t.entries), n_entries=2))
@@ -267,7 +299,7 @@ class EncodingPlan:
             if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
                 raise _type_error(path, "a list", t)
             values = self._spec(col, "values", t.value_type)
-            row = self._value(fd, t.value_type, values, f"{path}[]", "explicit")
+            row = self._value(fd, t.value_type, values, f"{path}[]", "explicit", rest)
             if row.kind in (core.KIND["message"], core.KIND["group"], core.KIND["raw_group"]):
                 shape = "repeated"
             elif is_packed(fd):
@@ -279,16 +311,44 @@ class EncodingPlan:
             return row._replace(shape=core.SHAPE[shape], col=col, elem=row.col)
         if fd.is_required:
             # The runtime will not serialize a message without it (SerializeToString raises).
-            row = self._value(fd, t, col, path, "always")
+            row = self._value(fd, t, col, path, "always", rest)
             self._t.specs[row.col].null_reason = f"required field {fd.full_name} is null"
             return row
         presence = "explicit" if fd.has_presence else "implicit"
-        return self._value(fd, t, col, path, presence)
+        return self._value(fd, t, col, path, presence, rest)
+
+    def _rest_values(
+        self, fd: FieldDescriptor, col: int, rest: int, rt: pa.DataType, path: str
+    ) -> int:
+        """The spec of `_unknown_wkt`'s values for field `fd` (its child `rest`, of type
+        `rt`), slot for slot with the field's values (a list's or a map's: their elements
+        must match, checked per batch)."""
+        if is_map(fd) or is_repeated(fd):
+            shape = pa.types.is_map if is_map(fd) else pa.types.is_list
+            if not shape(rt):
+                raise _type_error(f"{UNKNOWN_WKT}.{path}", "a map" if is_map(fd) else "a list", rt)
+            self._t.specs[rest].align = col
+            if is_map(fd):
+                entries = self._spec(rest, "values", None, layout="struct")
+                values = self._spec(entries, "field", rt.item_type, 1, "value")
+            else:
+                values = self._spec(rest, "values", rt.value_type)
+            return values
+        if rt not in _BINARY:
+            raise _type_error(f"{UNKNOWN_WKT}.{path}", "binary", rt)
+        return rest
 
     def _value(
-        self, fd: FieldDescriptor, t: pa.DataType, col: int, path: str, presence: str
+        self,
+        fd: FieldDescriptor,
+        t: pa.DataType,
+        col: int,
+        path: str,
+        presence: str,
+        rest: int | None = None,
     ) -> EncodeEntry:
-        """The entry of one value of `fd` (a singular field, an element, a key or a value)."""
+        """The entry of one value of `fd` (a singular field, an element, a key or a value);
+        `rest`: the spec of what a well-known type's value cannot hold, slot for slot."""
         number = fd.number
         if not is_message(fd):
             kind, accepted, wire = _SCALARS[fd.type]
@@ -334,8 +394,11 @@ class EncodingPlan:
                 "given",
                 pa.binary(),
                 derive=_json_bytes(name, null_is_empty=empty),
-                always=empty,  # a null is an empty message there, not nothing
+                # a null is an empty message there, not nothing; and a null text may still
+                # have its bytes kept (a Value with no kind)
+                always=empty or rest is not None,
                 reason=lambda a, k: f"not valid JSON for {name}: {a[k].as_py()!r}",
+                other=-1 if rest is None else rest,
             )
             return _entry(
                 tag, "raw_group" if group else "bytes", "singular", presence, col, end=end
@@ -357,27 +420,28 @@ class EncodingPlan:
             )
         kind = "group" if group else "message"
         check, aux, scale = "none", 0, 0
+        # (the unknown fields inside the value, after its fields, as the runtime writes them)
+        inside = [] if rest is None else [_entry(0, "unknown", "singular", "explicit", rest)]
         if wkt in ("timestamp", "duration"):
             want = pa.types.is_timestamp if wkt == "timestamp" else pa.types.is_duration
             if not want(t):
                 raise _type_error(path, wkt, t)
-            node = self._temporal(fd.message_type, wkt, t, col)
+            node = self._temporal(fd.message_type, wkt, t, col, inside)
             # the value's range is checked where the message is written
             check, aux, scale = wkt, 8, _PER_SECOND[t.unit]
             self._t.specs[col].reason = functools.partial(_range_reason, wkt)
         elif (wkt == "date" and pa.types.is_date32(t)) or (
             wkt == "timeofday" and (pa.types.is_time64(t) or pa.types.is_time32(t))
         ):
-            node = self._temporal(fd.message_type, wkt, t, col)
+            node = self._temporal(fd.message_type, wkt, t, col, inside)
         elif wkt == "wrapper":
             value_fd = fd.message_type.fields_by_name["value"]
-            node = self._wrap(fd.message_type, [self._value(value_fd, t, col, path, "implicit")])
+            rows = [self._value(value_fd, t, col, path, "implicit"), *inside]
+            node = self._wrap(fd.message_type, rows)
         elif wkt == "fieldmask":
             paths_fd = fd.message_type.fields_by_name["paths"]
-            node = self._wrap(
-                fd.message_type,
-                [self._field(paths_fd, t, self._bound(col), fd.message_type, path)],
-            )
+            rows = [self._field(paths_fd, t, self._bound(col), fd.message_type, path), *inside]
+            node = self._wrap(fd.message_type, rows)
         elif pa.types.is_struct(t):
             fields = [t.field(i) for i in range(t.num_fields)]
             source = self._bound(col)
@@ -401,8 +465,11 @@ class EncodingPlan:
         self._t.entries.extend(rows)
         return node
 
-    def _temporal(self, message: Descriptor, wkt: str, t: pa.DataType, col: int) -> int:
-        """A node whose fields are parts of the temporal column's slot, split by the core."""
+    def _temporal(
+        self, message: Descriptor, wkt: str, t: pa.DataType, col: int, inside: list[EncodeEntry]
+    ) -> int:
+        """A node whose fields are parts of the temporal column's slot, split by the core;
+        `inside`: the unknown fields kept inside the value (`_unknown_wkt`), written after."""
         parts: dict[str, str]
         if wkt == "timestamp":
             parts = {"seconds": "seconds", "nanos": "nanos"}
@@ -420,7 +487,7 @@ class EncodingPlan:
             _, _, wire = _SCALARS[fd.type]
             row = _entry(fd.number << 3 | wire, "time", "singular", "implicit", col)
             rows.append(row._replace(aux=core.TIME_PART[parts[fd.name]] | width << 8, scale=scale))
-        return self._wrap(message, rows)
+        return self._wrap(message, rows + inside)
 
     def _enum_set(self, fd: FieldDescriptor) -> int:
         """The index of a closed enum's declared numbers among the plan's enum sets."""
@@ -457,11 +524,16 @@ class EncodingPlan:
             parent = self._array(batch, spec.parent, arrays)
             if spec.case is not None:
                 array, bad = self._only_case(batch, arrays, spec.case, parent), None
+            elif spec.other >= 0:
+                other = self._array(batch, spec.other, arrays)
+                array, bad = spec.derive(parent, other)  # type: ignore[misc, call-arg]
             else:
                 array, bad = spec.derive(parent)  # type: ignore[misc]
             arrays[i] = array
             return _address(array, bad, keep)
 
+        for i in self._aligned:
+            self._check_aligned(batch, arrays, i)
         capacity = int(self._bytes_per_row * n * 1.1) + 4096
         status, err_col, err_index, data, start, offsets, wide = self._core.encode(
             batch, n, derive, capacity
@@ -482,6 +554,22 @@ class EncodingPlan:
         self._bytes_per_row = max(len(data_buf) / max(n, 1), 1.0)
         binary = pa.large_binary() if wide else pa.binary()
         return pa.Array.from_buffers(binary, n, [None, pa.py_buffer(offsets), data_buf])
+
+    def _check_aligned(
+        self, batch: pa.RecordBatch, arrays: dict[int, pa.Array], col: int
+    ) -> None:
+        """An `_unknown_wkt` list or map has as many elements as its field in every row."""
+        # (the same offsets, not only the same lengths: the core reads both lists' elements
+        # at the same positions)
+        mine = _element_positions(self._array(batch, col, arrays))
+        other = _element_positions(self._array(batch, self._t.specs[col].align, arrays))
+        if np.array_equal(mine, other):
+            return
+        differ = (np.diff(mine) != np.diff(other)) | (mine[:-1] != other[:-1])
+        row, where = self._locate(batch, arrays, col, int(np.flatnonzero(differ)[0]))
+        raise EncodeError(
+            "another number of elements than the field it belongs to", row=row, path=where
+        )
 
     def _array(self, batch: pa.RecordBatch, i: int, arrays: dict[int, pa.Array]) -> pa.Array:
         """The pyarrow array of spec i (struct children with their parent's offset applied,
@@ -665,6 +753,12 @@ def _address(array: pa.Array, bad: np.ndarray | None, keep: list[object]) -> Enc
     )
 
 
+def _element_positions(array: pa.Array) -> np.ndarray:
+    """Where each row's elements of a list or map start and end in its values' buffers (the
+    values' own offset applied): what the core reads."""
+    return _offsets(array) + array.values.offset
+
+
 def _offsets(array: pa.Array) -> np.ndarray:
     """The offsets of a list / map / binary array, its own offset applied."""
     large = pa.types.is_large_list(array.type) or pa.types.is_large_binary(array.type)
@@ -765,30 +859,47 @@ def _case_reason(case: pa.Array, names: tuple[str, ...], k: int, slot: int) -> s
     return f"the case names {names[k]!r}, which is null"
 
 
-def _json_bytes(message: str, null_is_empty: bool) -> Derive:
+def _json_bytes(message: str, null_is_empty: bool) -> Callable[..., tuple[pa.Array, np.ndarray | None]]:
     """JSON text -> the serialized Struct / Value / ListValue, one Python call per value.
 
     A null list element is an empty message (decode reads a Value with no kind as null).
+    With `kept` (`_unknown_wkt`, keep_unknown), a value whose bytes were kept is written
+    from them while its text is still the one they render to.
     """
-    cls = _JSON_CLASSES[message]
+    cls = jsontext.CLASSES[message]
 
-    def derive(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    def derive(array: pa.Array, kept: pa.Array | None = None) -> tuple[pa.Array, np.ndarray | None]:
         out: list[bytes | None] = []
         bad = np.zeros(len(array), dtype=np.uint8)
+        rests = kept.to_pylist() if kept is not None and kept.null_count < len(kept) else None
         for i, text in enumerate(array.to_pylist()):
+            if rests is not None and rests[i] is not None:
+                held = _kept_json(cls, rests[i], text)
+                if held is not None:
+                    out.append(held)
+                    continue
             if text is None:
                 out.append(b"" if null_is_empty else None)
                 continue
             try:
-                value = cls()
-                json_format.Parse(text, value)
-                out.append(value.SerializeToString(deterministic=True))
-            except (ValueError, json_format.ParseError):
+                out.append(jsontext.to_bytes(cls, text))
+            except ValueError:  # (json_format.ParseError too)
                 out.append(b"")
                 bad[i] = 1
         return pa.array(out, pa.binary()), (bad if bad.any() else None)
 
     return derive
+
+
+def _kept_json(cls: type[Message], data: bytes, text: str | None) -> bytes | None:
+    """The kept bytes of a JSON value, re-serialized, if `text` is what they render to
+    (the value was not edited); else None."""
+    try:
+        held = cls.FromString(data)
+        same = jsontext.render(held) == text
+    except (ProtobufDecodeError, ValueError, RecursionError):
+        return None
+    return held.SerializeToString(deterministic=True) if same else None
 
 
 def _canonical_bytes(cls: type[Message], discard_unknown: bool) -> Derive:

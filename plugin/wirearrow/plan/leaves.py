@@ -13,6 +13,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 __all__ = [
     "JsonLeaf",
+    "JsonRestLeaf",
     "Leaf",
     "ListLeaf",
     "MapLeaf",
@@ -47,7 +48,8 @@ class CutLeaf(ScalarLeaf):
 class StructLeaf(Leaf):
     presence: int  # column, -1 when the struct is always present (a list element)
     children: tuple[tuple[str, Leaf], ...]
-    # each child's protobuf field number (0: `_unknown`; -1: a oneof's case, keyed by name)
+    # each child's protobuf field number (0: `_unknown`; -1: no field, keyed by its name: a
+    # oneof's case, `_unknown_wkt`)
     numbers: tuple[int, ...] = ()
 
 
@@ -103,3 +105,13 @@ class OneofLeaf(Leaf):
     # presence, or the views of its bytes); the decoder unsets a member's columns when
     # another member comes, so at most one is valid per element.
     columns: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class JsonRestLeaf(Leaf):
+    """keep_unknown: a Struct / Value / ListValue's serialized bytes where its JSON text
+    cannot say everything the runtime holds (unknown fields inside it, a Value with no kind,
+    a NaN's payload), null where the text can (binary)."""
+
+    column: int  # views of the serialized sub-message (the JsonLeaf's column)
+    message: str  # full name
