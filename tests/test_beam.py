@@ -296,8 +296,8 @@ def test_dofns_and_rows_pickle_with_the_standard_pickler(bid_corpus) -> None:
         wab.read._PlanChunksFn(wab.ReadFromDelimited("x", chunk_bytes=1 << 20)),
         wab.read._ReadChunkFn(wab.ReadFromDelimited("x", batch_size=100)),
         wab.parquet._AssignShardFn(2),
-        wab.parquet._FiringFn(2),
-        wab.parquet._SinkFactory(schema, "zstd", 1000),
+        wab.parquet._name_firing,
+        wab.parquet.ParquetFileSink(schema, "zstd", 1000).per_file,
         wab.parquet._FileNaming("part"),
     ):
         pickle.loads(pickle.dumps(fn))
@@ -507,7 +507,7 @@ def test_write_to_parquet_refuses_accumulating_panes() -> None:
 
 
 def test_parquet_file_sink_footer_once(tmp_path) -> None:
-    sink = wab.parquet._SinkFactory(None, "zstd", 2)(None)
+    sink = wab.parquet.ParquetFileSink(None, "zstd", 2).per_file(None)
     path = tmp_path / "f.parquet"
     with open(path, "wb") as fh:
         sink.open(fh)

@@ -174,6 +174,45 @@ def test_dead_letters_name_topic_partition_offset_and_timestamp(tmp_path, bid_co
     assert dead.column("raw").to_pylist() == [BAD] * 3
 
 
+def test_carry_puts_row_fields_on_their_records_rows(bid_corpus) -> None:
+    """carry= repeats fields of the row elements on every row of their record, after the
+    plan's columns: typed (then in .schema too) or by name (types inferred per batch),
+    "key" a row's or a pair's key; a bad record carries nothing onto rows."""
+    import pyarrow as pa
+
+    from wirearrow.plans import resolve_plan
+
+    values = list(bid_corpus[:20])
+    values[4] = BAD
+    good = [i for i in range(20) if i != 4]
+    tc = resolve_plan(ID_PLAN).transcoder
+    ids = {i: tc.decode([values[i]]).rows.column("id")[0].as_py() for i in good}
+    want = sorted((ids[i], f"events-{i % 2}", i % 3, 1000 + i) for i in good)
+    typed = {"topic": pa.utf8(), "partition": pa.int32(), "offset": pa.int64()}
+    to_arrow = wab.ToArrow(ID_PLAN, on_error="dead_letter", carry=typed, batch_size=8)
+    assert to_arrow.schema.names == ["id", "topic", "partition", "offset"]
+    assert to_arrow.schema.field("partition").type == pa.int32()
+    with in_process() as p:
+        rows = p | beam.Create(kafka_rows(values))
+        batches = (rows | to_arrow).batches
+        got = batches | beam.FlatMap(
+            lambda b: [(r["id"], r["topic"], r["partition"], r["offset"]) for r in b.to_pylist()]
+        )
+        assert_that(got, lambda g: _equal(sorted(g), want))
+        named = rows | "named" >> wab.ToArrow(ID_PLAN, on_error="dead_letter", carry=["key"])
+        keys = named.batches | "keys" >> beam.FlatMap(lambda b: b.column("key").to_pylist())
+        want_keys = sorted(f"k{i}".encode() for i in good)
+        assert_that(keys, lambda g: _equal(sorted(g), want_keys), label="keys")
+    with pytest.raises(ValueError, match=r"clash with the plan's output: \['id'\]"):
+        wab.ToArrow(ID_PLAN, carry=["id"])
+    with pytest.raises(TypeError, match="pyarrow type"):
+        wab.ToArrow(ID_PLAN, carry={"topic": str})
+    with pytest.raises(TypeError, match="list of field names"):
+        wab.ToArrow(ID_PLAN, carry="topic")
+    with pytest.raises(TypeError, match="not bytes"), in_process() as p:
+        _ = p | beam.Create([b"x"]) | wab.ToArrow(ID_PLAN, carry=["key"])
+
+
 def _equal(got, want) -> None:
     if list(got) != list(want):
         raise AssertionError(f"got {got!r}, want {want!r}")

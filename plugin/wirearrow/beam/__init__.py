@@ -1,19 +1,7 @@
 """Apache Beam transforms: protobuf records to Arrow record batches, Beam rows and Parquet,
-and back to protobuf records and files.
-
-    import apache_beam as beam
-    import wirearrow.beam as wab
-
-    with beam.Pipeline(options=opts) as p:
-        records = p | wab.ReadFromDelimited("gs://bucket/events/*.bin", framing="varint")
-        result = records | wab.ToArrow("transforms/openrtb_flat.yaml", on_error="dead_letter")
-        result.batches | wab.WriteToParquetFiles("gs://bucket/out/", schema=result.schema)
-        result.dead_letters | wab.WriteDeadLetters("gs://bucket/dead/")  # Parquet
-
-Plans are resolved where the pipeline is built (``wirearrow.plans.resolve_plan``: one error
-policy everywhere, docs/errors.md); the PTransforms wire the graph, and the work happens in
-DoFns whose transcoder travels as its spec and is compiled once per worker process.
-docs/beam.md is the guide. ``ReadDelimited`` and ``WriteToParquet`` are deprecated names."""
+and back to protobuf records and files. Plans are resolved where the pipeline is built
+(``wirearrow.plans.resolve_plan``), and compiled once per worker process. docs/beam.md is
+the guide. ``ReadDelimited`` and ``WriteToParquet`` are deprecated names."""
 
 from wirearrow.beam.batches import RecordArray
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows, ToJson

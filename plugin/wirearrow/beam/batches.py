@@ -1,12 +1,8 @@
-"""Beam batches of Arrow data, for batched DoFns (``process_batch``).
-
-Two batch converters, registered on import: records as :class:`RecordArray` (what
-ReadFromDelimited yields and ToArrow takes, no Python object per record), and ToArrow's
-Arrow record batches or tables as one ``pa.Table`` / ``pa.RecordBatch`` (a downstream
-``process_batch(self, batch: pa.Table)`` gets several of them at once, no copy of the
-columns). Beam's own pyarrow converters cannot be used: they ask arrays for ``num_rows``
-and want schema'd rows as elements (Beam 2.77).
-"""
+"""Beam batches of Arrow data, for batched DoFns (``process_batch``): two batch converters,
+registered on import, for records as :class:`RecordArray` (ReadFromDelimited's, ToArrow's
+input: no Python object per record) and for ToArrow's batches or tables as one
+``pa.Table`` / ``pa.RecordBatch`` of several (no copy of the columns). Beam's own pyarrow
+converters ask arrays for ``num_rows`` and want schema'd rows as elements (Beam 2.77)."""
 
 from collections.abc import Iterator
 from typing import Any

@@ -1,16 +1,10 @@
 """The way back of ToArrow / ToRows: Arrow record batches (FromArrow) or schema'd Beam rows
 (FromRows) -> protobuf records, and whole-message batches -> protojson text (ToJson).
-
-Each record is byte-identical to the runtime's deterministic serialization
-(``Transcoder.encode``), plain or in the Confluent wire format; under ``on_error=
-"dead_letter"`` a row that cannot be encoded becomes an :class:`EncodeDeadLetter` instead of
-failing the bundle.
-"""
+docs/beam.md, "The write half"."""
 
 # No `from __future__ import annotations`: Beam reads the DoFns' and PTransforms'
 # annotations as type hints at run time.
 
-import functools
 import inspect
 import io
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,22 +22,19 @@ from wirearrow.beam.transcode import (
     METRICS_NAMESPACE,
     Outputs,
     PlanFn,
-    _output,
     errors,
+    output,
     with_keywords,
 )
+from wirearrow.encoder import Encoder
 from wirearrow.errors import EncodeError
-from wirearrow.sources.confluent import message_index as message_index_of
-from wirearrow.sources.format import CONFLUENT
-from wirearrow.sources.framing import frame_records
+from wirearrow.sources.framing import record_framer
 
 
 class EncodeDeadLetter(NamedTuple):
-    """A row that could not be encoded: a Beam Row (schema'd, RowCoder). ``index``: the
-    row in its batch (FromRows: in the rows buffered together); ``path``: the column of
-    the offending value, as :class:`~wirearrow.EncodeError` names it ("" for the whole
-    row); ``row``: the row as a one-row Arrow IPC stream, None when it never became Arrow
-    (a FromRows value of the wrong type, which ``reason`` quotes)."""
+    """A row that could not be encoded, as a Beam Row (RowCoder): its ``index`` in its
+    batch, the ``path`` of the column, the ``reason`` and the ``row`` as a one-row Arrow
+    IPC stream (None for a FromRows row that never became Arrow). docs/beam.md."""
 
     index: int  # type: ignore[assignment]  # the dead-letter schemas' name for the position
     path: str
@@ -114,8 +105,7 @@ class _EncodeFn(PlanFn):
             first = min([(d.index, d.path, d.reason) for d in dead] + [f[:3] for f in failed])
             raise EncodeError(first[2], row=first[0], path=first[1])
         self._rows_failed.inc(len(dead) + len(failed))
-        if self._frame is not None:
-            values = self._frame(values)
+        values = self._frame(values)
         self._records_out.inc(len(values))
         records = values.to_pylist()
         yield from (
@@ -172,33 +162,19 @@ class _EncodeRowsFn(_EncodeFn):
 class EncodeResult(Outputs):
     """FromArrow's / FromRows' outputs: ``records`` and ``dead_letters`` (EncodeDeadLetter)."""
 
-    records = _output("records", "PCollection[bytes] (``(key, bytes)`` with ``key_column``)")
+    records = output("records", "PCollection[bytes] (``(key, bytes)`` with ``key_column``)")
 
 
 class FromArrow(beam.PTransform):
-    """Arrow record batches (pa.RecordBatch or pa.Table elements, e.g. ToArrow's
-    ``.batches`` of a whole-message plan) -> protobuf records, one per row.
+    """Arrow record batches (pa.RecordBatch or pa.Table elements of a whole-message schema,
+    e.g. ToArrow's) -> protobuf records, one per row, each byte-identical to the runtime's
+    ``SerializeToString(deterministic=True)``: an :class:`EncodeResult`.
 
-    Each record is byte-identical to the runtime's ``SerializeToString(deterministic=True)``
-    of the row's message (docs/round-trip.md). Returns an :class:`EncodeResult`.
-
-    Args:
-        plan: the message: a ``wirearrow.Schema``, a message class, or a whole-message
-            plan or ``Transcoder`` (its options, e.g. ``timestamp_unit``, say what the
-            columns hold).
-        on_error: "raise" (an :class:`~wirearrow.EncodeError` naming the row and column
-            fails the bundle), "skip" (counted in the ``rows_failed`` metric) or
-            "dead_letter" (rows that cannot be encoded go to ``.dead_letters``); default:
-            "dead_letter" with ``error_handling``, else the plan's own ("raise" unless the
-            plan says otherwise), as for ToArrow.
-        key_column: a column (field) not in the message whose value becomes the key of
-            ``(key, bytes)`` output pairs, what ``WriteToKafka`` takes.
-        framing: None (the messages as they are) or "confluent": the Confluent Schema
-            Registry wire format (magic byte, ``schema_id``, the message index).
-        schema_id: the registry's id of the schema (with ``framing="confluent"``).
-        message_index: the message's index path in its file; default: computed from the
-            schema (``(0,)`` for the file's first message).
-        error_handling: Beam YAML's ``{"output": name}``: names the dead-letter output.
+    ``plan``: a ``wirearrow.Schema``, a message class, a whole-message plan or Transcoder.
+    ``on_error``: as for ToArrow (rows that cannot be encoded: raise, skip -- counted in
+    ``rows_failed`` -- or dead_letter). ``key_column``: a column not in the message whose
+    value keys ``(key, bytes)`` output pairs (``WriteToKafka``'s). ``framing``: None or
+    "confluent" (with ``schema_id`` and ``message_index``, default: the message's path).
     """
 
     _fn_class: Any = _EncodeFn
@@ -217,23 +193,9 @@ class FromArrow(beam.PTransform):
         policy, self._dead_key = errors(on_error, error_handling)
         self.transcoder = whole_message(plan, on_error=policy)
         self.key_column = key_column
-        self.frame = None
-        if framing == CONFLUENT:
-            if schema_id is None:
-                raise ValueError("framing='confluent' needs schema_id= (the registry's id)")
-            if message_index is None:
-                message_index = message_index_of(self.transcoder.schema)
-            self.frame = functools.partial(
-                frame_records,
-                framing=CONFLUENT,
-                schema_id=schema_id,
-                message_index=tuple(message_index),
-            )
-            self.frame(pa.array([], pa.binary()))  # refuses a bad id here
-        elif framing is not None:
-            raise ValueError(f"framing must be None or 'confluent', not {framing!r}")
-        elif schema_id is not None or message_index is not None:
-            raise ValueError("schema_id= and message_index= are for framing='confluent'")
+        self.frame = record_framer(
+            self.transcoder.schema, framing, schema_id=schema_id, message_index=message_index
+        )
 
     def expand(self, pcoll: beam.PCollection):  # -> EncodeResult (Beam reads annotations)
         record_type: Any = bytes if self.key_column is None else tuple[Any, bytes]
@@ -245,17 +207,12 @@ class FromArrow(beam.PTransform):
 
 
 class FromRows(FromArrow):
-    """Schema'd Beam rows (ToRows' rows, ``message_row_type`` rows, ``beam.Row`` or any
-    object with the fields by name) -> protobuf records, one per row.
+    """Schema'd Beam rows (ToRows' or ``message_row_type``'s, ``beam.Row`` or any object
+    with the fields by name) -> protobuf records: gathered per window into lists of up to
+    ``batch_size`` (``beam.BatchElements``), each one Arrow batch (:class:`RowsToArrow`)
+    encoded as by :class:`FromArrow`, whose arguments it takes. A row holding a value of
+    the wrong type is a dead letter (``row`` None, ``reason`` quoting it)."""
 
-    Rows are gathered per window into lists of up to ``batch_size``
-    (``beam.BatchElements``), each converted to one Arrow batch of the message's schema
-    (the inverse of ToRows' type mapping) and encoded like :class:`FromArrow`'s. A row
-    holding a value of the wrong type is a dead letter (``row`` None, ``reason`` quotes
-    it). ``batch_size``: rows per batch at most; the other arguments are FromArrow's.
-    """
-
-    __doc__ = (__doc__ or "") + "\n" + (FromArrow.__doc__ or "").split("\n\n", 2)[-1]
     _fn_class = _EncodeRowsFn
 
     def __init__(self, plan: Any, batch_size: int = DEFAULT_BATCH_SIZE, **options: Any) -> None:
@@ -289,31 +246,24 @@ class _ToJsonFn(PlanFn):
         yield from self._tc.to_json(batch, **self._options).to_pylist()
 
 
+# Encoder.to_json's keyword options, declared there once.
+_JSON_OPTIONS = list(inspect.signature(Encoder.to_json).parameters.values())[2:]
+
+
 class ToJson(beam.PTransform):
-    """Whole-message RecordBatches (ToArrow of a plan without columns) -> protojson lines.
+    """Whole-message batches (ToArrow of a plan without columns) -> protojson text, one line
+    per row: what ``json_format.MessageToJson`` prints, with ``Encoder.to_json``'s options
+    (``indent=None``: one line). ``plan``: as for FromArrow. docs/json.md."""
 
-    Each row becomes the text ``json_format.MessageToJson`` prints for its message, with
-    the same options (``indent=None``: one line, for text / NDJSON sinks). ``plan`` is a
-    whole-message plan, as for FromArrow. See docs/json.md.
-    """
-
-    def __init__(
-        self,
-        plan: Any,
-        preserving_proto_field_name: bool = False,
-        always_print_fields_with_no_presence: bool = False,
-        use_integers_for_enums: bool = False,
-        indent: Optional[int] = None,  # noqa: UP045 (Beam YAML reads these annotations)
-    ) -> None:
+    def __init__(self, plan: Any, **options: Any) -> None:
         super().__init__()
         self._tc = whole_message(plan)
-        self._options = {
-            "preserving_proto_field_name": preserving_proto_field_name,
-            "always_print_fields_with_no_presence": always_print_fields_with_no_presence,
-            "use_integers_for_enums": use_integers_for_enums,
-            "indent": indent,
-        }
+        inspect.Signature(_JSON_OPTIONS).bind(**options)  # unknown options fail here
+        self._options = options
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         fn = _ToJsonFn(self._tc, self._options)
         return pcoll | "ToJson" >> beam.ParDo(fn).with_output_types(str)
+
+
+with_keywords(ToJson.__init__, [p.replace(annotation=Any) for p in _JSON_OPTIONS])

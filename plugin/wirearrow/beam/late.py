@@ -1,38 +1,8 @@
 """SplitLate: records later than their window's allowed lateness, counted and kept as dead
-letters instead of vanishing at the next GroupByKey.
-
-Beam's Python SDK drops such records at a window's grouping without a count (its trigger
-driver skips elements of windows whose end plus the allowed lateness the input watermark
-has passed; Java's ``droppedDueToLateness`` counter has no Python counterpart), and a DoFn
-cannot read the watermark. Event-time timers can observe it: a timer fires once the
-watermark has reached it. So every record goes, in the global window and under one key,
-through a stateful DoFn that watches the watermark itself, whatever windows its records
-belong to (a record of a window no earlier record had must be judged as well):
-
-* the times that matter are the expiries a window can have (``max_timestamp()`` plus the
-  allowed lateness): for fixed and sliding windows a lattice (every window end is the
-  offset plus a multiple of the size or period), for other WindowFns a lattice of
-  ``resolution`` steps (:class:`_ExpiryLattice`);
-* the DoFn keeps a ladder of event-time timers on that lattice above the highest point it
-  has seen fire: 15 rungs 1, 2, .. 15 steps up, 15 rungs 16, 32, .. 240 steps up, and so
-  on (base 16), plus one at the next step. A watermark jump fires every rung below it
-  at once; the highest of them re-arms the level under it from its point, so each round
-  of timers descends a level, and the DoFn knows the watermark again, to the lattice
-  step, after at most one round per level (about ten from the beginning of time to its
-  end), not one per step;
-* an Impulse flattened into its input arms the ladder from the lowest time there is, before
-  any watermark can pass it, so that even the first record is judged.
-
-A record whose window's expiry lies below the next rung (at or below the highest fired
-point; for the ``resolution`` lattice, also within one step above it) is late: a
-DeadLetter with reason "late", counted in the ``records_late`` metric. The others go on in
-their own windows (restored by a WindowFn that keeps each element's window), under the
-input's windowing strategy, and no grouping after can drop them: a runner that delivers
-fired timers before further input (the direct runner's streaming engine) has the guard
-know the watermark exactly when the record comes, and a runner that holds a stateful
-DoFn's output watermark at its pending timers (the portable runners: Dataflow, Flink,
-Prism) cannot let the watermark past the pending rung before the record is through.
-"""
+letters instead of vanishing at the next grouping (Beam's Python SDK drops them there
+without a count, and a DoFn cannot read the watermark). How the guard knows the watermark
+anyway, a ladder of event-time timers, and why no record escapes it: docs/beam.md, "Late
+data"."""
 
 # No `from __future__ import annotations`: Beam reads the DoFns' annotations at run time.
 
@@ -51,9 +21,9 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from wirearrow.beam.transcode import METRICS_NAMESPACE, DeadLetter, _key_text, _origin
+from wirearrow.beam.transcode import METRICS_NAMESPACE, DeadLetter, dead_letter
 
-__all__ = ["SplitLate"]
+__all__ = ["LateGuardFn", "SplitLate", "split_expired"]
 
 # The step of the lattice of WindowFns whose windows can end anywhere (sessions, custom
 # ones), in microseconds: a record within this much of its window's expiry may be counted
@@ -65,10 +35,9 @@ _TOP_US = beam_window.GlobalWindow().max_timestamp().micros
 
 class _ExpiryLattice:
     """The times at which a window of ``windowfn`` can expire, in microseconds: its
-    ``max_timestamp()`` (end - 1 us) plus the allowed lateness, which is at or before the
-    moment the grouping drops its records (the Python SDK's trigger driver drops them
-    once the watermark is past end + lateness, Java's once it is past end - 1 us +
-    lateness). Points ``phase + k * step`` for integer k; ``exact`` if every expiry is one."""
+    ``max_timestamp()`` plus the allowed lateness, at or before the moment a grouping drops
+    its records. Points ``phase + k * step``: every expiry of fixed and sliding windows is
+    one; other windows' expiries are rounded to ``resolution_us`` steps."""
 
     def __init__(self, windowfn: Any, lateness_us: int, resolution_us: int) -> None:
         while isinstance(windowfn, _KeepWindow):  # a guard after a guard
@@ -79,9 +48,8 @@ class _ExpiryLattice:
             step, end = windowfn.period.micros, windowfn.offset.micros + windowfn.size.micros
         else:
             step, end = 0, 0
-        self.exact = step > 0
         self.step = step if step > 0 else max(1, int(resolution_us))
-        self.phase = (end - 1 + lateness_us) % self.step if self.exact else 0
+        self.phase = (end - 1 + lateness_us) % self.step if step > 0 else 0
         self.bottom = self.index(MIN_TIMESTAMP.micros)
         self.top = self.index(_TOP_US)
         # Levels 0 .. levels-1 of rungs reach from the bottom to the top in one ladder.
@@ -110,7 +78,7 @@ def _with_window(element: Any, win: Any = beam.DoFn.WindowParam, ts: Any = beam.
 
 
 def _start(_: Any) -> tuple:
-    # The element that arms the guard's timers (see _LateGuardFn.process).
+    # The element that arms the guard's timers (see LateGuardFn.process).
     return (0, None)
 
 
@@ -127,30 +95,22 @@ _BASES_STATE = beam.DoFn.StateParam(_BASES)
 _RUNG_TIMER = beam.DoFn.TimerParam(_RUNG)
 
 
-class _LateGuardFn(beam.DoFn):
-    """(0, (element, window, timestamp)) -> the element in its window, or (tagged
-    ``late_tag``) what :meth:`_late_element` makes of it, counted in ``metric`` (if any)
-    by :meth:`_weight`; (0, None) arms the ladder. This class passes late elements on as
-    they are, one each."""
+class LateGuardFn(beam.DoFn):
+    """(0, (element, window, timestamp)) -> the element in its window, or tagged ``late``
+    once its window has expired: as it is, or with ``column`` (SplitLate's records) as a
+    DeadLetter counted in ``records_late``. (0, None) arms the ladder."""
 
     def __init__(
         self,
         windowing: Any,
-        late_tag: str,
-        metric: Optional[str],  # noqa: UP045
+        column: Optional[str] = None,  # noqa: UP045
         resolution_us: int = DEFAULT_RESOLUTION_US,
     ) -> None:
         super().__init__()
         self._lateness = Duration.of(windowing.allowed_lateness)
         self._lattice = _ExpiryLattice(windowing.windowfn, self._lateness.micros, resolution_us)
-        self._late_tag = late_tag
-        self._late = Metrics.counter(METRICS_NAMESPACE, metric) if metric else None
-
-    def _weight(self, element: Any) -> int:
-        return 1
-
-    def _late_element(self, element: Any, win: Any, expiry: Any) -> Any:
-        return element
+        self._column = column
+        self._late = Metrics.counter(METRICS_NAMESPACE, "records_late")
 
     def _arm(self, timer: Any, k: int, level: int) -> None:
         """The rungs of ``level`` above lattice index k: k + d * BASE**level, d = 1 .. BASE-1
@@ -187,9 +147,14 @@ class _LateGuardFn(beam.DoFn):
         k = fired.read()
         # None: the start has not come yet, so neither has any watermark.
         if k is not None and expiry.micros < self._lattice.point(k + 1):
-            if self._late is not None:
-                self._late.inc(self._weight(element))
-            yield pvalue.TaggedOutput(self._late_tag, self._late_element(element, win, expiry))
+            if self._column is not None:
+                self._late.inc()
+                reason = (
+                    f"late: its window {win} expired at {expiry} (the window's end plus the "
+                    f"allowed lateness of {self._lateness} s) before the record arrived"
+                )
+                element = dead_letter(element, self._column, -1, 0, "", reason)
+            yield pvalue.TaggedOutput("late", element)
             return
         yield WindowedValue(element, ts, (win,))
 
@@ -237,33 +202,8 @@ class _LateGuardFn(beam.DoFn):
             self._arm(timer, k, below)
 
 
-class _LateRecordFn(_LateGuardFn):
-    """SplitLate's guard: a late record becomes a DeadLetter, counted in records_late."""
-
-    def __init__(self, windowing: Any, column: str, late_tag: str) -> None:
-        super().__init__(windowing, late_tag, "records_late")
-        self._column = column
-
-    def _late_element(self, element: Any, win: Any, expiry: Any) -> DeadLetter:
-        key, raw, origin = None, element, None
-        if isinstance(element, tuple) and not hasattr(element, "_fields") and len(element) == 2:
-            key, raw = element
-        elif not isinstance(element, bytes | bytearray | memoryview | str) and element is not None:
-            key, raw = getattr(element, "key", None), getattr(element, self._column, None)
-            origin = _origin(element)
-        if isinstance(raw, str):
-            raw = raw.encode()
-        reason = (
-            f"late: its window {win} expired at {expiry} (the window's end plus the allowed "
-            f"lateness of {self._lateness} s) before the record arrived"
-        )
-        return DeadLetter(
-            -1, 0, "", reason, None if raw is None else bytes(raw), _key_text(key), *(origin or ())
-        )
-
-
 class _KeepWindow(beam_window.NonMergingWindowFn):
-    """Assigns each element the window it already has (set by _LateGuardFn's output)."""
+    """Assigns each element the window it already has (set by LateGuardFn's output)."""
 
     def __init__(self, original: beam_window.WindowFn) -> None:
         self.original = original
@@ -275,7 +215,7 @@ class _KeepWindow(beam_window.NonMergingWindowFn):
         return self.original.get_window_coder()
 
 
-def split_expired(pcoll: beam.PCollection, guard: _LateGuardFn, late_type: Any) -> tuple:
+def split_expired(pcoll: beam.PCollection, guard: LateGuardFn, late_type: Any) -> tuple:
     """(on time, late) of a windowed PCollection, through ``guard`` under one key: the
     elements whose window has not expired, in their windows under ``pcoll``'s windowing,
     and the late ones (``late_type``) firing one by one in the global window."""
@@ -320,22 +260,12 @@ def split_expired(pcoll: beam.PCollection, guard: _LateGuardFn, late_type: Any) 
 
 
 class SplitLate(beam.PTransform):
-    """Windowed records -> ``{"on_time": ..., "late": ...}``: the records whose window has
-    not expired (in their windows, under the input's windowing), and the records later
-    than the input's allowed lateness as :class:`~wirearrow.beam.DeadLetter` rows with a
-    "late: ..." reason (``index`` -1; ``raw``, ``key`` and the Kafka fields as for
-    ToArrow's dead letters), counted in the ``records_late`` metric.
-
-    Apply it right after ``WindowInto`` and before ``ToArrow`` to have too-late records
-    as dead letters rather than rows, or before a grouping of your own (which would drop
-    them). ``WriteToParquetFiles(late_dir=...)`` keeps the rows of too-late records
-    instead, checking batches rather than records. Elements are what ToArrow takes
-    (bytes, ``(key, bytes)``, rows with a ``column``: the record's field, default
-    "value"). The check runs under one key (a watermark the whole stream shares): one
-    state read per record on one worker, and a few timers per window end the watermark
-    passes. Fixed and sliding windows are judged exactly; for other WindowFns a record
-    within a second of its window's expiry may be counted late though the grouping
-    would still have taken it.
+    """Windowed records (what ToArrow takes; ``column``: a row's record field) ->
+    ``{"on_time": ..., "late": ...}``: the records whose window has not expired, in their
+    windows under the input's windowing, and those later than its allowed lateness as
+    :class:`~wirearrow.beam.DeadLetter` rows ("late: ..." reason, ``index`` -1), counted in
+    ``records_late``. Apply it after ``WindowInto``, before ``ToArrow`` or any grouping
+    (which would drop them). docs/beam.md, "Late data", says how and what it costs.
     """
 
     def __init__(self, column: str = "value") -> None:
@@ -343,6 +273,6 @@ class SplitLate(beam.PTransform):
         self._column = column
 
     def expand(self, pcoll: beam.PCollection):  # -> {"on_time", "late"} (Beam reads hints)
-        guard = _LateRecordFn(pcoll.windowing, self._column, "late")
+        guard = LateGuardFn(pcoll.windowing, self._column)
         on_time, late = split_expired(pcoll, guard, DeadLetter)
         return {"on_time": on_time, "late": late}

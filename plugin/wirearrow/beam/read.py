@@ -2,7 +2,7 @@
 
 import logging
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -14,30 +14,16 @@ from apache_beam.metrics import Metrics
 
 from wirearrow.beam.batches import RecordArray, concat_records
 from wirearrow.beam.transcode import DEFAULT_BATCH_SIZE, METRICS_NAMESPACE, renamed
-from wirearrow.sources.compression import compression_name, compression_of, open_decompressed
+from wirearrow.sources.compression import compression_name
+from wirearrow.sources.files import FilePiece, file_pieces, piece_reader
 from wirearrow.sources.format import RecordFormat
-from wirearrow.sources.framing import (
-    FrameReader,
-    Frames,
-    check_framing,
-    corrupt_reason,
-    plan_pieces,
-)
+from wirearrow.sources.framing import Frames, check_framing, corrupt_reason
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 # Reads go through the Beam filesystem in blocks of this size: big enough that object
 # stores serve them at full speed, small enough to bound a reader's memory.
 _READ_BLOCK_BYTES = 8 * 1024 * 1024
-
-
-class _Chunk(NamedTuple):
-    """A byte range of whole frames of one file; end < 0: to the end (compressed files)."""
-
-    path: str
-    start: int
-    end: int
-    compression: str
 
 
 def _open(path: str) -> Any:
@@ -65,41 +51,30 @@ class _ReadFn(beam.DoFn):
 
 
 class _PlanChunksFn(_ReadFn):
-    """FileMetadata -> the _Chunks of the file (record-aligned byte ranges).
+    """FileMetadata -> the file's record-aligned pieces (``file_pieces``: a file larger
+    than a chunk is cut by a pass over its frame lengths; a smaller or compressed one is
+    one piece)."""
 
-    A length-prefixed stream cannot be resynchronised from an arbitrary offset, so the
-    split points are found by a pass over the frame lengths of files larger than one chunk;
-    smaller files, and compressed ones (not seekable), are one chunk.
-    """
-
-    def process(self, metadata: Any) -> Iterator[_Chunk]:
-        path, size = metadata.path, metadata.size_in_bytes
-        compression = compression_of(path, self._compression)
-        if compression != "none":  # not seekable: one chunk
-            yield _Chunk(path, 0, -1, compression)
-            return
-        if size <= self._chunk_bytes:
-            if size:
-                yield _Chunk(path, 0, size, compression)
-            return
-        with _open(path) as stream:
-            pieces, tail = plan_pieces(
-                stream, self._framing, self._chunk_bytes, block_bytes=_READ_BLOCK_BYTES, name=path
-            )
+    def process(self, metadata: Any) -> Iterator[FilePiece]:
+        path = metadata.path
+        pieces, tail = file_pieces(
+            path,
+            metadata.size_in_bytes,
+            self._framing,
+            self._compression,
+            self._chunk_bytes,
+            lambda: _open(path),
+            block_bytes=_READ_BLOCK_BYTES,
+        )
         if tail is not None:
             self._broken(path, tail.reason, "truncated_files")
-        for piece in pieces:
-            if piece.end > piece.start:
-                yield _Chunk(path, piece.start, piece.end, compression)
+        yield from pieces
 
 
 class _ReadChunkFn(_ReadFn):
-    """_Chunk -> its records, in batches of ``batch_size`` (RecordArray).
-
-    Yields batches (Beam's batched DoFns): a consumer that takes RecordArrays, as ToArrow
-    does, receives them as they are (one C copy per record, from the file buffer into the
-    array, and no Python object per record); any other consumer receives single ``bytes``.
-    """
+    """_Chunk -> its records in RecordArrays of ``batch_size`` (Beam's batched DoFns): a
+    consumer that takes them, as ToArrow does, gets them whole (one C copy per record, no
+    Python object per record); any other gets single ``bytes``."""
 
     def setup(self) -> None:
         self._records = Metrics.counter(METRICS_NAMESPACE, "records_read")
@@ -112,24 +87,12 @@ class _ReadChunkFn(_ReadFn):
         return bytes
 
     @beam.DoFn.yields_batches
-    def process(self, chunk: _Chunk) -> Iterator[RecordArray]:
-        path, start, end, compression = chunk
+    def process(self, piece: FilePiece) -> Iterator[RecordArray]:
+        path = piece.path
         pending: list[pa.Array] = []  # records of the next batch, fewer than batch_size
         count, size = 0, self._batch_size
         with _open(path) as raw:
-            stream = (
-                raw
-                if compression == "none"
-                else open_decompressed(raw, compression, name="the file")
-            )
-            reader = FrameReader(
-                stream,
-                self._framing,
-                block_bytes=_READ_BLOCK_BYTES,
-                start=start,
-                end=end if end >= 0 else None,
-                name=path,
-            )
+            reader = piece_reader(raw, piece, self._framing, block_bytes=_READ_BLOCK_BYTES)
             for frames in reader:
                 # whole records, prefixes (and TFRecord's CRCs) included
                 self._bytes.inc(int(frames.frame_ends[-1]))
@@ -167,33 +130,16 @@ class _ReadChunkFn(_ReadFn):
 
 
 class ReadFromDelimited(beam.PTransform):
-    """Length-delimited records from files on any Beam filesystem: PCollection[bytes].
-
-    Every record of every file matching ``file_pattern`` comes out exactly once. Files are
-    split into record-aligned chunks of about ``chunk_bytes``, read in parallel: files
-    larger than a chunk get one extra sequential pass over their length prefixes to find
-    the cut points. Compressed files cannot be split: each is read whole by one worker, as
-    a stream (bounded memory). A file that ends inside a record, a compressed stream that
-    is cut short or corrupt, or a TFRecord whose data CRC fails raises ValueError naming
-    the file and the offset; with ``truncated="skip"`` the whole records before it are
-    read and the tail is logged and counted in the ``truncated_files`` metric (a bad
-    TFRecord is left out, logged and counted in ``corrupt_records``).
-
-    Args:
-        file_pattern: a path or glob, e.g. "gs://bucket/events/*.bin".
-        framing: "varint" (protobuf's writeDelimitedTo, the default), "u32le", "u32be" or
-            "tfrecord" (TensorFlow's TFRecord, as Beam's ``WriteToTFRecord`` writes it;
-            CRCs checked).
-        compression: "auto" (by the extension: .gz, .bz2, .zst, .xz, .deflate; the
-            default), "none", "gzip", "bz2", "zstd", "xz", "deflate", or a Beam
-            CompressionTypes value. zstd needs ``zstandard``.
-        chunk_bytes: target size of the byte ranges read in parallel.
-        batch_size: records per batch handed to batch-aware consumers (ToArrow).
-        truncated: "raise" or "skip".
-        allow_empty: whether a pattern that matches no file is allowed.
-        input: a ``wirearrow.RecordFormat`` (a plan's ``input:``) whose framing (its
-            ``stream_framing``) and compression are the defaults of the two above.
-    """
+    """Length-delimited records from files on any Beam filesystem: PCollection[bytes], every
+    record of every file matching ``file_pattern`` exactly once, in record-aligned chunks
+    of about ``chunk_bytes`` read in parallel (a compressed file is one chunk, streamed),
+    handed to ToArrow as RecordArrays of ``batch_size``. ``framing`` and ``compression``
+    (defaults: ``input``'s, a ``wirearrow.RecordFormat`` such as a plan's ``input:``) as
+    RecordFormat names them. A file that ends inside a record, a broken compressed stream
+    or a TFRecord whose CRC fails raises ValueError naming the file and offset; with
+    ``truncated="skip"`` the records before it are read and the break is logged and
+    counted (``truncated_files``, ``corrupt_records``). ``allow_empty``: a pattern may
+    match no file. docs/beam.md, "ReadFromDelimited"."""
 
     def __init__(
         self,

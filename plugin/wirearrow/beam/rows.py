@@ -1,10 +1,7 @@
 """Beam rows: ToRows (Arrow batches -> schema'd rows), the row type of a plan or a whole
-message, and RowsToArrow (rows back to Arrow).
-
-One mapping between Arrow types and Beam's, both ways (:func:`_mapped`), so that ToRows,
-FromRows, ``row_type`` and ``message_row_type`` agree on every field: Beam has no unsigned
-integers and no nanosecond instants (docs/beam.md has the table).
-"""
+message, and RowsToArrow (rows back to Arrow), through one mapping between Arrow types and
+Beam's, both ways (:func:`_mapped`): Beam has no unsigned integers and no nanosecond
+instants. docs/beam.md, "ToRows", has the table."""
 
 import collections
 import datetime
@@ -22,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.utils.timestamp import Timestamp
 
-from wirearrow.beam.transcode import Outputs, ToArrow, _output, with_keywords
+from wirearrow.beam.transcode import Outputs, ToArrow, output, with_keywords
 from wirearrow.plans import resolve_plan
 from wirearrow.transcoder import Transcoder
 
@@ -330,11 +327,8 @@ def _top_row(schema: pa.Schema, name: str) -> _Row:
 
 
 def row_type(schema: pa.Schema, name: str = "WirearrowRow") -> type:
-    """The NamedTuple type (a Beam schema) of rows of Arrow ``schema``, as ToRows builds it:
-    uint8/16/32 as the next wider signed type, uint64 as int64 of the same bits,
-    timestamps as beam Timestamps (nanoseconds floored), durations and times of day as
-    int64 microseconds, null columns dropped, names made identifiers ("imp[*].id" ->
-    "imp_id"); docs/beam.md has the whole table."""
+    """The NamedTuple type (a Beam schema) of rows of Arrow ``schema``, as ToRows builds it
+    (docs/beam.md, "ToRows", has the mapping of types and names)."""
     return _top_row(schema, name).cls
 
 
@@ -352,9 +346,8 @@ def whole_message(plan: Any, on_error: str | None = None, **options: Any) -> Tra
 
 def message_row_type(message: Any, name: str | None = None, **options: Any) -> type:
     """The Beam schema (a NamedTuple registered with RowCoder) of a whole protobuf message
-    (``message`` and ``options`` as for :func:`whole_message`): nested rows, ``Sequence``
-    and ``Mapping`` fields, enums as int32 (``enums="name"``: str), the well-known types as
-    docs/types.md maps them, then Arrow types as :func:`row_type` maps them."""
+    (``message`` and ``options`` as for :func:`whole_message`; docs/beam.md, "Beam schemas
+    from protobuf")."""
     transcoder = whole_message(message, **options)
     cls = row_type(
         transcoder.arrow_schema, name or transcoder.schema.message_name.rsplit(".", 1)[-1]
@@ -364,10 +357,9 @@ def message_row_type(message: Any, name: str | None = None, **options: Any) -> t
 
 
 class RowsToArrow:
-    """Beam rows -> a pa.RecordBatch of ``schema``: the inverse of ToRows' conversion.
-    Fields are read by name (:func:`row_type`'s), so ``beam.Row`` objects and any object
-    with those fields work; a missing field is null; a value of the wrong type raises
-    :class:`RowValueError` naming the field (FromRows makes those dead letters)."""
+    """Beam rows -> a pa.RecordBatch of ``schema``: the inverse of ToRows' conversion, by
+    field name (any object with the fields; a missing one is null). A value of the wrong
+    type raises :class:`RowValueError` naming the field."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -398,14 +390,12 @@ class _RowsFn(beam.DoFn):
 class RowsResult(Outputs):
     """ToRows' outputs: ``rows``, ``dead_letters`` (DeadLetter) and ``row_type``."""
 
-    rows = _output("rows", "a schema'd PCollection of .row_type (NamedTuple, RowCoder)")
+    rows = output("rows", "a schema'd PCollection of .row_type (NamedTuple, RowCoder)")
 
 
 class ToRows(beam.PTransform):
-    """Protobuf records to Beam rows of the plan's Arrow schema (:func:`row_type`).
-
-    Takes :class:`ToArrow`'s arguments, and ``type_name`` (the row type's name). Returns
-    ``.rows`` (a schema'd PCollection of ``.row_type``, registered with RowCoder),
+    """Protobuf records to Beam rows of the plan's Arrow schema (:func:`row_type`): takes
+    :class:`ToArrow`'s arguments and ``type_name``; returns ``.rows`` (schema'd, RowCoder),
     ``.dead_letters`` and ``.row_type``."""
 
     def __init__(

@@ -1,4 +1,5 @@
-"""ToArrow: protobuf records in a PCollection -> Arrow record batches and dead letters."""
+"""ToArrow: protobuf records in a PCollection -> Arrow record batches and dead letters; and
+what every wirearrow.beam transform shares (DeadLetter, outputs, error policy, PlanFn)."""
 
 # No `from __future__ import annotations`: Beam reads the DoFns' and PTransforms'
 # annotations as type hints at run time.
@@ -28,17 +29,11 @@ DEFAULT_BATCH_SIZE = 8192
 
 
 class DeadLetter(NamedTuple):
-    """A record that produced no rows: a Beam Row (schema'd, RowCoder).
+    """A record that produced no rows, as a Beam Row (RowCoder): the columns of
+    ``wirearrow.DEAD_LETTER_SCHEMA``, the element's ``key`` (as text) and a row element's
+    Kafka position (None where unknown). docs/beam.md has each field."""
 
-    The columns of ``wirearrow.DEAD_LETTER_SCHEMA`` (``index``: the record in the batch it
-    was decoded with; ``offset``: the byte in the record where decoding failed), then the
-    element's ``key`` (as text) and a row element's Kafka position: its ``topic``,
-    ``partition``, ``offset`` (as ``kafka_offset``) and ``timestamp`` fields, as
-    ``ReadFromKafka(with_metadata=True)``'s rows have them (None where unknown).
-    """
-
-    # A field named index shadows tuple.index (mypy says so); it is the dead-letter
-    # schema's name for the record's position, in every engine.
+    # index shadows tuple.index (mypy says so): it is every engine's name for the position.
     index: int  # type: ignore[assignment]
     offset: int
     path: str
@@ -53,39 +48,44 @@ class DeadLetter(NamedTuple):
 
 beam.coders.registry.register_coder(DeadLetter, beam.coders.RowCoder)
 
-
-def _origin(element: Any) -> tuple | None:
-    """(topic, partition, offset, timestamp) of a row element (ReadFromKafka(
-    with_metadata=True)'s fields: a DeadLetter's after ``key``), None when it has none."""
-    values = [getattr(element, n, None) for n in ("topic", "partition", "offset", "timestamp")]
-    if values == [None] * 4:
-        return None
-    return tuple(v if v is None else (str if i == 0 else int)(v) for i, v in enumerate(values))
+# A row element's Kafka position (ReadFromKafka(with_metadata=True)), DeadLetter's last four.
+_POSITION = (("topic", str), ("partition", int), ("offset", int), ("timestamp", int))
 
 
-def _key_text(key: object) -> str | None:
-    if key is None or isinstance(key, str):
-        return key
-    if isinstance(key, bytes | bytearray | memoryview):
-        return bytes(key).decode("utf-8", "backslashreplace")
-    return str(key)
-
-
-def _unpack(element: Any, column: str) -> tuple[Any, Any, tuple | None]:
-    """(key, record, origin) of a ``(key, bytes)`` pair or a row (its ``column`` field, its
-    ``key`` and Kafka position: _origin); a bytes-like record (or None) as it is."""
+def unpack(element: Any, column: str) -> tuple[Any, Any, tuple]:
+    """(key, record, Kafka position) of an element: a record (bytes; str: protojson) as it
+    is, a ``(key, bytes)`` pair, or a row: its ``column`` field, ``key`` and position
+    (() when it has none of its fields)."""
     if isinstance(element, bytes | bytearray | memoryview | str) or element is None:
-        return None, element, None
+        return None, element, ()
     if isinstance(element, tuple) and not hasattr(element, "_fields"):
         if len(element) != 2:
             raise TypeError(f"ToArrow takes bytes, (key, bytes) or rows, not {element!r:.80}")
-        return element[0], element[1], None
+        return element[0], element[1], ()
     if not hasattr(element, column):
         raise TypeError(
             f"ToArrow: {type(element).__name__} element has no field {column!r} "
             "(pass column= to name the bytes field of a row)"
         )
-    return getattr(element, "key", None), getattr(element, column), _origin(element)
+    values = [getattr(element, name, None) for name, _ in _POSITION]
+    position: tuple = ()
+    if any(v is not None for v in values):
+        position = tuple(v if v is None else t(v) for v, (_, t) in zip(values, _POSITION, strict=True))
+    return getattr(element, "key", None), getattr(element, column), position
+
+
+def dead_letter(
+    element: Any, column: str, index: int, offset: int, path: str, reason: str, raw: Any = None
+) -> DeadLetter:
+    """The DeadLetter of ``element`` (its key as text, its Kafka position) with ``raw``, by
+    default its record."""
+    key, record, position = unpack(element, column)
+    raw = record if raw is None else raw
+    raw = raw.encode() if isinstance(raw, str) else None if raw is None else bytes(raw)
+    if isinstance(key, bytes | bytearray | memoryview):
+        key = bytes(key).decode("utf-8", "backslashreplace")
+    key = None if key is None else str(key)
+    return DeadLetter(index, offset, path, reason, raw, key, *position)
 
 
 class Outputs(dict):
@@ -103,14 +103,15 @@ class Outputs(dict):
         return self[self._dead_key]
 
 
-def _output(name: str, doc: str) -> Any:
+def output(name: str, doc: str) -> Any:
+    """An Outputs subclass's attribute for its output ``name``."""
     return property(lambda self: self[name], doc=doc)
 
 
 class ArrowResult(Outputs):
     """ToArrow's outputs: ``batches``, ``dead_letters`` (:class:`DeadLetter`), ``schema``."""
 
-    batches = _output("batches", "pa.RecordBatch (or pa.Table: batch_type), each of .schema")
+    batches = output("batches", "pa.RecordBatch (or pa.Table: batch_type), each of .schema")
 
 
 def errors(on_error: str | None, error_handling: Mapping[str, str] | None) -> tuple:
@@ -146,16 +147,6 @@ def with_keywords(init: Callable, keywords: list[inspect.Parameter]) -> None:
     )
 
 
-INPUT_KEYWORDS = [
-    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=Any)
-    for name, f in FIELDS.items()
-]
-
-
-# Counts' fields as ToArrow's metrics: rows_out is the sink's (rows in complete files).
-_METRIC_NAMES = {"rows_out": "rows_transcoded"}
-
-
 class PlanFn(beam.DoFn):
     """A DoFn of a transcoder (and the format of its records), unpickled in setup(): Beam
     unpickles a DoFn several times on its way to a worker, and the plan is needed once
@@ -167,6 +158,11 @@ class PlanFn(beam.DoFn):
 
     def setup(self) -> None:
         self._tc, self._format = pickler.loads(self._shipped)
+
+
+# Counts' fields as ToArrow's metrics: rows_out is the sink's (rows in complete files, as
+# rows made here can still be dropped downstream: a grouping's late data).
+_METRIC_NAMES = {"rows_out": "rows_transcoded"}
 
 
 class _TranscodeFn(PlanFn):
@@ -181,9 +177,6 @@ class _TranscodeFn(PlanFn):
         self._column = to_arrow.column
         self._carry, self._size = to_arrow.carry, to_arrow.batch_size
         self._tables = to_arrow.batch_type is pa.Table
-        # Counts' counters; its rows_out is rows_transcoded here: rows_out is the sink's
-        # (WriteToParquetFiles: rows in complete files), as rows made here can still be
-        # dropped downstream (a grouping's late data).
         self._counts = [
             Metrics.counter(METRICS_NAMESPACE, _METRIC_NAMES.get(f.name, f.name))
             for f in dataclasses.fields(Counts)
@@ -224,7 +217,7 @@ class _TranscodeFn(PlanFn):
         if all(type(e) is bytes or type(e) is str for e in elements):  # (str: protojson)
             records = elements
         else:
-            records = [_unpack(e, column)[1] for e in elements]
+            records = [unpack(e, column)[1] for e in elements]
         carry = {
             name: pa.array([_carried(e, name, column) for e in elements], t)
             for name, t in self._carry
@@ -243,12 +236,8 @@ class _TranscodeFn(PlanFn):
         if dead.num_rows:
             columns = [dead.column(i).to_pylist() for i in range(5)]  # DEAD_LETTER_SCHEMA's
             for index, offset, path, reason, raw in zip(*columns, strict=True):
-                key, origin = None, None
-                if elements is not None:
-                    key, _, origin = _unpack(elements[index], self._column)
-                letters.append(
-                    DeadLetter(index, offset, path, reason, raw, _key_text(key), *(origin or ()))
-                )
+                element = None if elements is None else elements[index]
+                letters.append(dead_letter(element, self._column, index, offset, path, reason, raw=raw))
         for counter, value in zip(self._counts, counts.values(), strict=True):
             counter.inc(value)
         self._batches_out.inc()
@@ -281,7 +270,7 @@ def _carried(element: Any, name: str, column: str) -> Any:
     if isinstance(element, bytes | bytearray | memoryview | str):
         raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
     if name == "key":
-        return _unpack(element, column)[0]
+        return unpack(element, column)[0]
     if not hasattr(element, name):
         raise TypeError(f"ToArrow(carry=): {type(element).__name__} element has no field {name!r}")
     return getattr(element, name)
@@ -291,55 +280,27 @@ def _carry_fields(carry: Any) -> tuple:
     """carry= as ((name, Arrow type or None), ...)."""
     if isinstance(carry, str):
         raise TypeError("carry= is a list of field names (or a mapping name -> Arrow type)")
-    if isinstance(carry, Mapping):
-        for name, t in carry.items():
-            if not isinstance(t, pa.DataType):
-                raise TypeError(f"carry= {name!r}: expected a pyarrow type, not {t!r}")
-        return tuple((str(name), t) for name, t in carry.items())
-    return tuple((str(name), None) for name in carry)
-
-
-def is_bytes_type(element_type: Any) -> bool:
-    return (
-        element_type in (bytes, typing.ByteString) or getattr(element_type, "type", None) is bytes
-    )
+    if not isinstance(carry, Mapping):
+        return tuple((str(name), None) for name in carry)
+    for name, t in carry.items():
+        if not isinstance(t, pa.DataType):
+            raise TypeError(f"carry= {name!r}: expected a pyarrow type, not {t!r}")
+    return tuple((str(name), t) for name, t in carry.items())
 
 
 class ToArrow(beam.PTransform):
-    """Protobuf records to Arrow record batches, with the records that fail on the side.
+    """Protobuf records (``bytes``, ``(key, bytes)`` pairs or rows with a bytes field
+    ``column``) to Arrow record batches, with the records that fail on the side: an
+    :class:`ArrowResult` (``.batches``, ``.dead_letters``, ``.schema``, known before the
+    pipeline runs).
 
-    Takes ``bytes`` records, ``(key, bytes)`` pairs (``ReadFromKafka``'s ``KV``) or rows
-    with a bytes field ``column`` (default ``"value"``; ``ReadFromKafka(with_metadata=True)``
-    rows, whose key and position go into the dead letters). Returns an
-    :class:`ArrowResult`: ``.batches`` (each of at most ``batch_size`` records' rows),
-    ``.dead_letters`` (:class:`DeadLetter`) and ``.schema``, known before the pipeline runs.
-    docs/beam.md has the details.
-
-    Args:
-        plan: anything ``wirearrow.plans.resolve_plan`` takes (a YAML plan's path, text or
-            mapping, a PlanConfig, TranscodeSpec or Transcoder, a schema or message
-            class), resolved and compiled here; the workers receive its spec.
-        input: a ``wirearrow.RecordFormat``: how the records arrive (default: the plan's
-            ``input:``), with the keyword arguments below over it.
-        batch_size: records per decoded batch (an upper bound: the end of a bundle
-            flushes whatever is buffered).
-        on_error: "raise" (a bad record fails the bundle), "skip" (counted) or
-            "dead_letter"; default: "dead_letter" with ``error_handling``, else the
-            plan's own policy ("raise" unless the plan says otherwise).
-        error_handling: Beam YAML's ``{"output": name}``: names the dead-letter output
-            (and means on_error="dead_letter" unless on_error says otherwise).
-        carry: fields of the row elements to repeat on every row of their record, after the
-            plan's columns (``"key"``: a pair's key too): names (Arrow types inferred per
-            batch) or a mapping name -> Arrow type (in ``.schema`` too).
-        profile: a saved parser profile (a path, read here) or a ``wirearrow.ParserCache``
-            to compile the plan on, one per worker process (docs/cache.md).
-        batch_type: ``pa.RecordBatch`` or ``pa.Table`` (what Beam's
-            ``WriteToParquetBatched`` takes): the type of ``.batches``' elements.
-
-    The other keywords are ``wirearrow.RecordFormat``'s fields (``format``, ``framing``:
-    "confluent" or None, ``schemas``, ``schema_id``, ``ignore_unknown_fields``,
-    ``column``): the elements are records one by one, so how files are framed and
-    compressed is ReadFromDelimited's.
+    ``plan``: anything ``wirearrow.plans.resolve_plan`` takes, resolved and compiled here
+    (the workers receive its spec). ``input``: a ``wirearrow.RecordFormat`` (default: the
+    plan's ``input:``), its fields as keywords over it. ``on_error``: default
+    "dead_letter" with ``error_handling`` (Beam YAML's ``{"output": name}``), else the
+    plan's policy. ``carry``: row fields repeated on their record's rows (names, or a
+    mapping name -> Arrow type). ``profile``: a saved parser profile or ParserCache.
+    ``batch_type``: ``pa.RecordBatch`` or ``pa.Table``. docs/beam.md has the details.
     """
 
     def __init__(
@@ -360,11 +321,11 @@ class ToArrow(beam.PTransform):
             raise ValueError(f"batch_type must be pa.RecordBatch or pa.Table, not {batch_type!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if "field" in input_options:
+            raise TypeError("ToArrow(field=) is now column=, the record column's name everywhere")
         policy, self._dead_key = errors(on_error, error_handling)
         cache = None if profile is None else resolve_profile(profile)
         resolved = resolve_plan(plan, on_error=policy, cache=cache)
-        if "field" in input_options:
-            raise TypeError("ToArrow(field=) is now column=, the record column's name everywhere")
         fmt = RecordFormat.one_by_one(resolved.input, input, **input_options)
         self.transcoder, self.input = resolved.transcoder, fmt.replace(column=None)
         self.column = fmt.column or "value"
@@ -380,7 +341,8 @@ class ToArrow(beam.PTransform):
                 self.schema = self.schema.append(pa.field(name, t))
 
     def expand(self, pcoll: beam.PCollection):  # -> ArrowResult (Beam reads annotations)
-        batched = is_bytes_type(pcoll.element_type)
+        t = pcoll.element_type
+        batched = t in (bytes, typing.ByteString) or getattr(t, "type", None) is bytes
         if self.carry and batched:
             raise TypeError("ToArrow(carry=) takes rows (the fields to carry), not bytes")
         fn = (_TranscodeBatchesFn if batched else _TranscodeFn)(self)
@@ -401,4 +363,10 @@ def _same(batch: Any) -> Any:
     return batch
 
 
-with_keywords(ToArrow.__init__, INPUT_KEYWORDS)
+with_keywords(
+    ToArrow.__init__,
+    [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=Any)
+        for name, f in FIELDS.items()
+    ],
+)

@@ -71,23 +71,12 @@ class _DelimitedSink(filebasedsink.FileBasedSink):
 
 
 class WriteToDelimited(beam.PTransform):
-    """Protobuf records (bytes, e.g. FromArrow's ``.records``) -> files of framed records,
-    read by ReadFromDelimited (and ``tfrecord`` by Beam's ``ReadFromTFRecord`` and
-    ``tf.data``). Written like Beam's file sinks, with ``WriteToTFRecord``'s arguments and
-    naming (``out/part-00000-of-00004.tfrecord``, renamed into place when complete);
-    records are framed in C a block at a time. Returns the PCollection of the file names.
-
-    Args:
-        file_path_prefix: the files begin with this (any Beam filesystem).
-        framing: "varint", "u32le", "u32be" or "tfrecord".
-        file_name_suffix: the files end with this (``.gz`` etc. also compresses, with
-            ``compression_type="auto"``).
-        num_shards: the number of files; 0: the runner decides.
-        shard_name_template: Beam's, e.g. ``"-SSSSS-of-NNNNN"`` (the default).
-        compression_type: a Beam ``CompressionTypes`` value, default "auto".
-        triggering_frequency: seconds; for unbounded input in the global window, as
-            Beam's sinks take it.
-    """
+    """Protobuf records (bytes, e.g. FromArrow's ``.records``) -> files of records framed
+    by ``framing`` ("varint", "u32le", "u32be", "tfrecord"), read by ReadFromDelimited
+    (and ``tfrecord`` by Beam's ``ReadFromTFRecord``), framed in C a block at a time.
+    Written like Beam's file sinks, with ``WriteToTFRecord``'s arguments and naming
+    (``out/part-00000-of-00004.tfrecord``, renamed into place when complete). Returns
+    the PCollection of the file names. docs/beam.md, "The write half"."""
 
     def __init__(
         self,

@@ -238,7 +238,7 @@ def record_framer(
             raise ValueError("schema_id= and message_index= are for framing='confluent'")
         return _as_they_are
     if framing != "confluent":
-        raise ValueError(f"records one by one are framed None or 'confluent', not {framing!r}")
+        raise ValueError(f"framing of records one by one: None or 'confluent', not {framing!r}")
     if schema_id is None:
         raise ValueError("framing='confluent' needs schema_id= (the registry's id)")
     index = message_index_of(schema) if message_index is None else tuple(message_index)
