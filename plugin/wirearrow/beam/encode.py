@@ -23,6 +23,7 @@ from wirearrow.beam.transcode import (
     Outputs,
     PlanFn,
     errors,
+    keywords_of,
     output,
     with_keywords,
 )
@@ -228,13 +229,7 @@ class FromRows(FromArrow):
         return super().expand(batches)
 
 
-with_keywords(
-    FromRows.__init__,
-    [
-        p.replace(kind=p.KEYWORD_ONLY)
-        for p in list(inspect.signature(FromArrow.__init__).parameters.values())[2:]
-    ],
-)
+with_keywords(FromRows.__init__, keywords_of(FromArrow.__init__, 2))  # (self, plan)
 
 
 class _ToJsonFn(PlanFn):
@@ -247,7 +242,7 @@ class _ToJsonFn(PlanFn):
 
 
 # Encoder.to_json's keyword options, declared there once.
-_JSON_OPTIONS = list(inspect.signature(Encoder.to_json).parameters.values())[2:]
+_JSON_OPTIONS = keywords_of(Encoder.to_json, 2)  # (self, batch)
 
 
 class ToJson(beam.PTransform):

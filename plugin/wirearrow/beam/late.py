@@ -261,12 +261,9 @@ def split_expired(pcoll: beam.PCollection, guard: LateGuardFn, late_type: Any) -
 
 class SplitLate(beam.PTransform):
     """Windowed records (what ToArrow takes; ``column``: a row's record field) ->
-    ``{"on_time": ..., "late": ...}``: the records whose window has not expired, in their
-    windows under the input's windowing, and those later than its allowed lateness as
-    :class:`~wirearrow.beam.DeadLetter` rows ("late: ..." reason, ``index`` -1), counted in
-    ``records_late``. Apply it after ``WindowInto``, before ``ToArrow`` or any grouping
-    (which would drop them). docs/beam.md, "Late data", says how and what it costs.
-    """
+    ``{"on_time": ..., "late": ...}``: those later than the allowed lateness as DeadLetters
+    ("late: ..." reason), counted in ``records_late``, the others in their windows. Apply it
+    after ``WindowInto``, before any grouping. docs/beam.md, "Late data"."""
 
     def __init__(self, column: str = "value") -> None:
         super().__init__()

@@ -3,6 +3,7 @@ streaming (docs/beam.md)."""
 
 import copy
 import logging
+import operator
 import random
 import uuid
 from collections.abc import Iterator
@@ -130,10 +131,6 @@ def _delete(_: Any, directory: str) -> list:
     return []
 
 
-def _first(element: tuple[str, Any]) -> str:
-    return element[0]
-
-
 class WriteToParquetFiles(beam.PTransform):
     """Record batches to Parquet files under ``path`` (any Beam filesystem), each written to
     a temporary directory and renamed into place when complete. Bounded input in the global
@@ -205,7 +202,7 @@ class WriteToParquetFiles(beam.PTransform):
                 | "GroupByWindowAndShard" >> beam.GroupByKey()
                 | "NameFiring" >> beam.FlatMap(_name_firing, shards)
             )
-            destination = _first
+            destination = operator.itemgetter(0)  # (destination, batch)
         # Our own temporary directory (fileio's default is the same place), so that a
         # bounded job can remove it once every file is in place.
         temp_dir = FileSystems.join(self._path, f".temp-wirearrow-{uuid.uuid4().hex}")

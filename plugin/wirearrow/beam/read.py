@@ -72,7 +72,7 @@ class _PlanChunksFn(_ReadFn):
 
 
 class _ReadChunkFn(_ReadFn):
-    """_Chunk -> its records in RecordArrays of ``batch_size`` (Beam's batched DoFns): a
+    """FilePiece -> its records in RecordArrays of ``batch_size`` (Beam's batched DoFns): a
     consumer that takes them, as ToArrow does, gets them whole (one C copy per record, no
     Python object per record); any other gets single ``bytes``."""
 

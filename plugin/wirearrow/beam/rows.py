@@ -7,7 +7,6 @@ import collections
 import datetime
 import decimal
 import functools
-import inspect
 import keyword
 import re
 import typing
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.utils.timestamp import Timestamp
 
-from wirearrow.beam.transcode import Outputs, ToArrow, output, with_keywords
+from wirearrow.beam.transcode import Outputs, ToArrow, keywords_of, output, with_keywords
 from wirearrow.plans import resolve_plan
 from wirearrow.transcoder import Transcoder
 
@@ -61,10 +60,7 @@ _PLAIN = (
     (pa.types.is_decimal, decimal.Decimal),
 )
 _MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
-
-
-def _pylist(array: pa.Array) -> list:
-    return array.to_pylist()
+_PYLIST = pa.Array.to_pylist
 
 
 def _nullable(hint: Any, nullable: bool) -> Any:
@@ -79,24 +75,24 @@ def _mapped(t: pa.DataType, where: str) -> _Mapped | None:
         return pa.array(values, t)
 
     if t in _INTS:
-        return _Mapped(_INTS[t], _pylist, as_is)
+        return _Mapped(_INTS[t], _PYLIST, as_is)
     if t == pa.uint64():
         # Same bits, read as int64 (what Java's protobuf runtime and Beam Java's proto
         # schemas do): values above 2**63 - 1 come out negative.
         return _Mapped(
             np.int64,
-            lambda a: a.view(pa.int64()).to_pylist(),
+            lambda a: a.view(pa.int64()).to_PYLIST(),
             lambda v: pa.array(v, pa.int64()).view(pa.uint64()),
         )
     if pa.types.is_float16(t):
         return _Mapped(
             np.float32,
-            lambda a: a.cast(pa.float32()).to_pylist(),
+            lambda a: a.cast(pa.float32()).to_PYLIST(),
             lambda v: pa.array(v, pa.float32()).cast(t),
         )
     for test, hint in _PLAIN:
         if test(t):
-            return _Mapped(hint, _pylist, as_is)
+            return _Mapped(hint, _PYLIST, as_is)
     if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time(t):
         return _micros(t)
     if pa.types.is_dictionary(t):
@@ -129,7 +125,7 @@ def _micros(t: pa.DataType) -> _Mapped:
         micros_type = pa.duration("us") if pa.types.is_duration(t) else pa.time64("us")
 
     def micros(array: pa.Array) -> list:
-        values = array.cast(pa.int64()).to_pylist()
+        values = array.cast(pa.int64()).to_PYLIST()
         if factor is None:
             return [None if v is None else v // 1000 for v in values]
         return values if factor == 1 else [None if v is None else v * factor for v in values]
@@ -181,7 +177,7 @@ def _list(t: pa.DataType, where: str) -> _Mapped | None:
 
     def to_python(array: pa.Array) -> list:
         # flatten() honours slicing and skips null lists
-        return _split(inner.to_python(array.flatten()), array.value_lengths().to_pylist())
+        return _split(inner.to_python(array.flatten()), array.value_lengths().to_PYLIST())
 
     def to_arrow(values: Sequence[Any]) -> pa.Array:
         if pa.types.is_fixed_size_list(t):
@@ -205,7 +201,7 @@ def _map(t: pa.MapType, where: str) -> _Mapped | None:
         as_list = array.cast(entries_type)
         entries = as_list.flatten()
         pairs = zip(key.to_python(entries.field(0)), item.to_python(entries.field(1)), strict=True)
-        lists = _split(list(pairs), as_list.value_lengths().to_pylist())
+        lists = _split(list(pairs), as_list.value_lengths().to_PYLIST())
         return [None if one is None else dict(one) for one in lists]
 
     def to_arrow(values: Sequence[Any]) -> pa.Array:
@@ -224,7 +220,7 @@ def _struct(t: pa.StructType, where: str) -> _Mapped:
     row = _Row(fields, where)
 
     def to_python(array: pa.Array) -> list:
-        valid = array.is_valid().to_pylist()
+        valid = array.is_valid().to_PYLIST()
         if not row.names:
             return [row.cls() if ok else None for ok in valid]
         # flatten() folds the struct's nulls into its children's, and honours slicing.
@@ -415,11 +411,4 @@ class ToRows(beam.PTransform):
         return RowsResult("rows", rows, arrow.dead_letters, arrow._dead_key, row_type=self.row_type)
 
 
-with_keywords(
-    ToRows.__init__,
-    [
-        p
-        for p in inspect.signature(ToArrow.__init__).parameters.values()
-        if p.kind == p.KEYWORD_ONLY
-    ],
-)
+with_keywords(ToRows.__init__, keywords_of(ToArrow.__init__, 3))  # (self, plan, input)

@@ -147,6 +147,13 @@ def with_keywords(init: Callable, keywords: list[inspect.Parameter]) -> None:
     )
 
 
+def keywords_of(init: Callable, after: int) -> list[inspect.Parameter]:
+    """The parameters of ``init`` after its first ``after`` (self, plan, ...), keyword-only:
+    a transform's keywords another takes on (ToRows ToArrow's, FromRows FromArrow's)."""
+    params = list(inspect.signature(init).parameters.values())[after:]
+    return [p.replace(kind=p.KEYWORD_ONLY) for p in params]
+
+
 class PlanFn(beam.DoFn):
     """A DoFn of a transcoder (and the format of its records), unpickled in setup(): Beam
     unpickles a DoFn several times on its way to a worker, and the plan is needed once
