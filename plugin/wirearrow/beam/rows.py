@@ -81,13 +81,13 @@ def _mapped(t: pa.DataType, where: str) -> _Mapped | None:
         # schemas do): values above 2**63 - 1 come out negative.
         return _Mapped(
             np.int64,
-            lambda a: a.view(pa.int64()).to_PYLIST(),
+            lambda a: a.view(pa.int64()).to_pylist(),
             lambda v: pa.array(v, pa.int64()).view(pa.uint64()),
         )
     if pa.types.is_float16(t):
         return _Mapped(
             np.float32,
-            lambda a: a.cast(pa.float32()).to_PYLIST(),
+            lambda a: a.cast(pa.float32()).to_pylist(),
             lambda v: pa.array(v, pa.float32()).cast(t),
         )
     for test, hint in _PLAIN:
@@ -125,7 +125,7 @@ def _micros(t: pa.DataType) -> _Mapped:
         micros_type = pa.duration("us") if pa.types.is_duration(t) else pa.time64("us")
 
     def micros(array: pa.Array) -> list:
-        values = array.cast(pa.int64()).to_PYLIST()
+        values = array.cast(pa.int64()).to_pylist()
         if factor is None:
             return [None if v is None else v // 1000 for v in values]
         return values if factor == 1 else [None if v is None else v * factor for v in values]
@@ -177,7 +177,7 @@ def _list(t: pa.DataType, where: str) -> _Mapped | None:
 
     def to_python(array: pa.Array) -> list:
         # flatten() honours slicing and skips null lists
-        return _split(inner.to_python(array.flatten()), array.value_lengths().to_PYLIST())
+        return _split(inner.to_python(array.flatten()), array.value_lengths().to_pylist())
 
     def to_arrow(values: Sequence[Any]) -> pa.Array:
         if pa.types.is_fixed_size_list(t):
@@ -201,7 +201,7 @@ def _map(t: pa.MapType, where: str) -> _Mapped | None:
         as_list = array.cast(entries_type)
         entries = as_list.flatten()
         pairs = zip(key.to_python(entries.field(0)), item.to_python(entries.field(1)), strict=True)
-        lists = _split(list(pairs), as_list.value_lengths().to_PYLIST())
+        lists = _split(list(pairs), as_list.value_lengths().to_pylist())
         return [None if one is None else dict(one) for one in lists]
 
     def to_arrow(values: Sequence[Any]) -> pa.Array:
@@ -220,7 +220,7 @@ def _struct(t: pa.StructType, where: str) -> _Mapped:
     row = _Row(fields, where)
 
     def to_python(array: pa.Array) -> list:
-        valid = array.is_valid().to_PYLIST()
+        valid = array.is_valid().to_pylist()
         if not row.names:
             return [row.cls() if ok else None for ok in valid]
         # flatten() folds the struct's nulls into its children's, and honours slicing.
