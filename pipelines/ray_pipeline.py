@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = sys.stderr.isatty() if args.progress is None else args.progress
+    # Ray's rich display (its tqdm one drew nothing here); --progress off a terminal: Ray
+    # logs the progress instead.
+    ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False
     # transcode() also turns Ray Data's per-operator resource reservation off for this job
     # when the cluster has at most 4 CPUs: there it mostly holds the writes back (docs/ray.md).
 

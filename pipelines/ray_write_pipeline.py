@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         with clock.stage("Ray start"):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
-    ray.data.DataContext.get_current().enable_progress_bars = progress
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = progress
+    ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False  # as ray_pipeline.py
     run(args.n, args.seed, args.out, args.kafka, clock)
     return 0
 
