@@ -320,11 +320,6 @@ def test_bad_invocations(work) -> None:
     assert proc.returncode == 1 and "is a directory" in proc.stderr
     proc = run(work, "transcode", "plan.yaml", "a.u32le")  # no -o, no output.path
     assert proc.returncode == 2 and "no output" in proc.stderr
-    table_plan = (work / "plan.yaml").read_text() + "output:\n  format: delta\n  table: t\n"
-    (work / "table.yaml").write_text(table_plan)
-    proc = run(work, "transcode", "table.yaml", "a.u32le", "-o", "x")
-    assert proc.returncode == 2 and "output.format is delta" in proc.stderr
-    assert not (work / "x").exists()
     proc = run(work, "transcode", "plan.yaml", "a.u32le", "-o", "x", "--framing", "u64")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
     proc = run(work, "transcode", "plan.yaml", "a.u32le", "a.u32le", "-o", "dup")

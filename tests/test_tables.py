@@ -80,34 +80,6 @@ def sorted_rows(table: pa.Table, key: str) -> list[dict]:
     return table.sort_by(key).to_pylist()
 
 
-# ---- Output: one declaration, checked once ------------------------------------------------
-
-
-def test_output_checks_fields_and_combinations() -> None:
-    assert wa.Output().format == "parquet"
-    out = wa.Output(format="iceberg", table="ns.t", warehouse="/w", partition="day(ts)")
-    assert out.partition == ("day(ts)",) and out.is_table
-    assert out.dead_letter_table == "ns.t_dead_letters"
-    assert wa.Output(format="delta", table="/d/t/").dead_letter_table == "/d/t_dead_letters"
-    bad = {
-        "format must be one of parquet, iceberg, delta": dict(format="csv"),
-        "table 'bids' must be NAMESPACE.NAME": dict(format="iceberg", table="bids"),
-        "path is for parquet output": dict(format="delta", table="t", path="x"),
-        "catalog is for an iceberg table": dict(format="delta", table="t", catalog="sqlite:///x"),
-        "delta partitions by columns, not transforms": dict(format="delta", table="t", partition=["day(ts)"]),
-        "bucket takes a width first": dict(format="iceberg", table="a.b", partition=["bucket(id)"]),
-        "table is for a table output": dict(table="a.b"),
-        "commit_every must be an integer of at least 1": dict(format="delta", table="t", commit_every=0),
-        "app_id must be a name": dict(format="delta", table="t", app_id="a b"),
-    }
-    for message, kw in bad.items():
-        with pytest.raises(ValueError, match=message):
-            wa.Output(**kw)
-    with pytest.raises(TypeError, match="unknown output options: shards"):
-        wa.Output.of(shards=3)
-    assert wa.Output.of(out, commit_every=5, catalog=None).commit_every == 5
-
-
 # ---- types --------------------------------------------------------------------------------
 
 

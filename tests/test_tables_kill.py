@@ -25,6 +25,7 @@ pytest.importorskip("deltalake", reason="the delta extra is not installed")
 import pyarrow as pa
 
 import table_readers
+import wirearrow as wa
 from wirearrow import tables
 from wirearrow.sources.framing import frame_records
 
@@ -67,16 +68,6 @@ def _last(log: Path) -> str:
     return lines[-1][1] if lines else "start-up"
 
 
-def _started(log: Path, before: int, proc: subprocess.Popen) -> bool:
-    """Wait until the job (its log had ``before`` lines) read its positions; False if it
-    ended first."""
-    while proc.poll() is None:
-        if len(_lines(log)) > before:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _tables(fmt: str, where: Path) -> tuple[tables.TableSink, tables.TableSink]:
     sys.path.insert(0, str(JOB.parent))
     import table_job
@@ -93,16 +84,141 @@ def _scan(con, sink: tables.TableSink) -> str:
     return f"delta_scan('{sink.uri}')"
 
 
+PLAN = """\
+proto:
+  file: {examples}/bidrequest.proto
+  message: BidRequestEvent
+  import_paths: [{examples}]
+denormalizer:
+  columns:
+    - {{name: id, path: id}}
+    - {{name: at, path: at}}
+    - {{name: country, path: device.geo.country}}
+    - {{name: timestamp, path: timestamp}}
+    - {{name: imp_id, path: "imp[*].id"}}
+input:
+  framing: varint
+errors:
+  policy: dead_letter
+"""
+
+
+class PythonJob:
+    """tests/table_job.py: a TableWriter loop logging each step."""
+
+    name = "job"
+    position = "position"  # the rows' and the dead letters' (in carry) record position
+    dead_position = "carry.position"
+
+    def __init__(self, corpus_file: Path, fmt: str, tmp: Path) -> None:
+        self.corpus_file, self.fmt = corpus_file, fmt
+
+    def command(self, where: Path, log: Path) -> list[str]:
+        return _job(self.corpus_file, self.fmt, where, log, 40, 2)
+
+    def tables(self, where: Path) -> tuple[tables.TableSink, tables.TableSink]:
+        return _tables(self.fmt, where)
+
+    @property
+    def size(self) -> int:
+        """The input's positions: records."""
+        return N_RECORDS
+
+    def progress(self, where: Path, log: Path, lines: int, files: int) -> int:
+        """Steps done since it started: its log's new lines."""
+        return len(_lines(log)) - lines
+
+    def kill_point(self, where: Path, log: Path, lines: int) -> str:
+        """Where it was when it died: its log's last line."""
+        return _last(log) if len(_lines(log)) > lines else "start-up"
+
+
+class CommandJob(PythonJob):
+    """``wirearrow transcode --to FMT``: a commit every 2 batches of 40 records; no log (the
+    kill point is read back from the table: how far into the file its commits got)."""
+
+    name = "cli"
+    position = '"offset"'  # --offset-column: the record's byte in the file (quoted: SQL's word)
+    dead_position = "file_offset"
+
+    def __init__(self, corpus_file: Path, fmt: str, tmp: Path) -> None:
+        super().__init__(corpus_file, fmt, tmp)
+        self.plan = tmp / "plan.yaml"
+        examples = Path(__file__).resolve().parent.parent / "examples" / "schema"
+        self.plan.write_text(PLAN.format(examples=examples))
+
+    def output(self, where: Path) -> list[str]:
+        if self.fmt == "iceberg":
+            return ["--to", "iceberg", "--warehouse", str(where / "wh"), "--table", "events.bids",
+                    "--partition", "day(timestamp)"]  # fmt: skip
+        return ["--to", "delta", "--table", str(where / "bids")]
+
+    def command(self, where: Path, log: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "wirearrow", "transcode", str(self.plan), str(self.corpus_file),
+            *self.output(where), "--batch-size", "40", "--commit-every", "2",
+            "--offset-column", "offset", "--no-progress",
+        ]  # fmt: skip
+
+    @property
+    def size(self) -> int:
+        """The input's positions: bytes."""
+        return self.corpus_file.stat().st_size
+
+    def progress(self, where: Path, log: Path, lines: int, files: int) -> int:
+        """Steps done since it started: the data files it wrote (one per batch staged)."""
+        return _data_files(where) - files
+
+    def kill_point(self, where: Path, log: Path, lines: int) -> str:
+        """How far the rows' table got when it died."""
+        return f"{_share(self, where):.0%} committed"
+
+    def tables(self, where: Path) -> tuple[tables.TableSink, tables.TableSink]:
+        if self.fmt == "iceberg":
+            out = wa.Output(format="iceberg", table="events.bids", warehouse=str(where / "wh"))
+        else:
+            out = wa.Output(format="delta", table=str(where / "bids"))
+        rows, dead = tables.open_sinks(out)
+        assert dead is not None
+        return rows, dead
+
+
+def _data_files(where: Path) -> int:
+    return sum(1 for _ in where.rglob("*.parquet")) if where.exists() else 0
+
+
+def _reach(job: PythonJob, where: Path, log: Path, lines: int, files: int, target: int,
+           proc: subprocess.Popen) -> bool:  # fmt: skip
+    """Wait until the job has done ``target`` steps; False if it ended first."""
+    while proc.poll() is None:
+        if job.progress(where, log, lines, files) >= target:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _share(job: PythonJob, where: Path) -> float:
+    """The share of the input the rows' table committed."""
+    try:
+        rows, _ = job.tables(where)
+        done = rows.committed()[tables.file_key(job.corpus_file)] if rows.exists() else 0
+    except Exception:  # a table being created when the job died
+        return 0.0
+    return done / job.size
+
+
+@pytest.mark.parametrize("kind", [PythonJob, CommandJob], ids=["job", "cli"])
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, fmt: str) -> None:
-    rng = random.Random(f"{os.environ.get('WIREARROW_KILL_SEED', '32')}-{fmt}")
-    batch, commit_every = 40, 2
+def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, fmt: str, kind) -> None:
+    job = kind(corpus_file, fmt, tmp_path)
+    rng = random.Random(f"{os.environ.get('WIREARROW_KILL_SEED', '32')}-{fmt}-{job.name}")
     clean = tmp_path / "clean"
-    subprocess.run(_job(corpus_file, fmt, clean, tmp_path / "clean.log", batch, commit_every), check=True)
-    clean_lines = _lines(tmp_path / "clean.log")
-    work_seconds = clean_lines[-1][0] - clean_lines[0][0]  # from reading positions to done
+    subprocess.run(job.command(clean, tmp_path / "clean.log"), check=True, stdout=subprocess.DEVNULL)
+    # A kill lands after a random number of the job's steps (log lines, data files: not a
+    # time, which the machine's load would make meaningless), a moment into the next one.
+    steps = job.progress(clean, tmp_path / "clean.log", 0, 0)
     con = table_readers.connect()
-    clean_rows, clean_dead = _tables(fmt, clean)
+    clean_rows, clean_dead = job.tables(clean)
     report = []
     for run in range(RUNS):
         where = tmp_path / f"run{run}"
@@ -111,25 +227,22 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
         starts = 0
         while True:
             starts += 1
-            before = len(_lines(log))
-            proc = subprocess.Popen(_job(corpus_file, fmt, where, log, batch, commit_every))
+            before, files = len(_lines(log)), _data_files(where)
+            left = max(1, round(steps * (1 - _share(job, where))))
+            proc = subprocess.Popen(job.command(where, log), stdout=subprocess.DEVNULL)
             try:
-                # Up to 4 kills a run, then the job is let finish. Most at a random time of
-                # its work (a batch, a commit, between the two tables' commits), one in six
-                # during its start-up (opening the tables, reading positions).
+                # Up to 4 kills a run, then the job is let finish. Most after a random step
+                # of its work (a batch staged, a commit, between the two tables' commits),
+                # one in six during its start-up (opening the tables, reading positions).
                 if len(kills) < 4:
                     if rng.random() < 1 / 6:
                         time.sleep(rng.uniform(0.1, 2.0))
-                    elif _started(log, before, proc):
-                        # within what is left of the work: the job resumed at position P
-                        # (its first line of this start; it may have logged more since)
-                        resumed = int(_lines(log)[before][1].removeprefix("resume "))
-                        left = work_seconds * (1 - resumed / N_RECORDS)
-                        time.sleep(rng.uniform(0.0, left * 0.95))
+                    elif _reach(job, where, log, before, files, rng.randint(1, left), proc):
+                        time.sleep(rng.uniform(0.0, 0.3))
                     if proc.poll() is None:
-                        proc.send_signal(signal.SIGKILL)
+                        proc.kill()
                         proc.wait()
-                        kills.append(_last(log) if len(_lines(log)) > before else "start-up")
+                        kills.append(job.kill_point(where, log, before))
                         continue
                 proc.wait()
             finally:  # a failure here leaves no job running
@@ -138,27 +251,32 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
                     proc.wait()
             assert proc.returncode == 0, f"the job failed ({proc.returncode}); log: {_last(log)}"
             break
-        rows, dead = _tables(fmt, where)
+        rows, dead = job.tables(where)
         compared = []
         for got, want in ((rows, clean_rows), (dead, clean_dead)):
             a, b = _scan(con, got), _scan(con, want)
             if got is dead:  # a dead letter's batch index differs with the batching
-                a = f"SELECT carry.position, path, reason, raw FROM {a}"
-                b = f"SELECT carry.position, path, reason, raw FROM {b}"
+                a = f"SELECT {job.dead_position}, path, reason, raw FROM {a}"
+                b = f"SELECT {job.dead_position}, path, reason, raw FROM {b}"
             else:
                 a, b = f"SELECT * FROM {a}", f"SELECT * FROM {b}"
             extra, missing = table_readers.except_all(con, a, b)
             n = con.sql(f"SELECT count(*) FROM ({b})").fetchone()[0]
             compared.append((n, extra, missing))
         report.append((run, starts, kills, compared))
-        (rows_n, rows_extra, rows_missing), (dead_n, dead_extra, dead_missing) = compared
+        (_, rows_extra, rows_missing), (dead_n, dead_extra, dead_missing) = compared
         assert (rows_extra, rows_missing, dead_extra, dead_missing) == (0, 0, 0, 0), report[-1]
-        assert rows_n + dead_n == N_RECORDS
-        # no record twice: position is unique in each table, and in only one of them
-        dup = con.sql(
-            f"SELECT count(*) - count(DISTINCT position) FROM {_scan(con, rows)}"
+        # every record: in the rows (its distinct positions) or a dead letter, once
+        records = con.sql(
+            f"SELECT count(DISTINCT {job.position}) FROM {_scan(con, rows)}"
         ).fetchone()[0]
-        assert dup == 0
+        assert records + dead_n == N_RECORDS
+        if job.position == "position":  # one row per record: no position twice
+            dup = con.sql(
+                f"SELECT count(*) - count(DISTINCT position) FROM {_scan(con, rows)}"
+            ).fetchone()[0]
+            assert dup == 0
     for run, starts, kills, compared in report:
-        print(f"{fmt} run {run}: {starts} starts, killed at {kills}; rows/dead compared "
-              f"{compared[0][0]}/{compared[1][0]}, extra/missing {compared[0][1:]}/{compared[1][1:]}")
+        print(f"{fmt} {job.name} run {run}: {starts} starts, killed at {kills}; rows/dead "
+              f"compared {compared[0][0]}/{compared[1][0]}, extra/missing "
+              f"{compared[0][1:]}/{compared[1][1:]}")

@@ -1,8 +1,10 @@
-"""The ``wirearrow`` command line: check a plan, transcode files to Parquet, print schemas,
-measure a plan on real data.
+"""The ``wirearrow`` command line: check a plan, transcode files to Parquet or into a table,
+print schemas, measure a plan on real data.
 
     wirearrow check PLAN.yaml | SCHEMA.proto [-I DIR ...]
     wirearrow transcode PLAN.yaml FILES... -o OUT_DIR | -o out.parquet
+    wirearrow transcode PLAN.yaml FILES... --to iceberg --warehouse DIR --table NS.NAME
+    wirearrow transcode PLAN.yaml FILES... --to delta --table DIR
     wirearrow schema PROTO MESSAGE [-I DIR ...] [--max-depth N]
     wirearrow bench PLAN.yaml FILE
 
@@ -23,18 +25,21 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from wirearrow.arguments import (
     add_import_paths,
     add_input_arguments,
+    add_output_arguments,
     add_schema_ids,
     in_flags,
     input_format,
+    out_flags,
+    output_of,
+    positive,
     schema_id_arg,
 )
 from wirearrow.options import ON_ERROR
-from wirearrow.parquet import PARQUET_COMPRESSIONS
 from wirearrow.sources.compression import strip_suffix
 
 if TYPE_CHECKING:
@@ -44,11 +49,14 @@ if TYPE_CHECKING:
     from wirearrow.cache import ParserCache
     from wirearrow.config import PlanConfig
     from wirearrow.counts import Counts
+    from wirearrow.output import Output
     from wirearrow.parquet import ParquetSink
     from wirearrow.plans import Resolved
     from wirearrow.schema import Schema
     from wirearrow.sources.format import RecordFormat
-    from wirearrow.transcoder import Transcoder
+    from wirearrow.sources.framing import Tail
+    from wirearrow.tables import TableWriter
+    from wirearrow.transcoder import Decoded, Transcoder
 
 __all__ = ["main"]
 
@@ -181,16 +189,6 @@ def _parse_size(text: str) -> int:
     return n
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
 # --------------------------------------------------------------------------- transcode
 
 
@@ -204,8 +202,97 @@ def _dead_letter_schema() -> pa.Schema:
     )
 
 
+class _ParquetOut:
+    """Where a file's batches go for Parquet output: its rows' sink, the run's dead letters'
+    (with each one's record number and byte in its file)."""
+
+    def __init__(self, sink: ParquetSink, dead_sink: ParquetSink | None) -> None:
+        self.sink = sink
+        self.dead_sink = dead_sink
+
+    def committed(self, path: str) -> int:
+        return 0  # files keep nothing of an earlier run
+
+    def batch(self, path: str, decoded: Decoded, index_base: int, at: np.ndarray, ends: np.ndarray) -> None:
+        rows, dead, _ = decoded
+        if rows.num_rows:
+            self.sink.write(rows)
+        if self.dead_sink is not None and dead.num_rows:
+            local = dead.column("index").to_numpy()
+            columns = [
+                (local + index_base).tolist(),
+                *(dead.column(name).to_pylist() for name in ("offset", "path", "reason", "raw")),
+                [path] * dead.num_rows,
+                at[local].tolist(),
+            ]
+            self._write_dead(list(zip(*columns, strict=True)))
+
+    def tail(self, path: str, index: int, tail: Tail) -> bool:
+        """The file's unreadable tail as a dead letter; False when none are kept."""
+        if self.dead_sink is None:
+            return False
+        self._write_dead([(index, 0, "", tail.reason, tail.raw, path, tail.offset)])
+        return True
+
+    def _write_dead(self, rows: list[tuple]) -> None:
+        import pyarrow as pa
+
+        assert self.dead_sink is not None
+        schema = _dead_letter_schema()
+        columns = list(zip(*rows, strict=True))
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+            schema=schema,
+        )
+        self.dead_sink.write(batch)
+
+
+class _TableOut:
+    """Where the batches go for a table output: a TableWriter, each record's position the
+    byte where its frame starts in its file (the key: the file). Records an earlier run
+    committed are skipped (``committed``: the byte every record before which is in both
+    tables); the rest the writer filters table by table."""
+
+    def __init__(self, writer: TableWriter, job: TranscodeJob) -> None:
+        self.writer = writer
+        self.job = job
+
+    def committed(self, path: str) -> int:
+        from wirearrow.tables import file_key
+
+        return self.writer.resume()[file_key(path)]
+
+    def batch(self, path: str, decoded: Decoded, index_base: int, at: np.ndarray, ends: np.ndarray) -> None:
+        import pyarrow as pa
+
+        from wirearrow.tables import file_key
+
+        rows, dead, counts = decoded
+        if self.writer.dead is not None:
+            # where each one is in its file, as the Parquet dead letters say it
+            dead = dead.append_column("file", pa.repeat(pa.scalar(path, pa.utf8()), dead.num_rows))
+            dead = dead.append_column("file_offset", pa.array(at[dead.column("index").to_numpy()], pa.int64()))
+        self.writer.write((rows, dead, counts), file_key(path), at, ends)
+
+    def tail(self, path: str, index: int, tail: Tail) -> bool:
+        import numpy as np
+
+        from wirearrow.counts import Counts
+        from wirearrow.dead_letters import dead_letter_table
+        from wirearrow.errors import DecodeError
+
+        kept = self.writer.dead is not None
+        dead = dead_letter_table([(DecodeError(tail.reason, index=0, offset=0, path=""), tail.raw)])
+        rows = self.job.empty_rows
+        counts = Counts(records_in=1, records_failed=1, dead_letters=int(kept))
+        at = np.array([tail.offset], np.int64)
+        self.batch(path, (rows, dead if kept else dead.slice(0, 0), counts), index, at,  # type: ignore[arg-type]
+                   at + tail.size)  # fmt: skip
+        return kept
+
+
 class TranscodeJob:
-    """Files in, through one Transcoder, into Parquet sinks; dead letters aside."""
+    """Files in, through one Transcoder, into Parquet sinks or tables; dead letters aside."""
 
     def __init__(
         self,
@@ -215,9 +302,9 @@ class TranscodeJob:
         batch_size: int,
         chunk_size: int,
         progress: Progress,
-        dead_sink: ParquetSink | None,
         source_column: str | None = None,
         offset_column: str | None = None,
+        record_index: bool = False,
     ) -> None:
         self.tc = tc
         self.fmt = fmt
@@ -229,12 +316,12 @@ class TranscodeJob:
             self.batch_format = self.batch_format.replace(framing=fmt.stream_framing)
         self.source_column = source_column
         self.offset_column = offset_column
+        self.record_index = record_index  # a table's writer needs each row's record
         self.raising = tc.spec.on_error == "raise"
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.progress = progress
-        self.dead_sink = dead_sink
-        self.dead_schema = _dead_letter_schema() if dead_sink is not None else None
+        self.skipped = 0  # records an earlier run committed to the table already
         # The current file's first bytes (decompressed), and whether they are all of it:
         # what they look like is said when most of its first records fail.
         self._head = b""
@@ -271,14 +358,18 @@ class TranscodeJob:
             )
 
     @property
-    def row_schema(self) -> pa.Schema:
-        """The rows' schema: the plan's, the schema-id column, --source-column and
-        --offset-column (what decoding no records gives)."""
+    def empty_rows(self) -> pa.RecordBatch:
+        """No rows, of the rows' schema: the plan's, the schema-id column, --source-column
+        and --offset-column (what decoding no records gives)."""
         import numpy as np
 
         empty = [] if self.batch_format.framing is None or self.fmt.confluent else b""
         carry = self._carry("", np.zeros(0, np.int64))
-        return self.tc.decode(empty, self.batch_format, carry=carry).rows.schema
+        return self.tc.decode(empty, self.batch_format, carry=carry, record_index=self.record_index).rows
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        return self.empty_rows.schema
 
     def _carry(self, path: str, at: np.ndarray) -> dict | None:
         """The carry= of a batch whose records start at bytes ``at`` of the file ``path``."""
@@ -291,7 +382,7 @@ class TranscodeJob:
             carry[self.offset_column] = pa.array(at, pa.int64())
         return carry or None
 
-    def run_file(self, path: str, sink: ParquetSink) -> Counts:
+    def run_file(self, path: str, out: _ParquetOut | _TableOut) -> Counts:
         import numpy as np
 
         from wirearrow.counts import Counts
@@ -306,7 +397,8 @@ class TranscodeJob:
                     f"{path}: compressed ({codec}) NDJSON input is not supported: "
                     "decompress it first"
                 )
-            return self.run_ndjson_file(path, sink)
+            return self.run_ndjson_file(path, out)
+        done = out.committed(path)
         result = Counts()
         label = os.path.basename(path)
         with _open_input(path) as f:
@@ -330,11 +422,16 @@ class TranscodeJob:
                 for i0 in range(0, len(frames), self.batch_size):
                     i1 = min(len(frames), i0 + self.batch_size)
                     lo, hi = (int(ends[i0 - 1]) if i0 else 0), int(ends[i1 - 1])
+                    if base + hi <= done:  # every record of the batch is in the table
+                        self.skipped += i1 - i0
+                        continue
                     # Where each record's frame (length prefix) starts in the file.
                     frame_at = np.concatenate(([lo], ends[i0 : i1 - 1])) + base
                     # Confluent records keep their prefix: the file's framing is split first.
                     records = frames.records(i0, i1) if self.fmt.confluent else view[lo:hi]
-                    counts = self._batch(path, records, record_base + i0, frame_at, sink)
+                    counts = self._batch(
+                        path, records, record_base + i0, frame_at, ends[i0:i1] + base, out
+                    )
                     if not result.records_in:
                         self._first_batch(path, counts)
                     result += counts
@@ -344,18 +441,16 @@ class TranscodeJob:
             if tail is not None:
                 if self.raising:
                     raise CliError(f"{path}: {tail.reason}")
-                kept = self.dead_sink is not None
-                result += Counts(records_in=1, records_failed=1, dead_letters=int(kept))
-                if kept:
-                    self._write_dead(
-                        path,
-                        [(record_base, 0, "", tail.reason, tail.raw, path, tail.offset)],
-                    )
+                if tail.offset < done:
+                    self.skipped += 1
+                else:
+                    kept = out.tail(path, record_base, tail)
+                    result += Counts(records_in=1, records_failed=1, dead_letters=int(kept))
             # The file's bytes read (framing included), for the summary's MB/s.
             read = reader.position + (tail.size if tail is not None else 0)
         return result.replace(bytes_in=read)
 
-    def run_ndjson_file(self, path: str, sink: ParquetSink) -> Counts:
+    def run_ndjson_file(self, path: str, out: _ParquetOut | _TableOut) -> Counts:
         """NDJSON of protojson records: one per non-blank line, in batches of batch_size."""
         import pyarrow as pa
 
@@ -363,6 +458,7 @@ class TranscodeJob:
         from wirearrow.sources.protojson import ndjson_records, split_ndjson
         from wirearrow.sources.sniff import SNIFF_BYTES
 
+        done = out.committed(path)
         result = Counts()
         label = os.path.basename(path)
         try:
@@ -376,8 +472,11 @@ class TranscodeJob:
         t0 = time.perf_counter()
         for i0 in range(0, len(starts), self.batch_size):
             i1 = min(len(starts), i0 + self.batch_size)
+            if int(ends[i1 - 1]) <= done:
+                self.skipped += i1 - i0
+                continue
             records = ndjson_records(buffer, starts[i0:i1], ends[i0:i1])
-            counts = self._batch(path, records, i0, starts[i0:i1], sink, lines=True)
+            counts = self._batch(path, records, i0, starts[i0:i1], ends[i0:i1], out, lines=True)
             if not i0:
                 self._first_batch(path, counts)
             result += counts
@@ -390,16 +489,17 @@ class TranscodeJob:
         records: object,
         index_base: int,
         at: np.ndarray,
-        sink: ParquetSink,
+        ends: np.ndarray,
+        out: _ParquetOut | _TableOut,
         lines: bool = False,
     ) -> Counts:
-        """Decode one batch (its records start at bytes ``at`` of the file), write its rows
-        and its dead letters (with their file positions); returns its counts."""
+        """Decode one batch (its records start at bytes ``at`` of the file and end at
+        ``ends``), hand its rows and dead letters to ``out``; returns its counts."""
         from wirearrow.errors import DecodeError
 
         try:
-            rows, dead, counts = self.tc.decode(
-                records, self.batch_format, carry=self._carry(path, at)
+            decoded = self.tc.decode(
+                records, self.batch_format, carry=self._carry(path, at), record_index=self.record_index
             )
         except DecodeError as err:
             j = err.index
@@ -416,29 +516,8 @@ class TranscodeJob:
             raise CliError(
                 f"{path}: {located} (the record starts at byte {int(at[j])} of the file){hint}"
             ) from err
-        if rows.num_rows:
-            sink.write(rows)
-        if self.dead_sink is not None and dead.num_rows:
-            local = dead.column("index").to_numpy()
-            columns = [
-                (local + index_base).tolist(),
-                *(dead.column(name).to_pylist() for name in ("offset", "path", "reason", "raw")),
-                [path] * dead.num_rows,
-                at[local].tolist(),
-            ]
-            self._write_dead(path, list(zip(*columns, strict=True)))
-        return counts
-
-    def _write_dead(self, path: str, rows: list[tuple]) -> None:
-        import pyarrow as pa
-
-        assert self.dead_sink is not None and self.dead_schema is not None
-        columns = list(zip(*rows, strict=True))
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, self.dead_schema, strict=True)],
-            schema=self.dead_schema,
-        )
-        self.dead_sink.write(batch)
+        out.batch(path, decoded, index_base, at, ends)
+        return decoded.counts
 
 
 def _record_format(args: argparse.Namespace, resolved: Resolved) -> RecordFormat:
@@ -520,9 +599,15 @@ def _open_input(path: str) -> BinaryIO:
         raise CliError(f"cannot read {path}: {err.strerror or err}") from err
 
 
-def _partial(path: str) -> str:
-    head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.partial")
+def _partial(path: str, root: str | None) -> str:
+    """Where ``path`` is written until the run commits: ``.NAME.partial`` beside it, or for
+    a file of the output directory ``root``, the same name in ``.ROOT.partial/`` beside
+    that directory, where no glob of the output (``root/*``, ``root/**``) finds it."""
+    if root is None:
+        head, name = os.path.split(path)
+        return os.path.join(head, f".{name}.partial")
+    parent, name = os.path.split(os.path.normpath(root))
+    return os.path.join(parent, f".{name}.partial", os.path.relpath(path, root))
 
 
 def _outputs(inputs: Sequence[str], output: str) -> tuple[bool, list[str]]:
@@ -566,19 +651,23 @@ def _check_inputs(files: Sequence[str]) -> None:
 
 
 class _Outputs:
-    """The Parquet files of a run, each written as ``.NAME.partial`` and renamed when
-    complete; :meth:`discard` removes the partial ones after a failure."""
+    """The Parquet files of a run, committed together by renaming: each is written where no
+    reader of the output looks (:func:`_partial`) and moved into place when the whole run
+    has succeeded, the rows' files first, the dead letters' last. A run that fails or is
+    killed leaves no file in the output (nor any of its finished ones: the output of a
+    run is all of it or none); :meth:`discard` removes what it wrote."""
 
     def __init__(self) -> None:
         self._open: list[tuple[ParquetSink, str, str]] = []
+        self._done: list[tuple[str, str]] = []
 
-    def open(self, final: str, schema: pa.Schema, **options) -> ParquetSink:
+    def open(self, final: str, schema: pa.Schema, *, root: str | None = None, **options) -> ParquetSink:
         from wirearrow.parquet import ParquetSink
 
-        parent = os.path.dirname(final)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        partial = _partial(final)
+        partial = _partial(final, root)
+        for folder in (os.path.dirname(partial), os.path.dirname(final)):
+            if folder:
+                os.makedirs(folder, exist_ok=True)
         sink = ParquetSink(partial, schema, **options)
         self._open.append((sink, partial, final))
         return sink
@@ -587,22 +676,36 @@ class _Outputs:
         for i, (s, partial, final) in enumerate(self._open):
             if s is sink:
                 s.close()
-                os.replace(partial, final)
+                self._done.append((partial, final))
                 del self._open[i]
                 return
+
+    def commit(self) -> None:
+        """Move every finished file into place, in the order they were finished."""
+        for partial, final in self._done:
+            os.replace(partial, final)
+            _remove_empty(os.path.dirname(partial))
+        self._done = []
 
     def discard(self) -> None:
         for sink, partial, _ in self._open:
             sink.abort()
+            self._done.append((partial, ""))
+        for partial, _ in self._done:
             with contextlib.suppress(OSError):
                 os.remove(partial)
-        self._open = []
+            _remove_empty(os.path.dirname(partial))
+        self._open, self._done = [], []
+
+
+def _remove_empty(folder: str) -> None:
+    """Remove a staging directory once it holds nothing."""
+    if os.path.basename(folder).endswith(".partial"):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def cmd_transcode(args: argparse.Namespace) -> int:
-    from wirearrow.counts import Counts
-    from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
-
     policy = args.on_error
     if args.dead_letters is not None:
         if policy not in (None, "dead_letter"):
@@ -618,48 +721,76 @@ def cmd_transcode(args: argparse.Namespace) -> int:
             "of framed records do not hold: use Transcoder.transcode(base, custom=...)",
             2,
         )
-    if plan.output.format != "parquet":
-        # Not silently Parquet instead: the plan asked for a table and its guarantees.
-        raise CliError(
-            f"{args.plan}: output.format is {plan.output.format}: the command line writes "
-            "Parquet files; write Iceberg and Delta tables with wirearrow.tables from Python "
-            "(docs/tables.md), or give the plan a parquet output",
-            2,
-        )
+    try:
+        output = output_of(args, plan.output)
+    except ValueError as err:
+        raise CliError(out_flags(str(err)), 2) from err
     fmt = _record_format(args, resolved)
     tc = resolved.transcoder
-    policy = tc.spec.on_error
     extra = [name for name in (args.source_column, args.offset_column) if name is not None]
     try:
-        plain = TranscodeJob(tc, fmt, batch_size=1, chunk_size=1, progress=Progress(False), dead_sink=None)
+        plain = TranscodeJob(tc, fmt, batch_size=1, chunk_size=1, progress=Progress(False))
         row_names = plain.row_schema.names
     except ValueError as err:  # the schema-id column's name is the plan's
         raise CliError(in_flags(str(err)), 2) from err
     for name in extra:
         if name in row_names or extra.count(name) > 1:
             raise CliError(f"column {name!r} is already in the output: give another name", 2)
-    output = args.output or plan.output.path
-    if not output:
-        raise CliError(
-            "no output: give -o OUT_DIR or -o FILE.parquet, or output.path in the plan", 2
-        )
-    output = os.fspath(output)
-    single, targets = _outputs(args.files, output)
     _check_inputs(args.files)
-    dead_path = None
-    if policy == "dead_letter":
-        dead_path = args.dead_letters or plan.dead_letter_path or _default_dead_path(output, single)
-
-    options = {
-        "row_group_size": args.row_group_size
-        or plan.output.row_group_size
-        or DEFAULT_ROW_GROUP_SIZE,
-        "compression": args.compression or plan.output.compression,
-    }
     progress = Progress(sys.stderr.isatty() and not args.no_progress)
+    job = TranscodeJob(
+        tc,
+        fmt,
+        batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
+        chunk_size=args.chunk_size,
+        progress=progress,
+        source_column=args.source_column,
+        offset_column=args.offset_column,
+        record_index=output.is_table,
+    )
+    t0 = time.perf_counter()
+    if output.is_table:
+        total, where = _into_table(args, job, output)
+    else:
+        total, where = _into_files(args, job, output, plan)
+    elapsed = max(time.perf_counter() - t0, 1e-9)
+    mb = total.bytes_in / 1e6
+    print(
+        f"{total.records_in:,} records in, {total.rows_out:,} rows out, {total.records_failed:,} failed, "
+        f"{mb:,.1f} MB in {elapsed:.2f} s ({mb / elapsed:,.1f} MB/s) -> {where}"
+    )
+    if cache is not None:
+        try:
+            cache.save(args.profile)
+        except OSError as err:
+            raise CliError(f"cannot write the profile: {err}") from err
+    return 0
+
+
+def _into_files(
+    args: argparse.Namespace, job: TranscodeJob, output: Output, plan: PlanConfig
+) -> tuple[Counts, str]:
+    """Parquet files: each written as ``.NAME.partial`` and renamed when complete."""
+    from wirearrow.counts import Counts
+    from wirearrow.parquet import DEFAULT_ROW_GROUP_SIZE
+
+    if not output.path:
+        raise CliError(
+            "no output: give -o OUT_DIR or -o FILE.parquet (or --to iceberg / --to delta and "
+            "--table), or output: in the plan",
+            2,
+        )
+    out_path = os.fspath(output.path)
+    single, targets = _outputs(args.files, out_path)
+    dead_path = None
+    if job.tc.spec.on_error == "dead_letter":
+        dead_path = args.dead_letters or plan.dead_letter_path or _default_dead_path(out_path, single)
+    options: dict[str, Any] = {
+        "row_group_size": output.row_group_size or DEFAULT_ROW_GROUP_SIZE,
+        "compression": output.compression,
+    }
     outputs = _Outputs()
     total = Counts()
-    t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -669,58 +800,88 @@ def cmd_transcode(args: argparse.Namespace) -> int:
                     dead_path,
                     _dead_letter_schema(),
                     row_group_size=10_000,
-                    compression=options["compression"],
+                    compression=output.compression,
                     max_buffer_bytes=64 << 20,
                 )
-            job = TranscodeJob(
-                tc,
-                fmt,
-                batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
-                chunk_size=args.chunk_size,
-                progress=progress,
-                dead_sink=dead_sink,
-                source_column=args.source_column,
-                offset_column=args.offset_column,
-            )
             if not single:
-                os.makedirs(output, exist_ok=True)
-            shared = outputs.open(output, job.row_schema, **options) if single else None
+                os.makedirs(out_path, exist_ok=True)
+            root = None if single else out_path
+            shared = outputs.open(out_path, job.row_schema, **options) if single else None
             for source, target in zip(args.files, targets, strict=True):
-                sink = (
-                    shared
-                    if shared is not None
-                    else outputs.open(target, job.row_schema, **options)
-                )
-                total += job.run_file(source, sink)
+                sink = shared if shared is not None else outputs.open(target, job.row_schema, root=root, **options)
+                total += job.run_file(source, _ParquetOut(sink, dead_sink))
                 if shared is None:
                     outputs.finish(sink)
             if shared is not None:
                 outputs.finish(shared)
             if dead_sink is not None:
                 outputs.finish(dead_sink)
+            outputs.commit()
     except BaseException as err:
-        progress.clear()
+        job.progress.clear()
         outputs.discard()
         if isinstance(err, OSError):
             raise CliError(f"cannot write the output: {err}") from err
         raise
-    progress.clear()
-    elapsed = max(time.perf_counter() - t0, 1e-9)
-    mb = total.bytes_in / 1e6
-    line = (
-        f"{total.records_in:,} records in, {total.rows_out:,} rows out, {total.records_failed:,} failed, "
-        f"{mb:,.1f} MB in {elapsed:.2f} s ({mb / elapsed:,.1f} MB/s) -> "
-        f"{output if single or len(targets) > 1 else targets[0]}"
-    )
+    job.progress.clear()
+    where = out_path if single or len(targets) > 1 else targets[0]
     if dead_path is not None:
-        line += f"; dead letters -> {dead_path}"
-    print(line)
-    if cache is not None:
-        try:
-            cache.save(args.profile)
-        except OSError as err:
-            raise CliError(f"cannot write the profile: {err}") from err
-    return 0
+        where += f"; dead letters -> {dead_path}"
+    return total, where
+
+
+def _into_table(args: argparse.Namespace, job: TranscodeJob, output: Output) -> tuple[Counts, str]:
+    """An Iceberg or Delta table: a commit per input file (or every --commit-every
+    batches), each recording how far into its file it got; a run started again resumes
+    where the last commit left each file (records before are skipped, none is written
+    twice) and a run killed leaves the tables at their last commit."""
+    from wirearrow.counts import Counts
+    from wirearrow.tables import CommitConflict, TableSchemaError, TableWriter
+
+    if args.dead_letters is not None:
+        raise CliError(
+            "--dead-letters is a Parquet file; a table's dead letters go to a table of their "
+            "own (--dead-letter-table, default: the table's name + _dead_letters)",
+            2,
+        )
+    if not output.table:
+        what = "NAMESPACE.NAME" if output.format == "iceberg" else "DIR"
+        raise CliError(f"--to {output.format} needs --table {what} (or output.table in the plan)", 2)
+    dead_letters = job.tc.spec.on_error == "dead_letter"
+    total = Counts()
+    try:
+        # Without --commit-every: one commit per input file (below), none in between.
+        writer = TableWriter.open(output.replace(commit_every=output.commit_every or 1 << 62),
+                                  dead_letters=dead_letters)  # fmt: skip
+    except ValueError as err:  # no catalog, no warehouse
+        raise CliError(out_flags(str(err)), 2) from err
+    except ImportError as err:
+        raise CliError(str(err)) from err
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            with writer:
+                out = _TableOut(writer, job)
+                for source in args.files:
+                    total += job.run_file(source, out)
+                    if output.commit_every is None:
+                        writer.commit()  # one commit per input file
+    except (CommitConflict, TableSchemaError) as err:
+        job.progress.clear()
+        raise CliError(str(err)) from err
+    except BaseException:
+        job.progress.clear()
+        raise
+    job.progress.clear()
+    versions = [c.version for c in writer.commits if c.version is not None]
+    where = f"{output.format} table {output.table}"
+    if versions:
+        where += f" ({len(writer.commits) // (2 if dead_letters else 1)} commit(s), now at version {versions[-1]})"
+    if job.skipped:
+        where += f"; {job.skipped:,} records already in the table skipped"
+    if dead_letters:
+        where += f"; dead letters -> {output.format} table {output.dead_letter_table}"
+    return total, where
 
 
 def _profile_cache(path: str | None) -> ParserCache | None:
@@ -976,13 +1137,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("plan", metavar="PLAN.yaml", help=plan_help)
     tr.add_argument("files", metavar="FILE", nargs="+", help="framed protobuf records")
-    tr.add_argument(
-        "-o",
-        "--output",
-        metavar="OUT",
-        help="a directory (one NAME.parquet per input FILE) or FILE.parquet (all inputs "
-        "in one file); default: the plan's output.path",
-    )
     add_input_arguments(tr)
     add_schema_ids(tr)
     tr.add_argument(
@@ -1016,20 +1170,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument(
         "--batch-size",
-        type=_positive,
+        type=positive,
         metavar="N",
         help=f"at most N records per transcode call (default {DEFAULT_BATCH_SIZE})",
-    )
-    tr.add_argument(
-        "--row-group-size",
-        type=_positive,
-        metavar="N",
-        help="rows per Parquet row group; default: the plan's output.row_group_size, else 128000",
-    )
-    tr.add_argument(
-        "--compression",
-        choices=PARQUET_COMPRESSIONS,
-        help="Parquet compression; default: the plan's output.compression",
     )
     tr.add_argument(
         "--chunk-size",
@@ -1047,6 +1190,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="parser-cache profile: read it first if it exists (buffers sized from the start), "
         "profile this run, and write the merged profile back (docs/cache.md)",
     )
+    add_output_arguments(tr.add_argument_group("output (each flag over the plan's output:)"))
     tr.set_defaults(func=cmd_transcode)
 
     sc = commands.add_parser(
@@ -1064,7 +1208,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_paths(sc, "protoc include directory (repeatable)")
     sc.add_argument(
         "--max-depth",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="read recursive types N levels deep, deeper levels as their serialized bytes",
     )
@@ -1083,14 +1227,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_arguments(bench, ("framing", "compression"))
     bench.add_argument(
         "--repeat",
-        type=_positive,
+        type=positive,
         default=5,
         metavar="N",
         help="timed runs, after one warm-up (default 5)",
     )
     bench.add_argument(
         "--batch-size",
-        type=_positive,
+        type=positive,
         metavar="N",
         help=f"records per transcode call (default {DEFAULT_BATCH_SIZE})",
     )

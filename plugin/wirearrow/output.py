@@ -26,7 +26,7 @@ from typing import Any
 
 from wirearrow.parquet import PARQUET_COMPRESSIONS
 
-__all__ = ["FIELDS", "OUTPUT_FORMATS", "TABLE_FORMATS", "Output", "partition_problem"]
+__all__ = ["FIELDS", "OUTPUT_FORMATS", "TABLE_FORMATS", "Output", "output_table", "partition_problem"]
 
 OUTPUT_FORMATS = ("parquet", "iceberg", "delta")
 TABLE_FORMATS = ("iceberg", "delta")
@@ -225,11 +225,12 @@ class Output:
 
     @property
     def dead_letter_table(self) -> str | None:
-        """The dead letters' table: ``dead_letters``, else the table's with
-        ``_dead_letters`` appended."""
-        if self.dead_letters is not None or self.table is None:
+        """The dead letters' table: ``dead_letters``, else the table's (a Parquet output:
+        its path's) with ``_dead_letters`` appended."""
+        name = self.table if self.is_table else self.path
+        if self.dead_letters is not None or name is None:
             return self.dead_letters
-        return self.table.rstrip("/") + "_dead_letters"
+        return name.rstrip("/") + "_dead_letters"
 
     def replace(self, **changes: Any) -> Output:
         """This output with some fields changed (checked again)."""
@@ -251,3 +252,20 @@ class Output:
 
 # name -> field, in declaration order: the YAML keys of `output:` and the command line's flags.
 FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(Output)}
+
+
+def output_table() -> str:
+    """Every field of :class:`Output` as the Markdown table of docs/tables.md: the YAML key
+    (``output:``), the command line's flag, the default and what it means."""
+    rows = ["| key (`output:`) | flag | default | meaning |", "|---|---|---|---|"]
+    for name, f in FIELDS.items():
+        flag = f.metadata.get("flag") or ""
+        if name == "path":
+            flag = f"-o, {flag}"
+        default = "none" if f.default in (None, ()) else f"`{f.default}`"
+        doc = f.metadata["doc"]
+        choices = f.metadata.get("choices")
+        if choices:
+            doc += f" (one of {', '.join(f'`{c}`' for c in choices)})"
+        rows.append(f"| `{name}` | `{flag}` | {default} | {doc} |")
+    return "\n".join(rows)
