@@ -34,7 +34,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from local_kafka import LocalKafka  # noqa: E402
-from stage_times import Clock, ray_parquet_sink  # noqa: E402
+from stage_times import (  # noqa: E402
+    Clock,
+    add_progress_option,
+    ray_parquet_sink,
+    show_ray_progress,
+)
 
 import corpus  # noqa: E402
 
@@ -182,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schema-id", type=int, help="with --no-produce: of TOPIC's values")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--num-cpus", type=int, default=2)
+    add_progress_option(parser)
     args = parser.parse_args(argv)
     import ray
 
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         with clock.stage("Ray start"):
             ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+        show_ray_progress(args.progress)
         report: dict[str, Any] = {}
         for name, sid in ((f"{args.topic}-plain", None), (args.topic, schema_id)):
             seconds: dict[str, float] = {}

@@ -30,7 +30,12 @@ import wirearrow.ray as war
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pipelines"))  # (also when this file is imported as a module)
-from stage_times import Clock, ray_parquet_sink  # noqa: E402
+from stage_times import (  # noqa: E402
+    Clock,
+    add_progress_option,
+    ray_parquet_sink,
+    show_ray_progress,
+)
 
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 
@@ -77,13 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="tasks at once, or actors (default: Ray's; actors: 1..CPUs-1)",
     )
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="Ray Data's progress bars (default: on when stderr is a terminal, so not in CI "
-        "or into a file; --no-progress turns them off)",
-    )
+    add_progress_option(p)
     return p.parse_args(argv)
 
 
@@ -106,11 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock()
     with clock.stage("Ray start"):
         ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = sys.stderr.isatty() if args.progress is None else args.progress
-    # Ray's rich display (its tqdm one drew nothing here); --progress off a terminal: Ray
-    # logs the progress instead.
-    ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False
+    show_ray_progress(args.progress)
     # transcode() also turns Ray Data's per-operator resource reservation off for this job
     # when the cluster has at most 4 CPUs: there it mostly holds the writes back (docs/ray.md).
 

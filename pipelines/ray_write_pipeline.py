@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "pipelines"))
 
-from stage_times import Clock  # noqa: E402
+from stage_times import Clock, add_progress_option, show_ray_progress  # noqa: E402
 
 import corpus  # noqa: E402
 import wirearrow as wa  # noqa: E402
@@ -163,12 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("out/ray_write"))
     p.add_argument("--kafka", default=None, help="bootstrap servers, or 'local' (noida-db)")
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="Ray Data's progress bars (default: on when stderr is a terminal)",
-    )
+    add_progress_option(p)
     args = p.parse_args(argv)
     import ray
 
@@ -176,10 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ray.is_initialized():
         with clock.stage("Ray start"):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = progress
-    ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False  # as ray_pipeline.py
+    show_ray_progress(args.progress)
     run(args.n, args.seed, args.out, args.kafka, clock)
     return 0
 

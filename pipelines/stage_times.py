@@ -15,12 +15,36 @@ starting its worker processes, scheduling, moving blocks.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Clock", "beam_step_seconds", "ray_parquet_sink"]
+__all__ = ["Clock", "add_progress_option", "beam_step_seconds", "ray_parquet_sink", "show_ray_progress"]
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress``: the Ray jobs' progress display while they run."""
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Ray Data's progress bars (default: on when stderr is a terminal, so not in CI "
+        "or into a file; --no-progress turns them off)",
+    )
+
+
+def show_ray_progress(progress: bool | None) -> None:
+    """Ray Data's progress display for this driver: on a terminal unless ``progress`` says.
+    Ray's rich display (its default tqdm one drew nothing on Ray 2.60); ``--progress`` off a
+    terminal: Ray logs the progress instead."""
+    import ray  # only the Ray jobs call this: the Beam ones import this module without Ray
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = sys.stderr.isatty() if progress is None else progress
+    ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False
 
 
 class Clock:
