@@ -1,6 +1,8 @@
 """examples/ray_quickstart.ipynb runs, on a local 2-CPU Ray, and is stored with its outputs.
 
 The notebook is executed with nbclient in a kernel of this interpreter, from examples/.
+(tests/test_readme.py runs it too, as the README says, in a fresh venv holding only
+wirearrow[ray,notebook]: that the notebook extra is enough.)
 ``WIREARROW_STORE_NOTEBOOK=1`` writes the executed notebook back over the stored one (how
 its outputs are refreshed after an edit).
 """
