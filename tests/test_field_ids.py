@@ -347,30 +347,42 @@ def _mapped_value(fd) -> bool:
     return d is not None and WELL_KNOWN.get(d.full_name, "any") != "any"
 
 
-def _expected_ids(descriptor, keep_unknown: bool) -> dict[str, int]:
+def _expected_ids(descriptor, keep_unknown: bool, extensions: bool = False) -> dict[str, int]:
     """{path: id} of a whole-message output, walked from the descriptor alone (the keys of
-    docs/evolution.md): the oracle the compiler's keying is checked against."""
+    docs/evolution.md): the oracle the compiler's keying is checked against. ``extensions``:
+    the extensions declared for a message are fields of it (`[pkg.ext]`), keyed by their
+    numbers."""
     from wirearrow.field_ids import MAP_KEY, MAP_VALUE
     from wirearrow.plan.types import is_repeated
+
+    def fields(d) -> list:
+        declared = d.file.pool.FindAllExtensions(d) if extensions else []
+        return [*d.fields, *sorted(declared, key=lambda f: f.number)]
+
+    def name(fd) -> str:
+        return f"[{fd.full_name}]" if fd.is_extension else fd.name
+
+    def join(path: str, fd) -> str:
+        return f"{path}.{name(fd)}" if path else name(fd)
 
     out: dict[str, int] = {}
     # the well-known types of schemagen are leaves (Timestamp, Duration, the wrappers)
 
     def message(d, path: str, key: tuple) -> None:
-        for fd in d.fields:
-            field(fd, f"{path}.{fd.name}" if path else fd.name, (*key, number_step(fd.number)))
+        for fd in fields(d):
+            field(fd, join(path, fd), (*key, number_step(fd.number)))
         if keep_unknown:
             p = f"{path}._unknown" if path else "_unknown"
             out[p] = field_id((*key, UNKNOWN))
             # the fields read as a well-known type's value: what the value cannot hold, in
             # `_unknown_wkt` (keyed by its name), child by the field's number
-            rests = [fd for fd in d.fields if _mapped_value(fd)]
+            rests = [fd for fd in fields(d) if _mapped_value(fd)]
             if rests:
                 p = f"{path}._unknown_wkt" if path else "_unknown_wkt"
                 rest_key = (*key, "_unknown_wkt")
                 out[p] = field_id(rest_key)
                 for fd in rests:
-                    shaped(fd, f"{p}.{fd.name}", (*rest_key, number_step(fd.number)))
+                    shaped(fd, join(p, fd), (*rest_key, number_step(fd.number)))
 
     def value(fd, path: str, key: tuple) -> None:
         out[path] = field_id(key)
@@ -409,13 +421,14 @@ def _expected_ids(descriptor, keep_unknown: bool) -> dict[str, int]:
 def test_random_schemas_ids_follow_the_field_numbers(tmp_path_factory, data) -> None:
     from schemagen import compile_source, plans, schema_specs
 
-    spec = data.draw(schema_specs(), label="schema")
+    extensions = data.draw(st.booleans(), label="extensions")
+    spec = data.draw(schema_specs(extensions=extensions), label="schema")
     compiled = compile_source(spec.render())
     schema = wa.Schema.from_descriptor_set(compiled.descriptor_set, spec.root)
     descriptor = compiled.message_class(spec.root).DESCRIPTOR
     keep_unknown = data.draw(st.booleans(), label="keep_unknown")
-    whole = wa.Transcoder(schema, keep_unknown=keep_unknown).arrow_schema
-    assert field_ids(whole) == _expected_ids(descriptor, keep_unknown)
+    whole = wa.Transcoder(schema, keep_unknown=keep_unknown, extensions=extensions).arrow_schema
+    assert field_ids(whole) == _expected_ids(descriptor, keep_unknown, extensions)
     _assert_valid(whole)
     # a flat plan over the same schema: every field has an id, no two share one
     paths = data.draw(plans(descriptor), label="plan")
@@ -426,3 +439,24 @@ def test_random_schemas_ids_follow_the_field_numbers(tmp_path_factory, data) -> 
     wa.write_parquet(wa.Transcoder(schema, keep_unknown=keep_unknown).transcode([b""]), path)
     stored = _parquet_ids(path)
     assert stored.items() <= field_ids(whole).items() and stored
+
+
+def test_extension_columns_and_added_columns_are_keyed_as_documented(compile_proto) -> None:
+    """An extension read as a field is keyed by its number at the top level as below it; a
+    oneof's case and `_unknown_wkt` by their names, `_unknown_wkt`'s children by the numbers
+    of their fields (docs/evolution.md)."""
+    schema, _ = compile_proto(
+        'syntax = "proto2"; package fx; import "google/protobuf/timestamp.proto";\n'
+        "message Doc { optional Doc child = 2; oneof k { int32 a = 3; string b = 4; }\n"
+        "  optional google.protobuf.Timestamp at = 5; extensions 100 to 199; }\n"
+        "extend Doc { optional int32 score = 100; }",
+        "fx.Doc",
+    )
+    tc = wa.Transcoder(schema, extensions=True, oneof_case=True, keep_unknown=True, max_depth=2)
+    ids = field_ids(tc.arrow_schema)
+    assert ids["[fx.score]"] == 100
+    assert ids["child.[fx.score]"] == field_id((number_step(2), number_step(100)))
+    assert ids["k_case"] == field_id(("k_case",))
+    assert ids["child.k_case"] == field_id((number_step(2), "k_case"))
+    assert ids["_unknown_wkt.at"] == field_id(("_unknown_wkt", number_step(5)))
+    _assert_valid(tc.arrow_schema)

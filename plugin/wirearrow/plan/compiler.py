@@ -282,9 +282,11 @@ def compile_plan(
 
 
 def _column_key(message: Descriptor, name: str) -> Key:
-    """The field-id key of a whole-message column: its field's number, ``_unknown``'s
-    step, or (a column of no field) its name."""
+    """The field-id key of a whole-message column: its field's (or extension's) number,
+    ``_unknown``'s step, or (a column of no field) its name."""
     fd = message.fields_by_name.get(name)
+    if fd is None and name.startswith("["):  # an extension read as a field: its number
+        fd = next((f for f in extensions_of(message) if field_name(f) == name), None)
     if fd is not None:
         return (number_step(fd.number),)
     return (UNKNOWN,) if name == UNKNOWN_FIELDS else (name,)
