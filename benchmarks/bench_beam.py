@@ -48,6 +48,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import conditions  # noqa: E402
 import corpus  # noqa: E402
 import wirearrow as wa  # noqa: E402
 import wirearrow.beam as wab  # noqa: E402
@@ -349,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.n or (20_000 if args.quick else 200_000)
     repeat = args.repeat or (1 if args.quick else 3)
     modes = [int(w) for w in args.workers.split(",")]
+    started = conditions.begin(quick=args.quick, busy_cores=max(modes))
     # Worker processes import wirearrow and this directory's modules from here.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(HERE), str(HERE.parent / "plugin"), os.environ.get("PYTHONPATH", "")]
@@ -462,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what:<52} {seconds:6.2f} s  ({n / seconds:>12,.0f} records/s)")
     if args.json:
         args.json.write_text(
-            json.dumps({"n": n, "results": results, "pieces": pieces, "targets": targets}, indent=2)
+            json.dumps({"benchmark": "bench_beam", "conditions": conditions.end(started), "n": n,
+                        "results": results, "pieces": pieces, "targets": targets}, indent=2)
         )
     return 0
 

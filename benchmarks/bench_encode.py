@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conditions
 import corpus
 import corpus_deep
 import corpus_wide
@@ -253,6 +254,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    started = conditions.begin(quick=args.quick, busy_cores=1)
     results = run(args)
     print(f"{args.corpus} corpus, {args.n:,} messages, seed {args.seed}; {machine_info()}")
     print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -262,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     if args.json is not None:
         payload = {
+            "benchmark": "bench_encode",
+            "conditions": conditions.end(started),
+            "corpus": args.corpus,
             "n": args.n,
             "machine": machine_info(),
             "versions": library_versions(),

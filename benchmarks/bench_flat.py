@@ -41,6 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import conditions
 import corpus
 
 # --------------------------------------------------------------------------- plans
@@ -684,6 +685,10 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# The alternatives measured next to wirearrow (their versions go into --json's conditions).
+COMPARED = ("pybufarrow", "ptars", "protarrow")
+
+
 def library_versions() -> dict[str, str]:
     versions: dict[str, str] = {}
     for dist in ("pyarrow", "protobuf", "pybufarrow", "ptars", "protarrow"):
@@ -902,6 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(_probe_memory(args.probe_key, args.probe_corpus)))
         return 0
 
+    args.started = conditions.begin(quick=args.quick, busy_cores=1, compared=COMPARED)
     c = load_corpus(args)
     machine, versions = print_header(c, args)
 
@@ -958,7 +964,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         write_json(
             args, (machine, versions), c, results, targets,
-            plans={k: list(v) for k, v in PLANS.items()}, checks=checks,
+            benchmark="bench_flat", plans={k: list(v) for k, v in PLANS.items()}, checks=checks,
         )  # fmt: skip
     return 0
 
@@ -975,6 +981,7 @@ def write_json(
     machine, versions = header
     args.json.parent.mkdir(parents=True, exist_ok=True)
     payload = {
+        "conditions": conditions.end(args.started),
         "machine": machine,
         "versions": versions,
         "corpus": {"messages": c.n, "payload_bytes": c.payload_bytes, "seed": args.seed},

@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conditions
 import corpus
 from bench_flat import import_wirearrow, library_versions, machine_info, measure
 
@@ -216,16 +217,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    started = conditions.begin(quick=args.quick, busy_cores=1, compared=("orjson",))
     results = run(args)
     print(f"{args.n:,} records, seed {args.seed}; {machine_info()}")
     print(render(results))
+    targets = []
     for r in results:
         if r.method.startswith("wirearrow transcode") and r.ratio is not None:
             verdict = "met" if r.ratio >= 5 else "NOT met"
-            print(f"target {r.method} >= 5x json_format path: {r.ratio:.2f}x ({verdict})")
+            targets.append(f"target {r.method} >= 5x json_format path: {r.ratio:.2f}x ({verdict})")
+    for line in targets:
+        print(line)
     if args.json is not None:
-        payload = {"n": args.n, "versions": library_versions(),
-                   "results": [asdict(r) for r in results]}
+        payload = {"benchmark": "bench_json", "conditions": conditions.end(started),
+                   "n": args.n, "machine": machine_info(), "versions": library_versions(),
+                   "results": [asdict(r) for r in results], "targets": targets}
         args.json.write_text(json.dumps(payload, indent=2))
     return 0
 

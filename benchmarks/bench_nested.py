@@ -36,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
+import conditions
 import corpus
 from bench_flat import (
     BINARY_ARRAY,
+    COMPARED,
     LIST,
     Benchmark,
     Corpus,
@@ -295,6 +297,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    args.started = conditions.begin(quick=args.quick, busy_cores=1, compared=(*COMPARED, "Cython"))
     c = Corpus.from_messages(corpus.generate(args.records, args.seed))
     machine, versions = print_header(c, args)
     results: list[Result] = []
@@ -318,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in targets:
         print(line)
     if args.json:
-        write_json(args, (machine, versions), c, results, targets)
+        write_json(args, (machine, versions), c, results, targets, benchmark="bench_nested")
     return 0
 
 

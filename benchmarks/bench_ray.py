@@ -51,6 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import conditions
 import corpus
 
 REPO = corpus.REPO_ROOT
@@ -534,6 +535,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    started = conditions.begin(quick=args.quick, busy_cores=args.cpus, compared=("pybufarrow",))
     # Ray's workers start from the raylet's environment: let them import corpus (DIY rows).
     bench_dir = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -595,15 +597,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fan-out (more rows)."
     )
     print()
-    for line in targets(results, args.n):
+    lines = targets(results, args.n)
+    for line in lines:
         print(line)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
                 {
+                    "benchmark": "bench_ray",
+                    "conditions": conditions.end(started),
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "results": [asdict(r) for r in results],
+                    "targets": lines,
                 },
                 indent=2,
             )
