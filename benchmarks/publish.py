@@ -96,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("--figures", type=Path, default=plot.FIGURES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.out = args.out.resolve()  # the scripts run from the checkout's root
     source = args.source or args.out
     if args.source is None:
         take(args.only, args.out, args.wait, args.dry_run)
