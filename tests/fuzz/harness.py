@@ -90,6 +90,10 @@ EXTENSION_AS_UNKNOWN = (
     "an extension kept as an unknown field is checked as one; with extensions=True its "
     "content is (types.md)"
 )
+# docs/round-trip.md: a level below a max_depth cut is written back as it came, so a
+# required field missing inside it is not refused (upb's SerializePartialToString writes the
+# same bytes; its SerializeToString refuses).
+REQUIRED_BELOW_CUT = "a required field missing below the max_depth cut is written as it came"
 # A map entry upb keeps whole as an unknown field (docs/types.md, "Unknown fields"): its
 # message value is written as it came, where upb re-serializes it (the same value parsed).
 MESSAGE_ENTRY = (
@@ -234,7 +238,9 @@ def _explain(target: Target, record: bytes, message: Any | None, reason: str = "
 
 @functools.cache
 def _group_list_tags(descriptor: Any) -> tuple[bytes, ...]:
-    """The tags, with wire type 2, of the repeated groups reachable from `descriptor`."""
+    """The tags, with wire type 2, of the repeated groups reachable from `descriptor`, its
+    extensions' included (docs/fuzzing.md, findings 7 and 12: protobuf 6 rejects
+    `d2 06 00` for a repeated group extension 106 where 7 keeps an unknown field)."""
     from mutations import varint
 
     tags: set[bytes] = set()
@@ -245,7 +251,7 @@ def _group_list_tags(descriptor: Any) -> tuple[bytes, ...]:
         if d.full_name in seen:
             continue
         seen.add(d.full_name)
-        for fd in d.fields:
+        for fd in [*d.fields, *d.file.pool.FindAllExtensions(d)]:
             if fd.message_type is not None:
                 todo.append(fd.message_type)
                 if fd.type == fd.TYPE_GROUP and fd.is_repeated:
@@ -342,7 +348,13 @@ def check(target: Target, records: list[bytes], report: Report) -> None:
             else:
                 report.known[why] += 1
         elif canonical is None:
-            report.fail(target, "encode wrote a message upb refuses to serialize", record)
+            # upb refuses to serialize a message missing a required field. Encode refuses
+            # one too, except inside bytes it writes back as they came (a level below the
+            # max_depth cut): what it wrote must then parse to the very same message.
+            if _runtime(target, mine)[0] == message:
+                report.known[REQUIRED_BELOW_CUT] += 1
+            else:
+                report.fail(target, "encode wrote a message upb refuses to serialize", record)
         elif mine != canonical:
             why = _explain(target, record, message)
             if why is None and _moves_strings(target, record) and _runtime(target, mine)[0] == message:
