@@ -31,16 +31,15 @@ from wirearrow.carry import (
 from wirearrow.counts import Counts
 from wirearrow.dead_letters import concat_dead_letters, dead_letter_table
 from wirearrow.encoder import Encoded, Encoder
-from wirearrow.errors import DecodeError, EncodeError, SchemaError
+from wirearrow.errors import DecodeError, EncodeError
 from wirearrow.options import OPTIONS, options_doc, unknown_options
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan, deepest_whole_read
 from wirearrow.schema import Schema
-from wirearrow.sources.confluent import SchemaIds
 from wirearrow.sources.format import RecordFormat
 from wirearrow.sources.records import Failure, RecordReader, Records
 from wirearrow.spec import TranscodeSpec, as_columns
-from wirearrow.versions import Versions, record_order
+from wirearrow.versions import Router
 
 __all__ = ["Decoded", "Transcoder", "max_depth_limit"]
 
@@ -112,16 +111,11 @@ class Transcoder:
         self._lock = threading.Lock()
         self._stats = Counts()
         self._dead: list[pa.Table] = []
-        # Schema versions (wirearrow.versions): made at once for the spec's, or when a
-        # Confluent record first names a version other than the plan's own.
-        self._versions: Versions | None = Versions(spec, self._cache) if spec.versions else None
+        # Schema versions (wirearrow.versions), each decoded by a transcoder of its own.
+        self._router = Router(spec, self._cache)
         self._version_transcoders: dict[int, Transcoder] = {0: self}
-        # by SchemaIds identity: (it, its generation, sorted ids, each one's version, or
-        # None when every id is the plan's own schema)
-        self._routes: dict[int, tuple[object, int, np.ndarray | None, np.ndarray | None]] = {}
         # the extra columns' fields (with their field ids), by the batch's schema and names
         self._extras: dict[tuple, list[pa.Field]] = {}
-        self._refusals: list[str] = []  # why each version that cannot share the output cannot
 
     def replace(self, **changes: Any) -> Transcoder:
         """A transcoder of ``spec.replace(**changes)`` on the same cache (this one if nothing
@@ -155,7 +149,7 @@ class Transcoder:
     def arrow_schema(self) -> pa.Schema:
         """The schema of the rows (before extra columns): the plan's, or with schema
         versions their superset (which grows when a record names a new version)."""
-        versions = self._versions
+        versions = self._router.versions
         return self._plan.schema if versions is None else versions.schema
 
     @property
@@ -222,7 +216,7 @@ class Transcoder:
         Under ``on_error="raise"`` the first bad record raises :class:`DecodeError`.
         """
         fmt = RecordFormat.of(input, **input_options)
-        versions = self._versions
+        versions = self._router.versions
         names = self._names if versions is None else frozenset(versions.schema.names)
         index_name = extra_column_name("record_index", record_index, RECORD_INDEX, names)
         id_name = extra_column_name("schema_id", fmt.schema_id, SCHEMA_ID, names)
@@ -239,17 +233,17 @@ class Transcoder:
             )
         n_in = records.n_in
         want_positions = index_name is not None or id_name is not None or carried is not None
-        route = None if records.lookup is None else self._route(records.lookup)
+        route = None if records.lookup is None else self._router.route(records.lookup)
         ids: np.ndarray | None = None
         if route is not None:
             rows, row_records, ids, failures, n_bytes, precision_lost, not_utf8 = (
-                self._decode_versions(records, route)
+                self._router.decode(records, route, self._decode_version, self._spec.on_error)
             )
         else:
             columns, positions, failures, n_bytes, precision_lost, not_utf8 = self._decode(
                 records, want_positions
             )
-            versions = self._versions
+            versions = self._router.versions
             if versions is None:
                 rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
             else:  # the plan's own version, in the superset's columns
@@ -351,122 +345,16 @@ class Transcoder:
         entry.learn_sizes(result.records, group_counts, arena_bytes)
         return columns, positions, failures, n_bytes, assembler.precision_lost, result.moved
 
-    # -- schema versions -------------------------------------------------------------------
-
-    def _route(self, lookup: SchemaIds) -> tuple[np.ndarray, np.ndarray] | None:
-        """(sorted schema ids, each one's version, or -1-k for the k-th refused version)
-        of the ids ``lookup`` accepted; None when each names the plan's own schema (the
-        batch is decoded as one, as without versions)."""
-        held = self._routes.get(id(lookup))
-        generation = lookup.generation
-        if held is not None and held[0] is lookup and held[1] == generation:
-            return None if held[2] is None else (held[2], held[3])  # type: ignore[return-value]
-        generation, accepted = lookup.accepted()
-        own = self._spec.schema.fingerprint
-        message = self._spec.schema.message_name
-        foreign = {}
-        for sid, schema in accepted.items():
-            try:
-                same = schema.message(message).fingerprint == own
-            except SchemaError:
-                same = False  # its records were refused by the prefix reader already
-            if not same:
-                foreign[sid] = schema
-        if not foreign and self._versions is None:
-            table: tuple[np.ndarray, np.ndarray] | None = None
-        else:
-            versions = self._versioned()
-            ids = np.array(sorted(accepted), dtype=np.int64)
-            where = np.zeros(len(ids), dtype=np.int64)
-            for i, sid in enumerate(ids.tolist()):
-                if sid not in foreign:
-                    continue
-                found = versions.index(foreign[sid], f"Confluent schema id {sid}")
-                if isinstance(found, str):
-                    self._refusals.append(found)
-                    found = -len(self._refusals)
-                where[i] = found
-            table = (ids, where)
-        if len(self._routes) > 8:
-            self._routes.clear()
-        self._routes[id(lookup)] = (
-            lookup, generation, None if table is None else table[0], None if table is None else table[1]
-        )
-        return table
-
-    def _versioned(self) -> Versions:
-        with self._lock:
-            if self._versions is None:
-                self._versions = Versions(self._spec, self._cache)
-            return self._versions
-
-    def _decode_versions(
-        self, records: Records, route: tuple[np.ndarray, np.ndarray]
-    ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray, list[Failure], int, int, int]:
-        """Each version's records decoded with its own plan and conformed to the superset,
-        the rows put back in record order: (rows, each row's record, its schema id,
-        failures, bytes decoded, values that lost precision, strings not UTF-8)."""
-        versions = self._versioned()
-        ids, where = route
-        assert records.schema_ids is not None
-        of_record = where[np.searchsorted(ids, records.schema_ids)]
-        state = versions.state
-        raising = self._spec.on_error == "raise"
-        keep_raw = self._spec.on_error == "dead_letter"
-        failures = list(records.failures)
-        errors: list[DecodeError] = [e for e, _ in failures]
-        n_bytes = precision_lost = not_utf8 = 0
-        parts: list[tuple[list[pa.Array], np.ndarray, np.ndarray]] = []
-        for version in np.unique(of_record).tolist():
-            mask = of_record == version
-            if version < 0:  # a version that cannot share the output: bad records
-                why = self._refusals[-version - 1]
-                for pos in np.flatnonzero(mask).tolist():
-                    err = DecodeError(why, index=int(records.index[pos]), offset=0, path="")
-                    errors.append(err)
-                    failures.append((err, records.raw(pos) if keep_raw else None))
-                continue
-            part = records.subset(mask)
-            transcoder = self._version_transcoders.get(version)
-            if transcoder is None:
-                transcoder = Transcoder(versions.spec(version), cache=self._cache)
-                self._version_transcoders[version] = transcoder
-            try:
-                columns, positions, failed, b, p, u = transcoder._decode(part, True)
-            except DecodeError as err:  # raising: the lowest bad record of every version
-                errors.append(err)
-                continue
-            assert positions is not None and part.schema_ids is not None
-            failures += failed
-            n_bytes, precision_lost, not_utf8 = n_bytes + b, precision_lost + p, not_utf8 + u
-            kept = versions.kept(version)
-            if kept is not None:
-                columns = [columns[i] for i in kept]
-            conform = state.conformers[version]
-            if conform is not None:
-                columns = conform(columns, len(positions))
-            parts.append((columns, part.index[positions], part.schema_ids[positions]))
-        if raising and errors:
-            raise min(errors, key=lambda e: e.index)
-        if not parts:
-            empty = state.schema.empty_table().to_batches()
-            rows = empty[0] if empty else pa.RecordBatch.from_pylist([], schema=state.schema)
-            none = np.zeros(0, dtype=np.int64)
-            return rows, none, none, failures, n_bytes, precision_lost, not_utf8
-        if len(parts) == 1:
-            columns, row_records, row_ids = parts[0]
-        else:
-            columns = [
-                pa.concat_arrays([p[0][i] for p in parts]) for i in range(len(state.schema))
-            ]
-            row_records = np.concatenate([p[1] for p in parts])
-            row_ids = np.concatenate([p[2] for p in parts])
-        rows = pa.RecordBatch.from_arrays(columns, schema=state.schema)
-        order = record_order([p[1] for p in parts])
-        if order is not None:
-            rows = rows.take(pa.array(order))
-            row_records, row_ids = row_records[order], row_ids[order]
-        return rows, row_records, row_ids, failures, n_bytes, precision_lost, not_utf8
+    def _decode_version(
+        self, version: int, part: Records
+    ) -> tuple[list[pa.Array], np.ndarray | None, list[Failure], int, int, int]:
+        """Version ``version``'s records of a batch, with that version's own plan."""
+        transcoder = self._version_transcoders.get(version)
+        if transcoder is None:
+            assert self._router.versions is not None
+            transcoder = Transcoder(self._router.versions.spec(version), cache=self._cache)
+            self._version_transcoders[version] = transcoder
+        return transcoder._decode(part, True)
 
     # -- back to protobuf ----------------------------------------------------------------
 

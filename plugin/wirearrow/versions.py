@@ -31,14 +31,26 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor
 
 from wirearrow.cache import ParserCache
-from wirearrow.errors import PathError, PlanError, SchemaError, quoted
+from wirearrow.errors import DecodeError, PathError, PlanError, SchemaError, quoted
 from wirearrow.field_ids import Key, KeyTree, with_keys, with_unique_ids
 from wirearrow.paths import FilterStep, SliceStep, WildcardStep, format_path, parse_path
 from wirearrow.plan.compiler import Column
 from wirearrow.schema import Schema
+from wirearrow.sources.confluent import SchemaIds
+from wirearrow.sources.records import Failure, Records
 from wirearrow.spec import TranscodeSpec
 
-__all__ = ["Shape", "Superset", "Versions", "aligned", "conformer", "label", "record_order"]
+__all__ = [
+    "Route",
+    "Router",
+    "Shape",
+    "Superset",
+    "Versions",
+    "aligned",
+    "conformer",
+    "label",
+    "record_order",
+]
 
 # The widenings Iceberg allows (int -> long, float -> double), as Arrow types.
 _WIDER = {
@@ -551,3 +563,136 @@ class Versions:
             pa.schema(superset.fields),
             tuple(conformer(shape, superset) for shape in self._shapes),
         )
+
+
+# A batch's schema ids, sorted, and each one's version (-1-k: the k-th refused version).
+Route = tuple[np.ndarray, np.ndarray]
+# What one version's decode gives: its columns, each row's record position in the part,
+# failures, bytes decoded, values that lost precision, strings not UTF-8 (Transcoder._decode).
+PartDecode = Callable[[int, Records], tuple[list[pa.Array], "np.ndarray | None", list[Failure], int, int, int]]
+# What decode() gives: the rows, each row's record, its schema id, failures and the counts.
+Decoded = tuple[pa.RecordBatch, np.ndarray, np.ndarray, list[Failure], int, int, int]
+
+
+class Router:
+    """A transcoder's schema versions as its batches meet them: which version each
+    Confluent schema id decodes with (cached per schema-id lookup and its generation), the
+    :class:`Versions` made at once for the spec's or when a record first names a version
+    other than the plan's own, and the decode of a batch version by version. Thread-safe."""
+
+    def __init__(self, spec: TranscodeSpec, cache: ParserCache) -> None:
+        self._spec = spec
+        self._cache = cache
+        self._lock = threading.Lock()
+        self.versions: Versions | None = Versions(spec, cache) if spec.versions else None
+        # by SchemaIds identity: (it, its generation, sorted ids, each one's version, or
+        # None when every id is the plan's own schema)
+        self._routes: dict[int, tuple[object, int, np.ndarray | None, np.ndarray | None]] = {}
+        self._refusals: list[str] = []  # why each refused version cannot share the output
+
+    def _versioned(self) -> Versions:
+        with self._lock:
+            if self.versions is None:
+                self.versions = Versions(self._spec, self._cache)
+            return self.versions
+
+    def route(self, lookup: SchemaIds) -> Route | None:
+        """The route of the ids ``lookup`` accepted; None when each names the plan's own
+        schema (the batch is decoded as one, as without versions)."""
+        held = self._routes.get(id(lookup))
+        generation = lookup.generation
+        if held is not None and held[0] is lookup and held[1] == generation:
+            return None if held[2] is None else (held[2], held[3])  # type: ignore[return-value]
+        generation, accepted = lookup.accepted()
+        own = self._spec.schema.fingerprint
+        message = self._spec.schema.message_name
+        foreign = {}
+        for sid, schema in accepted.items():
+            try:
+                same = schema.message(message).fingerprint == own
+            except SchemaError:
+                same = False  # its records were refused by the prefix reader already
+            if not same:
+                foreign[sid] = schema
+        table: Route | None = None
+        if foreign or self.versions is not None:
+            versions = self._versioned()
+            ids = np.array(sorted(accepted), dtype=np.int64)
+            where = np.zeros(len(ids), dtype=np.int64)
+            for i, sid in enumerate(ids.tolist()):
+                if sid in foreign:
+                    found = versions.index(foreign[sid], f"Confluent schema id {sid}")
+                    if isinstance(found, str):
+                        with self._lock:
+                            self._refusals.append(found)
+                            found = -len(self._refusals)
+                    where[i] = found
+            table = (ids, where)
+        if len(self._routes) > 8:
+            self._routes.clear()
+        self._routes[id(lookup)] = (
+            lookup, generation, None if table is None else table[0], None if table is None else table[1]
+        )
+        return table
+
+    def decode(
+        self, records: Records, route: Route, decode_part: PartDecode, on_error: str
+    ) -> Decoded:
+        """Each version's records decoded by ``decode_part`` and conformed to the superset,
+        the rows put back in record order."""
+        versions = self._versioned()
+        ids, where = route
+        assert records.schema_ids is not None
+        of_record = where[np.searchsorted(ids, records.schema_ids)]
+        state = versions.state
+        keep_raw = on_error == "dead_letter"
+        failures = list(records.failures)
+        errors: list[DecodeError] = [e for e, _ in failures]
+        n_bytes = precision_lost = not_utf8 = 0
+        parts: list[tuple[list[pa.Array], np.ndarray, np.ndarray]] = []
+        for version in np.unique(of_record).tolist():
+            mask = of_record == version
+            if version < 0:  # a version that cannot share the output: bad records
+                why = self._refusals[-version - 1]
+                for pos in np.flatnonzero(mask).tolist():
+                    err = DecodeError(why, index=int(records.index[pos]), offset=0, path="")
+                    errors.append(err)
+                    failures.append((err, records.raw(pos) if keep_raw else None))
+                continue
+            part = records.subset(mask)
+            try:
+                columns, positions, failed, b, p, u = decode_part(version, part)
+            except DecodeError as err:  # raising: the lowest bad record of every version
+                errors.append(err)
+                continue
+            assert positions is not None and part.schema_ids is not None
+            failures += failed
+            n_bytes, precision_lost, not_utf8 = n_bytes + b, precision_lost + p, not_utf8 + u
+            kept = versions.kept(version)
+            if kept is not None:
+                columns = [columns[i] for i in kept]
+            conform = state.conformers[version]
+            if conform is not None:
+                columns = conform(columns, len(positions))
+            parts.append((columns, part.index[positions], part.schema_ids[positions]))
+        if on_error == "raise" and errors:
+            raise min(errors, key=lambda e: e.index)
+        if not parts:
+            empty = state.schema.empty_table().to_batches()
+            rows = empty[0] if empty else pa.RecordBatch.from_pylist([], schema=state.schema)
+            none = np.zeros(0, dtype=np.int64)
+            return rows, none, none, failures, n_bytes, precision_lost, not_utf8
+        if len(parts) == 1:
+            columns, row_records, row_ids = parts[0]
+        else:
+            columns = [
+                pa.concat_arrays([p[0][i] for p in parts]) for i in range(len(state.schema))
+            ]
+            row_records = np.concatenate([p[1] for p in parts])
+            row_ids = np.concatenate([p[2] for p in parts])
+        rows = pa.RecordBatch.from_arrays(columns, schema=state.schema)
+        order = record_order([p[1] for p in parts])
+        if order is not None:
+            rows = rows.take(pa.array(order))
+            row_records, row_ids = row_records[order], row_ids[order]
+        return rows, row_records, row_ids, failures, n_bytes, precision_lost, not_utf8
