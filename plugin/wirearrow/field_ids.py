@@ -57,6 +57,7 @@ __all__ = [
     "field_ids",
     "number_step",
     "type_keys",
+    "with_children",
     "with_field_id",
     "with_keys",
     "with_missing_ids",
@@ -164,7 +165,7 @@ def _children(t: pa.DataType, names: bool = False) -> list[tuple[Step, pa.Field]
     return []
 
 
-def _rebuilt(t: pa.DataType, children: list[pa.Field]) -> pa.DataType:
+def with_children(t: pa.DataType, children: list[pa.Field]) -> pa.DataType:
     """``t`` with its nested fields replaced by ``children`` (same types but metadata)."""
     if pa.types.is_struct(t):
         return pa.struct(children)
@@ -185,7 +186,7 @@ def with_keys(field: pa.Field, tree: KeyTree) -> pa.Field:
     nested = [f for _, f in _children(field.type)]
     if len(nested) != len(subtrees):
         raise ValueError(f"the key tree of {field.name} does not match its type {field.type}")
-    t = _rebuilt(field.type, [with_keys(f, sub) for f, sub in zip(nested, subtrees, strict=True)])
+    t = with_children(field.type, [with_keys(f, sub) for f, sub in zip(nested, subtrees, strict=True)])
     return field.with_type(t).with_metadata(_metadata(field, key))
 
 
@@ -304,7 +305,7 @@ def _moved_field(f: pa.Field, path: str, moved: dict[str, int]) -> pa.Field:
         item = _moved_field(t.item_field, f"{path}[value]", moved)
         t = pa.map_(key, item, keys_sorted=t.keys_sorted)
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        t = _rebuilt(t, [_moved_field(t.value_field, f"{path}[*]", moved)])
+        t = with_children(t, [_moved_field(t.value_field, f"{path}[*]", moved)])
     f = f.with_type(t)
     if path in moved:
         metadata = dict(f.metadata or {})
@@ -339,7 +340,7 @@ def _all_ids(f: pa.Field) -> bool:
 def _fill(f: pa.Field, key: Key) -> pa.Field:
     """``f`` and its children with ids where they have none, keyed below ``key``."""
     children = [_fill(child, (*key, step)) for step, child in _children(f.type, names=True)]
-    f = f.with_type(_rebuilt(f.type, children))
+    f = f.with_type(with_children(f.type, children))
     return f if field_id_of(f) is not None else f.with_metadata(_metadata(f, key))
 
 
@@ -347,7 +348,7 @@ def without_field_ids(schema: pa.Schema) -> pa.Schema:
     """``schema`` with no ``PARQUET:field_id`` anywhere (other metadata kept)."""
 
     def strip(f: pa.Field) -> pa.Field:
-        f = f.with_type(_rebuilt(f.type, [strip(c) for _, c in _children(f.type)]))
+        f = f.with_type(with_children(f.type, [strip(c) for _, c in _children(f.type)]))
         metadata = {k: v for k, v in (f.metadata or {}).items() if k != FIELD_ID}
         return f.with_metadata(metadata) if metadata else f.remove_metadata()
 

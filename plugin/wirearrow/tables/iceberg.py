@@ -25,7 +25,13 @@ import pyarrow as pa
 
 from wirearrow.counts import Counts
 from wirearrow.errors import PlanError
-from wirearrow.field_ids import FIELD_ID, field_id_of, with_field_id, with_unique_ids
+from wirearrow.field_ids import (
+    FIELD_ID,
+    field_id_of,
+    with_children,
+    with_field_id,
+    with_unique_ids,
+)
 from wirearrow.output import parse_partition
 from wirearrow.tables.positions import POSITIONS_KEY, Positions
 from wirearrow.tables.sink import (
@@ -131,18 +137,6 @@ def _children(t: pa.DataType) -> list[tuple[str, pa.Field]]:
     return []
 
 
-def _rebuild(t: pa.DataType, fields: list[pa.Field]) -> pa.DataType:
-    if pa.types.is_struct(t):
-        return pa.struct(fields)
-    if pa.types.is_map(t):
-        return pa.map_(fields[0], fields[1], keys_sorted=t.keys_sorted)
-    if pa.types.is_large_list(t):
-        return pa.large_list(fields[0])
-    if pa.types.is_list(t):
-        return pa.list_(fields[0])
-    return t
-
-
 def with_table_ids(schema: pa.Schema, by_name: Mapping[str, int]) -> pa.Schema:
     """``schema`` with a field id on every field: its own (``PARQUET:field_id``: wirearrow's
     rows carry one everywhere), else the id of the table's column of the same path
@@ -154,7 +148,7 @@ def with_table_ids(schema: pa.Schema, by_name: Mapping[str, int]) -> pa.Schema:
             visit(child, theirs, f"{path}.{name}")
             for (name, child), (_, theirs) in zip(_children(f.type), _children(scheme.type), strict=True)
         ]
-        t = _rebuild(f.type, children) if children else f.type
+        t = with_children(f.type, children) if children else f.type
         fid = field_id_of(f) or by_name.get(path) or field_id_of(scheme)
         metadata = {**(f.metadata or {}), FIELD_ID: str(fid).encode()}
         return pa.field(f.name, t, nullable=f.nullable, metadata=metadata)
