@@ -19,7 +19,8 @@ The pieces:
 * :class:`TableWriter`: decoded batches into a rows table and a dead-letter table, commit
   every N batches, records a restarted job sees again skipped table by table.
 * :class:`Positions`, :func:`kafka_key`, :func:`file_key`, :func:`batch_key`: where a job
-  is in its sources, as its commits record it.
+  is in its sources, as its commits record it; :class:`SourceColumns`: the columns of rows
+  that say where each came from; :func:`resume`: where a job starts again.
 
 pyiceberg and deltalake are imported when a sink of theirs is made. docs/tables.md is the
 guide (Python, command line, YAML, Ray, Beam; readers; guarantees).
@@ -30,7 +31,14 @@ from __future__ import annotations
 from wirearrow.output import Output
 from wirearrow.tables.delta import DeltaFileWriter, DeltaSink
 from wirearrow.tables.iceberg import IcebergFileWriter, IcebergSink, open_catalog
-from wirearrow.tables.positions import Positions, batch_key, file_key, kafka_key
+from wirearrow.tables.positions import (
+    Positions,
+    SourceColumns,
+    batch_key,
+    file_key,
+    kafka_key,
+    source_columns,
+)
 from wirearrow.tables.sink import (
     Commit,
     CommitConflict,
@@ -50,6 +58,7 @@ __all__ = [
     "IcebergFileWriter",
     "IcebergSink",
     "Positions",
+    "SourceColumns",
     "Staged",
     "TableSchemaError",
     "TableSink",
@@ -60,6 +69,8 @@ __all__ = [
     "open_catalog",
     "open_sink",
     "open_sinks",
+    "resume",
+    "source_columns",
 ]
 
 
@@ -106,3 +117,11 @@ def open_sinks(output: Output, dead_letters: bool = True) -> tuple[TableSink, Ta
         )
         return rows, dead
     return rows, open_sink(output, output.dead_letter_table)
+
+
+def resume(output: Output, dead_letters: bool = True) -> Positions:
+    """Where a job writing ``output`` (and its dead letters, unless ``dead_letters`` is
+    False) starts again: each source's lower position of the two tables (a Kafka job:
+    ``resume(out).kafka_offsets()`` is ``read_kafka``'s ``start_offset``)."""
+    rows, dead = open_sinks(output, dead_letters)
+    return TableWriter(rows, dead).resume()

@@ -34,8 +34,9 @@ import pyarrow.parquet as pq
 from wirearrow.counts import Counts
 from wirearrow.field_ids import without_field_ids
 from wirearrow.output import parse_partition
-from wirearrow.tables.positions import POSITIONS_KEY, Positions
+from wirearrow.tables.positions import COMMIT_ID_KEY, POSITIONS_KEY, Positions
 from wirearrow.tables.sink import (
+    COMMIT_ID_DEPTH,
     Commit,
     CommitConflict,
     FileWriter,
@@ -217,6 +218,9 @@ class DeltaSink(TableSink):
 
         return DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options)
 
+    def scan(self) -> pa.Table:
+        return pa.table(self.table().to_pyarrow_table())
+
     # -- positions -------------------------------------------------------------------------
 
     def _read_positions(self) -> Positions:
@@ -283,18 +287,26 @@ class DeltaSink(TableSink):
 
     # -- commits ---------------------------------------------------------------------------
 
-    def _commit(self, staged: Sequence[Staged], positions: Positions, counts: Counts | None) -> Commit:
+    def _commit(
+        self, staged: Sequence[Staged], positions: Positions, counts: Counts | None,
+        commit_id: str | None,
+    ) -> Commit:  # fmt: skip
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import CommitProperties, Transaction
 
         expected = self._expected or Positions()
         actions = [a for s in staged for a in s.files]
         rows = sum(s.rows for s in staged)
-        if not actions and positions == expected:
+        if not actions and positions == expected and commit_id is None:
             return Commit(self.name, None, 0, 0, positions, counts)
         if not self.exists():
             raise ValueError(f"{self.name}: prepare() creates the table before a commit")
         dt = self.table()
+        id_key = f"{COMMIT_ID_KEY}.{self.app_id}"
+        if commit_id is not None and any(
+            entry.get(id_key) == commit_id for entry in dt.history(COMMIT_ID_DEPTH)
+        ):
+            return Commit(self.name, None, 0, 0, positions, counts)  # committed before
         now = self._positions(dt)
         if now != expected:
             raise CommitConflict(
@@ -303,6 +315,8 @@ class DeltaSink(TableSink):
                 "and skip what they cover"
             )
         metadata: dict[str, Any] = {f"{POSITIONS_KEY}.{self.app_id}": positions.to_json()}
+        if commit_id is not None:
+            metadata[id_key] = commit_id
         if counts is not None:
             metadata["wirearrow.counts"] = json.dumps(dict(zip(
                 ("records_in", "records_ok", "records_failed", "rows_out", "dead_letters"),

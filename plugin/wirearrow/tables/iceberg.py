@@ -14,6 +14,7 @@ newest snapshot of this app id still records what this sink expects.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 import uuid
@@ -33,8 +34,9 @@ from wirearrow.field_ids import (
     with_unique_ids,
 )
 from wirearrow.output import parse_partition
-from wirearrow.tables.positions import POSITIONS_KEY, Positions
+from wirearrow.tables.positions import COMMIT_ID_KEY, POSITIONS_KEY, Positions
 from wirearrow.tables.sink import (
+    COMMIT_ID_DEPTH,
     Commit,
     CommitConflict,
     FileWriter,
@@ -355,6 +357,9 @@ class IcebergSink(TableSink):
     def exists(self) -> bool:
         return self.catalog.table_exists(self.identifier)
 
+    def scan(self) -> pa.Table:
+        return self.table().scan().to_arrow()
+
     # -- positions -------------------------------------------------------------------------
 
     def _read_positions(self) -> Positions:
@@ -474,13 +479,19 @@ class IcebergSink(TableSink):
 
     # -- commits ---------------------------------------------------------------------------
 
-    def _commit(self, staged: Sequence[Staged], positions: Positions, counts: Counts | None) -> Commit:
+    def _commit(
+        self, staged: Sequence[Staged], positions: Positions, counts: Counts | None,
+        commit_id: str | None,
+    ) -> Commit:  # fmt: skip
         from pyiceberg.exceptions import CommitFailedException
 
         expected = self._expected or Positions()
         files = [f for s in staged for f in s.files]
         rows = sum(s.rows for s in staged)
+        id_key = f"{COMMIT_ID_KEY}.{self.app_id}"
         properties = {f"{POSITIONS_KEY}.{self.app_id}": positions.to_json()}
+        if commit_id is not None:
+            properties[id_key] = commit_id
         if counts is not None:
             properties.update(
                 {f"wirearrow.{name.replace('_', '-')}": str(v) for name, v in zip(
@@ -488,12 +499,14 @@ class IcebergSink(TableSink):
                     (counts.records_in, counts.records_ok, counts.records_failed, counts.rows_out,
                      counts.dead_letters), strict=True)}
             )  # fmt: skip
-        if not files and positions == expected:
+        if not files and positions == expected and commit_id is None:
             return Commit(self.identifier, None, 0, 0, positions, counts)
         if not self.exists():
             self._create()
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.table()
+            if commit_id is not None and _has_property(table, id_key, commit_id):
+                return Commit(self.identifier, None, 0, 0, positions, counts)  # committed before
             now = _positions_of(table, self.app_id)
             if now != expected:
                 raise CommitConflict(
@@ -527,6 +540,21 @@ def _source(schema: pa.Schema, target: pa.Schema) -> pa.Schema:
     """The rows' columns that the table stores (empty structs are dropped)."""
     keep = set(target.names)
     return pa.schema([f for f in schema if f.name in keep], metadata=schema.metadata)
+
+
+def _has_property(table: Table, key: str, value: str) -> bool:
+    """Does one of the newest COMMIT_ID_DEPTH snapshots (the current one's ancestors) have
+    ``key`` = ``value`` in its summary?"""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    if current is None:
+        return False
+    for snapshot in itertools.islice(ancestors_of(current, table.metadata), COMMIT_ID_DEPTH):
+        summary = snapshot.summary
+        if summary is not None and summary.additional_properties.get(key) == value:
+            return True
+    return False
 
 
 def _positions_of(table: Table, app_id: str) -> Positions:

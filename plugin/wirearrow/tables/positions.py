@@ -24,9 +24,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["POSITIONS_KEY", "Positions", "batch_key", "file_key", "kafka_key", "parse_kafka_key"]
+__all__ = [
+    "COMMIT_ID_KEY",
+    "FILE_COLUMNS",
+    "KAFKA_COLUMNS",
+    "POSITIONS_KEY",
+    "Positions",
+    "SourceColumns",
+    "batch_key",
+    "file_key",
+    "kafka_key",
+    "parse_kafka_key",
+    "source_columns",
+]
 
 POSITIONS_KEY = "wirearrow.positions"  # + "." + app_id: the property of a commit
+COMMIT_ID_KEY = "wirearrow.commit-id"  # + "." + app_id: a commit's id (TableSink.commit)
 
 
 def kafka_key(topic: str, partition: int) -> str:
@@ -158,3 +171,84 @@ class Positions:
             count=len(topic_list),
         )
         return off.astype(np.int64) >= start
+
+
+@dataclass(frozen=True)
+class SourceColumns:
+    """The columns of rows (or of dead letters' ``source`` struct) that say where each
+    record came from: ``kind`` "kafka" (``topic``, ``partition``, ``offset`` by default: what
+    ``ray.data.read_kafka`` gives and ``carry`` keeps) or "file" (``file``, ``offset``: what
+    ``wirearrow.ray.read_delimited(include_location=True)`` gives)."""
+
+    kind: str
+    columns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        want = {"kafka": 3, "file": 2}.get(self.kind)
+        if want is None:
+            raise ValueError(f"kind must be 'kafka' or 'file', not {self.kind!r}")
+        if len(self.columns) != want:
+            raise ValueError(f"{self.kind} sources take {want} columns, not {self.columns!r}")
+
+    def check(self, names: list[str]) -> None:
+        """KeyError unless every source column is among ``names``."""
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise KeyError(
+                f"no column {missing[0]!r} says where the records came from (columns: "
+                f"{names}); carry it"
+            )
+
+    def keys(self, table: pa.Table) -> pa.Array:
+        """Each row's source key (:func:`kafka_key` / :func:`file_key`'s text)."""
+        import pyarrow.compute as pc
+
+        self.check(table.column_names)
+        if self.kind == "kafka":
+            topic, partition = (table.column(c).cast(pa.utf8()).combine_chunks() for c in self.columns[:2])
+            return pc.binary_join_element_wise("kafka", topic, partition, ":")
+        # one file_key per distinct path, not per row
+        paths = table.column(self.columns[0]).cast(pa.utf8()).combine_chunks()
+        if not len(paths):
+            return pa.array([], pa.utf8())
+        encoded = paths.dictionary_encode()
+        keys = pa.array([file_key(p) for p in encoded.dictionary.to_pylist()], pa.utf8())
+        return keys.take(encoded.indices)
+
+    def offsets(self, table: pa.Table) -> np.ndarray:
+        return np.asarray(table.column(self.columns[-1]).to_numpy(zero_copy_only=False), np.int64)
+
+    def positions(self, table: pa.Table) -> Positions:
+        """The positions after the rows: for each key, one past its largest offset."""
+        if not table.num_rows:
+            return Positions()
+        grouped = pa.table({"key": self.keys(table), "offset": self.offsets(table)}).group_by(
+            "key"
+        ).aggregate([("offset", "max")])  # fmt: skip
+        return Positions(dict(zip(
+            grouped.column("key").to_pylist(),
+            (o + 1 for o in grouped.column("offset_max").to_pylist()), strict=True,
+        )))  # fmt: skip
+
+    def uncommitted(self, table: pa.Table, committed: Positions) -> np.ndarray:
+        """Which rows ``committed`` does not cover (a boolean mask)."""
+        if not table.num_rows:
+            return np.zeros(0, dtype=bool)
+        keys = self.keys(table).dictionary_encode()  # a lookup per source
+        starts = np.array([committed[k] for k in keys.dictionary.to_pylist()], dtype=np.int64)
+        start = starts[np.asarray(keys.indices.to_numpy(zero_copy_only=False), np.int64)]
+        return self.offsets(table) >= start
+
+
+KAFKA_COLUMNS = SourceColumns("kafka", ("topic", "partition", "offset"))
+FILE_COLUMNS = SourceColumns("file", ("file", "offset"))
+
+
+def source_columns(source: str | SourceColumns) -> SourceColumns:
+    """``"kafka"``, ``"file"`` or a :class:`SourceColumns` as itself."""
+    if isinstance(source, SourceColumns):
+        return source
+    found = {"kafka": KAFKA_COLUMNS, "file": FILE_COLUMNS}.get(source)
+    if found is None:
+        raise ValueError(f"source must be 'kafka', 'file' or a SourceColumns, not {source!r}")
+    return found

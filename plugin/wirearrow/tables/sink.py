@@ -16,6 +16,11 @@ written twice and none is lost. A commit checks that the table still holds the p
 this sink last read or committed (compare-and-set): a second job with the same ``app_id``
 that committed in between makes it fail (:class:`CommitConflict`) instead of writing the
 same records twice.
+
+Jobs whose work comes in units rather than positions (a Beam window firing) give each
+commit a ``commit_id`` instead: a commit whose id one of the app id's recent commits of the
+table already has (:data:`COMMIT_ID_DEPTH`) commits nothing, so a unit retried after its
+commit is committed once.
 """
 
 from __future__ import annotations
@@ -30,7 +35,19 @@ import pyarrow as pa
 from wirearrow.counts import Counts
 from wirearrow.tables.positions import Positions
 
-__all__ = ["Commit", "CommitConflict", "FileWriter", "Staged", "TableSchemaError", "TableSink"]
+__all__ = [
+    "COMMIT_ID_DEPTH",
+    "Commit",
+    "CommitConflict",
+    "FileWriter",
+    "Staged",
+    "TableSchemaError",
+    "TableSink",
+]
+
+# How many of a table's newest commits a commit id is looked for in: a retry comes soon
+# after the first attempt, within far fewer commits of the table than this.
+COMMIT_ID_DEPTH = 1000
 
 
 class CommitConflict(RuntimeError):
@@ -99,6 +116,10 @@ class TableSink(abc.ABC):
         """Is the table there (created by a commit)?"""
 
     @abc.abstractmethod
+    def scan(self) -> pa.Table:
+        """Every row the table holds now (its newest commit), read by its own library."""
+
+    @abc.abstractmethod
     def _read_positions(self) -> Positions:
         """The app id's positions at the table's newest commit (empty: none)."""
 
@@ -119,10 +140,12 @@ class TableSink(abc.ABC):
 
     @abc.abstractmethod
     def _commit(
-        self, staged: Sequence[Staged], positions: Positions, counts: Counts | None
-    ) -> Commit:
-        """One atomic commit of ``staged`` recording ``positions`` (the whole map), if the
-        table still holds ``self._expected`` (else CommitConflict)."""
+        self, staged: Sequence[Staged], positions: Positions, counts: Counts | None,
+        commit_id: str | None,
+    ) -> Commit:  # fmt: skip
+        """One atomic commit of ``staged`` recording ``positions`` (the whole map) and
+        ``commit_id``, if the table still holds ``self._expected`` (else CommitConflict) and
+        none of its recent commits has ``commit_id`` (else nothing: version None)."""
 
     def commit(
         self,
@@ -130,9 +153,12 @@ class TableSink(abc.ABC):
         positions: Positions | Mapping[str, int] | None = None,
         *,
         counts: Counts | None = None,
+        commit_id: str | None = None,
     ) -> Commit:
         """Make ``staged`` visible in one atomic commit recording the job's positions
-        advanced to ``positions``. ``counts``: the commit's records (kept in its summary)."""
+        advanced to ``positions``. ``counts``: the commit's records (kept in its summary).
+        ``commit_id``: commit nothing if one of the app id's recent commits has this id
+        (returns a Commit with version None): a unit of work retried is committed once."""
         staged = [s for s in staged if s.files]
         for s in staged:
             if s.format != self.format:
@@ -141,7 +167,7 @@ class TableSink(abc.ABC):
             self.committed()
         assert self._expected is not None
         target = self._expected.advanced(positions or {})
-        done = self._commit(staged, target, counts)
+        done = self._commit(staged, target, counts, commit_id)
         self._expected = done.positions
         return done
 
