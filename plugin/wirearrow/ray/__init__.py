@@ -10,8 +10,9 @@
 
 For pipelines of your own: the ``map_batches`` steps :class:`Transcode`, :class:`Encode`
 and :class:`ToJson` (the plan shipped once by :func:`put_plan`), :class:`DelimitedDatasource`
-and :class:`DelimitedDatasink`. This package imports Ray; ``import wirearrow`` never does.
-The guide: docs/ray.md.
+and :class:`DelimitedDatasink`; :func:`write_table` lands rows and dead letters in an
+Iceberg or Delta table, exactly once (docs/tables.md). This package imports Ray; ``import
+wirearrow`` never does. The guide: docs/ray.md.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from wirearrow.ray.encode import (
 from wirearrow.ray.job import PoolSize, TranscodeResult, pool_size, put_plan
 from wirearrow.ray.ledger import BatchResult, JobStats, Ledger, WorkerStats
 from wirearrow.ray.profiles import pull_from_ray, share_with_ray
+from wirearrow.ray.tables import TableWriteResult, write_table
 from wirearrow.ray.transcode import Transcode, batch_key, transcode
 
 __all__ = [
     "BatchResult", "DelimitedDatasink", "DelimitedDatasource", "Encode", "JobStats", "Ledger",
-    "PoolSize", "ToJson", "Transcode", "TranscodeResult", "WorkerStats", "WriteStats",
-    "batch_key", "encode", "pool_size", "pull_from_ray", "put_plan", "read_delimited",
-    "share_with_ray", "transcode", "write_delimited",
+    "PoolSize", "TableWriteResult", "ToJson", "Transcode", "TranscodeResult", "WorkerStats",
+    "WriteStats", "batch_key", "encode", "pool_size", "pull_from_ray", "put_plan",
+    "read_delimited", "share_with_ray", "transcode", "write_delimited", "write_table",
 ]

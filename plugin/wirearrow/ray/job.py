@@ -161,13 +161,14 @@ def with_source(dead: pa.Table, batch: pa.Table, skip: str) -> pa.Table:
 class TranscodeResult:
     """What :func:`~wirearrow.ray.transcode` and :func:`~wirearrow.ray.encode` return: the
     lazy ``rows`` (Ray's own Dataset: consuming it runs the job), then :meth:`job_stats`
-    and :attr:`dead_letters` of one execution; ``compute`` and ``pool`` (docs/ray.md)."""
+    and :attr:`dead_letters` of one execution; ``compute`` and ``pool`` (docs/ray.md);
+    ``on_error``: the job's error policy."""
 
     def __init__(
         self, rows: Dataset, ledger: JobLedger, dead: tuple[pafs.FileSystem, str] | None,
-        compute: str, pool: PoolSize | None,
+        compute: str, pool: PoolSize | None, on_error: str = "raise",
     ) -> None:
-        self.rows, self.compute, self.pool = rows, compute, pool
+        self.rows, self.compute, self.pool, self.on_error = rows, compute, pool, on_error
         self._ledger, self._dead = ledger, dead
         # With the rows, which a caller may keep without this object; not at interpreter
         # exit: Ray may be gone by then (forget_job checks).
@@ -300,7 +301,7 @@ def run_job(
             num_cpus=pool.num_cpus,
             **common, **map_batches_args,
         )
-    return TranscodeResult(rows, ledger, dead, compute, pool)
+    return TranscodeResult(rows, ledger, dead, compute, pool, plan.transcoder.spec.on_error)
 
 
 @dataclass(frozen=True)
