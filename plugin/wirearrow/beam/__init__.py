@@ -1,7 +1,8 @@
 """Apache Beam transforms: protobuf records to Arrow record batches, Beam rows and Parquet,
 and back to protobuf records and files. Plans are resolved where the pipeline is built
 (``wirearrow.plans.resolve_plan``), and compiled once per worker process. docs/beam.md is
-the guide. ``ReadDelimited`` and ``WriteToParquet`` are deprecated names."""
+the guide; ``WriteToTable`` lands batches in Iceberg and Delta tables (docs/tables.md).
+``ReadDelimited`` and ``WriteToParquet`` are deprecated names."""
 
 from wirearrow.beam.batches import RecordArray
 from wirearrow.beam.encode import EncodeDeadLetter, EncodeResult, FromArrow, FromRows, ToJson
@@ -9,6 +10,7 @@ from wirearrow.beam.late import SplitLate
 from wirearrow.beam.parquet import WriteDeadLetters, WriteToParquet, WriteToParquetFiles
 from wirearrow.beam.read import ReadDelimited, ReadFromDelimited
 from wirearrow.beam.rows import RowsResult, RowsToArrow, ToRows, message_row_type, row_type
+from wirearrow.beam.tables import WriteToTable
 from wirearrow.beam.transcode import ArrowResult, DeadLetter, ToArrow
 from wirearrow.beam.write import WriteToDelimited
 
@@ -32,6 +34,7 @@ __all__ = [
     "WriteToDelimited",
     "WriteToParquet",
     "WriteToParquetFiles",
+    "WriteToTable",
     "message_row_type",
     "row_type",
 ]

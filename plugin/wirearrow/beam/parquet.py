@@ -242,7 +242,7 @@ DEAD_LETTER_FILE_SCHEMA = pa.schema(
 )
 
 
-def _dead_letter_batch(letter: Any) -> pa.RecordBatch:
+def dead_letter_batch(letter: Any) -> pa.RecordBatch:
     # Dead letters are rare: one small batch each; the window firing gathers them into
     # one file.
     return pa.RecordBatch.from_pylist([letter._asdict()], schema=DEAD_LETTER_FILE_SCHEMA)
@@ -266,7 +266,7 @@ class WriteDeadLetters(beam.PTransform):
         }
 
     def expand(self, letters: beam.PCollection) -> beam.PCollection:
-        batches = letters | "ToBatches" >> beam.Map(_dead_letter_batch).with_output_types(
+        batches = letters | "ToBatches" >> beam.Map(dead_letter_batch).with_output_types(
             pa.RecordBatch
         )
         return batches | "Write" >> WriteToParquetFiles(self._path, **self._args)
