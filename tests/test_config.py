@@ -144,6 +144,7 @@ def test_defaults(project: Path) -> None:
         "bytes_as_string": (),
         "oneof_case": False,
         "extensions": False,
+        "any_types": (),
         "field_ids": True,
     }
     assert plan.settings == ()

@@ -62,7 +62,7 @@ def test_every_decoder_row_arrives_field_by_field(
 ) -> None:
     schema, _ = compile_proto(_SOURCE, "layout.Outer")
     for args, program in _built_programs(monkeypatch, schema, **options):
-        entries, nodes, _dense, defaults, _clear, columns, _groups, max_nesting, sets, specs = args
+        entries, nodes, _dense, defaults, _clear, columns, _groups, max_nesting, sets, specs, anys = args
         assert [program.entry(i) for i in range(program.n_entries)] == list(entries)
         assert [program.node(i) for i in range(program.n_nodes)] == list(nodes)
         assert [program.column(i) for i in range(program.n_cols)] == list(columns)
@@ -70,6 +70,7 @@ def test_every_decoder_row_arrives_field_by_field(
         assert program.max_nesting == max_nesting == options.get("max_nesting", 100)
         assert [program.enum_set(i) for i in range(program.n_enum_sets)] == list(sets)
         assert [program.map_spec(i) for i in range(program.n_map_specs)] == list(specs)
+        assert [program.any_spec(i) for i in range(program.n_any_specs)] == list(anys)
 
 
 def test_the_schema_above_sets_every_field_somewhere(

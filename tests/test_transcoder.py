@@ -810,6 +810,7 @@ ALL_OPTIONS = {
     "bytes_as_string": ("t.Root.blob",),
     "oneof_case": True,
     "extensions": True,
+    "any_types": ("t.Deal", "t.Geo"),
     "field_ids": False,
 }
 

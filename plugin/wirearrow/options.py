@@ -35,6 +35,7 @@ __all__ = [
     "FieldNames",
     "Flag",
     "IntRange",
+    "MessageNames",
     "Options",
     "option_problem",
     "options_doc",
@@ -124,6 +125,19 @@ class FieldNames:
         if isinstance(value, list | set | frozenset | tuple):
             return tuple(sorted(set(value), key=str))  # one order: one plan
         return value  # (a single str: refused by problem, not split into letters)
+
+
+class MessageNames(FieldNames):
+    """Full names of messages of the schema's pool (``pkg.Message``), as FieldNames keeps
+    field names; the compiler checks each against the pool."""
+
+    def problem(self, value: object) -> str | None:
+        if isinstance(value, tuple) and all(isinstance(v, str) and v for v in value):
+            return None
+        return f"must be a list of message full names (pkg.Message), not {value!r}"
+
+    def describe(self) -> str:
+        return "a list of message full names"
 
 
 Rule = Choice | IntRange | Flag | FieldNames
@@ -225,6 +239,14 @@ class Options:
         "after the message's own fields, and `encode` writes them as the runtime does; false: "
         "they are unknown fields (kept in `_unknown` with keep_unknown). Paths reach an "
         "extension as `msg[pkg.ext]` either way (docs/types.md)",
+    )
+    any_types: tuple[str, ...] = _option(
+        (),
+        MessageNames(),
+        "message types an `Any` may hold, by full name (`[pkg.Click, pkg.View]`): each Any "
+        "struct gets a child `[pkg.Click]` beside `type_url` and `value`, decoded from `value` "
+        "where the type URL names that type (`.../pkg.Click`), null elsewhere; paths reach "
+        "inside (`payload[pkg.Click].x`); other types stay bytes (docs/types.md)",
     )
 
     field_ids: bool = _option(

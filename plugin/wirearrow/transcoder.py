@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple, overload
 import numpy as np
 import pyarrow as pa
 
-from wirearrow._core.decoder import POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
+from wirearrow._core.decoder import ANY_TYPE_LEVEL, POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.carry import (
     RECORD_INDEX,
@@ -415,10 +415,15 @@ class Transcoder:
         for node_id, number, element in stack:
             if number == 0:
                 continue
-            fd = self._plan.nodes[node_id].message.fields_by_number.get(number)
+            node = self._plan.nodes[node_id]
+            if number >= ANY_TYPE_LEVEL:  # inside an Any's value, read as a declared type
+                parts.append(f"[{list(node.any_types)[number - ANY_TYPE_LEVEL]}]")
+                continue
+            fd = node.message.fields_by_number.get(number)
             name = fd.name if fd is not None else f"#{number}"
             parts.append(f"{name}[{element}]" if element >= 0 else name)
-        return ".".join(parts)
+        # (as paths write them: an Any's declared type, [pkg.Click], takes no dot)
+        return ".".join(parts).replace(".[", "[")
 
 
 def _init_signature() -> inspect.Signature:

@@ -5,6 +5,7 @@ import numpy as np
 from typing_extensions import Buffer, disjoint_base
 
 from wirearrow._core.layout import (
+    DecodeAnySpec,
     DecodeColumn,
     DecodeDefault,
     DecodeEntry,
@@ -20,6 +21,7 @@ KIND: dict[str, int]
 FLAG: dict[str, int]
 FORM: dict[str, int]
 STATUS_TEXT: dict[int, str]
+ANY_TYPE_LEVEL: int
 POLICY_RAISE: int
 POLICY_SKIP: int
 
@@ -41,6 +43,8 @@ class Program:
     def n_enum_sets(self) -> int: ...
     @property
     def n_map_specs(self) -> int: ...
+    @property
+    def n_any_specs(self) -> int: ...
     def __init__(
         self,
         entries: Sequence[DecodeEntry],
@@ -53,7 +57,9 @@ class Program:
         max_nesting: int,
         enum_sets: Sequence[DecodeEnumSet] = (),
         map_specs: Sequence[DecodeMapSpec] = (),
+        any_specs: Sequence[DecodeAnySpec] = (),
     ) -> None: ...
+    def any_spec(self, i: int) -> DecodeAnySpec: ...
     def entry(self, i: int) -> DecodeEntry: ...
     def node(self, i: int) -> DecodeNode: ...
     def column(self, i: int) -> DecodeColumn: ...

@@ -18,17 +18,17 @@ Invariants:
 """
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free
 import numpy as np
 
 from wirearrow._core.tables cimport (
-    A_BOOL, A_BYTES, A_CHECK_STRING, A_ENUM, A_FIXED32, A_FIXED64, A_GROUP, A_MAP, A_MESSAGE,
+    A_ANY, A_BOOL, A_BYTES, A_CHECK_STRING, A_ENUM, A_FIXED32, A_FIXED64, A_GROUP, A_MAP, A_MESSAGE,
     A_NONE, A_SKIP_BYTES, A_SKIP_FIXED32, A_SKIP_FIXED64, A_SKIP_VARINT, A_STRING, A_VARINT32,
-    A_VARINT64, A_ZIGZAG32, A_ZIGZAG64, ColumnStore, EnumSet, F_CLOSED, F_LENIENT, F_MAP, F_MERGE,
+    A_VARINT64, A_ZIGZAG32, A_ZIGZAG64, AnySpec, AnyType, ColumnStore, EnumSet, F_CLOSED, F_LENIENT, F_MAP, F_MERGE,
     F_PACKABLE, F_REPEATED, F_UTF8, F_UTF8_OR_UNKNOWN, FieldEntry, GroupStore,
-    K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
+    K_ANY, K_BOOL, K_BYTES, K_FIXED32, K_FIXED64, K_GROUP, K_MESSAGE, K_VARINT32, K_VARINT64, K_ZIGZAG32,
     K_ZIGZAG64, MapSpec, Node, R_BOOL, R_BYTES, R_FIXED32, R_FIXED64, R_INT32, R_INT64, R_MESSAGE,
     R_UINT32,
 )
@@ -56,6 +56,7 @@ cdef enum Status:
     E_PACKED_LENGTH = 14
     E_TOO_LARGE = 15
     E_INTERNAL = 16
+    E_ANY_TWICE = 20     # a singular Any with declared types sent twice in one message
     E_MOVED = 19         # not an error: an earlier value of this singular string was moved
                          # to the unknown fields (not_stored)
     END_OF_GROUP = 100   # not an error: the end-group tag of the group being decoded
@@ -79,6 +80,8 @@ STATUS_TEXT = {
     E_PACKED_LENGTH: "packed fixed-width field length is not a multiple of the value size",
     E_TOO_LARGE: "a string column holds over 4 GiB in one batch: use smaller batches",
     E_INTERNAL: "internal error: a value for an element that is already closed",
+    E_ANY_TWICE: ("an Any read with any_types occurs twice in one message (merged): "
+                  "not supported (docs/types.md)"),
 }
 
 # Error policies of decode().
@@ -105,6 +108,9 @@ ctypedef struct Ctx:
     const EnumSet* enum_sets
     const int32_t* enum_values
     const MapSpec* map_specs
+    const AnySpec* any_specs
+    const AnyType* any_types
+    const uint8_t* any_names
     ColumnStore* cols
     GroupStore* groups
     int64_t* cur                     # current element of each group
@@ -155,8 +161,11 @@ cdef class Program:
     cdef EnumSet* enum_sets
     cdef int32_t* enum_values
     cdef MapSpec* map_specs
+    cdef AnySpec* any_specs
+    cdef AnyType* any_types
+    cdef uint8_t* any_names
     cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
-    cdef readonly int32_t n_enum_sets, n_map_specs
+    cdef readonly int32_t n_enum_sets, n_map_specs, n_any_specs
 
     def __cinit__(self):
         self.entries = NULL
@@ -173,12 +182,16 @@ cdef class Program:
         self.enum_sets = NULL
         self.enum_values = NULL
         self.map_specs = NULL
+        self.any_specs = NULL
+        self.any_types = NULL
+        self.any_names = NULL
 
     def __init__(self, entries, nodes, dense, defaults, clear_cols, columns, groups,
-                 int max_nesting, enum_sets=(), map_specs=()):
-        """entries, nodes, defaults, columns, enum_sets, map_specs: rows of
+                 int max_nesting, enum_sets=(), map_specs=(), any_specs=()):
+        """entries, nodes, defaults, columns, enum_sets, map_specs, any_specs: rows of
         layout.DecodeEntry, DecodeNode, DecodeDefault, DecodeColumn, DecodeEnumSet,
-        DecodeMapSpec (or plain tuples of their fields, in order); dense: entry index or -1;
+        DecodeMapSpec, DecodeAnySpec (or plain tuples of their fields, in order); dense:
+        entry index or -1;
         clear_cols: column indices; groups: parent group (-1 root); max_nesting: messages and
         groups nested deeper are a decode error.
         """
@@ -192,6 +205,7 @@ cdef class Program:
         self.n_groups = len(groups)
         self.n_defaults = len(defaults)
         self._set_enums_and_maps(enum_sets, map_specs)
+        self._set_any_specs(any_specs)
         if self.n_nodes == 0 or self.n_groups == 0:
             raise ValueError("a program needs a root node and a root group")
         self.entries = <FieldEntry*>PyMem_RawCalloc(max(self.n_entries, 1), sizeof(FieldEntry))
@@ -311,12 +325,40 @@ cdef class Program:
             self.map_specs[i].value_implicit = ms.value_implicit != 0
             self.map_specs[i].value_enum = ms.value_enum
 
+    cdef _set_any_specs(self, any_specs):
+        cdef int32_t i, k, at = 0
+        cdef int64_t name_at = 0
+        specs = [layout.DecodeAnySpec._make(row) for row in any_specs]
+        names = [[n.encode() for n in spec.names] for spec in specs]
+        self.n_any_specs = len(specs)
+        self.any_specs = <AnySpec*>PyMem_RawCalloc(max(len(specs), 1), sizeof(AnySpec))
+        self.any_types = <AnyType*>PyMem_RawCalloc(max(sum(map(len, names)), 1), sizeof(AnyType))
+        blob = b"".join(b"".join(n) for n in names)
+        self.any_names = <uint8_t*>PyMem_RawMalloc(max(len(blob), 1))
+        if self.any_specs == NULL or self.any_types == NULL or self.any_names == NULL:
+            raise MemoryError()
+        if blob:
+            memcpy(self.any_names, <const char*>blob, len(blob))
+        for i, spec in enumerate(specs):
+            if len(spec.nodes) != len(names[i]) or not names[i]:
+                raise ValueError(f"any spec {i}: a node for each of its names")
+            self.any_specs[i].first = at
+            self.any_specs[i].count = len(names[i])
+            for k in range(len(names[i])):
+                # (nodes are checked against n_nodes in _check_groups, once they are known)
+                self.any_types[at].name_at = name_at
+                self.any_types[at].name_len = len(names[i][k])
+                self.any_types[at].node = spec.nodes[k]
+                name_at += len(names[i][k])
+                at += 1
+
     cdef _check_groups(self):
         # The decoder takes the element a stored value belongs to from the node being
         # decoded (its group's current element, held in a register) or, for a repeated
         # scalar, from the element the value itself opened: each column must belong there.
-        cdef int32_t i, k
+        cdef int32_t i, k, t, node
         cdef const FieldEntry* f
+        cdef const AnySpec* spec
         cdef int32_t want
         for i in range(self.n_nodes):
             for k in range(self.nodes[i].entries, self.nodes[i].entries + self.nodes[i].n_entries):
@@ -327,6 +369,14 @@ cdef class Program:
                     if self.nodes[f.child].group not in (want, -1):
                         raise ValueError(f"entry {k} of node {i}: its message is not in the "
                                          f"group it opens or its parent's")
+                if f.kind == K_ANY:
+                    # a declared type's struct is a child of the Any's: one slot per Any
+                    spec = &self.any_specs[f.aux]
+                    for t in range(spec.first, spec.first + spec.count):
+                        node = self.any_types[t].node
+                        if not 0 <= node < self.n_nodes or self.nodes[node].group != self.nodes[f.child].group:
+                            raise ValueError(f"entry {k} of node {i}: a declared type's node "
+                                             f"is not in the Any's group")
                 elif f.column >= 0 and self.col_group[f.column] != want:
                     raise ValueError(f"entry {k} of node {i}: its column is not in the group "
                                      f"its values belong to")
@@ -363,9 +413,12 @@ cdef class Program:
             raise ValueError(f"entry {i}: a closed enum is a varint32 with a value set")
         if flags & F_MAP and (kind != K_MESSAGE or not 0 <= aux < self.n_map_specs):
             raise ValueError(f"entry {i}: a map is a message field with a map spec")
-        if not flags & (F_CLOSED | F_MAP) and aux != -1:
-            raise ValueError(f"entry {i}: aux is for closed enums and maps")
-        if number == 0 or wire_type not in (0, 1, 2, 3, 5) or not 0 <= kind <= K_GROUP:
+        if kind == K_ANY and (wire_type != 2 or flags & (F_CLOSED | F_MAP)
+                              or not 0 <= aux < self.n_any_specs):
+            raise ValueError(f"entry {i}: an Any is a length-delimited field with an any spec")
+        if not flags & (F_CLOSED | F_MAP) and kind != K_ANY and aux != -1:
+            raise ValueError(f"entry {i}: aux is for closed enums, maps and Any fields")
+        if number == 0 or wire_type not in (0, 1, 2, 3, 5) or not 0 <= kind <= K_ANY:
             raise ValueError(f"bad entry {i}")
         if column != -1:
             self._check_col(column, "entry column")
@@ -473,6 +526,19 @@ cdef class Program:
             key_form=ms.key_form, value_form=ms.value_form, key_implicit=ms.key_implicit,
             value_implicit=ms.value_implicit, value_enum=ms.value_enum)
 
+    def any_spec(self, int32_t i):
+        """Any spec i as the decoder holds it."""
+        if not 0 <= i < self.n_any_specs:
+            raise IndexError(i)
+        cdef const AnySpec* spec = &self.any_specs[i]
+        cdef const AnyType* t
+        names, nodes = [], []
+        for k in range(spec.first, spec.first + spec.count):
+            t = &self.any_types[k]
+            names.append((<const char*>self.any_names + t.name_at)[:t.name_len].decode())
+            nodes.append(t.node)
+        return layout.DecodeAnySpec(names=tuple(names), nodes=tuple(nodes))
+
     def default(self, int32_t i):
         """Default i as the decoder holds it (self.n_defaults of them)."""
         if not 0 <= i < self.n_defaults:
@@ -497,6 +563,9 @@ cdef class Program:
         PyMem_RawFree(self.enum_sets)
         PyMem_RawFree(self.enum_values)
         PyMem_RawFree(self.map_specs)
+        PyMem_RawFree(self.any_specs)
+        PyMem_RawFree(self.any_types)
+        PyMem_RawFree(self.any_names)
 
 
 cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
@@ -504,6 +573,8 @@ cdef int entry_action(int kind, int flags, int32_t column) noexcept nogil:
         return A_MAP
     if flags & F_CLOSED:
         return A_ENUM
+    if kind == K_ANY:
+        return A_ANY
     if kind == K_MESSAGE:
         return A_MESSAGE
     if kind == K_GROUP:
@@ -606,6 +677,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     c.enum_sets = program.enum_sets
     c.enum_values = program.enum_values
     c.map_specs = program.map_specs
+    c.any_specs = program.any_specs
+    c.any_types = program.any_types
+    c.any_names = program.any_names
     c.n_cols = program.n_cols
     c.n_groups = program.n_groups
     c.max_nesting = program.max_nesting
@@ -1369,7 +1443,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     continue
                 # An error names the element the field opened, as below (rare_field opened
                 # it); an error inside an entry recorded its own level already.
-                if act == A_MAP:
+                if act == A_MAP or act == A_ANY:
                     return record_level(c, node_id, fn, element_index(c, f), st)
                 if f.group >= 0:
                     opened = f
@@ -1552,6 +1626,8 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
     cdef uint32_t v32
     cdef uint8_t* dst
     cdef const uint8_t* p = pp[0]
+    if f.action == A_ANY:
+        return any_field(c, node, f, pp, end, field_start, depth, node_element)
     if f.action == A_MAP:
         el = node_element
         st = OK
@@ -1611,6 +1687,120 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
             return E_NO_MEMORY
         v32 = <uint32_t>v
         memcpy(dst, &v32, 4)
+    return OK
+
+
+# ---- Any with declared types (any_types) ------------------------------------------------
+
+# An error inside a declared type's value names the type at the Any's level: field numbers
+# stop below 2**29, so these never name a field (transcoder._render).
+cdef enum:
+    ANY_LEVEL = 1 << 29
+ANY_TYPE_LEVEL = ANY_LEVEL
+
+
+cdef int any_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t** pp,
+                   const uint8_t* end, const uint8_t* field_start, int depth,
+                   int64_t node_element) noexcept nogil:
+    """A_ANY: an Any decoded as any message (its type_url and value where the plan reads
+    them), then its value decoded again by the declared type whose full name follows the
+    last '/' of its type URL (as the runtime's Any.Unpack / Is match it), if any. On an
+    error, the element the field opened is open (and the error offset set where no inner
+    level set it)."""
+    cdef const uint8_t* p = pp[0]
+    cdef const uint8_t* body
+    cdef const Node* any_node = &c.nodes[f.child]
+    cdef int64_t n, el = node_element
+    cdef int st = OK
+    if f.n_clear > 0 and clear_siblings(c, f, <int32_t>(node - c.nodes)):
+        st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+        if st != OK:
+            c.err_offset = field_start - c.record
+            return st
+    if f.group >= 0:
+        st = open_element(c, f.group)
+        el = c.cur[f.group]
+    elif any_node.presence >= 0 and present(c, any_node.presence, el):
+        # A second occurrence merges into the first: the runtime unpacks the last type URL
+        # and the last value of the two, which may come from either (documented refusal).
+        st = E_ANY_TWICE
+    if st == OK:
+        st = enter_node(c, any_node, el)
+    if st == OK:
+        st = read_length(&p, end, &n)
+    if st != OK:
+        c.err_offset = field_start - c.record
+        return st
+    body = p
+    st = decode_fields(c, f.child, body, body + n, 0, depth + 1, el)
+    if st != OK:
+        return st
+    pp[0] = body + n
+    return unpack_any(c, f, body, body + n, depth + 1, el)
+
+
+cdef inline bint present(const Ctx* c, int32_t col, int64_t e) noexcept nogil:
+    cdef const ColumnStore* cs = &c.cols[col]
+    return e < cs.capacity and cs.valid[e] != 0
+
+
+cdef int unpack_any(Ctx* c, const FieldEntry* f, const uint8_t* p, const uint8_t* end,
+                    int depth, int64_t el) noexcept nogil:
+    """Decode the value of the Any [p, end) (decoded already, so well formed) by the
+    declared type its type URL names, as element `el` of that type's node."""
+    cdef const uint8_t* url = NULL
+    cdef const uint8_t* value = NULL
+    cdef const uint8_t* name
+    cdef int64_t url_len = 0, value_len = 0, n, k
+    cdef uint64_t tag
+    cdef int wt, st
+    cdef int32_t t
+    cdef const AnySpec* spec = &c.any_specs[f.aux]
+    cdef const AnyType* at
+    # The last type_url (1) and the last value (2), as a message's singular fields are read.
+    while p < end:
+        if read_tag(&p, end, &tag) != OK:
+            return OK
+        wt = tag & 7
+        if wt == 2:
+            if read_length(&p, end, &n) != OK:
+                return OK
+            if tag >> 3 == 1:
+                url = p
+                url_len = n
+            elif tag >> 3 == 2:
+                value = p
+                value_len = n
+            p += n
+        elif wt == 3:
+            skip_group_plain(&p, end, <uint32_t>(tag >> 3))
+        elif wt == 0 or wt == 1 or wt == 5:
+            if skip_plain(&p, end, wt) != OK:
+                return OK
+        else:
+            return OK
+    if url == NULL:
+        return OK
+    # The full name follows the last '/'; a URL without one names no type.
+    k = url_len - 1
+    while k >= 0 and url[k] != 47:   # '/'
+        k -= 1
+    if k < 0:
+        return OK
+    name = url + k + 1
+    n = url_len - k - 1
+    for t in range(spec.first, spec.first + spec.count):
+        at = &c.any_types[t]
+        if at.name_len != n or memcmp(c.any_names + at.name_at, name, n) != 0:
+            continue
+        st = enter_node(c, &c.nodes[at.node], el)
+        if st == OK:
+            if value == NULL:
+                value = end   # no value: the type's empty message
+            st = decode_fields(c, at.node, value, value + value_len, 0, depth + 1, el)
+            if st != OK:
+                return record_level(c, f.child, <uint32_t>(ANY_LEVEL + (t - spec.first)), -1, st)
+        return st
     return OK
 
 
@@ -2373,7 +2563,7 @@ cdef int open_elements(Ctx* c, int32_t g, int64_t k) noexcept nogil:
 KIND = {
     "varint32": K_VARINT32, "varint64": K_VARINT64, "bool": K_BOOL, "zigzag32": K_ZIGZAG32,
     "zigzag64": K_ZIGZAG64, "fixed32": K_FIXED32, "fixed64": K_FIXED64, "bytes": K_BYTES,
-    "message": K_MESSAGE, "group": K_GROUP,
+    "message": K_MESSAGE, "group": K_GROUP, "any": K_ANY,
 }
 FLAG = {
     "repeated": F_REPEATED, "packable": F_PACKABLE, "utf8": F_UTF8, "lenient": F_LENIENT,

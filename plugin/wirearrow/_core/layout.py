@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "DecodeAnySpec",
     "DecodeColumn",
     "DecodeDefault",
     "DecodeEntry",
@@ -45,7 +46,8 @@ class DecodeEntry(NamedTuple):
     group: int  # element group opened per occurrence (repeated), else -1
     clear: int  # first index into clear_cols (oneof siblings to unset), -1 = none
     n_clear: int
-    aux: int  # flag "closed": its DecodeEnumSet; flag "map": its DecodeMapSpec; else -1
+    aux: int  # flag "closed": its DecodeEnumSet; flag "map": its DecodeMapSpec; kind "any":
+    # its DecodeAnySpec; else -1
 
 
 class DecodeNode(NamedTuple):
@@ -66,6 +68,14 @@ class DecodeNode(NamedTuple):
 class DecodeColumn(NamedTuple):
     width: int  # 0 (presence only), 1, 4 or 8 (bytes columns: 8)
     group: int  # one slot per element of this group
+
+
+class DecodeAnySpec(NamedTuple):
+    """The declared types of an Any field (AnySpec, AnyType): a value whose type URL ends
+    in `/name` is decoded by the node of that name."""
+
+    names: tuple[str, ...]  # full message names
+    nodes: tuple[int, ...]  # the node of each
 
 
 class DecodeEnumSet(NamedTuple):

@@ -25,6 +25,9 @@ cdef enum Kind:
     K_BYTES = 7         # string / bytes: copied into the column's arena, indexed by offsets
     K_MESSAGE = 8       # length-delimited sub-message: descend into `child`
     K_GROUP = 9         # delimited (group) sub-message: descend until the matching end-group
+    K_ANY = 10          # google.protobuf.Any with declared types (any_types): descend into
+                        # `child` as K_MESSAGE, then decode `value` as the declared type its
+                        # type_url names (`aux`: its AnySpec)
 
 # FieldEntry.flags
 cdef enum Flag:
@@ -65,6 +68,7 @@ cdef enum Action:
     A_MAP = 16          # the rare kinds after the messages (one compare on the message path):
     A_ENUM = 17         # a map entry, taken out again if it holds an unknown field; a closed
                         # enum's value, checked before it has any effect
+    A_ANY = 18          # an Any with declared types (K_ANY)
     A_NONE = 255        # an empty slot of a node's dense table (no entry for the number)
 
 ctypedef struct FieldEntry:
@@ -78,7 +82,7 @@ ctypedef struct FieldEntry:
     int32_t group       # element group opened per occurrence (F_REPEATED), else -1
     int32_t clear       # first index into clear_cols (oneof siblings to unset), -1 = none
     int32_t n_clear
-    int32_t aux         # F_CLOSED: its EnumSet; F_MAP: its MapSpec; else -1
+    int32_t aux         # F_CLOSED: its EnumSet; F_MAP: its MapSpec; K_ANY: its AnySpec; else -1
 
 ctypedef struct Node:
     int32_t entries     # first FieldEntry of this message
@@ -118,6 +122,19 @@ ctypedef struct MapSpec:
     uint8_t key_implicit    # implicit presence: a zero is not written
     uint8_t value_implicit
     int32_t value_enum   # EnumSet of a closed-enum value, -1 = none
+
+# The declared types of an Any field (any_types): any_types[first .. first + count).
+ctypedef struct AnySpec:
+    int32_t first
+    int32_t count
+
+# One declared type: its full name (any_names[name_at .. name_at + name_len)), matched
+# against what follows the last '/' of the type URL, and the node its value is decoded by
+# (a node of the Any node's group: its struct is a child of the Any's).
+ctypedef struct AnyType:
+    int64_t name_at
+    int32_t name_len
+    int32_t node
 
 ctypedef struct ColumnStore:
     # The fields the hot loop touches come first: they share one cache line.

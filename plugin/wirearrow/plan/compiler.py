@@ -74,6 +74,7 @@ from wirearrow.plan.leaves import (
 from wirearrow.plan.program import NodeSpec, ProgramBuilder
 from wirearrow.plan.selections import Operand, PredicateSpec, Selection
 from wirearrow.plan.types import (
+    ANY,
     WELL_KNOWN,
     case_columns,
     extensions_of,
@@ -108,6 +109,8 @@ ONEOF_CASE_TYPE = pa.dictionary(pa.int32(), pa.utf8())
 # Fields of the Arrow type of a whole message (structs, lists, maps and their leaves): a
 # recursive type cut at max_depth has a plan this large only when it grows exponentially.
 MAX_PLAN_FIELDS = 100_000
+# any_types: at most this many declared types (each is a struct in every Any struct).
+MAX_ANY_TYPES = 64
 # Expressions are bound, fingerprinted and evaluated recursively: calls nest at most this
 # deep (a YAML plan's own nesting limit allows about as many).
 MAX_EXPR_DEPTH = 64
@@ -205,6 +208,7 @@ def compile_plan(
     builder.reject_unvalidated = options.unvalidated_strings == "reject"
     resolver = _Resolver(builder, options)
     problems: list[str] = _bytes_as_string_problems(message, options)
+    problems += _any_types_problems(message, options)
     inputs = _Inputs(resolver)
     outputs: list[tuple[str, int | BoundExpr]] = []
     seen: dict[str, int] = {}
@@ -342,6 +346,44 @@ def _bytes_as_string_problems(message: Descriptor, options: Options) -> list[str
             )
             problems.append(f"bytes_as_string: {quoted(name)} is not a field{hint}")
     return problems
+
+
+def _any_types_problems(message: Descriptor, options: Options) -> list[str]:
+    """Each name of any_types must be a message of the schema's pool; a bounded number."""
+    names = options.any_types
+    if len(names) > MAX_ANY_TYPES:
+        return [f"any_types: {len(names)} types, more than the limit of {MAX_ANY_TYPES}"]
+    problems = []
+    for name in names:
+        if _pool_message(message, name) is None:
+            known = sorted(_reached_messages(message))
+            problems.append(
+                f"any_types: {quoted(name)} is not a message of the schema"
+                f"{did_you_mean(name, known)}"
+            )
+    return problems
+
+
+def _pool_message(message: Descriptor, name: str) -> Descriptor | None:
+    try:
+        declared = message.file.pool.FindMessageTypeByName(name)
+    except KeyError:
+        return None
+    return None if declared.GetOptions().map_entry else declared
+
+
+def _reached_messages(message: Descriptor) -> set[str]:
+    """Full names of the messages of `message`'s file and those they reach (for hints)."""
+    seen: set[str] = set()
+    stack = [message, *message.file.message_types_by_name.values()]
+    while stack and len(seen) < 10_000:
+        m = stack.pop()
+        if m.full_name in seen:
+            continue
+        seen.add(m.full_name)
+        stack.extend(m.nested_types)
+        stack.extend(f.message_type for f in m.fields if f.message_type is not None)
+    return seen
 
 
 _TYPE_NAMES = {
@@ -499,6 +541,11 @@ class _Resolver:
         self._planned_fields = 0  # of the struct columns resolved so far
         self._open_structs = 0  # structs being built around the current field
         self._bytes_as_string = frozenset(options.bytes_as_string)
+        # any_types (the bad names are compile_plan's problems): in the option's order
+        root = builder.root.message
+        declared = ((n, _pool_message(root, n)) for n in options.any_types[:MAX_ANY_TYPES])
+        self._any_types = tuple((n, d) for n, d in declared if d is not None)
+        self._unpacking = 0  # structs of declared types being built around the current field
 
     def new_tree(self) -> Selection:
         """A fan-out tree of its own (for an aggregate): its root is the record too."""
@@ -555,6 +602,19 @@ class _Resolver:
             step = steps[i]
             if not isinstance(step, FieldStep):
                 raise PathError(f"{_describe(step)} must follow a field", text, step.pos)
+            if message.full_name == ANY and step.name.startswith("["):
+                # an Any's value read as a declared type: [pkg.Click]
+                value_fd = message.fields_by_name["value"]
+                message = self._declared(step.name[1:-1], text, step.pos)
+                node = self.b.any_type(node, message)
+                i += 1
+                if i == len(steps):
+                    self._unpacking += 1  # (an Any inside it is not unpacked, as in a struct)
+                    try:
+                        return sel, self._node_leaf(node, node.presence, self._stack(), value_fd)
+                    finally:
+                        self._unpacking -= 1
+                continue
             fd = _field(message, step.name)
             if fd is None and step.name == UNKNOWN_FIELDS:
                 if i != len(steps) - 1:
@@ -720,6 +780,24 @@ class _Resolver:
                 raise PathError(f"{fd.name!r} is {what}", text, nxt.pos)
             return sel, self._scalar_leaf(node, fd)
         raise AssertionError("unreachable")
+
+    def _declared(self, name: str, text: str, pos: int) -> Descriptor:
+        for full, declared in self._any_types:
+            if full == name:
+                return declared
+        if not self._any_types:
+            raise PathError(
+                f"[{name}]: an Any's value is read as a type named in any_types "
+                f"(any_types=[{name!r}])",
+                text,
+                pos,
+            )
+        names = [full for full, _ in self._any_types]
+        raise PathError(
+            f"[{name}] is not in any_types ({', '.join(names)}){did_you_mean(name, names)}",
+            text,
+            pos,
+        )
 
     def _list_selection(
         self,
@@ -1109,6 +1187,21 @@ class _Resolver:
             numbers = tuple(f.number for f in fields_of(message, self.options.extensions))
         finally:
             self._open_structs -= 1
+        if message.full_name == ANY and self._any_types and self._unpacking == 0:
+            # Each declared type, where the type URL names it. Not inside a declared type's
+            # own struct: k types holding Anys would nest k! structs deep.
+            self._unpacking += 1
+            self._open_structs += 1
+            try:
+                for full, declared in self._any_types:
+                    child = self.b.any_type(node, declared)
+                    # (the Any is not on the stack: an Any inside is no recursion)
+                    leaf = self._node_leaf(child, child.presence, stack[:-1], fd)
+                    children = (*children, (f"[{full}]", leaf))
+                    numbers = (*numbers, -1)  # (no field: keyed by its name)
+            finally:
+                self._unpacking -= 1
+                self._open_structs -= 1
         if self.options.oneof_case:
             children = _with_cases(message, node.group, children, fd.name)
             # (a case column is no field: keyed by its name for its field id)

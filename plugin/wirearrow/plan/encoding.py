@@ -38,6 +38,7 @@ from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, Encode
 from wirearrow.errors import EncodeError
 from wirearrow.plan import jsontext
 from wirearrow.plan.types import (
+    ANY,
     WELL_KNOWN,
     case_columns,
     extensions_of,
@@ -108,6 +109,9 @@ class _Spec:
     # this member's index); the member is written where the case names it, and only there.
     case: tuple[int, tuple[str, ...], int] | None = None
     other: int = -1  # a second array the derivation reads, slot for slot
+    # A given array that only says which slots of its parent are written (an Any's declared
+    # type, where `value` is null): struct children and list values are its parent's.
+    only_slots: bool = False
     align: int = -1  # a list / map whose elements this list's or map's must match
 
 
@@ -187,6 +191,12 @@ class EncodingPlan:
                 ):
                     raise _type_error(_join(where, name), "string or dictionary<int32, string>", t)
                 cases[oneof.full_name] = col
+        # any_types: an Any's declared types ([pkg.Click]), written where `value` is null
+        any_types = {
+            name: by_name.pop(name)
+            for name in list(by_name)
+            if message.full_name == ANY and name.startswith("[") and name.endswith("]")
+        }
         # extensions=True: the columns of the extensions (the batch may leave any out)
         extensions = [f for f in extensions_of(message) if field_name(f) in by_name]
         expected |= {field_name(f) for f in extensions}
@@ -224,6 +234,10 @@ class EncodingPlan:
             rows.append(
                 row._replace(oneof=oneofs.get(oneof.full_name, 0) if oneof is not None else 0)
             )
+        rows += [
+            self._any_value(message, name, *given, by_name, where)
+            for name, given in any_types.items()
+        ]
         if unknown is not None:
             arrow_field, col = unknown
             if arrow_field.type not in _BINARY:
@@ -247,6 +261,35 @@ class EncodingPlan:
         first = len(self._t.entries)
         self._t.entries.extend(rows)
         self._t.nodes[node] = EncodeNode(first=first, n_entries=len(rows))
+
+    def _any_value(
+        self,
+        any_message: Descriptor,
+        name: str,
+        arrow_field: pa.Field,
+        col: int,
+        by_name: dict[str, tuple[pa.Field, int]],
+        where: str,
+    ) -> EncodeEntry:
+        """The entry writing an Any's value from its declared type's struct `name`
+        ([pkg.Click]) where the raw `value` is null: the raw bytes win where present (a
+        decoded row writes back the bytes it came with, as the runtime does)."""
+        path = _join(where, name)
+        try:
+            message = any_message.file.pool.FindMessageTypeByName(name[1:-1])
+        except KeyError:
+            raise _mismatch(where, name, "is not a message of the schema (any_types)") from None
+        t = arrow_field.type
+        if not pa.types.is_struct(t):
+            raise _type_error(path, f"the struct of {message.full_name}", t)
+        given = self._spec(
+            col, "given", t, derive=_unless_raw, other=by_name["value"][1], only_slots=True
+        )
+        fields = [t.field(i) for i in range(t.num_fields)]
+        cols = [self._spec(col, "field", f.type, i, f.name) for i, f in enumerate(fields)]
+        node = self._node(message, fields, cols, path)
+        value = any_message.fields_by_name["value"]
+        return _entry(value.number << 3 | 2, "message", "singular", "explicit", given, child=node)
 
     def _rests(
         self, given: tuple[pa.Field, int] | None, message: Descriptor, where: str
@@ -457,7 +500,7 @@ class EncodingPlan:
         list values are bound from the batch: the given array only says which slots are
         written), else `col` itself."""
         spec = self._t.specs[col]
-        return spec.parent if spec.case is not None else col
+        return spec.parent if spec.case is not None or spec.only_slots else col
 
     def _wrap(self, message: Descriptor, rows: list[EncodeEntry]) -> int:
         node = len(self._t.nodes)
@@ -850,6 +893,14 @@ def _only_case(
     else:
         out = pc.if_else(pa.array(chosen), member, pa.nulls(len(member), member.type))
     return out, (bad if bad.any() else None)
+
+
+def _unless_raw(struct: pa.Array, raw: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """An Any's declared-type struct where its raw `value` is null, null elsewhere."""
+    if raw.null_count == 0:
+        return pa.nulls(len(struct), struct.type), None
+    written = pc.and_(struct.is_valid(), raw.is_null())
+    return pc.if_else(written, struct, pa.nulls(len(struct), struct.type)), None
 
 
 def _case_reason(case: pa.Array, names: tuple[str, ...], k: int, slot: int) -> str:

@@ -14,6 +14,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from wirearrow._core.decoder import FLAG, FORM, KIND, Program, set_packed_enum_sign_extends
 from wirearrow._core.layout import (
+    DecodeAnySpec,
     DecodeColumn,
     DecodeDefault,
     DecodeEntry,
@@ -66,6 +67,9 @@ class NodeSpec:
     map_entry: bool = False  # an unknown field rejects the entry (see _reject_entries)
     fields: dict[int, _EntrySpec] = field(default_factory=dict)
     defaults: list[DecodeDefault] = field(default_factory=list)
+    # google.protobuf.Any read with any_types: per declared type (full name), the node its
+    # value is decoded by when the type URL names it (a struct beside type_url and value)
+    any_types: dict[str, NodeSpec] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -107,6 +111,7 @@ class ProgramBuilder:
         self._enum_set_of: dict[str, int] = {}
         self.map_specs: list[DecodeMapSpec] = []
         self._map_spec_of: dict[str, int] = {}
+        self.any_specs: list[DecodeAnySpec] = []
 
     # -- allocation -------------------------------------------------------------------
 
@@ -152,6 +157,17 @@ class ProgramBuilder:
             entry.child = self._node(fd.message_type, group=node.group, presence=presence)
             entry.child.implicit = node.message.GetOptions().map_entry
         return entry.child
+
+    def any_type(self, node: NodeSpec, message: Descriptor) -> NodeSpec:
+        """The node decoding the value of Any `node` as `message` (a declared type), with
+        its own presence column: valid where the type URL names it."""
+        child = node.any_types.get(message.full_name)
+        if child is None:
+            presence = self._column(0, node.group)
+            child = node.any_types[message.full_name] = self._node(
+                message, group=node.group, presence=presence
+            )
+        return child
 
     def repeated(self, node: NodeSpec, fd: FieldDescriptor) -> tuple[int, NodeSpec | int]:
         """Group of repeated `fd` and, per element, its node (messages) or column (scalars)."""
@@ -327,6 +343,7 @@ class ProgramBuilder:
             self.max_nesting,
             self.enum_sets,
             self.map_specs,
+            self.any_specs,
         )
 
     def _enum_set(self, fd: FieldDescriptor) -> int:
@@ -383,6 +400,8 @@ class ProgramBuilder:
             kind = KIND["group"] if fd.type == FieldDescriptor.TYPE_GROUP else KIND["message"]
             wire_type = 3 if fd.type == FieldDescriptor.TYPE_GROUP else 2
             child = entry.child.index
+            if entry.child.any_types and fd.type == FieldDescriptor.TYPE_MESSAGE:
+                kind, aux = KIND["any"], self._any_spec(entry.child)
         elif is_message(fd):  # raw bytes of a sub-message
             kind, wire_type, child = KIND["bytes"], 2, -1
             if entry.group < 0:  # singular: sent twice, it is merged, not replaced
@@ -416,6 +435,13 @@ class ProgramBuilder:
             n_clear=n_clear,
             aux=aux,
         )
+
+    def _any_spec(self, node: NodeSpec) -> int:
+        names = tuple(node.any_types)
+        self.any_specs.append(
+            DecodeAnySpec(names=names, nodes=tuple(node.any_types[n].index for n in names))
+        )
+        return len(self.any_specs) - 1
 
     def _defaults_on_entry(self, node: NodeSpec) -> list[DecodeDefault]:
         out = list(node.defaults)
@@ -471,4 +497,11 @@ class ProgramBuilder:
             for sub in child.fields.values():
                 if sub.group < 0:
                     cols.extend(self._columns_under(sub))
+            for declared in child.any_types.values():  # an Any's unpacked value
+                cols.append(declared.presence)
+                if declared.unknown >= 0:
+                    cols.append(declared.unknown)
+                for sub in declared.fields.values():
+                    if sub.group < 0:
+                        cols.extend(self._columns_under(sub))
         return cols

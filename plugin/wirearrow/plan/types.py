@@ -13,6 +13,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescrip
 from wirearrow._core.decoder import KIND
 
 __all__ = [
+    "ANY",
     "ONEOF_CASE",
     "WELL_KNOWN",
     "ScalarKind",
@@ -65,6 +66,9 @@ _SCALARS: dict[int, ScalarKind] = {
     _T.TYPE_STRING: _k("bytes", 2, 8, pa.utf8(), ""),
     _T.TYPE_BYTES: _k("bytes", 2, 8, pa.binary(), ""),
 }
+
+# google.protobuf.Any: with any_types, its value is also read as the types declared there.
+ANY = "google.protobuf.Any"
 
 # Well-known message types with a dedicated Arrow mapping (decisions.md); recognised by
 # full name so that descriptors compiled at run time match too.
