@@ -171,6 +171,11 @@ def run_conditions(data: dict) -> str:
         f"{c.get('date', 'date not recorded')}, {m.get('cpu', 'machine not recorded')}, "
         f"{m.get('cores', '?')} cores{memory}; {kind}; load average (one, five, fifteen minutes) "
         f"{_loads(c.get('load_before'))} before, {_loads(c.get('load_after'))} after"
+        + (
+            f"; other processes used {c['others_cores']:.2f} cores during the run"
+            if c.get("others_cores") is not None
+            else ""
+        )
     )
 
 
@@ -208,7 +213,7 @@ def page_text(figures: dict) -> str:
         f"Only full runs are published, each taken with a one-minute load average of at most "
         f"{limits.get('quiet_load_per_core', conditions.QUIET_LOAD_PER_CORE):g} per core "
         f"(never under {limits.get('quiet_load_floor', conditions.QUIET_LOAD_FLOOR):g}) from anything else, before "
-        f"and after the run; `{REFRESH}` takes them ([benchmarks](benchmarks.md) explains "
+        f"and during the run (the CPU other processes used, where recorded, else the load after it); `{REFRESH}` takes them ([benchmarks](benchmarks.md) explains "
         "every row). Absolute rates depend on the machine: read the ratios, which compare "
         "rows measured in the same run, each printed with its run's conditions."
     )

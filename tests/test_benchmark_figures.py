@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +127,53 @@ def test_a_run_on_a_loaded_machine_is_refused() -> None:
         "1-minute load 1.62 after the run, above 1.50"
     ]
     assert conditions.refusals(_run(after=2.4, busy=2)["conditions"]) == []  # Ray on 2 CPUs
+
+
+def test_cpu_used_by_others_replaces_the_load_after_the_run() -> None:
+    # Ray's daemons linger in the load average after its run: where others' CPU during the
+    # run was measured, that decides, not the load after.
+    ray = {**_run(after=2.98, busy=2)["conditions"], "others_cores": 0.12}
+    assert conditions.refusals(ray) == []
+    busy = {**ray, "others_cores": 0.83}
+    assert conditions.refusals(busy) == [
+        "other processes used 0.83 cores during the run, above 0.50"
+    ]
+    assert conditions.refusals({**busy, "load_before": [0.9, 0, 0]}) == [
+        "1-minute load 0.90 before the run, above 0.50",
+        "other processes used 0.83 cores during the run, above 0.50",
+    ]
+
+
+def test_others_cores_is_the_machine_less_the_run_and_its_children(monkeypatch) -> None:
+    # (machine busy CPU s, this process + reaped children CPU s, monotonic s)
+    samples = iter([(100.0, 5.0, 10.0), (118.0, 15.0, 14.0)])
+    monkeypatch.setattr(conditions, "_cpu_seconds", lambda: next(samples))
+    run = conditions.end(conditions.begin(quick=False, busy_cores=2))
+    assert run["others_cores"] == 2.0  # (18 - 10) CPU s over 4 s
+    assert "_cpu" not in run
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_others_cores_counts_a_process_the_run_did_not_start() -> None:
+    if not Path("/proc/stat").exists():
+        pytest.skip("needs /proc/stat")
+    spin = "import time\ne = time.monotonic() + 1.0\nwhile time.monotonic() < e: pass"
+    stranger = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.1)
+        before, t0 = _cpu_of(stranger.pid), time.monotonic()
+        started = conditions.begin(quick=False, busy_cores=1)
+        time.sleep(0.5)
+        run = conditions.end(started)
+        t1, used = time.monotonic(), _cpu_of(stranger.pid) - before
+    finally:
+        stranger.wait()
+    # At least what the stranger used in the run (less a clock tick each side and rounding).
+    assert run["others_cores"] * (t1 - t0) >= used - 0.03, (run, used)
 
 
 def test_a_run_without_conditions_is_refused() -> None:
