@@ -193,11 +193,14 @@ def print_balance(out: Path, sent: int, split_late: bool, keep_too_late: bool) -
         print("balance:      not counted (no request_id column in the rows)")
         return
     accounted = len(ids) + dead + late
-    verdict = "every record accounted for" if accounted == sent else (
-        f"{sent - accounted:,} records vanished (too late, dropped by the windows' grouping)"
+    verdict = (
+        "every record accounted for"
+        if accounted == sent
+        else (f"{sent - accounted:,} records vanished (too late, dropped by the windows' grouping)")
     )
-    print(f"balance:      {len(ids):,} + {dead:,} + {late:,} = {accounted:,} of {sent:,}: {verdict}")
-
+    print(
+        f"balance:      {len(ids):,} + {dead:,} + {late:,} = {accounted:,} of {sent:,}: {verdict}"
+    )
 
     return 0
 

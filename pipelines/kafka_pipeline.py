@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import local_ray  # noqa: E402
 from local_kafka import LocalKafka  # noqa: E402
 from stage_times import (  # noqa: E402
     Clock,
@@ -48,7 +49,9 @@ PLAN_COLUMNS = ["id", "device.geo.country"]  # one row per record: counts compar
 
 
 def schema() -> wa.Schema:
-    return wa.Schema.from_proto(corpus.PROTO_FILE, corpus.MESSAGE_NAME, import_paths=[corpus.SCHEMA_DIR])
+    return wa.Schema.from_proto(
+        corpus.PROTO_FILE, corpus.MESSAGE_NAME, import_paths=[corpus.SCHEMA_DIR]
+    )
 
 
 def corrupt(value: bytes, i: int, framed: bool) -> bytes:
@@ -100,8 +103,13 @@ def produce(
                 value = serializer(cls.FromString(payload), ctx)
             if corrupt_every and i % corrupt_every == corrupt_every - 1:
                 value = corrupt(value, i // corrupt_every, framed)
-            producer.produce(name, value=value, key=f"k{i}".encode(), partition=i % partitions,
-                             on_delivery=delivered)
+            producer.produce(
+                name,
+                value=value,
+                key=f"k{i}".encode(),
+                partition=i % partitions,
+                on_delivery=delivered,
+            )
         producer.poll(0)
     producer.flush(60)
     if failed:
@@ -142,9 +150,11 @@ def run(
             write=round(sink.seconds["write"], 3),
         )
     rows = pq.read_table(out / "rows")
-    dead = pa.concat_tables(
-        [ray.get(ref) for ref in result.dead_letters.to_arrow_refs()]
-    ) if result.job_stats().records_failed else None
+    dead = (
+        pa.concat_tables([ray.get(ref) for ref in result.dead_letters.to_arrow_refs()])
+        if result.job_stats().records_failed
+        else None
+    )
     if dead is not None:
         pq.write_table(dead, out / "dead.parquet")
     return rows, dead, result.job_stats()
@@ -154,8 +164,9 @@ def check_exactly_once(
     produced: set[tuple[int, int]], rows: pa.Table, dead: pa.Table | None
 ) -> dict[str, int]:
     """Every produced record in the rows or the dead letters, exactly once (raises if not)."""
-    in_rows = list(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(),
-                       strict=True))
+    in_rows = list(
+        zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True)
+    )
     in_dead = []
     if dead is not None:
         in_dead = [(d["partition"], d["offset"]) for d in dead.column("source").to_pylist()]
@@ -203,15 +214,18 @@ def main(argv: list[str] | None = None) -> int:
                     bootstrap, args.topic, args.n, args.partitions, args.corrupt_every
                 )
         with clock.stage("Ray start"):
-            ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+            local_ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
         show_ray_progress(args.progress)
         report: dict[str, Any] = {}
         for name, sid in ((f"{args.topic}-plain", None), (args.topic, schema_id)):
             seconds: dict[str, float] = {}
             with clock.stage(f"{name}"):
                 rows, dead, stats = run(bootstrap, name, args.out / name, sid, seconds)
-            report[name] = {"records_in": stats.records_in, "rows_out": stats.rows_out,
-                            "records_failed": stats.records_failed}
+            report[name] = {
+                "records_in": stats.records_in,
+                "rows_out": stats.rows_out,
+                "records_failed": stats.records_failed,
+            }
             if produced:
                 report[name].update(check_exactly_once(produced[name], rows, dead))
             # Where the time went: the run, and in its tasks (summed) the read, transcode

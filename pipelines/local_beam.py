@@ -100,7 +100,9 @@ class LocalPortableBeam:
             # The pool runs this executable per worker, as it would the SDK image's boot.
             boot = self.dir / "boot"
             me = Path(__file__).resolve()
-            boot.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{me}" boot --root="{self.dir}" "$@"\n')
+            boot.write_text(
+                f'#!/bin/sh\nexec "{sys.executable}" "{me}" boot --root="{self.dir}" "$@"\n'
+            )
             boot.chmod(0o755)
             pool.append(f"--container_executable={boot}")
         self._spawn("worker_pool", "apache_beam.runners.worker.worker_pool_main", *pool)
@@ -177,8 +179,14 @@ def boot(argv: list[str]) -> None:
     from apache_beam.runners.portability import artifact_service
 
     parser = argparse.ArgumentParser()
-    for name in ("root", "id", "logging_endpoint", "artifact_endpoint", "provision_endpoint",
-                 "control_endpoint"):
+    for name in (
+        "root",
+        "id",
+        "logging_endpoint",
+        "artifact_endpoint",
+        "provision_endpoint",
+        "control_endpoint",
+    ):
         parser.add_argument(f"--{name}", required=True)
     args, _ = parser.parse_known_args(argv)
     provision = beam_provision_api_pb2_grpc.ProvisionServiceStub(
@@ -205,13 +213,25 @@ def boot(argv: list[str]) -> None:
     site = work / "site"
     if wheels:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-             f"--target={site}", *wheels],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-index",
+                "--no-deps",
+                f"--target={site}",
+                *wheels,
+            ],
             check=True,
         )
         # stderr: the pool keeps the worker's stdout in a pipe it never reads.
-        print(f"boot: installed {' '.join(Path(w).name for w in wheels)} into {site}",
-              file=sys.stderr, flush=True)
+        print(
+            f"boot: installed {' '.join(Path(w).name for w in wheels)} into {site}",
+            file=sys.stderr,
+            flush=True,
+        )
     sys.path.insert(0, str(site))
     if any(Path(w).name.startswith("wirearrow-") for w in wheels):
         import wirearrow

@@ -68,8 +68,18 @@ class LocalService:
         log = open(os.path.join(self._data_dir, "broker.log"), "wb")
         try:
             self._process = subprocess.Popen(
-                [binary, "start", "--data-dir", os.path.join(self._data_dir, "data"),
-                 "--host", "127.0.0.1", "--only", service, f"--{service}-port", str(self.port)],
+                [
+                    binary,
+                    "start",
+                    "--data-dir",
+                    os.path.join(self._data_dir, "data"),
+                    "--host",
+                    "127.0.0.1",
+                    "--only",
+                    service,
+                    f"--{service}-port",
+                    str(self.port),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -30,6 +30,7 @@ import wirearrow.ray as war
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pipelines"))  # (also when this file is imported as a module)
+import local_ray  # noqa: E402
 from stage_times import (  # noqa: E402
     Clock,
     add_progress_option,
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     clock = Clock()
     with clock.stage("Ray start"):
-        ray.init(address=args.address, num_cpus=args.cpus, include_dashboard=False)
+        local_ray.init(args.address, num_cpus=args.cpus, include_dashboard=False)
     show_ray_progress(args.progress)
     # transcode() also turns Ray Data's per-operator resource reservation off for this job
     # when the cluster has at most 4 CPUs: there it mostly holds the writes back (docs/ray.md).

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "pipelines"))
 
+import local_ray  # noqa: E402
 from stage_times import Clock, add_progress_option, show_ray_progress  # noqa: E402
 
 import corpus  # noqa: E402
@@ -36,7 +37,9 @@ from wirearrow.sources.confluent import confluent_prefix  # noqa: E402
 
 
 def schema() -> wa.Schema:
-    return wa.Schema.from_proto(corpus.PROTO_FILE, corpus.MESSAGE_NAME, import_paths=[corpus.SCHEMA_DIR])
+    return wa.Schema.from_proto(
+        corpus.PROTO_FILE, corpus.MESSAGE_NAME, import_paths=[corpus.SCHEMA_DIR]
+    )
 
 
 def keep_and_scrub(batch: pa.Table) -> pa.Table:
@@ -99,8 +102,10 @@ def run(
         "files": len(stats.files),
     }
     print(f"input:  {n:,} records in {source}")
-    print(f"files:  {stats.records_ok:,} TFRecords in {len(stats.files)} file(s) under "
-          f"{out / 'tfrecord'} ({stats.bytes_out / 1e6:,.2f} MB, {seconds:.2f} s for the job)")
+    print(
+        f"files:  {stats.records_ok:,} TFRecords in {len(stats.files)} file(s) under "
+        f"{out / 'tfrecord'} ({stats.bytes_out / 1e6:,.2f} MB, {seconds:.2f} s for the job)"
+    )
     print(f"failed: {stats.records_failed:,} rows ({stats.dead_letters:,} dead letters)")
     print("check:  every record equals the runtime's bytes of the same transformed message")
     if kafka:
@@ -149,8 +154,10 @@ def produce(bootstrap: str, rows, tc: wa.Transcoder, want: Counter) -> int:
         consumer.close()
         if got != Counter({head + r: k for r, k in want.items()}):
             raise SystemExit("kafka check failed: the values differ from the runtime's bytes")
-        print(f"kafka:  {sent:,} Confluent-framed values produced to bids-scrubbed and "
-              "consumed back, equal to the runtime's bytes")
+        print(
+            f"kafka:  {sent:,} Confluent-framed values produced to bids-scrubbed and "
+            "consumed back, equal to the runtime's bytes"
+        )
         return sent
     finally:
         if local is not None:
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock()
     if not ray.is_initialized():
         with clock.stage("Ray start"):
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            local_ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     show_ray_progress(args.progress)
     run(args.n, args.seed, args.out, args.kafka, clock)
     return 0

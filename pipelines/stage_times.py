@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Clock", "add_progress_option", "beam_step_seconds", "ray_parquet_sink", "show_ray_progress"]
+__all__ = [
+    "Clock",
+    "add_progress_option",
+    "beam_step_seconds",
+    "drop_progress_disabled_notice",
+    "ray_parquet_sink",
+    "show_ray_progress",
+]
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +53,24 @@ def show_ray_progress(progress: bool | None) -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = sys.stderr.isatty() if progress is None else progress
     ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False
+    drop_progress_disabled_notice()
+
+
+# Ray Data's logger that warns "Progress bars disabled. To enable, set ..." when they are off.
+RAY_PROGRESS_LOGGER = "ray.data._internal.progress"
+
+
+def _not_progress_disabled_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Progress bars disabled")
+
+
+def drop_progress_disabled_notice() -> None:
+    """Off, Ray warns once per job how to turn its bars on through its DataContext; the
+    job's own flag (--progress) is the way here, and CI's logs need no warning for the
+    default. Drops that record only (idempotent)."""
+    logger = logging.getLogger(RAY_PROGRESS_LOGGER)
+    if _not_progress_disabled_notice not in logger.filters:
+        logger.addFilter(_not_progress_disabled_notice)
 
 
 class Clock:

@@ -122,3 +122,28 @@ def test_stage_times() -> None:
     seconds = stage_times.beam_step_seconds(Result(), {"read": "Read", "write": "Write", "x": "X"})
     assert seconds == {"read": 0.73, "write": 0.25, "x": 0.0}
     assert stage_times.beam_step_seconds(object(), {"read": "Read"}) == {"read": 0.0}
+
+
+def test_the_jobs_drop_only_rays_notices_about_its_defaults(caplog) -> None:
+    # Ray's notice that a new local cluster chose token authentication, and its notice that
+    # progress bars are off (the jobs' --progress turns them on), are dropped; every other
+    # warning on the same loggers, the one about a cluster *without* authentication among
+    # them, is kept.
+    import logging
+
+    local_ray, stage_times = _job("local_ray"), _job("stage_times")
+    local_ray.drop_default_mode_notice()
+    local_ray.drop_default_mode_notice()  # twice: one filter
+    auth = logging.getLogger(local_ray.AUTH_LOGGER)
+    assert len(auth.filters) == 1
+    stage_times.drop_progress_disabled_notice()
+    progress = logging.getLogger(stage_times.RAY_PROGRESS_LOGGER)
+    with caplog.at_level(logging.WARNING):
+        auth.warning("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=...")
+        auth.warning("Token authentication is disabled for this Ray cluster. Anyone with ...")
+        progress.warning("Progress bars disabled. To enable, set ...")
+        progress.warning("Progress bars for operators disabled. To enable, ...")
+    assert [r.getMessage().split(".")[0] for r in caplog.records] == [
+        "Token authentication is disabled for this Ray cluster",
+        "Progress bars for operators disabled",
+    ]

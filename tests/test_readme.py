@@ -219,6 +219,9 @@ def test_a_fresh_clone_runs_every_command_of_the_quick_start(tmp_path: Path) -> 
             transcript.write(f"$ {step.command}\n{output}\n")
             transcript.flush()
             assert "Traceback (most recent call last)" not in output, f"$ {step.command}\n{output}"
+            # Nothing the newcomer did not ask for: Ray's notices about its own defaults.
+            for notice in ("Token authentication is enabled", "Progress bars disabled"):
+                assert notice not in output, f"$ {step.command}\n{output}"
             for out in _outputs(step.command):
                 assert (clone / out).exists(), f"$ {step.command}: no {out}\n{output}"
             if step.command.startswith(CARRIED):
