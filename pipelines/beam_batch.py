@@ -30,7 +30,7 @@ from wirearrow.beam.transcode import METRICS_NAMESPACE  # the namespace of ToArr
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pipelines"))  # (also when this file is imported as a module)
-from stage_times import Clock, beam_step_seconds  # noqa: E402
+from stage_times import Clock, add_progress_option, beam_step_seconds, show_beam_progress  # noqa: E402
 
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8192)
     parser.add_argument("--workers", type=int, default=1, help="local SDK worker processes")
     parser.add_argument("--write-only", action="store_true", help="only generate the input")
+    add_progress_option(parser)
     args, beam_args = parser.parse_known_args(argv)
 
     pattern = args.input
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 direct_num_workers=args.workers,
                 direct_running_mode="multi_processing",
             )
+    show_beam_progress(args.progress)
     clock = Clock()
     with clock.stage("build"):  # the plan compiled, the pipeline's graph
         p = beam.Pipeline(runner=runner, options=options)

@@ -37,7 +37,7 @@ import wirearrow.beam as wab
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pipelines"))  # (also when this file is imported as a module)
-from stage_times import Clock  # noqa: E402
+from stage_times import Clock, add_progress_option, show_beam_progress  # noqa: E402
 
 DEFAULT_PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 CORRUPT = [bytes([0x00]), bytes([0x0A, 0x05, 0x41])]  # field number 0; string past the end
@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the sinks keep the batches of records later than the allowed lateness under "
         "OUT/parquet/_late/ and OUT/dead_letters/_late/ (WriteToParquetFiles(late_dir=...))",
     )
+    add_progress_option(parser)
     args, beam_args = parser.parse_known_args(argv)
+    show_beam_progress(args.progress)
 
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True

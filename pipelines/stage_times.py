@@ -29,18 +29,20 @@ __all__ = [
     "beam_step_seconds",
     "drop_progress_disabled_notice",
     "ray_parquet_sink",
+    "show_beam_progress",
     "show_ray_progress",
 ]
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
-    """``--progress`` / ``--no-progress``: the Ray jobs' progress display while they run."""
+    """``--progress`` / ``--no-progress``: the jobs' progress display while they run."""
     parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="Ray Data's progress bars (default: on when stderr is a terminal, so not in CI "
-        "or into a file; --no-progress turns them off)",
+        help="progress while the job runs: Ray Data's progress bars; on Beam, each worker's "
+        "totals every few seconds (default: on when stderr is a terminal, so not in CI or "
+        "into a file; --no-progress turns it off)",
     )
 
 
@@ -54,6 +56,26 @@ def show_ray_progress(progress: bool | None) -> None:
     ctx.enable_progress_bars = sys.stderr.isatty() if progress is None else progress
     ctx.enable_rich_progress_bars, ctx.use_ray_tqdm = True, False
     drop_progress_disabled_notice()
+
+
+def show_beam_progress(progress: bool | None) -> None:
+    """The Beam workers' progress lines (``wirearrow.beam.progress``: records, rows, dead
+    letters so far, per worker process, every few seconds) on stderr: on a terminal unless
+    ``progress`` says. Workers in this process (FnApiRunner's default) log through the
+    handler set here; SDK worker processes log INFO to the runner, which prints them."""
+    from wirearrow.beam import progress as beam_progress
+
+    logger = beam_progress.LOGGER
+    if not (sys.stderr.isatty() if progress is None else progress):
+        logger.setLevel(logging.WARNING)  # also in workers that log INFO
+        return
+    logger.setLevel(logging.INFO)
+    if not any(getattr(h, "wirearrow_progress", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        handler.wirearrow_progress = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.propagate = False  # one line, not also the root logger's
 
 
 # Ray Data's logger that warns "Progress bars disabled. To enable, set ..." when they are off.

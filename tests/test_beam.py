@@ -933,3 +933,33 @@ def test_a_failed_bundle_leaves_nothing_behind_and_the_rerun_counts_once(
     assert len(rows) == len(set(rows)) == metrics["rows_out"]
     assert sorted(dead) == sorted(records[3::25]) and len(dead) == metrics["records_failed"]
     assert len(rows) + len(dead) == len(records)
+
+
+def test_workers_log_their_totals_while_the_job_runs(bid_corpus, caplog, monkeypatch) -> None:
+    # The progress lines (wirearrow.beam.progress) of the worker in this process: each
+    # decode adds to the totals, a line at most every `every` seconds; with every=0 the
+    # last line holds the job's totals.
+    import logging
+
+    from wirearrow.beam import progress
+
+    totals = progress.WorkerTotals(every=0.0)
+    monkeypatch.setattr(progress, "TOTALS", totals)
+    records = bid_corpus[:90] + BAD
+    want_rows, _ = expected_rows(PLAN, records)
+    with caplog.at_level(logging.INFO, logger=progress.LOGGER.name), in_process() as p:
+        _ = p | beam.Create(records) | wab.ToArrow(PLAN, batch_size=25, on_error="dead_letter")
+    lines = [r.getMessage() for r in caplog.records if r.name == progress.LOGGER.name]
+    assert len(lines) >= 3, lines  # 92 records in batches of at most 25
+    numbers = [int(x.replace(",", "")) for x in re.findall(r"([\d,]+) (?:records in|rows|dead)", lines[-1])]
+    assert numbers == [len(records), len(want_rows), len(BAD)], lines[-1]
+    assert totals.counts.records_in == len(records)
+
+    # Not enabled for INFO: nothing formatted, the totals still kept; and at most one line
+    # per `every` seconds when it is.
+    quiet = progress.WorkerTotals(every=3600.0)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=progress.LOGGER.name):
+        for _ in range(5):
+            quiet.add(wa.Counts(records_in=2, records_ok=2, rows_out=3))
+    assert quiet.counts.records_in == 10 and caplog.records == []

@@ -18,6 +18,7 @@ from apache_beam.internal import pickler
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
+from wirearrow.beam import progress
 from wirearrow.beam.batches import RecordArray
 from wirearrow.cache import resolve_profile
 from wirearrow.counts import Counts
@@ -248,6 +249,7 @@ class _TranscodeFn(PlanFn):
         for counter, value in zip(self._counts, counts.values(), strict=True):
             counter.inc(value)
         self._batches_out.inc()
+        progress.TOTALS.add(counts)  # the worker's progress line, while the job runs
         return (pa.Table.from_batches([rows]) if self._tables else rows), letters
 
 
