@@ -578,10 +578,46 @@ def test_timestamp_units(wkt: tuple[wa.Schema, type], unit: str) -> None:
     out = tc.encode(tc.transcode([message.SerializeToString()]))[0].as_py()
     per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[unit]
     want = truncated(message, per_second)
-    want.tod.nanos -= want.tod.nanos % 1_000  # TimeOfDay is time64[us] whatever the unit
+    if unit != "ns":  # TimeOfDay is time64[us] below "ns", time64[ns] with it
+        want.tod.nanos -= want.tod.nanos % 1_000
     assert out == want.SerializeToString(deterministic=True)
+    # ts, dur, tod, times[0], durs[0], durs[1] have nanos below a coarse unit (tod: below us)
+    lost = {"s": 6, "ms": 6, "us": 6, "ns": 0}[unit]
+    assert tc.stats.precision_lost == lost, unit
     if unit == "ns":
-        assert want.ts.nanos == 123_456_789
+        assert want.ts.nanos == 123_456_789 and want.tod.nanos == 999_999_999
+
+
+def test_time_of_day_is_exact_in_ns_and_counts_what_us_truncates(
+    wkt: tuple[wa.Schema, type],
+) -> None:
+    # google.type.TimeOfDay: time64[ns] with timestamp_unit="ns" (every nano kept, and
+    # encoded back), else time64[us] with the nanoseconds below a microsecond truncated
+    # and counted in precision_lost, as Timestamps' are -- never silently.
+    schema, cls = wkt
+    records = [
+        cls(tod={"minutes": 1, "nanos": 1}),  # the fuzz harness's case: one nanosecond
+        cls(tod={"hours": 23, "nanos": 999_999_999}),
+        cls(tod={"seconds": 5, "nanos": 7_000}),
+        cls(),
+    ]
+    wire = [m.SerializeToString() for m in records]
+    exact = wa.Transcoder(schema, columns=["tod"], timestamp_unit="ns")
+    out = exact.transcode(wire)
+    assert out.schema.field("tod").type == pa.time64("ns")
+    want = [60_000_000_001, 82_800_999_999_999, 5_000_007_000, None]
+    assert out.column("tod").cast(pa.int64()).to_pylist() == want
+    assert exact.stats.precision_lost == 0
+    whole = wa.Transcoder(schema, timestamp_unit="ns")
+    encoded = whole.encode(whole.transcode(wire)).to_pylist()
+    assert encoded == [m.SerializeToString(deterministic=True) for m in records]
+    for unit in ("s", "ms", "us"):
+        tc = wa.Transcoder(schema, columns=["tod"], timestamp_unit=unit)
+        out = tc.transcode(wire)
+        assert out.schema.field("tod").type == pa.time64("us"), unit
+        want = [60_000_000, 82_800_999_999, 5_000_007, None]
+        assert out.column("tod").cast(pa.int64()).to_pylist() == want, unit
+        assert tc.stats.precision_lost == 2, unit  # 1 ns, and 999 ns of the second
 
 
 def test_wkt_examples(wkt: tuple[wa.Schema, type]) -> None:

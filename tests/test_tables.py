@@ -93,6 +93,7 @@ def test_storable_types_hold_every_value(tmp_path: Path) -> None:
             "dur": pa.array([1, -5, None], pa.duration("us")),
             "enum": pa.array(["A", "B", None]).dictionary_encode(),
             "tod": pa.array([0, 86_399_999_999, None], pa.time64("us")),
+            "tod_ns": pa.array([1, 86_399_999_999_999, None], pa.time64("ns")),
             "ts": pa.array([0, 1_700_000_000, None], pa.timestamp("s", tz="UTC")),
             "n": pa.array([1, 2, 3], pa.int64()),
         }
@@ -109,6 +110,8 @@ def test_storable_types_hold_every_value(tmp_path: Path) -> None:
         assert back.column("ts").cast(pa.int64()).to_pylist() == [0, 1_700_000_000 * 10**6, None]
         tod = back.column("tod")
         assert (tod.cast(pa.int64()) if fmt == "iceberg" else tod).to_pylist() == [0, 86_399_999_999, None]
+        # Iceberg's time holds microseconds: a ns time of day is its count of nanoseconds
+        assert back.column("tod_ns").to_pylist() == [1, 86_399_999_999_999, None]
         schema, dropped = storable_schema(data.schema, fmt)
         assert dropped == () and [ids(f) for f in schema] == [ids(f) for f in data.schema]
 

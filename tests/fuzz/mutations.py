@@ -429,7 +429,8 @@ def _fill(rng: random.Random, message: object, depth: int, max_depth: int) -> No
         _fill_value(rng, message, depth, max_depth)
         return
     # the fields, then the extensions the schema's pool declares for the message
-    extensions = descriptor.file.pool.FindAllExtensions(descriptor) if descriptor.extension_ranges else []
+    # (sorted: the pool lists them in an order of its own, which differs from run to run)
+    extensions = sorted(descriptor.file.pool.FindAllExtensions(descriptor), key=lambda e: e.number) if descriptor.extension_ranges else []
     for fd in (*descriptor.fields, *extensions):
         required = fd.is_required and rng.random() < 0.95
         if not required and rng.random() < 0.45:

@@ -285,11 +285,13 @@ class Assembler:
             )
             return pa.array(days.astype(np.int32), type=pa.date32(), mask=mask)
         h, mi, s, ns = (p.cast(pa.int64()) for p in parts)
-        micros = pc.add(
-            pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(h, 60), mi), 60), s), 1_000_000),
-            pc.divide(ns, 1000),
-        )
-        return micros.cast(pa.time64("us"))
+        seconds = pc.add(pc.multiply(pc.add(pc.multiply(h, 60), mi), 60), s)
+        if leaf.type.unit == "ns":
+            return pc.add(pc.multiply(seconds, 1_000_000_000), ns).cast(leaf.type)
+        # Microseconds: the nanoseconds below are truncated, and counted as Timestamps' are.
+        micros = pc.divide(ns, 1000)  # (integer division; nanos are 0.. here)
+        self.precision_lost += pc.sum(pc.not_equal(pc.multiply(micros, 1000), ns)).as_py() or 0
+        return pc.add(pc.multiply(seconds, 1_000_000), micros).cast(leaf.type)
 
     def _json(self, leaf: JsonLeaf, n: int) -> pa.Array:
         texts = self._json_texts.pop(id(leaf), None)

@@ -1164,7 +1164,9 @@ class _Resolver:
         if wkt == "timeofday":
             names = ("hours", "minutes", "seconds", "nanos")
             cols = tuple(self.b.scalar(node, fields[n]) for n in names)
-            return TemporalLeaf(node.group, pa.time64("us"), wkt, cols, presence)
+            # nanoseconds when asked for them, else microseconds (finer than Arrow's time32)
+            unit = "ns" if self.options.timestamp_unit == "ns" else "us"
+            return TemporalLeaf(node.group, pa.time64(unit), wkt, cols, presence)
         if wkt == "wrapper":
             value = fields["value"]
             # `value` has implicit presence: it holds its default as soon as the wrapper is

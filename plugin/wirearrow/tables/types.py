@@ -13,6 +13,7 @@ uint64 (protobuf uint64)    decimal(20, 0)       decimal(20, 0)
 duration[unit]              long (units)         long (units)
 dictionary<int32, utf8>     string               string
 time64[us] (TimeOfDay)      time                 long (microseconds)
+time64[ns] (TimeOfDay, ns)  long (nanoseconds)   long (nanoseconds)
 timestamp[s / ms]           timestamp (us)       timestamp (us)
 empty struct                dropped (as Parquet) dropped
 ==========================  ===================  =======================================
@@ -43,9 +44,9 @@ def _type(t: pa.DataType, fmt: str) -> pa.DataType:
     if pa.types.is_duration(t):
         return pa.int64()
     if pa.types.is_time(t):
-        if fmt == "delta":
+        if fmt == "delta" or t.unit == "ns":  # (Iceberg's time is microseconds)
             return pa.int64()
-        return pa.time64("us") if t.unit in ("s", "ms", "us") else t
+        return pa.time64("us")
     if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
         return pa.timestamp("us", tz=t.tz)
     if pa.types.is_struct(t):
