@@ -417,3 +417,44 @@ def test_json_in_and_out_as_json_format(anyt) -> None:
     click.label = "edited"
     want.payload.Pack(click, deterministic=True)
     assert printed == want
+
+
+def test_a_later_oneof_member_unsets_the_unpacked_any(anyt) -> None:
+    schema, cls, make = anyt
+    first = cls()
+    first.either.Pack(make("anyt.Click")(x=7))
+    record = first.SerializeToString() + cls(number=4).SerializeToString()
+    assert cls.FromString(record).WhichOneof("choice") == "number"
+    for validate in ("plan", "full"):
+        tc = wa.Transcoder(
+            schema, ["either[anyt.Click].x", "either", "number"], any_types=TYPES, validate=validate
+        )
+        assert tc.transcode([record]).to_pylist() == [
+            {"either[anyt.Click].x": None, "either": None, "number": 4}
+        ]
+
+
+def test_yaml_plans_declare_any_types(anyt, tmp_path) -> None:
+    from wirearrow.config import load_plan
+
+    schema, cls, make = anyt
+    e = cls(id="y")
+    e.payload.Pack(make("anyt.View")(page="p"))
+    (tmp_path / "anyt.proto").write_text(SOURCE)
+    plan = load_plan(
+        f"""
+proto:
+  file: {tmp_path / "anyt.proto"}
+  message: anyt.Event
+denormalizer:
+  columns:
+    - name: page
+      path: payload[anyt.View].page
+any_types: [anyt.View]
+"""
+    )
+    assert plan.options["any_types"] == ("anyt.View",)
+    rows = plan.transcoder().transcode([e.SerializeToString()]).to_pylist()
+    assert rows == [{"page": "p"}]
+    with pytest.raises(wa.PlanError, match="any_types"):
+        load_plan(f"proto: {{file: {tmp_path / 'anyt.proto'}, message: anyt.Event}}\nany_types: anyt.View\n")
