@@ -68,4 +68,17 @@ def test_kafka_job_every_record_once(kafka_broker: str, ray_local, tmp_path: Pat
             value, key, timestamp = values[(source["partition"], source["offset"])]
             assert (source["topic"], source["key"], source["timestamp"]) == (topic, key, timestamp)
             assert letter["raw"] == value and letter["reason"]
+        # Committed by rename: one run directory, with the offsets it read to.
+        out = tmp_path / topic
+        assert [r.name for r in kafka_pipeline.committed_runs(out)] == ["000001"]
+        assert kafka_pipeline.committed_offsets(out) == {p: n // partitions for p in range(partitions)}
+        assert not (out / ".partial").exists()
+        # Started again (what a killed run left in .partial/ beside it): nothing new is
+        # read, nothing is written twice, the leftovers are gone.
+        (out / ".partial" / "000002" / "rows").mkdir(parents=True)
+        (out / ".partial" / "000002" / "rows" / "half.parquet").write_bytes(b"PAR1")
+        again, again_dead, again_stats = kafka_pipeline.run(kafka_broker, topic, out, sid)
+        assert again_stats is None and again is not None and again.num_rows == rows.num_rows
+        assert again_dead is not None and again_dead.num_rows == dead.num_rows
+        assert not (out / ".partial").exists()
     consumer.close()

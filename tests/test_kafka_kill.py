@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -238,3 +239,130 @@ def test_killed_kafka_jobs_leave_each_record_once(tmp_path: Path, topic, fmt: st
         print(f"kafka -> {fmt}: {json.dumps(figures)}")
     # the kills landed at more than one kind of point over the runs
     assert len({k for f in report for k in f["kills"]}) >= 2 or RUNS < 2, report
+
+
+# ---- files: pipelines/kafka_pipeline.py (Ray Data -> Parquet, committed by rename) -------
+
+FILES_PIPELINE = ROOT / "pipelines" / "kafka_pipeline.py"
+FILES_RUNS = int(os.environ.get("WIREARROW_KILL_RUNS_FILES", "2"))
+FILES_MAX_KILLS = 3
+
+
+@pytest.fixture(scope="module")
+def files_topics(kafka_broker: str) -> tuple[str, str, int, dict[str, set[tuple[int, int]]]]:
+    """The files pipeline's two topics (plain and Confluent-framed) on the broker."""
+    pytest.importorskip("ray")
+    import kafka_pipeline
+
+    name = f"kill-files-{os.getpid()}"
+    produced, schema_id = kafka_pipeline.produce(kafka_broker, name, 600, PARTITIONS, CORRUPT_EVERY)
+    return kafka_broker, name, schema_id, produced
+
+
+def _files_step(line: str) -> str | None:
+    """A step of the files pipeline's stderr (``TOPIC: resume|run N: writing|commit|committed``)."""
+    _, _, what = line.partition(": ")
+    for step in ("resume", "run"):
+        if what.startswith(step):
+            return what.split(": ")[1].split(" ")[0].rstrip(",") if step == "run" else "resume"
+    return None
+
+
+def _files_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if _files_step(line)] if log.exists() else []
+
+
+def _files_kill_point(lines: list[str]) -> str:
+    if not lines:
+        return "start-up (Ray's)"
+    topic, _, _ = lines[-1].partition(": ")
+    step = _files_step(lines[-1])
+    where = {"resume": "reading", "writing": "writing (Ray tasks)", "commit": "the rename",
+             "committed": "after a commit"}[step or "resume"]  # fmt: skip
+    return f"{where} ({'plain' if topic.endswith('-plain') else 'framed'})"
+
+
+@pytest.mark.ray
+def test_killed_kafka_file_jobs_leave_each_record_once(tmp_path: Path, files_topics) -> None:
+    """The Ray job into Parquet, killed (SIGKILL to its process group: the driver and the
+    Ray it started) while Ray writes, at the rename that commits, between the topics, after
+    a commit, and started again: the committed runs hold each record once, as a clean run."""
+    import kafka_pipeline
+
+    bootstrap, name, schema_id, produced = files_topics
+    rng = random.Random(f"{os.environ.get('WIREARROW_KILL_SEED', '32')}-kafka-files")
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, str(FILES_PIPELINE), "--bootstrap", bootstrap, "--topic", name,
+                "--no-produce", "--schema-id", str(schema_id), "--out", str(out), "--no-progress"]  # fmt: skip
+
+    clean = tmp_path / "clean"
+    subprocess.run(command(clean), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    con = table_readers.connect()
+    topics = [f"{name}-plain", name]
+    report = []
+    for run in range(FILES_RUNS):
+        out = tmp_path / f"run{run}"
+        log = tmp_path / f"files{run}.log"
+        kills: list[str] = []
+        starts = 0
+        while True:
+            starts += 1
+            before = len(_files_lines(log))
+            with open(log, "a") as err:
+                proc = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=err,
+                                        start_new_session=True)  # fmt: skip
+            try:
+                # Where to aim: Ray's start-up, or in the k-th topic still to commit while
+                # Ray writes, at the rename that commits it, just after it.
+                left = sum(not kafka_pipeline.committed_runs(out / t) for t in topics)
+                aims = [("start-up", 0)] + [(step, k) for k in range(1, left + 1)
+                                            for step in ("writing", "commit", "committed")]  # fmt: skip
+                if len(kills) < FILES_MAX_KILLS and left:
+                    aim, k = rng.choice(aims)
+                    if aim == "start-up":
+                        time.sleep(rng.uniform(0.5, 8.0))
+                    while aim != "start-up" and proc.poll() is None and sum(
+                        _files_step(x) == aim for x in _files_lines(log)[before:]
+                    ) < k:
+                        time.sleep(0.005)
+                    time.sleep(rng.uniform(0.0, 4.0) if aim == "writing" else 0.0)
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)  # the job's own group
+                        proc.wait()
+                        kills.append(_files_kill_point(_files_lines(log)[before:]))
+                        continue
+                proc.wait(timeout=600)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            assert proc.returncode == 0, log.read_text()[-3000:]
+            break
+        compared = {}
+        for topic in topics:
+            got, want = out / topic, clean / topic
+            assert not (got / ".partial").exists()  # the last start finished: no leftovers
+            rows_glob = "read_parquet('{}/runs/*/rows/*.parquet')"
+            dead_glob = "read_parquet('{}/runs/*/dead_letters.parquet')"
+            extra, missing = table_readers.except_all(
+                con, f"SELECT * FROM {rows_glob.format(got)}", f"SELECT * FROM {rows_glob.format(want)}"
+            )
+            dead_cols = 'source."partition", source."offset", reason, raw'
+            dead_extra, dead_missing = table_readers.except_all(
+                con, f"SELECT {dead_cols} FROM {dead_glob.format(got)}",
+                f"SELECT {dead_cols} FROM {dead_glob.format(want)}",
+            )  # fmt: skip
+            n_rows = con.sql(f"SELECT count(*) FROM {rows_glob.format(got)}").fetchone()[0]
+            dup = con.sql(
+                f'SELECT count(*) - count(DISTINCT ("partition", "offset")) FROM {rows_glob.format(got)}'
+            ).fetchone()[0]
+            rows, dead = kafka_pipeline.read_committed(got)
+            counts = kafka_pipeline.check_exactly_once(produced[topic], rows, dead)
+            compared[topic] = {"runs": len(kafka_pipeline.committed_runs(got)), "rows": n_rows,
+                               "dead_letters": counts["dead_letters"], "duplicates": dup,
+                               "extra/missing": (extra, missing, dead_extra, dead_missing)}  # fmt: skip
+            assert (extra, missing, dead_extra, dead_missing, dup) == (0, 0, 0, 0, 0), compared
+        report.append({"run": run, "starts": starts, "kills": kills, "topics": compared})
+    for figures in report:
+        print(f"kafka -> files: {json.dumps(figures)}")
