@@ -246,6 +246,7 @@ def test_killed_kafka_jobs_leave_each_record_once(tmp_path: Path, topic, fmt: st
 FILES_PIPELINE = ROOT / "pipelines" / "kafka_pipeline.py"
 FILES_RUNS = int(os.environ.get("WIREARROW_KILL_RUNS_FILES", "2"))
 FILES_MAX_KILLS = 3
+FILES_AIMS = ("writing", "commit", "start-up", "committed")
 
 
 @pytest.fixture(scope="module")
@@ -313,13 +314,13 @@ def test_killed_kafka_file_jobs_leave_each_record_once(tmp_path: Path, files_top
                 proc = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=err,
                                         start_new_session=True)  # fmt: skip
             try:
-                # Where to aim: Ray's start-up, or in the k-th topic still to commit while
-                # Ray writes, at the rename that commits it, just after it.
+                # Where to aim, in turn over the kills (each kind in every few runs): while
+                # Ray writes, at the rename that commits, Ray's start-up, just after the
+                # rename; in a random one of the topics still to commit.
                 left = sum(not kafka_pipeline.committed_runs(out / t) for t in topics)
-                aims = [("start-up", 0)] + [(step, k) for k in range(1, left + 1)
-                                            for step in ("writing", "commit", "committed")]  # fmt: skip
                 if len(kills) < FILES_MAX_KILLS and left:
-                    aim, k = rng.choice(aims)
+                    aim = FILES_AIMS[(run + len(kills)) % len(FILES_AIMS)]
+                    k = rng.randint(1, left)
                     if aim == "start-up":
                         time.sleep(rng.uniform(0.5, 8.0))
                     while aim != "start-up" and proc.poll() is None and sum(
