@@ -8,7 +8,7 @@ table.
 Produces ``--n`` BidRequestEvent records (benchmarks/corpus.py) to ``TOPIC`` (``--partitions``
 partitions) in the Confluent wire format: the first half by a producer of version 1 (schema
 id 1: examples/schema/bidrequest.proto), the rest by one that upgraded to version 2 (schema
-id 2: examples/schema/v2/bidrequest.proto: ``at`` widened to int64, ``tmax`` renamed
+id 2: examples/schema_v2/bidrequest.proto: ``at`` widened to int64, ``tmax`` renamed
 ``timeout_ms``, ``source_app`` added); every ``--corrupt-every``-th value is cut short.
 
 Then consumes the topic into ``events.bids`` (a SQLite catalog under ``OUT/warehouse``;
@@ -61,7 +61,7 @@ V1, V2 = 1, 2  # the schema ids of the two producers
 def schemas() -> dict[int, wa.Schema]:
     """Schema id -> version of BidRequestEvent."""
     v1 = wa.Schema.from_proto(SCHEMA_DIR / "bidrequest.proto", "BidRequestEvent", import_paths=[SCHEMA_DIR])
-    v2 = wa.Schema.from_proto(SCHEMA_DIR / "v2" / "bidrequest.proto", "BidRequestEvent",
+    v2 = wa.Schema.from_proto(ROOT / "examples" / "schema_v2" / "bidrequest.proto", "BidRequestEvent",
                               import_paths=[SCHEMA_DIR])  # fmt: skip
     return {V1: v1, V2: v2}
 
