@@ -28,7 +28,7 @@ pytestmark = [
 
 
 def test_kafka_job_every_record_once(kafka_broker: str, ray_local, tmp_path: Path) -> None:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     n, partitions = 120, 3
     produced, schema_id = kafka_pipeline.produce(
@@ -81,4 +81,25 @@ def test_kafka_job_every_record_once(kafka_broker: str, ray_local, tmp_path: Pat
         assert again_stats is None and again is not None and again.num_rows == rows.num_rows
         assert again_dead is not None and again_dead.num_rows == dead.num_rows
         assert not (out / ".partial").exists()
+        # More records on the topic: the next run reads only those, from the committed
+        # offsets, into a second run directory.
+        producer = Producer({"bootstrap.servers": kafka_broker})
+        acked: set[tuple[int, int]] = set()
+
+        def delivered(err, msg, acked=acked) -> None:
+            assert err is None
+            acked.add((msg.partition(), msg.offset()))
+
+        for i in range(2 * partitions):
+            value = values[keys[i]][0]  # a good record's value, again
+            producer.produce(topic, value=value, key=b"more", partition=i % partitions,
+                             on_delivery=delivered)  # fmt: skip
+        producer.flush(30)
+        more, more_dead, more_stats = kafka_pipeline.run(kafka_broker, topic, out, sid)
+        assert more_stats is not None and more_stats.records_in == 2 * partitions
+        assert [r.name for r in kafka_pipeline.committed_runs(out)] == ["000001", "000002"]
+        assert kafka_pipeline.check_exactly_once(produced[topic] | acked, more, more_dead)["rows"] == (
+            rows.num_rows + 2 * partitions
+        )
+        assert kafka_pipeline.committed_offsets(out) == {p: n // partitions + 2 for p in range(partitions)}
     consumer.close()
