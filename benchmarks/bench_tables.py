@@ -11,6 +11,9 @@ SQLite, a local warehouse) with one commit:
   then Ray Data's own ``Dataset.write_iceberg``;
 * ``wirearrow + write_iceberg``: the same Ray job with ``wirearrow.ray.transcode`` as the
   map step (Ray's writer unchanged: what the decode alone is worth);
+* ``wirearrow.ray write_table``: the same Ray job with wirearrow's own table write
+  (``wirearrow.ray.write_table``: the tasks that decode write the data files, the driver
+  commits once with the job's positions; the rows carry ``file`` and ``offset`` for them);
 * ``wirearrow TableWriter``: ``wirearrow.tables.TableWriter`` in one Python process, no
   Ray: read the file, ``Transcoder.decode`` a batch at a time, stage each batch's data file,
   commit once at the end with the job's positions (what makes a restarted job resume;
@@ -44,7 +47,8 @@ import corpus
 from bench_ray import BATCH_SIZE, FRAMING, PLAN, DIYProtobuf, check_equal
 
 BASELINE = "Ray write_iceberg"
-METHODS = (BASELINE, "wirearrow + write_iceberg", "wirearrow TableWriter")
+WRITE_TABLE = "wirearrow.ray write_table"
+METHODS = (BASELINE, "wirearrow + write_iceberg", WRITE_TABLE, "wirearrow TableWriter")
 _DIY: list[DIYProtobuf] = []
 
 
@@ -71,7 +75,7 @@ def prepare(method: str, warehouse: Path, name: str, schema: pa.Schema) -> None:
 
     from wirearrow import tables
 
-    if method == "wirearrow TableWriter":
+    if method in ("wirearrow TableWriter", WRITE_TABLE):
         tables.IcebergSink(f"bench.{name}", catalog=catalog_kwargs(warehouse)).prepare(schema)
         return
     catalog = load_catalog(**catalog_kwargs(warehouse))
@@ -95,6 +99,11 @@ def job(method: str, path: Path, warehouse: Path, name: str) -> float:
             for lo in range(0, len(records), BATCH_SIZE):
                 part = records.slice(lo, BATCH_SIZE)
                 writer.write(tc.decode(part, record_index=True), key, range(lo, lo + len(part)))
+    elif method == WRITE_TABLE:
+        ds = war.read_delimited(str(path), framing=FRAMING, include_location=True)
+        result = war.transcode(ds, str(PLAN), batch_size=BATCH_SIZE, carry=["file", "offset"])
+        out = wa.Output(format="iceberg", table=f"bench.{name}", catalog=catalog_kwargs(warehouse))
+        war.write_table(result, out, source="file")
     else:
         ds = war.read_delimited(str(path), framing=FRAMING)
         if method == BASELINE:
@@ -139,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ours = wa.load_plan(PLAN).transcoder().transcode(sample["value"]).schema
     schemas = {m: ours for m in METHODS}
     schemas[BASELINE] = DIYProtobuf()(sample).schema
+    schemas[WRITE_TABLE] = ours.append(pa.field("file", pa.string())).append(pa.field("offset", pa.int64()))
     want_rows = pa.Table.from_batches(
         [wa.load_plan(PLAN).transcoder().transcode(wa.read_delimited(str(path), framing=FRAMING))]
     ).num_rows

@@ -26,11 +26,14 @@ def test_bench_tables_prints_every_method_and_the_ratios(tmp_path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "identical rows" in proc.stderr
-    methods = re.findall(r"^(Ray write_iceberg|wirearrow \+ write_iceberg|wirearrow TableWriter) +[\d.]+ ",
-                         proc.stdout, re.M)  # fmt: skip
-    assert methods == ["Ray write_iceberg", "wirearrow + write_iceberg", "wirearrow TableWriter"]
+    methods = re.findall(
+        r"^(Ray write_iceberg|wirearrow \+ write_iceberg|wirearrow\.ray write_table|wirearrow TableWriter) +[\d.]+ ",
+        proc.stdout, re.M,
+    )  # fmt: skip
+    assert methods == ["Ray write_iceberg", "wirearrow + write_iceberg", "wirearrow.ray write_table",
+                       "wirearrow TableWriter"]  # fmt: skip
     ratios = re.findall(r"^(.+) vs Ray write_iceberg after a protobuf decode: [\d.]+x \(target >= 3x\)$",
                         proc.stdout, re.M)  # fmt: skip
-    assert ratios == ["wirearrow + write_iceberg", "wirearrow TableWriter"]
+    assert ratios == ["wirearrow + write_iceberg", "wirearrow.ray write_table", "wirearrow TableWriter"]
     saved = json.loads(out.read_text())
-    assert saved["n"] == 3000 and saved["rows"] > 3000 and len(saved["warm"]) == 3
+    assert saved["n"] == 3000 and saved["rows"] > 3000 and len(saved["warm"]) == 4

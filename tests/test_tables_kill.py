@@ -3,14 +3,17 @@ random points, started again until it finishes, must leave the same rows and dea
 a clean run: each record once, none lost (EXCEPT ALL both ways, by DuckDB reading the tables).
 
 Release tier (slow): each run is a few processes of pyiceberg / deltalake start-up.
-WIREARROW_KILL_RUNS sets the number of killed jobs per format (default 3); the figures of a
-run are printed (pytest -s shows them).
+WIREARROW_KILL_RUNS sets the number of killed jobs per format (default 3; the Ray jobs',
+each a local Ray started again, WIREARROW_KILL_RAY_RUNS, default 1); the figures of a run
+are printed (pytest -s shows them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -34,6 +37,8 @@ JOB = Path(__file__).resolve().parent / "table_job.py"
 N_RECORDS = 2_000
 CORRUPT_EVERY = 37
 RUNS = int(os.environ.get("WIREARROW_KILL_RUNS", "3"))
+RAY_RUNS = int(os.environ.get("WIREARROW_KILL_RAY_RUNS", "1"))
+RAY_JOB = Path(__file__).resolve().parent / "table_ray_job.py"
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +113,9 @@ class PythonJob:
     name = "job"
     position = "position"  # the rows' and the dead letters' (in carry) record position
     dead_position = "carry.position"
+    one_row_per_record = True  # (the plan's columns make one row of each record)
+    runs = RUNS
+    new_session = False  # a job whose processes outlive it gets a session of its own
 
     def __init__(self, corpus_file: Path, fmt: str, tmp: Path) -> None:
         self.corpus_file, self.fmt = corpus_file, fmt
@@ -127,6 +135,10 @@ class PythonJob:
         """Steps done since it started: its log's new lines."""
         return len(_lines(log)) - lines
 
+    def pause(self, rng: random.Random) -> float:
+        """How long after its step the kill lands: a moment into the next step."""
+        return rng.uniform(0.0, 0.3)
+
     def kill_point(self, where: Path, log: Path, lines: int) -> str:
         """Where it was when it died: its log's last line."""
         return _last(log) if len(_lines(log)) > lines else "start-up"
@@ -139,6 +151,7 @@ class CommandJob(PythonJob):
     name = "cli"
     position = '"offset"'  # --offset-column: the record's byte in the file (quoted: SQL's word)
     dead_position = "file_offset"
+    one_row_per_record = False  # imp[*].id
 
     def __init__(self, corpus_file: Path, fmt: str, tmp: Path) -> None:
         super().__init__(corpus_file, fmt, tmp)
@@ -182,6 +195,70 @@ class CommandJob(PythonJob):
         return rows, dead
 
 
+class RayJob(CommandJob):
+    """tests/table_ray_job.py: a Ray driver (its own local Ray, 2 CPUs) writing the file's
+    8 blocks with wirearrow.ray.write_table, a commit per block, the dead letters last. A
+    kill lands after a random number of data files written by its tasks or of its commits;
+    the driver is killed, and its Ray goes with it (the processes of its session that are
+    left are stopped by PID)."""
+
+    name = "ray"
+    position = '"offset"'  # read_delimited(include_location=True): the record's byte
+    dead_position = "source.offset"
+    one_row_per_record = True
+    runs = RAY_RUNS
+    new_session = True
+
+    def __init__(self, corpus_file: Path, fmt: str, tmp: Path) -> None:
+        PythonJob.__init__(self, corpus_file, fmt, tmp)
+
+    def command(self, where: Path, log: Path) -> list[str]:
+        return [sys.executable, str(RAY_JOB), str(self.corpus_file), "--format", self.fmt,
+                "--where", str(where), "--blocks", "8", "--commit-every", "1", "--log", str(log)]  # fmt: skip
+
+    def progress(self, where: Path, log: Path, lines: int, files: int) -> int:
+        """Steps done since it started: data files written by its tasks and commits."""
+        return _data_files(where) - files + len(_lines(log)) - lines
+
+    def pause(self, rng: random.Random) -> float:
+        # Its steps come within milliseconds of each other (the blocks' files in parallel,
+        # then the commits): a longer pause would land after the last one every time.
+        return rng.uniform(0.0, 0.005)
+
+    def kill_point(self, where: Path, log: Path, lines: int) -> str:
+        new = [what for _, what in _lines(log)[lines:]]
+        commits = sum(1 for what in new if what.startswith("commit"))
+        if not new:
+            return "start-up"
+        return f"{_share(self, where):.0%} committed, {commits} commit(s) of this start"
+
+    def tables(self, where: Path) -> tuple[tables.TableSink, tables.TableSink]:
+        return _tables(self.fmt, where)
+
+
+def _reap(session: int) -> None:
+    """Stop what is left of a killed job's session (its Ray: the driver's death stops it
+    within seconds; what is still there after 20 s is killed by PID)."""
+    deadline = time.monotonic() + 20
+    while True:
+        left = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getsid(int(entry)) == session:
+                        left.append(int(entry))
+                except OSError:  # gone meanwhile
+                    pass
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+        time.sleep(0.2)
+
+
 def _data_files(where: Path) -> int:
     return sum(1 for _ in where.rglob("*.parquet")) if where.exists() else 0
 
@@ -206,20 +283,25 @@ def _share(job: PythonJob, where: Path) -> float:
     return done / job.size
 
 
-@pytest.mark.parametrize("kind", [PythonJob, CommandJob], ids=["job", "cli"])
+@pytest.mark.parametrize(
+    "kind",
+    [PythonJob, CommandJob, pytest.param(RayJob, marks=pytest.mark.ray)],
+    ids=["job", "cli", "ray"],
+)
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, fmt: str, kind) -> None:
     job = kind(corpus_file, fmt, tmp_path)
     rng = random.Random(f"{os.environ.get('WIREARROW_KILL_SEED', '32')}-{fmt}-{job.name}")
     clean = tmp_path / "clean"
-    subprocess.run(job.command(clean, tmp_path / "clean.log"), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(job.command(clean, tmp_path / "clean.log"), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL if job.new_session else None)  # fmt: skip
     # A kill lands after a random number of the job's steps (log lines, data files: not a
     # time, which the machine's load would make meaningless), a moment into the next one.
     steps = job.progress(clean, tmp_path / "clean.log", 0, 0)
     con = table_readers.connect()
     clean_rows, clean_dead = job.tables(clean)
     report = []
-    for run in range(RUNS):
+    for run in range(job.runs):
         where = tmp_path / f"run{run}"
         log = tmp_path / f"run{run}.log"
         kills: list[str] = []
@@ -228,7 +310,11 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
             starts += 1
             before, files = len(_lines(log)), _data_files(where)
             left = max(1, round(steps * (1 - _share(job, where))))
-            proc = subprocess.Popen(job.command(where, log), stdout=subprocess.DEVNULL)
+            with open(log.with_suffix(".err"), "ab") as err:  # (Ray's chatter: read on failure)
+                proc = subprocess.Popen(
+                    job.command(where, log), stdout=subprocess.DEVNULL,
+                    stderr=err if job.new_session else None, start_new_session=job.new_session,
+                )  # fmt: skip
             try:
                 # Up to 4 kills a run, then the job is let finish. Most after a random step
                 # of its work (a batch staged, a commit, between the two tables' commits),
@@ -237,7 +323,7 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
                     if rng.random() < 1 / 6:
                         time.sleep(rng.uniform(0.1, 2.0))
                     elif _reach(job, where, log, before, files, rng.randint(1, left), proc):
-                        time.sleep(rng.uniform(0.0, 0.3))
+                        time.sleep(job.pause(rng))
                     if proc.poll() is None:
                         proc.kill()
                         proc.wait()
@@ -248,7 +334,12 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-            assert proc.returncode == 0, f"the job failed ({proc.returncode}); log: {_last(log)}"
+                if job.new_session:
+                    _reap(proc.pid)
+            assert proc.returncode == 0, (
+                f"the job failed ({proc.returncode}); log: {_last(log)}; "
+                f"{log.with_suffix('.err').read_text()[-3000:] if job.new_session else ''}"
+            )
             break
         rows, dead = job.tables(where)
         compared = []
@@ -270,9 +361,9 @@ def test_killed_jobs_leave_each_record_once(tmp_path: Path, corpus_file: Path, f
             f"SELECT count(DISTINCT {job.position}) FROM {_scan(con, rows)}"
         ).fetchone()[0]
         assert records + dead_n == N_RECORDS
-        if job.position == "position":  # one row per record: no position twice
+        if job.one_row_per_record:  # no position twice
             dup = con.sql(
-                f"SELECT count(*) - count(DISTINCT position) FROM {_scan(con, rows)}"
+                f"SELECT count(*) - count(DISTINCT {job.position}) FROM {_scan(con, rows)}"
             ).fetchone()[0]
             assert dup == 0
     for run, starts, kills, compared in report:
