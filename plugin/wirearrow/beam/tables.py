@@ -120,6 +120,9 @@ class _CommitFn(_SinkFn):
     ) -> Iterator[Commit]:  # fmt: skip
         _, staged = element  # (None, the firing's Staged values): the GroupByKey's output
         firing = f"{self._job}:{_window_text(window)}:{pane.index}"
+        # A firing records no positions (its id is what makes it once): read the app id's
+        # anew, which another writer of the table (a Ray job of the same app id) may move.
+        self._sink.committed()
         done = self._sink.commit(list(staged), commit_id=firing)
         if done.version is not None:
             self._rows.inc(done.rows)
