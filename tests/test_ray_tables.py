@@ -74,6 +74,8 @@ def plain(input_file: Path, _ray_for_the_session) -> tuple[pa.Table, pa.Table]:
     rows = pa.concat_tables(ray.get(result.rows.to_arrow_refs()))
     dead = pa.concat_tables(ray.get(result.dead_letters.to_arrow_refs()))
     assert rows.num_rows == N - len(BAD) and dead.num_rows == len(BAD)
+    # known before the job ran (write_table prepares the table with it): what it made
+    assert result.schema is not None and result.schema.equals(rows.schema, check_metadata=True)
     return rows, dead
 
 

@@ -162,13 +162,16 @@ class TranscodeResult:
     """What :func:`~wirearrow.ray.transcode` and :func:`~wirearrow.ray.encode` return: the
     lazy ``rows`` (Ray's own Dataset: consuming it runs the job), then :meth:`job_stats`
     and :attr:`dead_letters` of one execution; ``compute`` and ``pool`` (docs/ray.md);
-    ``on_error``: the job's error policy."""
+    ``on_error``: the job's error policy; ``schema``: the rows' schema, when known without
+    running a block (else None)."""
 
     def __init__(
         self, rows: Dataset, ledger: JobLedger, dead: tuple[pafs.FileSystem, str] | None,
         compute: str, pool: PoolSize | None, on_error: str = "raise",
     ) -> None:
         self.rows, self.compute, self.pool, self.on_error = rows, compute, pool, on_error
+        # The rows' schema when known without running the job (transcode sets it).
+        self.schema: pa.Schema | None = None
         self._ledger, self._dead = ledger, dead
         # With the rows, which a caller may keep without this object; not at interpreter
         # exit: Ray may be gone by then (forget_job checks).

@@ -215,7 +215,8 @@ def write_table(
         if commit_every < 1:
             raise ValueError(f"commit_every must be at least 1, not {commit_every}")
         dataset.context.execution_options.preserve_order = True
-    schema = _arrow_schema(dataset)
+    # the rows' schema: transcode's when it knows it, else Ray's (which runs one block)
+    schema = result.schema if result is not None and result.schema is not None else _arrow_schema(dataset)
     if columns is not None:
         columns.check(schema.names)  # here, before a task fails on it
     writer = rows_sink.prepare(schema)

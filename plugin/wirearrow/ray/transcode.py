@@ -172,7 +172,31 @@ def transcode(
     resolved = resolve(plan, on_error, cache)
     fmt = RecordFormat.one_by_one(resolved.input, input, **given)
     plan = Resolved(resolved.transcoder, fmt, None)
-    return run_job(
+    result = run_job(
         ds, Transcode, plan, {"carry": tuple(carry)}, dead_letters, filesystem, compute,
         concurrency, num_cpus, batch_size, resource_reservation, options,
     )
+    result.schema = rows_schema(ds, resolved.transcoder, fmt, carry)
+    return result
+
+
+def rows_schema(
+    ds: Dataset, tc: Any, fmt: RecordFormat, carry: Sequence[str]
+) -> pa.Schema | None:
+    """The schema of ``Transcode``'s rows of ``ds``, known without running a block when
+    Ray knows the input's (a decode of no records, as the step decodes a batch); None when
+    it does not."""
+    given = ds.schema(fetch_if_missing=False)
+    base = getattr(given, "base_schema", given)
+    if not isinstance(base, pa.Schema):
+        return None
+    names = [n for n in base.names if n != READ_ERROR]
+    column = fmt.column or (names[0] if len(names) == 1 else "value")
+    if column not in names:
+        return None  # the step raises, naming the columns
+    try:
+        rows, _, _ = tc.decode(base.empty_table().select(names), fmt.replace(column=column),
+                               carry=list(carry) or None)  # fmt: skip
+    except Exception:  # what the step raises on its first batch, not here
+        return None
+    return rows.schema
