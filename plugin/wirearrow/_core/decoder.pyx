@@ -97,6 +97,13 @@ cdef extern from *:
     void __builtin_prefetch(const void* addr, int rw) nogil
 
 
+cdef extern from *:
+    """
+    #define wa_unlikely(x) __builtin_expect(!!(x), 0)
+    """
+    bint wa_unlikely(bint x) nogil   # a branch the compiler lays out of the common path
+
+
 ctypedef struct Ctx:
     const FieldEntry* entries
     const Node* nodes
@@ -1443,7 +1450,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     continue
                 # An error names the element the field opened, as below (rare_field opened
                 # it); an error inside an entry recorded its own level already.
-                if act == A_MAP or act == A_ANY:
+                if act != A_ENUM:   # a map entry or an Any (one compare, as before Any)
                     return record_level(c, node_id, fn, element_index(c, f), st)
                 if f.group >= 0:
                     opened = f
@@ -1618,16 +1625,15 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
     unknown field, as it came (so no oneof sibling is unset and no element opened).
     A_MAP: a map entry, decoded as any repeated message; one its node found an unknown field
     in (c.rejected, see unknown_field) is taken out of the map again and, as upb keeps it,
-    becomes an unknown field of the parent, whole. On an error, the element the field
-    opened is open (and the error offset set where no inner level set it)."""
+    becomes an unknown field of the parent, whole. A_ANY: any_field (checked on the enum
+    path, as maps are the frequent ones here). On an error, the element the field opened is
+    open (and the error offset set where no inner level set it)."""
     cdef uint64_t v
     cdef int64_t n, el
     cdef int st, saved, rejected
     cdef uint32_t v32
     cdef uint8_t* dst
     cdef const uint8_t* p = pp[0]
-    if f.action == A_ANY:
-        return any_field(c, node, f, pp, end, field_start, depth, node_element)
     if f.action == A_MAP:
         el = node_element
         st = OK
@@ -1657,6 +1663,8 @@ cdef int rare_field(Ctx* c, const Node* node, const FieldEntry* f, const uint8_t
             if st != OK:
                 c.err_offset = field_start - c.record
         return st
+    if wa_unlikely(f.action == A_ANY):
+        return ANY_FIELD(c, node, f, pp, end, field_start, depth, node_element)
     if p < end and p[0] < 0x80:   # (most enum values: one byte, no status to test)
         v = p[0]
         p += 1
@@ -1802,6 +1810,13 @@ cdef int unpack_any(Ctx* c, const FieldEntry* f, const uint8_t* p, const uint8_t
                 return record_level(c, f.child, <uint32_t>(ANY_LEVEL + (t - spec.first)), -1, st)
         return st
     return OK
+
+
+# Called through a pointer, as NOT_STORED below: kept out of rare_field (a map entry's and a
+# closed enum's value), which would pay for its frame.
+ctypedef int (*any_field_fn)(Ctx*, const Node*, const FieldEntry*, const uint8_t**,
+                             const uint8_t*, const uint8_t*, int, int64_t) noexcept nogil
+cdef any_field_fn ANY_FIELD = any_field
 
 
 # How upb re-encodes an undeclared value of a packed closed enum as an unknown varint:
