@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Sequence
+from operator import add
 from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
@@ -36,7 +37,7 @@ from wirearrow.options import OPTIONS, options_doc, unknown_options
 from wirearrow.plan.assemble import Assembler, BadRecords
 from wirearrow.plan.compiler import Column, CompiledPlan, deepest_whole_read
 from wirearrow.schema import Schema
-from wirearrow.sources.format import RecordFormat
+from wirearrow.sources.format import BINARY, RecordFormat
 from wirearrow.sources.records import Failure, RecordReader, Records
 from wirearrow.spec import TranscodeSpec, as_columns
 from wirearrow.versions import Router
@@ -109,7 +110,9 @@ class Transcoder:
         self._reader = RecordReader(spec.schema)
         self._encoder: Encoder | None = None
         self._lock = threading.Lock()
-        self._stats = Counts()
+        # transcode's sums, in Counts' field order: a tuple per call adds up without a
+        # Counts value per call (a frozen dataclass costs a Python call a field).
+        self._sums: tuple[int, ...] = Counts().values()
         self._dead: list[pa.Table] = []
         # Schema versions (wirearrow.versions), each decoded by a transcoder of its own.
         self._router = Router(spec, self._cache)
@@ -156,7 +159,7 @@ class Transcoder:
     def stats(self) -> Counts:
         """The counts of every ``transcode`` call so far (``decode`` adds nothing)."""
         with self._lock:
-            return self._stats
+            return Counts(*self._sums)
 
     def dead_letters(self) -> pa.Table:
         """The dead letters of the ``transcode`` calls so far (on_error="dead_letter"), and
@@ -169,9 +172,9 @@ class Transcoder:
     def transcode(self, messages: object, input: RecordFormat | None = None, **kwargs: Any) -> pa.RecordBatch:
         """:meth:`decode`, keeping the counts in ``stats`` and the dead letters for
         :meth:`dead_letters`; returns the rows."""
-        rows, dead, counts = self.decode(messages, input, **kwargs)
+        rows, dead, counts = self._decoded(messages, input, **kwargs)
         with self._lock:
-            self._stats = self._stats + counts
+            self._sums = tuple(map(add, self._sums, counts))
             if dead.num_rows:
                 self._dead.append(dead)
         return rows
@@ -215,16 +218,34 @@ class Transcoder:
 
         Under ``on_error="raise"`` the first bad record raises :class:`DecodeError`.
         """
-        fmt = RecordFormat.of(input, **input_options)
-        versions = self._router.versions
-        names = self._names if versions is None else frozenset(versions.schema.names)
-        index_name = extra_column_name("record_index", record_index, RECORD_INDEX, names)
-        id_name = extra_column_name("schema_id", fmt.schema_id, SCHEMA_ID, names)
-        if index_name is not None and index_name == id_name:
-            raise ValueError("record_index and schema_id need different column names")
+        rows, dead, counts = self._decoded(
+            messages, input, record_index=record_index, carry=carry, custom=custom, **input_options
+        )
+        return Decoded(rows, dead, Counts(*counts))
+
+    def _decoded(
+        self,
+        messages: object,
+        input: RecordFormat | None = None,
+        *,
+        record_index: bool | str = False,
+        carry: object = None,
+        custom: object = None,
+        **input_options: Any,
+    ) -> tuple[pa.RecordBatch, pa.Table, tuple[int, ...]]:
+        """:meth:`decode`, its counts as a tuple in :class:`Counts`' field order."""
+        # The default format (binary records as they are) needs no look-up.
+        fmt = BINARY if input is None and not input_options else RecordFormat.of(input, **input_options)
+        index_name = id_name = None
+        if record_index is not False or fmt.schema_id is not False:
+            names = self._output_names()
+            index_name = extra_column_name("record_index", record_index, RECORD_INDEX, names)
+            id_name = extra_column_name("schema_id", fmt.schema_id, SCHEMA_ID, names)
+            if index_name is not None and index_name == id_name:
+                raise ValueError("record_index and schema_id need different column names")
         carried = None if carry is None else carry_table(carry, messages)
         if carried is not None:
-            check_carried(carried, {*names, index_name, id_name})
+            check_carried(carried, {*self._output_names(), index_name, id_name})
         records = self._reader.read(messages, fmt, custom)
         if carried is not None and carried.num_rows != records.n_in:
             raise ValueError(
@@ -269,17 +290,17 @@ class Transcoder:
         keep = self._spec.on_error == "dead_letter"
         dead = dead_letter_table(failures if keep else (), carried)
         n_failed = len(failures)
-        counts = Counts(
-            records_in=n_in,
-            records_ok=n_in - n_failed,
-            records_failed=n_failed,
-            rows_out=rows.num_rows,
-            bytes_in=n_bytes,
-            dead_letters=dead.num_rows,
-            precision_lost=precision_lost,
-            strings_not_utf8=not_utf8,
+        # Counts' fields, in order: records in, ok, failed, rows out, bytes in, dead letters,
+        # precision lost, strings not UTF-8.
+        return rows, dead, (
+            n_in, n_in - n_failed, n_failed, rows.num_rows, n_bytes, dead.num_rows,
+            precision_lost, not_utf8,
         )
-        return Decoded(rows, dead, counts)
+
+    def _output_names(self) -> frozenset[str]:
+        """The rows' column names, which extra columns must not take."""
+        versions = self._router.versions
+        return self._names if versions is None else frozenset(versions.schema.names)
 
     def _decode(
         self, records: Records, want_positions: bool
@@ -307,10 +328,7 @@ class Transcoder:
             )
             if n_bytes < 0:
                 n_bytes = result.input_bytes
-            failed = [(self._error(e, records), e[0]) for e in result.errors]
-            # (read before assembly releases the arenas column by column)
-            arena_bytes = [len(a) if a is not None else 0 for a in result.col_arena]
-            group_counts = result.group_counts
+            failed = [(self._error(e, records), e[0]) for e in result.errors] if result.errors else []
             rejected: list[tuple[DecodeError, int]] = []
             assembler = Assembler(self._plan, result, records.data)
             try:
@@ -342,7 +360,7 @@ class Transcoder:
             keep = np.ones(len(records.starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             records.keep(keep)
-        entry.learn_sizes(result.records, group_counts, arena_bytes)
+        entry.learn_sizes(result.records, result.group_counts, result.arena_bytes)
         return columns, positions, failures, n_bytes, assembler.precision_lost, result.moved
 
     def _decode_version(

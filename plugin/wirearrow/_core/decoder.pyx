@@ -622,6 +622,7 @@ cdef class Result:
     cdef readonly list col_valid       # OwnedBuffer (count bytes)
     cdef readonly list col_arena       # OwnedBuffer of a bytes column's bytes, or None
     cdef readonly list col_counts
+    cdef readonly list arena_bytes     # string bytes of each column (0: none), for sizing
     cdef readonly list errors
     cdef readonly int64_t records
     cdef readonly int64_t moved        # string values moved to the unknown fields (not UTF-8)
@@ -944,6 +945,7 @@ cdef int export(Ctx* c, Result r) except -1:
     r.col_valid = []
     r.col_arena = []
     r.col_counts = []
+    r.arena_bytes = []
     for i in range(c.n_cols):
         cs = &c.cols[i]
         count = c.groups[cs.group].count
@@ -958,6 +960,7 @@ cdef int export(Ctx* c, Result r) except -1:
             r.col_valid.append(zero_view(zeros, views, count))
             r.col_arena.append(None)
             r.col_counts.append(count)
+            r.arena_bytes.append(0)
             continue
         # Slots past the capacity were never written: grow so that every element has one.
         if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
@@ -973,6 +976,7 @@ cdef int export(Ctx* c, Result r) except -1:
         r.col_valid.append(OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc)))
         r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
                            if cs.arena != NULL else None)
+        r.arena_bytes.append(cs.arena_len if cs.arena != NULL else 0)
         r.col_counts.append(count)
         cs.values = NULL
         cs.valid = NULL

@@ -77,6 +77,7 @@ class Assembler:
 
     def __init__(self, plan: CompiledPlan, result: Result, data: object) -> None:
         self.plan = plan
+        self.facts = _facts(plan)  # (looked up once a batch: its methods all read it)
         self.r = result
         self.data = data
         self.counts: list[int] = list(result.group_counts)
@@ -91,7 +92,7 @@ class Assembler:
         self._json_texts: dict[int, pa.Array] = {}  # rendered by problems(), by leaf id
         # Timestamp / Duration values whose nanos the column's unit cannot hold (truncated).
         self.precision_lost = 0
-        _share_validity(plan, result)
+        _share_validity(self.facts, result)
 
     # -- groups -------------------------------------------------------------------------
 
@@ -483,7 +484,7 @@ class Assembler:
         transcoder's error policy, like a wire error.
         """
         out: list[tuple[int, str, str]] = []
-        facts = _facts(self.plan)
+        facts = self.facts
         for column in facts.strict:
             out.extend(self._strict_problems(column, tables[column.tree][0]))
         for column, leaf in facts.checked:
@@ -627,12 +628,13 @@ class Assembler:
         if problems:
             raise BadRecords(problems)
         n_rows = len(table[0])
+        facts = self.facts
         # The root group's elements are the decoded records; parents are dropped below.
         positions = self.parents(0)[table[0]] if row_records else None
-        batch_positions = self.parents(0)  # a record's place in the batch, for its errors
+        # a record's place in the batch, for the errors of expressions
+        batch_positions = self.parents(0) if facts.outputs is None else None
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
         # reads it is built (an output that is the buffer itself keeps it alive).
-        facts = _facts(self.plan)
         storage_uses = dict(facts.storage_uses)
         self._drop_parents()
         table_uses = dict(facts.table_uses)
@@ -667,6 +669,9 @@ class Assembler:
                     self.r.col_arena[c] = None
             self._arrays.clear()
         built: list[pa.Array] = out
+        if facts.outputs is not None:  # no expression: the output columns as built
+            return [built[i] for i in facts.outputs], n_rows, positions
+        assert batch_positions is not None
         records = Records(
             table[0], expanded, {t: tab[t] for t, (tab, _) in tables.items()}, self.counts[0]
         )
@@ -688,7 +693,7 @@ class Assembler:
     def _drop_parents(self) -> None:
         """Element parents are only needed for offsets (and error messages) from here on.
         An empty group needs none: its lists' offsets are zeros (ArrowTree.build's own)."""
-        facts = _facts(self.plan)
+        facts = self.facts
         counts = self.counts
         for group, key in facts.map_keys:
             if counts[group] > 1:
@@ -869,6 +874,8 @@ class _Facts:
     gathers: dict[int, _GatherProgram]
     # tree -> its scalar columns under a selection, gathered when it adds no rows (imp[0])
     picks: dict[int, _GatherProgram]
+    # the plan's outputs as built columns' indexes; None: an expression computes one
+    outputs: tuple[int, ...] | None
 
     @staticmethod
     def of(plan: CompiledPlan) -> _Facts:
@@ -899,6 +906,11 @@ class _Facts:
             trees=_tree_programs(plan),
             gathers=_gather_programs(plan, order),
             picks=_gather_programs(plan, order, picked=True),
+            outputs=(
+                tuple(ref for _, ref in plan.outputs)  # type: ignore[misc]
+                if all(isinstance(ref, int) for _, ref in plan.outputs)
+                else None
+            ),
         )
 
 
@@ -1071,13 +1083,12 @@ def _facts(plan: CompiledPlan) -> _Facts:
     return facts
 
 
-def _share_validity(plan: CompiledPlan, result: Result) -> None:
+def _share_validity(facts: _Facts, result: Result) -> None:
     """Give every derived column the validity bytes of its source (plan.validity_from):
     the decoder does not mark an implicit-presence field whose value is absent (its slot
     already holds the zero default), so it is valid wherever its message is."""
     valid = result.col_valid
     counts = result.col_counts
-    facts = _facts(plan)
     for column, source in facts.shared_validity:
         valid[column] = valid[source]
     for column in facts.always_valid:

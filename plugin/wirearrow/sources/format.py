@@ -19,7 +19,7 @@ from wirearrow.sources.compression import INPUT_COMPRESSIONS, compression_name
 from wirearrow.sources.framing import FRAMINGS
 from wirearrow.sources.registry import registry_source
 
-__all__ = ["CONFLUENT", "FORMATS", "RECORD_FRAMINGS", "RecordFormat"]
+__all__ = ["BINARY", "CONFLUENT", "FORMATS", "RECORD_FRAMINGS", "RecordFormat"]
 
 # What each record is: protobuf's binary wire format, or protojson text.
 FORMATS = ("binary", "json")
@@ -145,7 +145,7 @@ class RecordFormat:
             raise TypeError(f"unknown input options: {', '.join(unknown)}")
         if input is None:
             # The default format is built once: decode() asks for it on every call.
-            return cls(**changes) if changes else _BINARY
+            return cls(**changes) if changes else BINARY
         if not isinstance(input, RecordFormat):
             raise TypeError(f"input must be a wirearrow.RecordFormat, not {type(input).__name__}")
         return input.replace(**changes) if changes else input
@@ -197,4 +197,4 @@ class RecordFormat:
 FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RecordFormat)}
 
 
-_BINARY = RecordFormat()  # binary records as they are: RecordFormat.of()'s default
+BINARY = RecordFormat()  # binary records as they are: RecordFormat.of()'s default

@@ -28,7 +28,7 @@ from wirearrow.errors import DecodeError
 from wirearrow.schema import Schema
 from wirearrow.sources.compression import decompress
 from wirearrow.sources.confluent import SchemaIds, refused, strip_prefixes
-from wirearrow.sources.format import RecordFormat
+from wirearrow.sources.format import BINARY, RecordFormat
 from wirearrow.sources.framing import TRAILERS, corrupt_reason, split_framed_prefix
 from wirearrow.sources.protojson import JsonReader
 
@@ -94,12 +94,18 @@ class RecordReader:
 
     def __init__(self, schema: Schema) -> None:
         self._schema = schema
+        self._plain = schema.custom_numbers is None  # not merged with a custom message
         self._lock = threading.Lock()
         self._json: dict[bool, JsonReader] = {}  # by ignore_unknown_fields
         # The schemas= of recent Confluent batches, by identity (held, so ids stay unique).
         self._schema_ids: dict[int, tuple[object, SchemaIds]] = {}
 
     def read(self, messages: object, fmt: RecordFormat, custom: object = None) -> Records:
+        if fmt is BINARY and custom is None and self._plain:
+            # The common case, decided at once: an Arrow array of records as they are.
+            wide = _ARRAYS.get(type(messages))
+            if wide is not None:
+                return _array_records(messages, wide)
         messages = arrow_input(messages, fmt.column)
         custom_numbers = self._schema.custom_numbers
         if (custom is None) != (custom_numbers is None):
@@ -170,15 +176,16 @@ class RecordReader:
         return records
 
 
-# Arrays of records that arrow_input passes on unchanged.
-_PLAIN = frozenset({pa.BinaryArray, pa.LargeBinaryArray, pa.StringArray, pa.LargeStringArray})
+# Arrays of records that arrow_input passes on unchanged, by class: whether their offsets
+# are 64-bit.
+_ARRAYS = {pa.BinaryArray: False, pa.StringArray: False, pa.LargeBinaryArray: True, pa.LargeStringArray: True}
 
 
 def arrow_input(messages: object, column: str | None) -> object:
     """Arrow producers as pyarrow arrays (imported through the C interfaces, no copy); a
     table's record column (``column``; None: its only column, else ``value``); anything
     else as it is."""
-    if column is None and type(messages) in _PLAIN:  # the common case, decided at once
+    if column is None and type(messages) in _ARRAYS:  # the common case, decided at once
         return messages
     if isinstance(messages, bytes | bytearray | memoryview | pa.Buffer | list | tuple):
         if column is not None:
@@ -229,19 +236,29 @@ def _records(messages: object, framing: str | None, broken: str | None = None) -
         )
     if not isinstance(messages, pa.Array):
         return _from_python(messages)
-    t = messages.type
-    if pa.types.is_binary(t) or pa.types.is_string(t):
-        wide = False
-    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
-        wide = True
-    else:
-        raise TypeError(f"records must be binary, not {t}")
-    n = len(messages)
+    wide = _ARRAYS.get(type(messages))
+    if wide is None:
+        t = messages.type
+        if pa.types.is_binary(t) or pa.types.is_string(t):
+            wide = False
+        elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+            wide = True
+        else:
+            raise TypeError(f"records must be binary, not {t}")
+    return _array_records(messages, wide)
+
+
+def _array_records(messages: pa.Array, wide: bool) -> Records:
+    """The records of a binary or string array, read where they lie (nulls refused)."""
     _, offsets_buf, data_buf = messages.buffers()
     data = memoryview(data_buf if data_buf is not None else b"").cast("B")
-    bounds = array_bounds(offsets_buf, messages.offset, n, wide)
-    starts, ends, index = (np.frombuffer(memoryview(b), dtype=np.int64) for b in bounds)
-    records = Records(data, starts, ends, index)
+    starts, ends, index = array_bounds(offsets_buf, messages.offset, len(messages), wide)
+    records = Records(
+        data,
+        np.frombuffer(memoryview(starts), dtype=np.int64),
+        np.frombuffer(memoryview(ends), dtype=np.int64),
+        np.frombuffer(memoryview(index), dtype=np.int64),
+    )
     if messages.null_count:
         valid = np.asarray(messages.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         for i in np.flatnonzero(~valid):
