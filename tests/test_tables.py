@@ -465,3 +465,37 @@ def test_iceberg_on_a_postgres_catalog(tmp_path: Path, postgres_url: str, bid_sc
             "SELECT table_name FROM iceberg_tables WHERE table_namespace = 'events'")).fetchall()
     engine.dispose()
     assert (name.split(".")[1],) in found
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_commit_id_seen_again_commits_nothing(tmp_path: Path, fmt: str) -> None:
+    """A unit of work committed, then committed again (its retry, from a sink of its own):
+    the second finds its id among the table's commits and makes none; another id commits."""
+    sink = sink_of(fmt, tmp_path)
+    data = pa.table({"id": ["a", "b"]})
+    staged = sink.prepare(data.schema).write(data)
+    first = sink.commit([staged], commit_id="job:0-60000000:0")
+    again = sink_of(fmt, tmp_path).commit([staged], commit_id="job:0-60000000:0")
+    assert first.version is not None and first.rows == 2
+    assert again.version is None and again.rows == 0
+    assert sink.scan().num_rows == 2
+    other = sink_of(fmt, tmp_path).commit([sink.prepare(data.schema).write(data)], commit_id="job:0-60000000:1")
+    assert other.version is not None and sink.scan().num_rows == 4
+
+
+def test_source_columns_positions_and_what_is_left() -> None:
+    rows = pa.table({
+        "topic": ["bids", "bids", "wins", "bids"], "partition": [0, 1, 0, 0],
+        "offset": pa.array([5, 9, 2, 7], pa.int64()),
+    })  # fmt: skip
+    kafka = tables.source_columns("kafka")
+    assert kafka.positions(rows).next == {"kafka:bids:0": 8, "kafka:bids:1": 10, "kafka:wins:0": 3}
+    committed = tables.Positions({"kafka:bids:0": 6, "kafka:wins:0": 3})
+    assert kafka.uncommitted(rows, committed).tolist() == [False, True, False, True]
+    files = pa.table({"file": ["a.bin", "b.bin", "a.bin"], "offset": pa.array([0, 40, 90], pa.int64())})
+    at = tables.source_columns("file").positions(files)
+    assert at[tables.file_key("a.bin")] == 91 and at[tables.file_key("b.bin")] == 41
+    with pytest.raises(KeyError, match="carry it"):
+        kafka.positions(files)
+    with pytest.raises(ValueError, match="'kafka', 'file'"):
+        tables.source_columns("s3")
