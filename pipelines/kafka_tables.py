@@ -241,19 +241,7 @@ def read(out: wa.Output) -> tuple[pa.Table, pa.Table]:
     """The rows and the dead letters the tables hold now (by the format's own library)."""
     rows, dead = tables.open_sinks(out)
     assert dead is not None
-    return _scan(rows), _scan(dead)
-
-
-def _scan(sink: tables.TableSink) -> pa.Table:
-    if isinstance(sink, tables.DeltaSink) and "://" not in sink.uri:
-        # A local table's files through pyarrow's own file system: read through deltalake's
-        # (Python callbacks), a process aborts at exit about once in 40 ("terminate called
-        # without an active exception"; deltalake 1.6, pyarrow 25), after its work is done.
-        import pyarrow.fs as pafs
-
-        files = pafs.SubTreeFileSystem(sink.uri, pafs.LocalFileSystem())
-        return sink.table().to_pyarrow_dataset(filesystem=files).to_table()
-    return sink.scan()
+    return rows.scan(), dead.scan()
 
 
 def check(produced: set[tuple[int, int]], rows: pa.Table, dead: pa.Table) -> dict[str, int]:

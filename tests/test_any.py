@@ -437,7 +437,7 @@ def test_a_later_oneof_member_unsets_the_unpacked_any(anyt) -> None:
 def test_yaml_plans_declare_any_types(anyt, tmp_path) -> None:
     from wirearrow.config import load_plan
 
-    schema, cls, make = anyt
+    _schema, cls, make = anyt
     e = cls(id="y")
     e.payload.Pack(make("anyt.View")(page="p"))
     (tmp_path / "anyt.proto").write_text(SOURCE)
