@@ -16,6 +16,13 @@ two cores). The target line is ``>= 1.8x`` for batches of 8k records or more. Ea
 the best of ``--repeat`` runs; only ratios from the same run compare. Nothing here asserts
 on a time.
 
+Beside the times, each way's deterministic counts: minor page faults and large-block
+allocations (buffer-pool misses) per batch, averaged over its runs (``getrusage`` and
+``wirearrow.buffer_pool()``: they do not swing with the machine's load as wall time does).
+Two threads must not cost more of either per batch than one: the buffer pool holds its
+limit once per thread decoding at once (docs/memory.md). ``munmap`` calls are counted from
+outside: ``strace -f -c -e trace=munmap,mmap python benchmarks/bench_threads.py ...``.
+
 Two references are measured among each plan's ways, interleaved with them, over the same
 total work on 1 and on 2 threads: ``zlib`` (``zlib.compress``: what this machine gives two
 threads of plain C right now) and ``decoder`` (the plan's wire decoder alone, the call
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -137,12 +145,25 @@ def measure(wa: Any, plan: str, batches: list[pa.Array], repeat: int) -> dict[st
     ways[ZLIB_TWO] = zlib_two
     ways[DECODER_ONE], ways[DECODER_TWO] = decoder_ways(shared, batches)
     best = {name: float("inf") for name in ways}
+    # Per transcode way: minor faults and pool misses summed over its runs (then per batch).
+    counted = {name: [0, 0] for name in ("1 thread", "2 threads, shared", "2 threads, own")}
     # Interleaved, the machine's reference among them: drift in the load of this (shared,
     # virtual) machine hits every way and the reference alike.
     for _ in range(repeat):
         for name, way in ways.items():
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            misses = wa.buffer_pool()["misses"]
             best[name] = min(best[name], way())
+            if name in counted:
+                counted[name][0] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+                counted[name][1] += wa.buffer_pool()["misses"] - misses
+    for name, (faults, misses) in counted.items():
+        best[f"{name}{FAULTS}"] = faults / (repeat * len(batches))
+        best[f"{name}{MISSES}"] = misses / (repeat * len(batches))
     return best
+
+
+FAULTS, MISSES = " :faults", " :misses"  # keys of the counts beside each way's time
 
 
 ZLIB_ONE, ZLIB_TWO = "zlib, 1 thread", "zlib, 2 threads"
@@ -220,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("zlib: the same machine's 2-thread scaling, measured among each plan's ways; "
           "'of zlib' divides by it; decoder: the plan's decoder call alone on 1 and 2 threads")
     print(f"{'plan':<9} {'batch':>7} {'way':<19} {'msg/s':>11} {'scaling':>8} {'zlib':>6} "
-          f"{'of zlib':>8} {'decoder':>8}")
+          f"{'of zlib':>8} {'decoder':>8} {'faults/b':>9} {'misses/b':>9}")
     rows = []
     for plan in args.plans:
         for size in args.batch:
@@ -228,16 +249,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             best = measure(wa, plan, batches, args.repeat)
             reference = best.pop(ZLIB_ONE) / best.pop(ZLIB_TWO)
             decoder = best.pop(DECODER_ONE) / best.pop(DECODER_TWO)
+            counts = {k: best.pop(k) for k in list(best) if k.endswith((FAULTS, MISSES))}
             one = best["1 thread"]
             for way, seconds in best.items():
                 rate = args.batches * size / seconds
                 scale = one / seconds
+                faults, misses = counts[f"{way}{FAULTS}"], counts[f"{way}{MISSES}"]
                 rows.append({"plan": plan, "batch": size, "way": way, "seconds": seconds,
                              "msg_per_s": rate, "scaling": scale, "zlib": reference,
-                             "decoder": decoder})
+                             "decoder": decoder, "minor_faults_per_batch": faults,
+                             "pool_misses_per_batch": misses})
                 of_zlib = "" if way == "1 thread" else f"{scale / reference:.0%}"
                 print(f"{plan:<9} {size:>7,} {way:<19} {rate:>11,.0f} {scale:>7.2f}x "
-                      f"{reference:>5.2f}x {of_zlib:>8} {decoder:>7.2f}x")
+                      f"{reference:>5.2f}x {of_zlib:>8} {decoder:>7.2f}x {faults:>9.1f} "
+                      f"{misses:>9.2f}")
     targets = []
     for row in rows:
         if row["way"] != "1 thread" and row["batch"] >= 8192:

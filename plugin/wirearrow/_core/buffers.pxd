@@ -55,6 +55,10 @@ cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t h
 cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil
 cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil
 
+# Held by each decode call while it runs: the pool's limit is per thread decoding at once.
+cdef class PoolUser:
+    pass
+
 
 cdef class OwnedBuffer:
     # Memory allocated with PyMem_Raw* (so tracemalloc sees it), handed to Arrow without a

@@ -19,6 +19,9 @@ def gather_strings(
     arena: _Bytes, offsets: _Bytes, valid: _Bytes, n: int, indices: np.ndarray | None = None
 ) -> tuple[OwnedBuffer | None, int, OwnedBuffer | None, OwnedBuffer | None]: ...
 def buffer_pool(limit: int | None = None) -> dict[str, int]: ...
+
+class PoolUser:
+    """Held by a decode call while it runs (the pool's limit is per thread decoding at once)."""
 def epoch_values(
     seconds: _Bytes,
     nanos: _Bytes,

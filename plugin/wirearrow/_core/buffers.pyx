@@ -38,10 +38,16 @@ cdef enum:
 # hands such blocks back to the kernel, and each page of the next batch's buffers then costs
 # a page fault on its first write: a third of a 50k-record nested decode. So large blocks
 # are kept here, up to a byte limit, and handed out again to the first request they fit.
+#
+# The limit is per thread decoding at once (the most decode calls seen running together):
+# two threads each transcoding a batch need two batches' blocks, and a pool holding one
+# batch's worth handed every other block back to the kernel, to be faulted in again
+# (measured: 65k-record whole messages, 2 threads, ~1,100 faults and 0.3 munmap a batch
+# against 76 and 0 on one thread; benchmarks/README.md, "Threads").
 
 cdef enum:
     POOL_MIN = 64 * 1024    # smaller blocks: malloc reuses them from its own free lists
-    POOL_SLOTS = 512
+    POOL_SLOTS = 2048
 
 cdef uint8_t* pool_data[POOL_SLOTS]
 cdef int64_t pool_size[POOL_SLOTS]
@@ -50,6 +56,8 @@ cdef int64_t pool_bytes = 0
 cdef int64_t pool_limit = 256 << 20
 cdef int64_t pool_hits = 0
 cdef int64_t pool_misses = 0
+cdef int64_t pool_active = 0   # decode calls running now
+cdef int64_t pool_threads = 1  # the most decode calls that ever ran at once: the limit's factor
 cdef PyThread_type_lock pool_lock = PyThread_allocate_lock()
 # Buffers from this size on are given back without the GIL (smaller: the hand-off of the
 # GIL would cost more than the free).
@@ -103,7 +111,7 @@ cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil:
         return
     if allocated >= POOL_MIN:
         PyThread_acquire_lock(pool_lock, WAIT_LOCK)
-        if pool_count < POOL_SLOTS and pool_bytes + allocated <= pool_limit:
+        if pool_count < POOL_SLOTS and pool_bytes + allocated <= pool_limit * pool_threads:
             pool_data[pool_count] = data
             pool_size[pool_count] = allocated
             pool_count += 1
@@ -113,13 +121,42 @@ cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil:
     PyMem_RawFree(data)
 
 
+cdef void pool_enter() noexcept nogil:
+    """A decode call starts: the pool's limit scales with the most that ran at once."""
+    global pool_active, pool_threads
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+    pool_active += 1
+    if pool_active > pool_threads:
+        pool_threads = pool_active
+    PyThread_release_lock(pool_lock)
+
+
+cdef void pool_leave() noexcept nogil:
+    global pool_active
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+    pool_active -= 1
+    PyThread_release_lock(pool_lock)
+
+
+cdef class PoolUser:
+    """Held by a decode call for its duration (released on return or exception alike)."""
+
+    def __cinit__(self):
+        pool_enter()
+
+    def __dealloc__(self):
+        pool_leave()
+
+
 def buffer_pool(limit=None):
     """Statistics of the pool of large column buffers, after setting its byte limit if given.
 
-    wirearrow keeps the large buffers of dropped batches (up to `limit` bytes, 256 MiB by
-    default) for the next batch to reuse, instead of returning them to the system and paying
-    a page fault per 4 KiB when writing fresh ones. limit=0 frees them all and disables it.
-    Returns a dict: limit, bytes and blocks held, hits and misses of large requests so far.
+    wirearrow keeps the large buffers of dropped batches (up to `limit` bytes per thread
+    decoding at once, 256 MiB by default) for the next batch to reuse, instead of returning
+    them to the system and paying a page fault per 4 KiB when writing fresh ones. limit=0
+    frees them all and disables it. Returns a dict: limit (per thread), threads (the most
+    decode calls that ran at once: the pool holds up to limit * threads), bytes and blocks
+    held, hits and misses of large requests so far.
     """
     global pool_limit
     cdef int i, best
@@ -129,7 +166,7 @@ def buffer_pool(limit=None):
         PyThread_acquire_lock(pool_lock, WAIT_LOCK)
         pool_limit = limit
         # Shrink to the new limit, largest blocks first.
-        while pool_count > 0 and pool_bytes > pool_limit:
+        while pool_count > 0 and pool_bytes > pool_limit * pool_threads:
             best = 0
             for i in range(pool_count):
                 if pool_size[i] > pool_size[best]:
@@ -137,8 +174,8 @@ def buffer_pool(limit=None):
             PyMem_RawFree(pool_data[best])
             pool_remove(best)
         PyThread_release_lock(pool_lock)
-    return {"limit": pool_limit, "bytes": pool_bytes, "blocks": pool_count,
-            "hits": pool_hits, "misses": pool_misses}
+    return {"limit": pool_limit, "threads": pool_threads, "bytes": pool_bytes,
+            "blocks": pool_count, "hits": pool_hits, "misses": pool_misses}
 
 
 cdef class OwnedBuffer:

@@ -20,7 +20,9 @@ from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from wirearrow._core.buffers cimport MAX_LINES, Lines, OwnedBuffer, add_lines, pool_alloc, pool_free
+from wirearrow._core.buffers cimport (
+    MAX_LINES, Lines, OwnedBuffer, PoolUser, add_lines, pool_alloc, pool_free,
+)
 import numpy as np
 
 from wirearrow._core.tables cimport (
@@ -646,6 +648,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     cdef int64_t n = starts.shape[0]
     if ends.shape[0] != n:
         raise ValueError("starts and ends differ in length")
+    # Counted while this call runs (released with it): the buffer pool holds its limit once
+    # per decode call that ran at the same time as others (buffers.pyx).
+    cdef PoolUser running = PoolUser()
     cdef int64_t size = data.shape[0]
     cdef int64_t i
     cdef int64_t bad = -1, input_bytes = 0
