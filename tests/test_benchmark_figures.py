@@ -211,3 +211,31 @@ def test_conditions_of_this_machine_are_recorded() -> None:
     assert len(got["load_before"]) == 3 and len(got["load_after"]) == 3
     assert got["machine"]["cores"] and got["machine"]["cpu"] and got["quick"] is False
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", got["date"])
+
+
+def test_a_runs_orphaned_descendants_count_as_its_own() -> None:
+    # Ray's workers outlive the raylet that started them: the run adopts such orphans and
+    # reaps them at its end, so their CPU time is the run's, not others'.
+    if not Path("/proc/stat").exists():
+        pytest.skip("needs /proc")
+    spin = "import time\ne = time.process_time() + 0.5\nwhile time.process_time() < e: pass"
+    parent = (
+        f"import subprocess, sys\nprint(subprocess.Popen([sys.executable, '-c', {spin!r}]).pid)\n"
+    )
+    started = conditions.begin(quick=False, busy_cores=1)
+    before = os.times()
+    orphan = int(
+        subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True).stdout
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until it has exited (a zombie of this process)
+        state = Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    conditions.end(started)
+    after = os.times()
+    adopted = (after.children_user + after.children_system) - (
+        before.children_user + before.children_system
+    )
+    assert adopted >= 0.45, adopted  # the orphan's 0.5 s (and its parent's start-up)
