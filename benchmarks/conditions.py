@@ -5,9 +5,8 @@ Every benchmark script's ``--json`` output carries ``"conditions"``: the date, t
 the alternatives it compares, the code's commit, whether it was a ``--quick`` run, how many
 cores the run itself keeps busy, the load average (1/5/15 min) just before and just
 after it, and the CPU the rest of the machine used while it ran (``others_cores``: the
-machine's busy CPU time from /proc/stat less this process's and its reaped children's, per
-second of the run; the process adopts its orphaned descendants, such as Ray's workers, so
-that theirs count as the run's). ``plot.py`` and ``publish.py`` refuse to publish a run that ``refusals`` objects
+CPU time of the processes of every other session, per second of the run: the run's own
+session, Ray's processes included, is not counted). ``plot.py`` and ``publish.py`` refuse to publish a run that ``refusals`` objects
 to: on this shared 2-core VM a neighbour's build can halve a row and not the next one, and
 a ``--quick`` run is a smoke test (small corpus, short timings), so neither gives figures a
 visitor should compare products by. The thresholds are defined here once and stated in
@@ -110,48 +109,36 @@ def _commit() -> str | None:
     return f"{head}{' (modified)' if dirty else ''}"
 
 
-def _cpu_seconds() -> tuple[float, float, float] | None:
-    """Busy CPU seconds so far: the whole machine's, this process's with its children's, and
-    the monotonic clock.
+def _others_cpu() -> tuple[dict[int, float], float] | None:
+    """CPU seconds so far of every process outside this run's session, and the clock.
 
     A load average cannot tell a run's own processes from a neighbour's: Ray's job keeps its
-    GCS, raylet and dashboard in the 1-minute load after the run. Subtracting what this
-    process and the children it reaped used leaves what everything else used.
+    GCS, raylet and dashboard in the 1-minute load after the run, and its workers' time
+    never reaches this process's children's (Ray's shutdown leaves them to others to
+    reap). A run is its session (the benchmark scripts, what they start, Ray's processes):
+    what processes of other sessions used -- their own time and their reaped children's,
+    except init's, which reaps orphans of every session -- is what others used.
     """
     try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
         hz = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
+        ours = os.getsid(0)
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except (OSError, ValueError, AttributeError):
         return None
-    busy = sum(ticks) - ticks[3] - ticks[4]  # all of user..steal but idle and iowait
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
-    return busy / hz, own, time.monotonic()
-
-
-def _adopt_orphans() -> None:
-    """Make this process the reaper of its orphaned descendants (Linux), so that their CPU
-    time is counted as the run's own when they are reaped (:func:`_reap`), not as others'.
-    Ray's workers outlive the raylet that started them; without this they pass to init."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def _reap() -> None:
-    """Wait for every child that has exited (adopted orphans too): their times then count."""
-    while True:
+    out = {}
+    for pid in pids:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == ours:  # (fields from the state on: [3] is the session)
+            continue
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime
+        if pid != 1:
+            ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+        out[pid] = ticks / hz
+    return out, time.monotonic()
 
 
 def begin(*, quick: bool, busy_cores: float, compared: Iterable[str] = ()) -> dict[str, Any]:
@@ -171,7 +158,7 @@ def begin(*, quick: bool, busy_cores: float, compared: Iterable[str] = ()) -> di
         "quick": bool(quick),
         "busy_cores": busy_cores,
         "load_before": load_average(),
-        "_cpu": (_adopt_orphans(), _cpu_seconds())[1],
+        "_cpu": _others_cpu(),
     }
 
 
@@ -180,11 +167,11 @@ def end(started: dict[str, Any]) -> dict[str, Any]:
     began = datetime.datetime.fromisoformat(started["started"])
     took = datetime.datetime.now(datetime.timezone.utc) - began
     out = {k: v for k, v in started.items() if k != "_cpu"}
-    _reap()
-    first, last = started.get("_cpu"), _cpu_seconds()
-    if first and last and last[2] > first[2]:
-        others = (last[0] - first[0]) - (last[1] - first[1])
-        out["others_cores"] = round(max(0.0, others) / (last[2] - first[2]), 2)
+    first, last = started.get("_cpu"), _others_cpu()
+    if first and last and last[1] > first[1]:
+        before = first[0]
+        others = sum(cpu - before.get(pid, 0.0) for pid, cpu in last[0].items())
+        out["others_cores"] = round(max(0.0, others) / (last[1] - first[1]), 2)
     return {**out, "load_after": load_average(), "seconds": round(took.total_seconds())}
 
 
