@@ -11,7 +11,7 @@ the dead letters. The broker is noida-db (the session's kafka_broker fixture, st
 stopped by its PID); the job is one process, killed by its PID.
 
 Release tier (slow: a few job start-ups per run). WIREARROW_KILL_RUNS sets the killed runs
-per format (default 3), WIREARROW_KILL_SEED the kill points; the figures are printed
+per format (default 2; WIREARROW_KILL_RUNS_FILES those of the files job, default 1), WIREARROW_KILL_SEED the kill points; the figures are printed
 (pytest -s shows them).
 """
 
@@ -48,7 +48,7 @@ PARTITIONS = 3
 CORRUPT_EVERY = 37
 BATCH = 100  # records per batch: 12 batches
 COMMIT_EVERY = 2  # batches per commit: 6 commits of each table in a clean run
-RUNS = int(os.environ.get("WIREARROW_KILL_RUNS", "3"))
+RUNS = int(os.environ.get("WIREARROW_KILL_RUNS", "2"))
 MAX_KILLS = 4  # a run's kills; then it is let finish
 
 
@@ -244,7 +244,7 @@ def test_killed_kafka_jobs_leave_each_record_once(tmp_path: Path, topic, fmt: st
 # ---- files: pipelines/kafka_pipeline.py (Ray Data -> Parquet, committed by rename) -------
 
 FILES_PIPELINE = ROOT / "pipelines" / "kafka_pipeline.py"
-FILES_RUNS = int(os.environ.get("WIREARROW_KILL_RUNS_FILES", "2"))
+FILES_RUNS = int(os.environ.get("WIREARROW_KILL_RUNS_FILES", "1"))
 FILES_MAX_KILLS = 3
 FILES_AIMS = ("writing", "commit", "start-up", "committed")
 
