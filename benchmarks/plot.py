@@ -245,6 +245,9 @@ def _short_conditions(data: dict) -> str:
     c = data.get("conditions") or {}
     before, after = c.get("load_before") or [None], c.get("load_after") or [None]
     fmt = lambda x: "?" if x is None else f"{x:.2f}"  # noqa: E731
+    during = c.get("others_cores")
+    if during is not None:  # what decided (the load after counts the run's own processes)
+        return f"{c.get('date', '?')}, load {fmt(before[0])} before, others {during:.2f} cores during"
     return f"{c.get('date', '?')}, load {fmt(before[0])} before, {fmt(after[0])} after"
 
 
