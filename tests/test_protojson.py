@@ -268,6 +268,11 @@ MALFORMED = [
     '{"d": ' * 150 + "{}" + "}" * 150,  # deeper than max_recursion_depth
     "[" * 5000 + "]" * 5000,  # deeper than any parser's stack
     '{"imp": [{"dealById": {"k": ' * 60 + "{}" + "}}]}" * 60,
+    # A field name that is not UTF-8 (a lone surrogate) fails the runtime's lookup even with
+    # ignore_unknown_fields; a string read as a message iterates its characters as names.
+    '{"\\ud800": 1}',
+    '{"lists": {"x\\udc00": 1}}',
+    '{"lists": "\\ud800"}',
 ]
 
 

@@ -695,6 +695,13 @@ cdef bytearray convert_fields_slots(Msg m, object js, Context ctx):
         if fd is None:
             if not isinstance(name, str):
                 raise JsonError(f"field name must be a string, not {type(name).__name__}")
+            if not (<str>name).isascii():
+                # The runtime looks every name up as UTF-8 and fails on one that is not
+                # (a lone surrogate), known field or not, ignore_unknown_fields or not.
+                try:
+                    (<str>name).encode("utf-8")
+                except UnicodeEncodeError:
+                    raise JsonError(f'Unpaired surrogate in field name "{name}" of {m.full_name}')
             if _EXTENSION_NAME.match(name) and not m.extendable:
                 raise JsonError(f"Message type {m.full_name} does not have extensions")
             # (an extension the schema does not declare: an unknown field, as in json_format)
