@@ -614,86 +614,252 @@ cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64
     return OK
 
 
+# ---- the record loop ------------------------------------------------------------------
+#
+# Each entry carries one derived `op` (Plan.__init__, from its kind, shape, presence, oneof
+# and check): the common field shapes have a handler inline here, specialised so that a
+# field costs one dispatch, one reserve and its stores; everything else (oneofs, checks
+# other than UTF-8, temporal parts, maps, groups, packed fields, columns with a `bad`
+# mask or 64-bit string offsets) takes the general path, `encode_field`.
+
+cdef enum EncodeOp:
+    O_GENERIC = 0
+    O_BYTES = 1        # singular string / bytes (no check or UTF-8)
+    O_INT32 = 2        # singular varints: int32 (sign-extended), uint32, 64-bit
+    O_UINT32 = 3
+    O_INT64 = 4
+    O_FIXED32 = 5      # singular fixed-width values
+    O_FIXED64 = 6
+    O_BOOL = 7
+    O_MESSAGE = 8      # singular sub-message
+    O_REP_BYTES = 9    # repeated string / bytes (not packed, not a map)
+    O_REP_MESSAGE = 10 # repeated sub-message (not a map)
+
+
+cdef inline void put_tag_of(Enc* e, const EncodeEntry* en) noexcept nogil:
+    """The entry's tag, pre-encoded: one 8-byte store whose top tag_len bytes are the tag
+    (the bytes below it are free room: the caller reserved 8 more than it wrote)."""
+    memcpy(e.ptr - 8, &en.tag_bytes, 8)
+    e.ptr -= en.tag_len
+
+
+cdef inline int put_length_tag(Enc* e, size_t used_before, const EncodeEntry* en) noexcept nogil:
+    """Length prefix and tag of the bytes written since `used_before`."""
+    cdef size_t n = <size_t>(e.limit - e.ptr) - used_before
+    if n > 0x7FFFFFFF:
+        return E_TOO_LARGE
+    if reserve(e, 20):
+        return E_NO_MEMORY
+    put_varint(e, n)
+    put_tag_of(e, en)
+    return OK
+
+
+cdef int encode_field(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t k,
+                      uint64_t* oneofs) noexcept nogil:
+    """The general path: field `en` of message k, its slot valid."""
+    cdef int64_t p = k + c.offset
+    cdef uint64_t bit
+    if en.shape != S_SINGULAR:
+        return put_repeated(e, en, c, p)
+    if (en.check != C_NONE or c.bad != NULL) and is_bad(e, en, c, k):
+        return fail(e, E_BAD_VALUE, en.col, k)
+    if en.presence == P_IMPLICIT and is_zero(c, en, p):
+        return OK
+    if en.oneof:
+        bit = (<uint64_t>1) << ((en.oneof - 1) & 63)
+        if oneofs[0] & bit:
+            return fail(e, E_ONEOF, en.col, k)
+        oneofs[0] |= bit
+    return put_record(e, en, c, k)
+
+
 cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     """Message k (logical index of the node's arrays): fields last to first."""
     cdef const EncodeNode* nd = &e.nodes[node]
-    cdef const EncodeEntry* en
+    cdef const EncodeEntry* first = &e.entries[nd.first]
+    cdef const EncodeEntry* en = first + nd.n_entries
     cdef const ArrowColumn* c
-    cdef int32_t i = nd.first + nd.n_entries
-    cdef int64_t p
-    cdef uint64_t oneofs = 0, bit, v
+    cdef const ArrowColumn* ec
+    cdef int64_t p, q, lo, hi, j, slo
+    cdef uint64_t oneofs = 0, v
+    cdef uint32_t v32
     cdef int status
-    cdef int32_t kind
-    cdef int64_t lo
+    cdef uint8_t op
     cdef size_t n, before
-    while i > nd.first:
-        i -= 1
-        en = &e.entries[i]
+    cdef const int32_t* offs
+    while en > first:
+        en -= 1
         c = &e.cols[en.col]
         p = k + c.offset
         if is_null(c, p):
             if en.presence == P_ALWAYS:
                 return fail(e, E_NULL_ENTRY, en.col, k)
             continue
-        if en.shape == S_SINGULAR and en.oneof == 0 and c.bad == NULL:
-            # The common singular kinds inline: one reserve for value, length and tag, the
-            # zero test on the value already loaded.
-            kind = en.kind
-            if kind == V_BYTES and not c.wide:
-                lo = (<const int32_t*>c.offsets)[p]
-                n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
-                if en.check == C_UTF8 and not utf8_valid(c.values + lo, n):
-                    return fail(e, E_BAD_VALUE, en.col, k)
-                if n == 0 and en.presence == P_IMPLICIT:
-                    continue
-                if reserve(e, n + 20):
-                    return E_NO_MEMORY
-                e.ptr -= n
-                copy_bytes(e.ptr, c.values + lo, n)
-                put_varint(e, n)
-                put_varint(e, en.tag)
-                continue
-            if en.check != C_NONE:
-                pass
-            elif kind == V_INT32 or kind == V_INT64 or kind == V_UINT32:
-                if kind == V_INT32:
-                    v = <uint64_t><int64_t>(<const int32_t*>c.values)[p]
-                elif kind == V_UINT32:
-                    v = (<const uint32_t*>c.values)[p]
-                else:
-                    v = (<const uint64_t*>c.values)[p]
-                if v == 0 and en.presence == P_IMPLICIT:
-                    continue
-                if reserve(e, 20):
-                    return E_NO_MEMORY
-                put_varint(e, v)
-                put_varint(e, en.tag)
-                continue
-            elif kind == V_MESSAGE:
-                before = e.limit - e.ptr
-                status = encode_message(e, en.child, k)
-                if status:
-                    return status
-                status = put_delimited(e, before, en.tag)
+        op = en.op if c.bad == NULL else O_GENERIC
+        if op == O_GENERIC:
+            status = encode_field(e, en, c, k, &oneofs)
+            if status:
+                return status
+        elif op == O_BYTES:
+            if c.wide:
+                status = encode_field(e, en, c, k, &oneofs)
                 if status:
                     return status
                 continue
-        if en.shape != S_SINGULAR:
-            status = put_repeated(e, en, c, p)
-        else:
-            if (en.check != C_NONE or c.bad != NULL) and is_bad(e, en, c, k):
+            lo = (<const int32_t*>c.offsets)[p]
+            n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
+            if en.check == C_UTF8 and not utf8_valid(c.values + lo, n):
                 return fail(e, E_BAD_VALUE, en.col, k)
-            if en.presence == P_IMPLICIT and is_zero(c, en, p):
+            if n == 0 and en.presence == P_IMPLICIT:
                 continue
-            if en.oneof:
-                bit = (<uint64_t>1) << ((en.oneof - 1) & 63)
-                if oneofs & bit:
-                    return fail(e, E_ONEOF, en.col, k)
-                oneofs |= bit
-            status = put_record(e, en, c, k)
-        if status:
-            return status
+            if reserve(e, n + 20):
+                return E_NO_MEMORY
+            e.ptr -= n
+            copy_bytes(e.ptr, c.values + lo, n)
+            put_varint(e, n)
+            put_tag_of(e, en)
+        elif op == O_INT32 or op == O_UINT32 or op == O_INT64:
+            if op == O_INT32:
+                v = <uint64_t><int64_t>(<const int32_t*>c.values)[p]
+            elif op == O_UINT32:
+                v = (<const uint32_t*>c.values)[p]
+            else:
+                v = (<const uint64_t*>c.values)[p]
+            if v == 0 and en.presence == P_IMPLICIT:
+                continue
+            if reserve(e, 20):
+                return E_NO_MEMORY
+            put_varint(e, v)
+            put_tag_of(e, en)
+        elif op == O_FIXED64:
+            memcpy(&v, c.values + 8 * p, 8)
+            if v == 0 and en.presence == P_IMPLICIT:
+                continue
+            if reserve(e, 16):
+                return E_NO_MEMORY
+            e.ptr -= 8
+            memcpy(e.ptr, &v, 8)
+            put_tag_of(e, en)
+        elif op == O_FIXED32:
+            memcpy(&v32, c.values + 4 * p, 4)
+            if v32 == 0 and en.presence == P_IMPLICIT:
+                continue
+            if reserve(e, 12):
+                return E_NO_MEMORY
+            e.ptr -= 4
+            memcpy(e.ptr, &v32, 4)
+            put_tag_of(e, en)
+        elif op == O_BOOL:
+            v = is_set(c.values, p)
+            if v == 0 and en.presence == P_IMPLICIT:
+                continue
+            if reserve(e, 9):
+                return E_NO_MEMORY
+            e.ptr -= 1
+            e.ptr[0] = <uint8_t>v
+            put_tag_of(e, en)
+        elif op == O_MESSAGE:
+            before = e.limit - e.ptr
+            status = encode_message(e, en.child, k)
+            if status:
+                return status
+            status = put_length_tag(e, before, en)
+            if status:
+                return status
+        else:  # O_REP_BYTES, O_REP_MESSAGE
+            ec = &e.cols[en.elem]
+            if ec.bad != NULL or (op == O_REP_BYTES and ec.wide):
+                status = encode_field(e, en, c, k, &oneofs)
+                if status:
+                    return status
+                continue
+            span(c, p, &lo, &hi)
+            j = hi
+            if op == O_REP_BYTES:
+                offs = <const int32_t*>ec.offsets
+                while j > lo:
+                    j -= 1
+                    q = j + ec.offset
+                    if ec.validity != NULL and not is_set(ec.validity, q):
+                        return fail(e, E_NULL_ELEMENT, en.elem, j)
+                    slo = offs[q]
+                    n = <size_t>(offs[q + 1] - slo)
+                    if en.check == C_UTF8 and not utf8_valid(ec.values + slo, n):
+                        return fail(e, E_BAD_VALUE, en.elem, j)
+                    if reserve(e, n + 20):
+                        return E_NO_MEMORY
+                    e.ptr -= n
+                    copy_bytes(e.ptr, ec.values + slo, n)
+                    put_varint(e, n)
+                    put_tag_of(e, en)
+            else:
+                while j > lo:
+                    j -= 1
+                    if ec.validity != NULL and not is_set(ec.validity, j + ec.offset):
+                        return fail(e, E_NULL_ELEMENT, en.elem, j)
+                    before = e.limit - e.ptr
+                    status = encode_message(e, en.child, j)
+                    if status:
+                        return status
+                    status = put_length_tag(e, before, en)
+                    if status:
+                        return status
     return OK
+
+
+cdef uint8_t op_of(const EncodeEntry* en) noexcept:
+    """The entry's EncodeOp (O_GENERIC unless a specialised handler encodes it as the
+    general path would)."""
+    cdef int32_t kind = en.kind
+    if en.tag_len == 0 or en.oneof != 0:
+        return O_GENERIC
+    if en.shape == S_SINGULAR:
+        if kind == V_BYTES and (en.check == C_NONE or en.check == C_UTF8):
+            return O_BYTES
+        if en.check != C_NONE:
+            return O_GENERIC
+        if kind == V_INT32:
+            return O_INT32
+        if kind == V_UINT32:
+            return O_UINT32
+        if kind == V_INT64:
+            return O_INT64
+        if kind == V_FIXED32:
+            return O_FIXED32
+        if kind == V_FIXED64:
+            return O_FIXED64
+        if kind == V_BOOL:
+            return O_BOOL
+        if kind == V_MESSAGE:
+            return O_MESSAGE
+        return O_GENERIC
+    if en.shape != S_REPEATED or en.aux != M_NONE:
+        return O_GENERIC
+    if kind == V_BYTES and (en.check == C_NONE or en.check == C_UTF8):
+        return O_REP_BYTES
+    if kind == V_MESSAGE and en.check == C_NONE:
+        return O_REP_MESSAGE
+    return O_GENERIC
+
+
+cdef void derive_entry(EncodeEntry* en) noexcept:
+    """The fields of an entry derived from its row: the pre-encoded tag and the op."""
+    cdef uint64_t t = en.tag
+    cdef uint64_t packed = 0
+    cdef int n = 0
+    en.tag_bytes = 0
+    en.tag_len = 0
+    if varint_size(t) <= 8:
+        while True:
+            packed |= (<uint64_t>((t & 0x7F) | (0x80 if t >= 0x80 else 0))) << (8 * n)
+            n += 1
+            t >>= 7
+            if t == 0:
+                break
+        en.tag_bytes = packed << (8 * (8 - n)) if n < 8 else packed
+        en.tag_len = <uint8_t>n
+    en.op = op_of(en)
 
 
 # ---- prefetching ----------------------------------------------------------------------
@@ -879,6 +1045,7 @@ cdef class Plan:
             en.check = <int32_t>entries[i, EN_CHECK]
             en.aux = <int32_t>entries[i, EN_AUX]
             en.scale = entries[i, EN_SCALE]
+            derive_entry(en)
             if not (0 <= en.col < n_cols) or (
                 en.shape != S_SINGULAR and not (0 <= en.elem < n_cols)
             ) or ((en.kind == V_MESSAGE or en.kind == V_GROUP)

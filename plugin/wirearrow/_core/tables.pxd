@@ -276,6 +276,10 @@ ctypedef struct EncodeEntry:
     int32_t oneof              # 1-based oneof of the message, 0 = none
     int32_t check              # Check of each value
     int32_t aux                # V_TIME: part | width << 8; C_ENUM: enum set; maps: MapKeys
+    # Derived by encoder.Plan from the fields above (not in layout.EncodeEntry's row):
+    uint64_t tag_bytes         # the tag's varint in the top tag_len bytes (one 8-byte store)
+    uint8_t tag_len
+    uint8_t op                 # encoder's EncodeOp: the hot loop's one dispatch
 
 ctypedef struct EncodeNode:
     int32_t first              # first entry of the node
