@@ -946,6 +946,36 @@ def test_invalid_utf8_in_a_checked_string_is_an_error(compile_proto) -> None:
     assert out.to_pylist() == [b"\x08\x01:\x01\xff"]
 
 
+def test_strings_of_every_short_length_are_copied_and_validated(compile_proto) -> None:
+    """The encoder copies and checks short strings by overlapping words (1-3, 4-7, 8-16
+    bytes) and longer ones in a pass: every length, a non-ASCII character or an invalid
+    byte at its start, middle and end, singular, repeated and map values alike."""
+    schema, cls = compile_proto(UTF8, "utf.P")
+    tc = wa.Transcoder(schema)
+    texts = []
+    for n in range(41):
+        texts.append("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH"[:n])
+        for at in {0, n // 2, max(n - 2, 0)} if n >= 2 else ():
+            texts.append(texts[-1][:at] + "\u00e9" + texts[-1][at + 2 :])
+    messages = [cls(s=t, ss=[t, t[::-1]], m={t: t[::-1]}) for t in texts]
+    records = [m.SerializeToString(deterministic=True) for m in messages]
+    assert tc.encode(tc.transcode(records)).to_pylist() == records
+    batch = tc.transcode([b""])
+    for n in range(1, 41):
+        for at in {0, n // 2, n - 1}:
+            raw = bytearray(b"x" * n)
+            raw[at] = 0xFF
+            bad = pa.array([bytes(raw)], pa.binary()).view(pa.string())
+            for column, value, path in [
+                ("s", bad, "s"),
+                ("ss", pa.ListArray.from_arrays([0, 1], bad), "ss[0]"),
+                ("m", pa.MapArray.from_arrays([0, 1], pa.array(["k"]), bad), "m[0].value"),
+            ]:
+                err = _encode_error(tc, batch, column, value)
+                assert (err.row, err.path) == (0, path), (n, at)
+                assert err.reason.startswith("invalid UTF-8 in a string field")
+
+
 def test_duplicated_column_names_are_errors(maps: tuple[wa.Schema, type]) -> None:
     schema, cls = maps
     tc = wa.Transcoder(schema)

@@ -45,7 +45,9 @@ from wirearrow._core.tables cimport (
     V_MESSAGE, V_RAW_GROUP, V_SINT32, V_SINT64, V_TIME, V_UINT32, V_UNKNOWN, ArrowColumn,
     EncodeEntry, EncodeNode, EncodeSpec, EnumSet,
 )
-from wirearrow._core.wire cimport utf8_valid, varint_size, zigzag32_of, zigzag64_of
+from wirearrow._core.wire cimport (
+    utf8_valid, utf8_valid_full, varint_size, zigzag32_of, zigzag64_of,
+)
 
 from wirearrow._core import layout
 
@@ -222,6 +224,49 @@ cdef inline void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n) noexcept
         while n:
             n -= 1
             dst[n] = src[n]
+
+
+cdef inline uint64_t copy_short(uint8_t* dst, const uint8_t* src, size_t n) noexcept nogil:
+    """copy_bytes for n <= 16, returning the OR of the words it moved: no high bit set means
+    the bytes are ASCII, so a string needs no validation pass of its own."""
+    cdef uint64_t a, b
+    cdef uint32_t x, y
+    if n >= 8:
+        memcpy(&a, src, 8)
+        memcpy(&b, src + n - 8, 8)
+        memcpy(dst, &a, 8)
+        memcpy(dst + n - 8, &b, 8)
+        return a | b
+    if n >= 4:
+        memcpy(&x, src, 4)
+        memcpy(&y, src + n - 4, 4)
+        memcpy(dst, &x, 4)
+        memcpy(dst + n - 4, &y, 4)
+        return x | y
+    if n == 0:
+        return 0
+    # 1-3 bytes: the first, the middle and the last cover them all
+    dst[0] = src[0]
+    dst[n >> 1] = src[n >> 1]
+    dst[n - 1] = src[n - 1]
+    return src[0] | src[n >> 1] | src[n - 1]
+
+
+cdef inline int put_string(Enc* e, const uint8_t* src, size_t n, bint utf8) noexcept nogil:
+    """Bytes and their length prefix (room for 8 bytes more reserved below them, for a
+    tag): OK, E_BAD_VALUE when `utf8` and they are not valid UTF-8, or E_NO_MEMORY."""
+    if reserve(e, n + 20):
+        return E_NO_MEMORY
+    e.ptr -= n
+    if n <= 16:
+        if (copy_short(e.ptr, src, n) & 0x8080808080808080ULL) and utf8 and not utf8_valid_full(src, n):
+            return E_BAD_VALUE
+    else:
+        if utf8 and not utf8_valid(src, n):
+            return E_BAD_VALUE
+        memcpy(e.ptr, src, n)
+    put_varint(e, n)
+    return OK
 
 
 cdef inline bint is_set(const uint8_t* bitmap, int64_t i) noexcept nogil:
@@ -709,15 +754,11 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 continue
             lo = (<const int32_t*>c.offsets)[p]
             n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
-            if en.check == C_UTF8 and not utf8_valid(c.values + lo, n):
-                return fail(e, E_BAD_VALUE, en.col, k)
             if n == 0 and en.presence == P_IMPLICIT:
                 continue
-            if reserve(e, n + 20):
-                return E_NO_MEMORY
-            e.ptr -= n
-            copy_bytes(e.ptr, c.values + lo, n)
-            put_varint(e, n)
+            status = put_string(e, c.values + lo, n, en.check == C_UTF8)
+            if status:
+                return fail(e, status, en.col, k) if status == E_BAD_VALUE else status
             put_tag_of(e, en)
         elif op == O_INT32 or op == O_UINT32 or op == O_INT64:
             if op == O_INT32:
@@ -785,13 +826,9 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                         return fail(e, E_NULL_ELEMENT, en.elem, j)
                     slo = offs[q]
                     n = <size_t>(offs[q + 1] - slo)
-                    if en.check == C_UTF8 and not utf8_valid(ec.values + slo, n):
-                        return fail(e, E_BAD_VALUE, en.elem, j)
-                    if reserve(e, n + 20):
-                        return E_NO_MEMORY
-                    e.ptr -= n
-                    copy_bytes(e.ptr, ec.values + slo, n)
-                    put_varint(e, n)
+                    status = put_string(e, ec.values + slo, n, en.check == C_UTF8)
+                    if status:
+                        return fail(e, status, en.elem, j) if status == E_BAD_VALUE else status
                     put_tag_of(e, en)
             else:
                 while j > lo:
