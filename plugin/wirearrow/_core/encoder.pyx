@@ -679,6 +679,7 @@ cdef enum EncodeOp:
     O_MESSAGE = 8      # singular sub-message
     O_REP_BYTES = 9    # repeated string / bytes (not packed, not a map)
     O_REP_MESSAGE = 10 # repeated sub-message (not a map)
+    O_TIME = 11        # singular part of a temporal slot (a Timestamp's seconds, ...)
 
 
 cdef inline void put_tag_of(Enc* e, const EncodeEntry* en) noexcept nogil:
@@ -800,7 +801,18 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             e.ptr -= 1
             e.ptr[0] = <uint8_t>v
             put_tag_of(e, en)
+        elif op == O_TIME:
+            v = <uint64_t>time_part(c, en.aux, en.scale, p)
+            if v == 0 and en.presence == P_IMPLICIT:
+                continue
+            if reserve(e, 20):
+                return E_NO_MEMORY
+            put_varint(e, v)
+            put_tag_of(e, en)
         elif op == O_MESSAGE:
+            # (a Timestamp or Duration read from one temporal slot is range-checked first)
+            if en.check != C_NONE and is_bad(e, en, c, k):
+                return fail(e, E_BAD_VALUE, en.col, k)
             before = e.limit - e.ptr
             status = encode_message(e, en.child, k)
             if status:
@@ -854,8 +866,12 @@ cdef uint8_t op_of(const EncodeEntry* en) noexcept:
     if en.shape == S_SINGULAR:
         if kind == V_BYTES and (en.check == C_NONE or en.check == C_UTF8):
             return O_BYTES
+        if kind == V_MESSAGE:
+            return O_MESSAGE
         if en.check != C_NONE:
             return O_GENERIC
+        if kind == V_TIME:
+            return O_TIME
         if kind == V_INT32:
             return O_INT32
         if kind == V_UINT32:
@@ -868,8 +884,6 @@ cdef uint8_t op_of(const EncodeEntry* en) noexcept:
             return O_FIXED64
         if kind == V_BOOL:
             return O_BOOL
-        if kind == V_MESSAGE:
-            return O_MESSAGE
         return O_GENERIC
     if en.shape != S_REPEATED or en.aux != M_NONE:
         return O_GENERIC
