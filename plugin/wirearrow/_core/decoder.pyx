@@ -665,133 +665,90 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             input_bytes += ends[i] - starts[i]
     if bad >= 0:
         raise ValueError(f"record {bad}: bounds outside the data")
-    cdef Ctx* c = <Ctx*>PyMem_RawCalloc(1, sizeof(Ctx))
+    # One owner for the call's working state: whichever way this function leaves (a
+    # MemoryError, a bad argument, an exception while exporting), it is freed once, there.
+    cdef Context own = Context.__new__(Context)
+    cdef Ctx* c = new_ctx(program)
     if c == NULL:
         raise MemoryError()
-    cdef int64_t* checkpoint = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
-    c.cols = <ColumnStore*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(ColumnStore))
-    c.groups = <GroupStore*>PyMem_RawCalloc(program.n_groups, sizeof(GroupStore))
-    c.cur = <int64_t*>PyMem_RawCalloc(program.n_groups, sizeof(int64_t))
-    c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-    c.arena_want = <int64_t*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(int64_t))
-    c.col_member = program.col_member
-    if (checkpoint == NULL or c.cols == NULL or c.groups == NULL or c.cur == NULL
-            or c.col_moved == NULL or c.arena_want == NULL):
-        free_ctx(c, program)
-        PyMem_RawFree(checkpoint)
+    own.c = c
+    own.checkpoint = <int64_t*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(int64_t))
+    if own.checkpoint == NULL:
         raise MemoryError()
-    c.entries = program.entries
-    c.nodes = program.nodes
-    c.dense = program.dense
-    c.dense_entries = program.dense_entries
-    c.default_cols = program.default_cols
-    c.default_values = program.default_values
-    c.clear_cols = program.clear_cols
-    c.enum_sets = program.enum_sets
-    c.enum_values = program.enum_values
-    c.map_specs = program.map_specs
-    c.any_specs = program.any_specs
-    c.any_types = program.any_types
-    c.any_names = program.any_names
-    c.n_cols = program.n_cols
-    c.n_groups = program.n_groups
-    c.max_nesting = program.max_nesting
     c.pooled = pooled
-    for i in range(program.n_cols):
-        c.col_moved[i] = -1
     c.data = &data[0] if size > 0 else <const uint8_t*>""
-    for i in range(program.n_cols):
-        c.cols[i].bytes = program.col_bytes[i]
-        c.cols[i].width = 4 if c.cols[i].bytes else program.col_width[i]
-        c.cols[i].group = program.col_group[i]
-    for i in range(program.n_groups):
-        c.groups[i].parent_group = program.group_parent[i]
     if capacity is not None and len(capacity) != program.n_groups:
-        free_ctx(c, program)
-        PyMem_RawFree(checkpoint)
         raise ValueError("capacity needs one entry per group")
     if arena_capacity is not None and len(arena_capacity) != program.n_cols:
-        free_ctx(c, program)
-        PyMem_RawFree(checkpoint)
         raise ValueError("arena_capacity needs one entry per column")
     # The sizes as C arrays, so that the (zeroed) allocations behind them run without the GIL.
-    cdef int64_t* caps = NULL
-    cdef int64_t* arena_caps = NULL
-    cdef int presized = OK   # (E_NO_MEMORY: the sizes could not be read)
     cdef const int64_t[::1] given
     if capacity is not None:
         given = np.ascontiguousarray(capacity, dtype=np.int64)
-        caps = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
-        if caps != NULL:
-            for i in range(program.n_groups):
-                caps[i] = max(0, min(given[i], <int64_t>1 << 40))
+        own.caps = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
+        if own.caps == NULL:
+            raise MemoryError()
+        for i in range(program.n_groups):
+            own.caps[i] = max(0, min(given[i], <int64_t>1 << 40))
     if arena_capacity is not None:
         given = np.ascontiguousarray(arena_capacity, dtype=np.int64)
-        arena_caps = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-        if arena_caps != NULL:
+        own.arena_caps = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+        if own.arena_caps == NULL:
+            raise MemoryError()
+        for i in range(program.n_cols):
+            own.arena_caps[i] = min(max(0, given[i]), ARENA_MAX)
+    # The sizes are what a column's or group's first block gets, taken when a record
+    # first writes there (a plan's columns no record touches cost nothing: a wide
+    # recursive plan has thousands, most of them empty in a small batch).
+    with nogil:
+        if own.caps != NULL:
+            presize(c, own.caps)
+        if own.arena_caps != NULL:
             for i in range(program.n_cols):
-                arena_caps[i] = min(max(0, given[i]), ARENA_MAX)
-    if (capacity is not None and caps == NULL) or (arena_capacity is not None and arena_caps == NULL):
-        presized = E_NO_MEMORY
-    else:
-        # The sizes are what a column's or group's first block gets, taken when a record
-        # first writes there (a plan's columns no record touches cost nothing: a wide
-        # recursive plan has thousands, most of them empty in a small batch).
-        with nogil:
-            if caps != NULL:
-                presize(c, caps)
-            if arena_caps != NULL:
-                for i in range(program.n_cols):
-                    if c.cols[i].bytes:
-                        c.arena_want[i] = arena_caps[i]
-    if presized != OK:
-        PyMem_RawFree(caps)
-        PyMem_RawFree(arena_caps)
-        free_ctx(c, program)
-        PyMem_RawFree(checkpoint)
-        raise MemoryError()
+                if c.cols[i].bytes:
+                    c.arena_want[i] = own.arena_caps[i]
 
     # Prefetching the writes: with sizes known (from the previous batch or a profile), the
     # elements and string bytes each block of records adds to every column are known ahead.
-    cdef Lines ls
-    ls.at = NULL
-    ls.count = 0
-    ls.issued = 0
-    cdef int64_t* block_elems = NULL
-    cdef int64_t* block_bytes = NULL
-    cdef int64_t step = 0
-    if capacity is not None and arena_capacity is not None and n >= 2 * BLOCK:
+    cdef Lines* ls = &own.ls
+    cdef int64_t step = 0, block_left = 0, issue_to = 0, issued = 0
+    if own.caps != NULL and own.arena_caps != NULL and n >= 2 * BLOCK:
         ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
-        block_elems = <int64_t*>PyMem_RawMalloc(program.n_groups * sizeof(int64_t))
-        block_bytes = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-        if ls.at == NULL or block_elems == NULL or block_bytes == NULL:
+        own.block_elems = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
+        own.block_bytes = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+        if ls.at == NULL or own.block_elems == NULL or own.block_bytes == NULL:
             PyMem_RawFree(ls.at)
-            ls.at = NULL
+            ls.at = NULL   # (no prefetching: not an error)
         else:
             for i in range(program.n_groups):
-                block_elems[i] = (caps[i] * BLOCK + n - 1) // n
+                own.block_elems[i] = (own.caps[i] * BLOCK + n - 1) // n
             for i in range(program.n_cols):
-                block_bytes[i] = arena_caps[i] * BLOCK // n
-    PyMem_RawFree(caps)
-    PyMem_RawFree(arena_caps)
+                own.block_bytes[i] = own.arena_caps[i] * BLOCK // n
 
     errors = []
     cdef int status = OK
     cdef int64_t g, start, end, moved = 0
     cdef const int64_t* ps = &starts[0] if n > 0 else NULL
     cdef const int64_t* pe = &ends[0] if n > 0 else NULL
+    cdef int64_t* checkpoint = own.checkpoint
     i = 0
     while i < n:
         with nogil:
             while i < n:
                 if ls.at != NULL:
-                    if i % BLOCK == 0:
-                        list_writes(c, &ls, block_elems, block_bytes)
+                    # A block's lines are listed at its start and issued a share a record
+                    # (counted down: no division per record).
+                    if block_left == 0:
+                        list_writes(c, ls, own.block_elems, own.block_bytes)
                         step = (ls.count + BLOCK - 1) // BLOCK
-                        ls.issued = 0
-                    while ls.issued < ls.count and ls.issued < (i % BLOCK + 1) * step:
-                        __builtin_prefetch(ls.at[ls.issued], 1)
-                        ls.issued += 1
+                        issued = 0
+                        issue_to = 0
+                        block_left = BLOCK
+                    block_left -= 1
+                    issue_to = min(issue_to + step, ls.count)
+                    while issued < issue_to:
+                        __builtin_prefetch(ls.at[issued], 1)
+                        issued += 1
                 for g in range(c.n_groups):
                     checkpoint[g] = c.groups[g].count
                 start = ps[i]
@@ -811,21 +768,82 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             i += 1
             if policy == POLICY_RAISE:
                 break
-    PyMem_RawFree(ls.at)
-    PyMem_RawFree(block_elems)
-    PyMem_RawFree(block_bytes)
     cdef Result result = Result.__new__(Result)
-    cdef int64_t c_moved = c.moved
-    try:
-        export(c, result)
-    finally:
-        free_ctx(c, program)
-        PyMem_RawFree(checkpoint)
+    export(c, result)
     result.errors = errors
     result.records = i
-    result.moved = c_moved
+    result.moved = c.moved
     result.input_bytes = input_bytes
     return result
+
+
+cdef class Context:
+    """The working state of one decode() call, and its one owner: the Ctx (whose buffers
+    export() hands over to the Result; any it has not are freed with it), the per-group
+    checkpoint of the record being decoded, the sizes given and the prefetch lists."""
+    cdef Ctx* c
+    cdef int64_t* checkpoint   # per group: its count before the record being decoded
+    cdef int64_t* caps         # the capacities given, per group (NULL: none)
+    cdef int64_t* arena_caps   # the arena sizes given, per column (NULL: none)
+    cdef Lines ls              # the cache lines of the next block (ls.at NULL: none)
+    cdef int64_t* block_elems  # per group: elements a block of records adds
+    cdef int64_t* block_bytes  # per column: string bytes a block of records adds
+
+    def __cinit__(self):
+        self.ls.at = NULL
+        self.ls.count = 0
+        self.ls.issued = 0
+
+    def __dealloc__(self):
+        free_ctx(self.c)
+        PyMem_RawFree(self.checkpoint)
+        PyMem_RawFree(self.caps)
+        PyMem_RawFree(self.arena_caps)
+        PyMem_RawFree(self.ls.at)
+        PyMem_RawFree(self.block_elems)
+        PyMem_RawFree(self.block_bytes)
+
+
+cdef Ctx* new_ctx(Program program) noexcept:
+    """A Ctx for the program's tables, its stores empty (NULL when out of memory)."""
+    cdef int32_t i
+    cdef Ctx* c = <Ctx*>PyMem_RawCalloc(1, sizeof(Ctx))
+    if c == NULL:
+        return NULL
+    c.n_cols = program.n_cols
+    c.n_groups = program.n_groups
+    c.cols = <ColumnStore*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(ColumnStore))
+    c.groups = <GroupStore*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(GroupStore))
+    c.cur = <int64_t*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(int64_t))
+    c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
+    c.arena_want = <int64_t*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(int64_t))
+    if (c.cols == NULL or c.groups == NULL or c.cur == NULL or c.col_moved == NULL
+            or c.arena_want == NULL):
+        free_ctx(c)
+        return NULL
+    c.col_member = program.col_member
+    c.entries = program.entries
+    c.nodes = program.nodes
+    c.dense = program.dense
+    c.dense_entries = program.dense_entries
+    c.default_cols = program.default_cols
+    c.default_values = program.default_values
+    c.clear_cols = program.clear_cols
+    c.enum_sets = program.enum_sets
+    c.enum_values = program.enum_values
+    c.map_specs = program.map_specs
+    c.any_specs = program.any_specs
+    c.any_types = program.any_types
+    c.any_names = program.any_names
+    c.max_nesting = program.max_nesting
+    for i in range(program.n_cols):
+        c.col_moved[i] = -1
+        c.cols[i].bytes = program.col_bytes[i]
+        c.cols[i].width = 4 if c.cols[i].bytes else program.col_width[i]
+        c.cols[i].group = program.col_group[i]
+    for i in range(program.n_groups):
+        c.groups[i].parent_group = program.group_parent[i]
+    return c
 
 
 cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
@@ -907,15 +925,18 @@ cdef list error_stack(Ctx* c, int status):
             for k in range(c.err_depth - 1, -1, -1)]
 
 
-cdef void free_ctx(Ctx* c, Program program) noexcept:
+cdef void free_ctx(Ctx* c) noexcept:
+    """Free c and the stores it still holds (export() took the others, leaving NULLs)."""
     cdef int32_t i
+    if c == NULL:
+        return
     if c.cols != NULL:
-        for i in range(program.n_cols):
+        for i in range(c.n_cols):
             pool_free(c.cols[i].values, pool_size(c, c.cols[i].values_alloc))
             pool_free(c.cols[i].valid, pool_size(c, c.cols[i].valid_alloc))
             pool_free(c.cols[i].arena, pool_size(c, c.cols[i].arena_alloc))
     if c.groups != NULL:
-        for i in range(program.n_groups):
+        for i in range(c.n_groups):
             pool_free(<uint8_t*>c.groups[i].parent, pool_size(c, c.groups[i].capacity * 8))
     PyMem_RawFree(c.cols)
     PyMem_RawFree(c.groups)
