@@ -95,6 +95,11 @@ class Result:
     @property
     def input_bytes(self) -> int: ...
 
+class Context:
+    # The working state of one decode() call and its one owner (C fields only): made and
+    # dropped inside decode(), never handed out.
+    ...
+
 def decode(
     program: Program,
     data: _Bytes,
