@@ -95,6 +95,7 @@ class Result:
     @property
     def input_bytes(self) -> int: ...
 
+@disjoint_base
 class Context:
     # The working state of one decode() call and its one owner (C fields only): made and
     # dropped inside decode(), never handed out.
