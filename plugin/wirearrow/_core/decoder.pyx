@@ -293,7 +293,10 @@ cdef class Program:
             if d >= 0:
                 self.dense_entries[i] = self.entries[d]
             else:
+                # (no wire type matches NO_WIRE_TYPE: an empty slot takes the path of a
+                # field under another wire type, and the hot loop makes one test, not two)
                 self.dense_entries[i].action = A_NONE
+                self.dense_entries[i].wire_type = NO_WIRE_TYPE
 
     cdef _set_enums_and_maps(self, enum_sets, map_specs):
         cdef int32_t i
@@ -1336,20 +1339,31 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
     return decode_fields(c, 0, p, end, 0, 0, root.count - 1)
 
 
-cdef inline int32_t find_entry(const Ctx* c, const Node* node, uint32_t number) noexcept nogil:
-    if number < <uint32_t>node.dense_len:
-        return c.dense[node.dense + number]
-    # Sparse high field numbers: binary search the sorted entries.
+# The entry of a field number no entry has: its wire type matches none (see decode_fields).
+cdef enum:
+    NO_WIRE_TYPE = 0xFF
+cdef FieldEntry NO_ENTRY
+NO_ENTRY.number = 0
+NO_ENTRY.wire_type = NO_WIRE_TYPE
+NO_ENTRY.action = A_NONE
+NO_ENTRY.column = NO_ENTRY.child = NO_ENTRY.group = NO_ENTRY.clear = NO_ENTRY.aux = -1
+NO_ENTRY.n_clear = 0
+
+
+cdef inline const FieldEntry* sparse_entry(const Ctx* c, const Node* node,
+                                           uint32_t number) noexcept nogil:
+    """The entry of a field number past the node's dense table (sparse high numbers: a
+    binary search of its sorted entries), NO_ENTRY if none."""
     cdef int32_t lo = node.entries, hi = node.entries + node.n_entries - 1, mid
     while lo <= hi:
         mid = (lo + hi) >> 1
         if c.entries[mid].number == number:
-            return mid
+            return &c.entries[mid]
         if c.entries[mid].number < number:
             lo = mid + 1
         else:
             hi = mid - 1
-    return -1
+    return &NO_ENTRY
 
 
 cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t* end,
@@ -1364,10 +1378,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint64_t tag, v
     cdef uint32_t fn = 0
     cdef int wt, st = OK
-    cdef int32_t ei
     cdef int64_t n
     cdef const uint8_t* field_start = p
-    cdef const uint8_t* sub_end
     cdef const FieldEntry* opened = NULL   # entry whose element was opened by this field
     cdef uint8_t* dst
     cdef int act
@@ -1378,7 +1390,6 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint64_t vq
     cdef int64_t nq
     # Loop invariants in locals: the byte stores below could alias anything behind `c`.
-    cdef const FieldEntry* entries = c.entries
     cdef const FieldEntry* dense = c.dense_entries + node.dense
     cdef uint32_t dense_len = <uint32_t>node.dense_len
     # node_element: the element of the node's group this message is (fixed while its fields
@@ -1406,68 +1417,22 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 break
         fn = <uint32_t>(tag >> 3)
         wt = tag & 7
-        if fn < dense_len:
-            f = &dense[fn]
-            if f.action == A_NONE:
-                f = NULL
-        else:
-            ei = find_entry(c, node, fn)
-            f = &entries[ei] if ei >= 0 else NULL
-        if f != NULL and wt != f.wire_type:
-            if wt == 2 and (f.flags & F_PACKABLE):
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
-                st = decode_packed(c, f, p, p + n, node.unknown)
-                if st != OK:
-                    break
-                p += n
+        f = &dense[fn] if fn < dense_len else sparse_entry(c, node, fn)
+        if wt != f.wire_type:
+            # No entry (NO_ENTRY and the dense table's empty slots match no wire type), or
+            # a known field under another wire type: packed values, or an unknown field.
+            q = p
+            if wt == 2 and (f.flags & F_PACKABLE) and f.action != A_NONE:
+                st = packed_field(c, f, node, &q, end)
+            else:
+                st = unplanned_field(c, node, &q, end, field_start, fn, wt, end_group, depth)
+            p = q
+            if st == OK:
                 continue
-            # As the runtime (upb) does: a known field under another wire type is an unknown
-            # field, read or not (no value stored, no oneof sibling cleared, no presence).
-            # So is a repeated group sent length-delimited, as protobuf 7 reads it (6's upb
-            # reads a group after the length: docs/errors.md).
-            f = NULL
-        if f == NULL:
-            # Unplanned fields are skipped by length; the common wire types inline. Field 0
-            # and wire types 4, 6, 7 never have an entry, so they are checked here only.
-            if node.unknown == -1:
-                if wt == 2 and fn != 0:
-                    if p < end and p[0] < 0x80:   # (a one-byte length: no status to test)
-                        n = p[0]
-                        p += 1
-                        if n > end - p:
-                            st = E_LENGTH
-                            break
-                    else:
-                        q = p
-                        st = read_length(&q, end, &nq)
-                        p = q
-                        n = nq
-                        if st != OK:
-                            break
-                    p += n
-                    continue
-                if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
-                    p += 1
-                    continue
-            st = check_tag(fn, wt, end_group)
             if st == END_OF_GROUP:
                 c.resume = p
                 return OK
-            if st != OK:
-                break
-            q = p
-            st = skip_field(c, &q, end, fn, wt, depth)
-            p = q
-            if st == OK:
-                st = unknown_field(c, node, field_start, p)
-            if st != OK:
-                break
-            continue
+            break
         act = f.action
         if act >= A_MESSAGE:
             if act > A_GROUP:
@@ -1485,36 +1450,11 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if f.group >= 0:
                     opened = f
                 break
-            if f.n_clear > 0 and clear_siblings(c, f, node_id):
-                st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
-                if st != OK:
-                    break
-            el = node_element
-            if f.group >= 0:
-                st = open_element(c, f.group)
-                if st != OK:
-                    break
-                opened = f
-                el = c.cur[f.group]
-            st = enter_node(c, &c.nodes[f.child], el)
+            q = p
+            st = sub_message(c, node_id, node, f, &q, end, field_start, fn, depth, node_element)
+            p = q
             if st != OK:
-                break
-            if act == A_MESSAGE:
-                q = p
-                st = read_length(&q, end, &nq)
-                p = q
-                n = nq
-                if st != OK:
-                    break
-                sub_end = p + n
-                st = decode_fields(c, f.child, p, sub_end, 0, depth + 1, el)
-                p = sub_end
-            else:
-                st = decode_fields(c, f.child, p, end, fn, depth + 1, el)
-                p = c.resume
-            if st != OK:
-                # The inner level recorded itself; add this one.
-                return record_level(c, node_id, fn, element_index(c, f), st)
+                return st   # (its level, and the inner ones, recorded)
             continue
         if f.n_clear > 0 and clear_siblings(c, f, node_id):
             st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
@@ -1614,6 +1554,100 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         return record_level(c, node_id, fn,
                             element_index(c, opened) if opened != NULL else -1, st)
     return OK
+
+
+cdef inline int unplanned_field(Ctx* c, const Node* node, const uint8_t** pp,
+                                const uint8_t* end, const uint8_t* field_start, uint32_t fn,
+                                int wt, uint32_t end_group, int depth) noexcept nogil:
+    """A field the node has no entry for, or a known one under another wire type: as the
+    runtime (upb) does, an unknown field, read or not (no value stored, no oneof sibling
+    cleared, no presence). So is a repeated group sent length-delimited, as protobuf 7
+    reads it (6's upb reads a group after the length: docs/errors.md). Skipped by length
+    (the common wire types inline) or kept in the node's unknown fields. Field 0 and wire
+    types 4, 6, 7 never have an entry, so they are checked here only. END_OF_GROUP: the
+    end-group tag of the group being decoded (pp after it)."""
+    cdef const uint8_t* p = pp[0]
+    cdef int64_t n
+    cdef int st
+    if node.unknown == -1:
+        if wt == 2 and fn != 0:
+            if p < end and p[0] < 0x80:   # (a one-byte length: no status to test)
+                n = p[0]
+                p += 1
+                if n > end - p:
+                    return E_LENGTH
+                pp[0] = p + n
+                return OK
+            st = read_length(&p, end, &n)
+            if st != OK:
+                return st
+            pp[0] = p + n
+            return OK
+        if wt == 0 and fn != 0 and p < end and p[0] < 0x80:
+            pp[0] = p + 1
+            return OK
+    st = check_tag(fn, wt, end_group)
+    if st != OK:
+        return st   # (END_OF_GROUP: pp is past the tag already)
+    st = skip_field(c, &p, end, fn, wt, depth)
+    pp[0] = p
+    if st != OK:
+        return st
+    return unknown_field(c, node, field_start, p)
+
+
+cdef inline int packed_field(Ctx* c, const FieldEntry* f, const Node* node,
+                             const uint8_t** pp, const uint8_t* end) noexcept nogil:
+    """A repeated scalar's packed values (wire type 2)."""
+    cdef const uint8_t* p = pp[0]
+    cdef int64_t n
+    cdef int st = read_length(&p, end, &n)
+    if st != OK:
+        return st
+    st = decode_packed(c, f, p, p + n, node.unknown)
+    if st != OK:
+        return st
+    pp[0] = p + n
+    return OK
+
+
+cdef inline int sub_message(Ctx* c, int32_t node_id, const Node* node, const FieldEntry* f,
+                            const uint8_t** pp, const uint8_t* end,
+                            const uint8_t* field_start, uint32_t fn, int depth,
+                            int64_t node_element) noexcept nogil:
+    """A_MESSAGE / A_GROUP: a sub-message (or group) of element node_element of node_id,
+    decoded as the element its repeated field opens, or as node_element. On failure its
+    level is recorded (the inner ones recorded themselves) and the status returned."""
+    cdef const uint8_t* p = pp[0]
+    cdef const FieldEntry* opened = NULL   # the entry whose element this field opened
+    cdef int64_t el = node_element, n
+    cdef int st = OK
+    if f.n_clear > 0 and clear_siblings(c, f, node_id):
+        st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+    if st == OK and f.group >= 0:
+        st = open_element(c, f.group)
+        if st == OK:
+            opened = f
+            el = c.cur[f.group]
+    if st == OK:
+        st = enter_node(c, &c.nodes[f.child], el)
+    if st == OK:
+        if f.action == A_MESSAGE:
+            st = read_length(&p, end, &n)
+            if st == OK:
+                st = decode_fields(c, f.child, p, p + n, 0, depth + 1, el)
+                if st == OK:
+                    pp[0] = p + n
+                    return OK
+                return record_level(c, node_id, fn, element_index(c, f), st)
+        else:
+            st = decode_fields(c, f.child, p, end, fn, depth + 1, el)
+            if st == OK:
+                pp[0] = c.resume
+                return OK
+            return record_level(c, node_id, fn, element_index(c, f), st)
+    c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
+    return record_level(c, node_id, fn, element_index(c, opened) if opened != NULL else -1, st)
 
 
 # ---- closed enums and map entries (upb's unknown-field rules) ---------------------------
