@@ -725,6 +725,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     cdef const EncodeNode* nd = &e.nodes[node]
     cdef const EncodeEntry* first = &e.entries[nd.first]
     cdef const EncodeEntry* en = first + nd.n_entries
+    cdef const uint8_t* cols = <const uint8_t*>e.cols
     cdef const ArrowColumn* c
     cdef const ArrowColumn* ec
     cdef int64_t p, q, lo, hi, j, slo
@@ -736,7 +737,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
     cdef const int32_t* offs
     while en > first:
         en -= 1
-        c = &e.cols[en.col]
+        c = <const ArrowColumn*>(cols + en.col_at)
         p = k + c.offset
         if is_null(c, p):
             if en.presence == P_ALWAYS:
@@ -821,7 +822,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             if status:
                 return status
         else:  # O_REP_BYTES, O_REP_MESSAGE
-            ec = &e.cols[en.elem]
+            ec = <const ArrowColumn*>(cols + en.elem_at)
             if ec.bad != NULL or (op == O_REP_BYTES and ec.wide):
                 status = encode_field(e, en, c, k, &oneofs)
                 if status:
@@ -911,6 +912,9 @@ cdef void derive_entry(EncodeEntry* en) noexcept:
         en.tag_bytes = packed << (8 * (8 - n)) if n < 8 else packed
         en.tag_len = <uint8_t>n
     en.op = op_of(en)
+    # (Plan bounds the columns: these byte offsets fit in 32 bits)
+    en.col_at = <int32_t>(en.col * <int64_t>sizeof(ArrowColumn))
+    en.elem_at = <int32_t>(en.elem * <int64_t>sizeof(ArrowColumn)) if en.elem >= 0 else 0
 
 
 # ---- prefetching ----------------------------------------------------------------------
@@ -1060,6 +1064,8 @@ cdef class Plan:
         if nodes.shape[0] < 1:
             raise ValueError("encode: no root node")
         cdef Py_ssize_t i, n_cols = specs.shape[0]
+        if n_cols > 0x7FFFFFFF // <Py_ssize_t>sizeof(ArrowColumn):
+            raise ValueError("encode: too many arrays")
         cdef EncodeEntry* en
         self.n_specs = specs.shape[0]
         self.n_entries = entries.shape[0]

@@ -267,6 +267,7 @@ ctypedef struct EncodeEntry:
     uint64_t tag               # field number << 3 | wire type (2 when packed)
     uint64_t end_tag           # groups: field number << 3 | 4
     int64_t scale              # V_TIME, C_TIMESTAMP, C_DURATION: units a second
+    uint64_t tag_bytes         # (derived) the tag's varint in the top tag_len bytes (one store)
     int32_t kind               # ValueKind
     int32_t shape              # Shape
     int32_t presence           # Presence
@@ -276,10 +277,13 @@ ctypedef struct EncodeEntry:
     int32_t oneof              # 1-based oneof of the message, 0 = none
     int32_t check              # Check of each value
     int32_t aux                # V_TIME: part | width << 8; C_ENUM: enum set; maps: MapKeys
-    # Derived by encoder.Plan from the fields above (not in layout.EncodeEntry's row):
-    uint64_t tag_bytes         # the tag's varint in the top tag_len bytes (one 8-byte store)
+    # Derived by encoder.Plan from the fields above (not in layout.EncodeEntry's row); with
+    # tag_bytes the entry stays 80 bytes:
+    int32_t col_at             # col and elem as byte offsets into the call's columns
+    int32_t elem_at
     uint8_t tag_len
     uint8_t op                 # encoder's EncodeOp: the hot loop's one dispatch
+
 
 ctypedef struct EncodeNode:
     int32_t first              # first entry of the node
