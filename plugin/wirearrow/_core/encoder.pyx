@@ -200,6 +200,13 @@ cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
         e.ptr -= 1
         e.ptr[0] = <uint8_t>v
         return
+    if v < 0x4000:
+        # two bytes: sub-message lengths, strings of 128 bytes and more, sizes in pixels
+        e.ptr -= 2
+        p = e.ptr
+        p[0] = <uint8_t>(v | 0x80)
+        p[1] = <uint8_t>(v >> 7)
+        return
     e.ptr -= varint_size(v)
     p = e.ptr
     while v >= 0x80:
