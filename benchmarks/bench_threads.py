@@ -33,6 +33,16 @@ What ``transcode`` loses below ``decoder`` is the per-batch work that holds the 
 
     python benchmarks/bench_threads.py                    # flat-4, flat-15, nested; 8k and 32k
     python benchmarks/bench_threads.py --plans nested --batch 16384 --repeat 9
+
+``--counts`` measures no time, only the deterministic counts of issue 34 item 5, each way in
+a fresh process (the pool is per process): ``--warm`` rounds, then ``--rounds`` measured,
+each round one ``transcode`` per thread (batch slices following each other through the
+corpus), results dropped at once, as a thread pool's jobs do. Per batch: minor page faults
+(``getrusage``), pool misses, and with ``--strace`` the ``mmap`` / ``munmap`` / ``mremap`` /
+``madvise`` / ``brk`` calls between markers around the measured rounds; the pool's bytes
+held and the peak RSS after them.
+
+    python benchmarks/bench_threads.py --counts --plans nested flat-4 --batch 16384 65536 --strace
 """
 
 from __future__ import annotations
@@ -218,6 +228,100 @@ def zlib_ways() -> tuple[Callable[[], float], Callable[[], float]]:
     return (lambda: run_threads([work(4)])), (lambda: run_threads([work(2), work(2)]))
 
 
+MARK = "/wirearrow-bench-threads-mark-"  # looked up (access) to mark strace's log
+TRACED = ("mmap", "munmap", "mremap", "madvise", "brk")
+
+
+def count_rounds(plan: str, size: int, threads: int, warm: int, rounds: int, seed: int) -> dict[str, Any]:
+    """One way's counts in this process (see --counts): after `warm` rounds, `rounds`
+    rounds of one transcode per thread each, every result dropped at once."""
+    wa = import_wirearrow()
+    n = size * 4
+    array = pa.array(corpus.generate(n, seed), pa.binary())
+    tc = make_transcoder(wa, plan)
+
+    def job(k: int) -> Callable[[], None]:
+        batch = array.slice((k * size) % (n - size + 1), size)
+        return lambda: tc.transcode(batch) and None
+
+    def run(r: int) -> None:
+        run_threads([job(r * threads + t) for t in range(threads)])
+
+    for r in range(warm):
+        run(r)
+    os.access(MARK + "begin", os.F_OK)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = wa.buffer_pool()
+    for r in range(warm, warm + rounds):
+        run(r)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    after = wa.buffer_pool()
+    os.access(MARK + "end", os.F_OK)
+    batches = rounds * threads
+    return {"plan": plan, "batch": size, "threads": threads, "warm": warm, "rounds": rounds,
+            "faults_per_batch": faults / batches,
+            "misses_per_batch": (after["misses"] - before["misses"]) / batches,
+            "pool_bytes": after["bytes"], "pool_blocks": after["blocks"],
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def strace_counts(log: str) -> dict[str, int]:
+    """Calls of each TRACED syscall between the marks in an ``strace -f`` log."""
+    counts = dict.fromkeys(TRACED, 0)
+    inside = False
+    with open(log) as f:
+        for line in f:
+            if MARK + "begin" in line:
+                inside = True
+            elif MARK + "end" in line:
+                break
+            elif inside:
+                call = line.split(None, 1)[-1].split("(", 1)[0].lstrip("<.").strip()
+                for name in TRACED:
+                    if call == name or call.startswith(name + " resumed"):
+                        counts[name] += "resumed" not in call
+    return counts
+
+
+def counts_main(args: argparse.Namespace) -> int:
+    import subprocess
+    import sys
+    import tempfile
+
+    print(f"{'plan':<9} {'batch':>7} {'threads':>7} {'faults/b':>9} {'misses/b':>9} "
+          + ("".join(f" {name + '/b':>9}" for name in TRACED) if args.strace else "")
+          + f" {'pool MB':>8} {'peak MB':>8}")
+    rows = []
+    for plan in args.plans:
+        for size in args.batch:
+            for threads in (1, 2):
+                with tempfile.TemporaryDirectory() as tmp:
+                    log = os.path.join(tmp, "strace.log")
+                    cmd = [sys.executable, __file__, "--count-one", plan, str(size), str(threads),
+                           str(args.warm), str(args.rounds), str(args.seed)]
+                    if args.strace:
+                        cmd = ["strace", "-f", "-o", log, "-e",
+                               "trace=" + ",".join((*TRACED, "access", "faccessat", "faccessat2")),
+                               *cmd]
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                    row = json.loads(out.strip().splitlines()[-1])
+                    if args.strace:
+                        calls = strace_counts(log)
+                        batches = args.rounds * threads
+                        row.update({f"{k}_per_batch": v / batches for k, v in calls.items()})
+                rows.append(row)
+                print(f"{plan:<9} {size:>7,} {threads:>7} {row['faults_per_batch']:>9.1f} "
+                      f"{row['misses_per_batch']:>9.2f}"
+                      + ("".join(f" {row[name + '_per_batch']:>9.2f}" for name in TRACED)
+                         if args.strace else "")
+                      + f" {row['pool_bytes'] / 1e6:>8.0f} {row['peak_rss'] / 1e6:>8.0f}",
+                      flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "bench_threads --counts", "rows": rows}, f, indent=1)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", nargs="+", default=["flat-4", "flat-15", NESTED])
@@ -229,7 +333,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", help="also write every measurement here")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: batch 8,192 only, 4 batches per way, best of 3")
+    parser.add_argument("--counts", action="store_true",
+                        help="deterministic counts only, 1 and 2 threads, each in a fresh process")
+    parser.add_argument("--warm", type=int, default=4, help="--counts: rounds before measuring")
+    parser.add_argument("--rounds", type=int, default=20, help="--counts: rounds measured")
+    parser.add_argument("--strace", action="store_true",
+                        help="--counts: also count mmap/munmap/... calls (strace -f)")
+    parser.add_argument("--count-one", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count_one:
+        plan, size, threads, warm, rounds, seed = args.count_one
+        print(json.dumps(count_rounds(plan, int(size), int(threads), int(warm), int(rounds),
+                                      int(seed))))
+        return 0
+    if args.counts:
+        return counts_main(args)
     if args.quick:
         args.batch, args.batches, args.repeat = [8192], 4, 3
     started = conditions.begin(quick=args.quick, busy_cores=2)

@@ -54,6 +54,9 @@ cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t h
 # what pool_free takes back (with any PyMem_Raw* block, grown by realloc or not).
 cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil
 cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil
+# The same, told that the first `written` bytes were written (an exported buffer's size):
+# the pool prefers blocks already written as far as a request needs.
+cdef void pool_give(uint8_t* data, int64_t allocated, int64_t written) noexcept nogil
 
 # Held by each decode call while it runs: the pool's limit is per thread decoding at once.
 cdef class PoolUser:
