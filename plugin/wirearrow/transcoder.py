@@ -360,7 +360,7 @@ class Transcoder:
             keep = np.ones(len(records.starts), dtype=bool)
             keep[[pos for _, pos in failed]] = False
             records.keep(keep)
-        entry.learn_sizes(result.records, result.group_counts, result.arena_bytes)
+        entry.learn_sizes(result.records, result.group_sizes, result.arena_bytes)
         return columns, positions, failures, n_bytes, assembler.precision_lost, result.moved
 
     def _decode_version(

@@ -957,25 +957,34 @@ cdef class ArrowTree:
             if not 0 <= r < self.n_nodes:
                 raise ValueError(f"ArrowTree: no node {r}")
         cdef int64_t n_nodes = self.n_nodes, n_roots = root_ids.shape[0]
+        # Every struct and scratch array below is sized by the nodes these roots can reach
+        # (their subtrees), not by the plan: a wide recursive plan has ~18,000 nodes, of
+        # which a small batch builds a few hundred at a time (absent()). A reached node
+        # gets the next slot; slot_of / node_at translate (only reached nodes are read).
+        cdef int64_t m = 0, r_at
+        for r_at in range(n_roots):
+            m += self.subtree[root_ids[r_at]]
         cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
         if t == NULL:
             raise MemoryError()
         owners = []
         t.owners = <PyObject*>owners
         Py_INCREF(owners)
-        t.nodes = <ArrowArray*>PyMem_RawCalloc(n_nodes + 1, sizeof(ArrowArray))
-        t.bufs = <const void**>PyMem_RawCalloc(3 * (n_nodes + 1), sizeof(void*))
-        t.kids = <ArrowArray**>PyMem_RawCalloc(self.n_kids + n_roots + 1, sizeof(ArrowArray*))
+        t.nodes = <ArrowArray*>PyMem_RawCalloc(m + 1, sizeof(ArrowArray))
+        t.bufs = <const void**>PyMem_RawCalloc(3 * (m + 1), sizeof(void*))
+        t.kids = <ArrowArray**>PyMem_RawCalloc(m + n_roots + 1, sizeof(ArrowArray*))
         # Blocks: a bitmap per validity key and bool node, three per gathered root.
-        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * n_nodes + 3 * n_roots + 1, sizeof(uint8_t*))
-        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 3 * n_roots + 1,
-                                                   sizeof(int64_t))
+        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(uint8_t*))
+        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(int64_t))
         # Packing jobs, run without the GIL once every pointer is known.
-        cdef const uint8_t** src = <const uint8_t**>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(void*))
-        cdef int64_t* src_n = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
-        cdef int64_t* zeros = <int64_t*>PyMem_RawCalloc(2 * n_nodes + 1, sizeof(int64_t))
-        cdef int64_t* node_job = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
-        cdef int64_t* bits_job = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+        cdef const uint8_t** src = <const uint8_t**>PyMem_RawCalloc(2 * m + 1, sizeof(void*))
+        cdef int64_t* src_n = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
+        cdef int64_t* zeros = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
+        cdef int64_t* node_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+        cdef int64_t* bits_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+        cdef int64_t* slot_of = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+        cdef int64_t* node_at = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+        cdef int64_t slot, used = 0, kid_top = 0
         cdef int64_t n_cols = len(col_valid)
         cdef int64_t* key_job = <int64_t*>PyMem_RawMalloc((n_cols + 1) * sizeof(int64_t))
         cdef int64_t i, j, k, node, n, job, kind, col, nbytes, count = 0, visited = 0
@@ -1041,31 +1050,36 @@ cdef class ArrowTree:
             if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
                     or t.bitmap_alloc == NULL or src == NULL or src_n == NULL
                     or zeros == NULL or node_job == NULL or bits_job == NULL
-                    or key_job == NULL):
+                    or key_job == NULL or slot_of == NULL or node_at == NULL):
                 raise MemoryError()
             for i in range(n_cols + 1):
                 key_job[i] = -1
-            for i in range(n_nodes + 1):
+            for i in range(m + 1):
                 node_job[i] = -1
                 bits_job[i] = -1
-            # Nodes reached from the roots, without descending into a given node.
-            stack = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+            # Nodes reached from the roots, without descending into a given node; the stack
+            # holds slots (a node reached twice would get two: never read as the same).
+            stack = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
             if stack == NULL:
                 raise MemoryError()
             for i in range(n_roots):
-                stack[i] = root_ids[i]
+                slot_of[root_ids[i]] = used
+                node_at[used] = root_ids[i]
+                stack[i] = used
+                used += 1
             k = n_roots
             while k > 0:
                 k -= 1
-                node = stack[k]
+                slot = stack[k]
+                node = node_at[slot]
                 kind = self.prog[node, P_KIND]
-                a = &t.nodes[node]
+                a = &t.nodes[slot]
                 j = self.prog[node, P_GROUP]
                 if not 0 <= j < n_groups:
                     raise ValueError(f"ArrowTree: node {node} in no group")
                 n = sizes[j]
                 a.length = n
-                a.buffers = &t.bufs[3 * node]
+                a.buffers = &t.bufs[3 * slot]
                 a.private_data = <void*>t
                 visited += 1
                 if gather_rows != NULL and gather_rows[node] >= 0:
@@ -1079,6 +1093,7 @@ cdef class ArrowTree:
                     if len(arr) != n:
                         raise AssertionError(f"ArrowTree: node {node} given {len(arr)} values, not {n}")
                     owners.append(arr)
+                    is_given[node] = 2  # (reached: exported into slot_of[node] below)
                     continue  # exported below, once nothing can fail any more
                 a.release = release_node
                 t.refs += 1
@@ -1094,7 +1109,7 @@ cdef class ArrowTree:
                             raise ValueError("ArrowTree: validity shorter than its group")
                         src[job] = buffer_of(valid, owners)
                         src_n[job] = n
-                    node_job[node] = job
+                    node_job[slot] = job
                 if kind == T_FIXED:
                     a.n_buffers = 2
                     values = col_values[self.prog[node, P_COLUMN]]
@@ -1108,7 +1123,7 @@ cdef class ArrowTree:
                         raise ValueError("ArrowTree: bool values shorter than their group")
                     src[count] = buffer_of(values, owners)
                     src_n[count] = n
-                    bits_job[node] = count  # its buffer: the packed bits, below
+                    bits_job[slot] = count  # its buffer: the packed bits, below
                     count += 1
                 elif kind == T_BINARY:
                     a.n_buffers = 3
@@ -1147,13 +1162,20 @@ cdef class ArrowTree:
                 else:  # T_STRUCT, T_ENTRIES
                     a.n_buffers = 1
                 a.n_children = self.prog[node, P_NCHILD]
-                a.children = &t.kids[self.prog[node, P_CHILD0]]
+                if used + a.n_children > m:  # (subtree sizes bound the slots)
+                    raise ValueError("ArrowTree: the nodes are not a tree")
+                a.children = &t.kids[kid_top]
+                kid_top += a.n_children
                 for j in range(a.n_children):
-                    a.children[j] = &t.nodes[self.kids[self.prog[node, P_CHILD0] + j]]
-                    stack[k] = self.kids[self.prog[node, P_CHILD0] + j]
+                    i = self.kids[self.prog[node, P_CHILD0] + j]
+                    slot_of[i] = used
+                    node_at[used] = i
+                    a.children[j] = &t.nodes[used]
+                    stack[k] = used
                     k += 1
+                    used += 1
             for i in range(n_roots):
-                n = t.nodes[root_ids[i]].length
+                n = t.nodes[i].length
                 if root_len >= 0 and n != root_len:
                     raise AssertionError("ArrowTree: columns of different lengths")
                 root_len = n
@@ -1168,16 +1190,16 @@ cdef class ArrowTree:
                 for job in range(count):
                     zeros[job] = pack_into(src[job], src_n[job], t.bitmaps[job])
             # Each node's bitmap (or none: no nulls), its packed bools, its null count.
-            for node in range(n_nodes):
-                a = &t.nodes[node]
+            for slot in range(used):
+                a = &t.nodes[slot]
                 if a.release != release_node:
                     continue
-                job = node_job[node]
+                job = node_job[slot]
                 if job >= 0 and zeros[job] > 0:
                     a.buffers[0] = t.bitmaps[job]
                     a.null_count = zeros[job]
-                if bits_job[node] >= 0:
-                    a.buffers[1] = t.bitmaps[bits_job[node]]
+                if bits_job[slot] >= 0:
+                    a.buffers[1] = t.bitmaps[bits_job[slot]]
             # Gathered roots, in the caller's order: a root's sources are held (refs) only
             # while it is gathered, and its last-read decoder columns dropped right after.
             for i in range(n_roots if rows is not None else 0):
@@ -1249,7 +1271,7 @@ cdef class ArrowTree:
                         g_bits = g_out + nbytes
                         block = None
                     with nogil:
-                        g_status = gather_into(t, &t.nodes[node], kind, width, g_values, g_valid,
+                        g_status = gather_into(t, &t.nodes[i], kind, width, g_values, g_valid,
                                                g_bitmap, g_first, g_arena, g_arena_size, n,
                                                g32, g64, gather_rows[node], g_out, g_bits)
                     refs = values = valid = table = None
@@ -1271,35 +1293,42 @@ cdef class ArrowTree:
                         col_arena[col] = None
         except BaseException:
             tree_free(t)
+            PyMem_RawFree(slot_of)
+            PyMem_RawFree(is_given)
             raise
         finally:  # the scratch arrays, on either path (PyMem_RawFree(NULL) does nothing)
             PyMem_RawFree(stack)
             PyMem_RawFree(gather_rows)
             PyMem_RawFree(given_width)
             PyMem_RawFree(sizes)
-            PyMem_RawFree(is_given)
             PyMem_RawFree(src)
             PyMem_RawFree(src_n)
             PyMem_RawFree(zeros)
             PyMem_RawFree(node_job)
             PyMem_RawFree(bits_job)
             PyMem_RawFree(key_job)
+            PyMem_RawFree(node_at)
         # The root: a struct of the columns, imported as a record batch with our schema.
-        a = &t.nodes[n_nodes]
+        a = &t.nodes[m]
         a.length = root_len if root_len >= 0 else 0
         a.n_buffers = 1
-        a.buffers = &t.bufs[3 * n_nodes]
+        a.buffers = &t.bufs[3 * m]
         a.n_children = n_roots
-        a.children = &t.kids[self.n_kids]
+        a.children = &t.kids[kid_top]
         for i in range(n_roots):
-            a.children[i] = &t.nodes[root_ids[i]]
+            a.children[i] = &t.nodes[i]
         a.private_data = <void*>t
         a.release = release_node
         t.refs += 1
         # Given arrays last: once exported they belong to the tree.
         for node, arr in given.items():
-            if t.nodes[node].private_data != NULL and t.nodes[node].release == NULL:
-                arr._export_to_c(<uintptr_t>&t.nodes[node])
+            if is_given[node] == 2:  # reached: its slot (exported once)
+                is_given[node] = 1
+                slot = slot_of[node]
+                if t.nodes[slot].private_data != NULL and t.nodes[slot].release == NULL:
+                    arr._export_to_c(<uintptr_t>&t.nodes[slot])
+        PyMem_RawFree(slot_of)
+        PyMem_RawFree(is_given)
         batch = self.import_batch(<uintptr_t>a, self.schema if schema is None else schema)
         return batch.columns
 

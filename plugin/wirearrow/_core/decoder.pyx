@@ -622,12 +622,14 @@ cdef class Result:
     """
     cdef readonly list group_parents   # OwnedBuffer of int64 per group
     cdef readonly list group_counts
+    cdef readonly object group_sizes   # the same as an int64 numpy array (no list to convert)
     cdef readonly list col_values      # OwnedBuffer (width * count bytes) or None; a bytes
                                        # column: count + 1 uint32 offsets into its arena
     cdef readonly list col_valid       # OwnedBuffer (count bytes)
     cdef readonly list col_arena       # OwnedBuffer of a bytes column's bytes, or None
     cdef readonly list col_counts
-    cdef readonly list arena_bytes     # string bytes of each column (0: none), for sizing
+    cdef readonly object arena_bytes   # string bytes of each column (0: none), for sizing:
+                                       # an int64 numpy array
     cdef readonly list errors
     cdef readonly int64_t records
     cdef readonly int64_t moved        # string values moved to the unknown fields (not UTF-8)
@@ -953,7 +955,10 @@ cdef int export(Ctx* c, Result r) except -1:
     # Ownership of every store moves into OwnedBuffers; the ctx keeps NULLs. A column no
     # record wrote to (no block: see ColumnStore.want) is read as zeros: null values,
     # empty strings. Such columns share one zeroed block, each through a view of its exact
-    # size (a view per group and size, not an allocation per column).
+    # size (a view per group and size, not an allocation per column). The lists start as
+    # the entries of a column of no elements (a wide recursive plan has ~16,000 columns,
+    # a small batch writes a few hundred): only the columns of a non-empty group, or
+    # written, are looked at one by one, so that a call costs what the batch holds.
     cdef int32_t i
     cdef GroupStore* gs
     cdef ColumnStore* cs
@@ -962,34 +967,54 @@ cdef int export(Ctx* c, Result r) except -1:
     cdef dict views = {}
     for i in range(c.n_groups):
         most = max(most, c.groups[i].count)
-    r.group_parents = []
+    zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
+                              (most + 1) * 8, allocated)
+    if zeros.data == NULL:
+        raise MemoryError()
+    cdef OwnedBuffer empty = zero_view(zeros, views, 0)
+    # An empty group's parents: the shared empty view (its block, if any, given back).
+    cdef list group_parents = [empty] * c.n_groups
+    r.group_parents = group_parents
     r.group_counts = []
+    group_sizes = np.empty(c.n_groups, dtype=np.int64)
+    cdef int64_t[::1] sizes_view = group_sizes
     for i in range(c.n_groups):
         gs = &c.groups[i]
-        r.group_parents.append(OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8,
-                                                 pool_size(c, gs.capacity * 8)))
+        if gs.count > 0:
+            group_parents[i] = OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8,
+                                                 pool_size(c, gs.capacity * 8))
+        elif gs.parent != NULL:
+            pool_free(<uint8_t*>gs.parent, pool_size(c, gs.capacity * 8))
         r.group_counts.append(gs.count)
+        sizes_view[i] = gs.count
         gs.parent = NULL
-    r.col_values = []
-    r.col_valid = []
-    r.col_arena = []
-    r.col_counts = []
-    r.arena_bytes = []
+    r.group_sizes = group_sizes
+    cdef OwnedBuffer empty_offsets = zero_view(zeros, views, 4)   # a bytes column's [0]
+    cdef list col_values = [empty] * c.n_cols
+    cdef list col_valid = [empty] * c.n_cols
+    cdef list col_arena = [None] * c.n_cols
+    cdef list col_counts = [0] * c.n_cols
+    arena_bytes = np.zeros(c.n_cols, dtype=np.int64)
+    cdef int64_t[::1] arena_view = arena_bytes
+    r.col_values = col_values
+    r.col_valid = col_valid
+    r.col_arena = col_arena
+    r.col_counts = col_counts
+    r.arena_bytes = arena_bytes
     for i in range(c.n_cols):
         cs = &c.cols[i]
         count = c.groups[cs.group].count
         if cs.valid == NULL and cs.values == NULL and cs.arena == NULL:
-            if zeros is None:
-                zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
-                                          (most + 1) * 8, allocated)
-                if zeros.data == NULL:
-                    raise MemoryError()
-            r.col_values.append(zero_view(zeros, views, (count + cs.bytes) * cs.width)
-                                if cs.width > 0 else None)
-            r.col_valid.append(zero_view(zeros, views, count))
-            r.col_arena.append(None)
-            r.col_counts.append(count)
-            r.arena_bytes.append(0)
+            if cs.width == 0:
+                col_values[i] = None
+            elif count == 0:
+                if cs.bytes:
+                    col_values[i] = empty_offsets
+            else:
+                col_values[i] = zero_view(zeros, views, (count + cs.bytes) * cs.width)
+            if count > 0:
+                col_valid[i] = zero_view(zeros, views, count)
+                col_counts[i] = count
             continue
         # Slots past the capacity were never written: grow so that every element has one.
         if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
@@ -997,16 +1022,16 @@ cdef int export(Ctx* c, Result r) except -1:
             raise MemoryError()
         if cs.bytes:
             close_offsets(cs, count)
-        r.col_values.append(OwnedBuffer.adopt(cs.values, (count + cs.bytes) * cs.width,
-                                              pool_size(c, cs.values_alloc))
-                            if cs.width > 0 else None)
+        col_values[i] = (OwnedBuffer.adopt(cs.values, (count + cs.bytes) * cs.width,
+                                           pool_size(c, cs.values_alloc))
+                         if cs.width > 0 else None)
         if cs.width == 0:
             pool_free(cs.values, pool_size(c, cs.values_alloc))
-        r.col_valid.append(OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc)))
-        r.col_arena.append(OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
-                           if cs.arena != NULL else None)
-        r.arena_bytes.append(cs.arena_len if cs.arena != NULL else 0)
-        r.col_counts.append(count)
+        col_valid[i] = OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc))
+        if cs.arena != NULL:
+            col_arena[i] = OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
+            arena_view[i] = cs.arena_len
+        col_counts[i] = count
         cs.values = NULL
         cs.valid = NULL
         cs.arena = NULL

@@ -81,6 +81,7 @@ class Assembler:
         self.r = result
         self.data = data
         self.counts: list[int] = list(result.group_counts)
+        self.sizes: np.ndarray = result.group_sizes  # the same, as an int64 array
         # Element parents per group, read on first use (a wide plan has thousands of
         # groups, most of them empty in a small batch).
         self._parents: list[np.ndarray | None] = [None] * len(self.counts)
@@ -487,7 +488,14 @@ class Assembler:
         facts = self.facts
         for column in facts.strict:
             out.extend(self._strict_problems(column, tables[column.tree][0]))
-        for column, leaf in facts.checked:
+        checked = facts.checked
+        if len(checked) > _SPARSE_GROUPS:
+            # A Timestamp / Duration of an empty group has nothing to check: a wide plan's
+            # hundreds of them are passed over with numpy.
+            groups = facts.checked_groups
+            at = np.flatnonzero((groups < 0) | (self.sizes[np.maximum(groups, 0)] > 0)).tolist()
+            checked = tuple(checked[k] for k in at)
+        for column, leaf in checked:
             if isinstance(leaf, TemporalLeaf):
                 # A column's own value: only the elements its rows read (times[0] must
                 # not fail on times[1]); inside a struct or list, every element.
@@ -634,10 +642,9 @@ class Assembler:
         # a record's place in the batch, for the errors of expressions
         batch_positions = self.parents(0) if facts.outputs is None else None
         # Peak memory: drop each decoder buffer and row table as soon as the last column that
-        # reads it is built (an output that is the buffer itself keeps it alive).
-        storage_uses = dict(facts.storage_uses)
+        # reads it is built (an output that is the buffer itself keeps it alive): which
+        # those are after each column is a fact of the plan (facts.drops, facts.pops).
         self._drop_parents()
-        table_uses = dict(facts.table_uses)
         out: list[pa.Array | None] = [None] * len(self.plan.columns)
         # Whole columns of the records (no fan-out to take rows from) in one call each tree.
         whole: dict[int, pa.Array] = {}
@@ -652,22 +659,24 @@ class Assembler:
                 whole.update(self._gathered(gather, rows))
             elif tree in facts.picks:
                 whole.update(self._gathered(facts.picks[tree], rows))
-        for i in facts.order:
-            column = self.plan.columns[i]
-            rows, fanned = tables[column.tree]
-            done = whole.pop(i, None)
-            out[i] = done if done is not None else self._column(column, rows, fanned)
-            use = (column.tree, column.selection.index)
-            table_uses[use] -= 1
-            if table_uses[use] == 0 and column.selection.parent is not None:
-                rows.pop(column.selection.index, None)  # (or gone with a gather)
-            for c in _storage(column.leaf):
-                storage_uses[c] -= 1
-                if storage_uses[c] == 0:
-                    self.r.col_values[c] = None
-                    self.r.col_valid[c] = None
-                    self.r.col_arena[c] = None
-            self._arrays.clear()
+        if len(whole) == len(out):
+            # Every column built already (whole records): nothing left to free memory for.
+            for i in facts.order:
+                out[i] = whole[i]
+        else:
+            values, valid, arena = self.r.col_values, self.r.col_valid, self.r.col_arena
+            for i, drops, pop in zip(facts.order, facts.drops, facts.pops, strict=True):
+                column = self.plan.columns[i]
+                rows, fanned = tables[column.tree]
+                done = whole.pop(i, None)
+                out[i] = done if done is not None else self._column(column, rows, fanned)
+                if pop:
+                    rows.pop(column.selection.index, None)  # (or gone with a gather)
+                for c in drops:
+                    values[c] = None
+                    valid[c] = None
+                    arena[c] = None
+                self._arrays.clear()
         built: list[pa.Array] = out
         if facts.outputs is not None:  # no expression: the output columns as built
             return [built[i] for i in facts.outputs], n_rows, positions
@@ -695,13 +704,16 @@ class Assembler:
         An empty group needs none: its lists' offsets are zeros (ArrowTree.build's own)."""
         facts = self.facts
         counts = self.counts
-        for group, key in facts.map_keys:
+        map_keys = facts.map_keys
+        if len(map_keys) > _SPARSE_GROUPS:  # (the maps of more than one entry, with numpy)
+            map_keys = tuple(map_keys[k] for k in np.flatnonzero(self.sizes[facts.map_groups] > 1))
+        for group, key in map_keys:
             if counts[group] > 1:
                 self.map_keep(group, key)
         if len(facts.child_groups) <= _SPARSE_GROUPS:
             held = [g for g in facts.child_groups if counts[g]]
         else:
-            picked = np.flatnonzero(np.asarray(counts, dtype=np.int64)[facts.child_groups_array])
+            picked = np.flatnonzero(self.sizes[facts.child_groups_array])
             held = facts.child_groups_array[picked].tolist()
         for g in held:
             self.list_offsets(g)
@@ -716,31 +728,41 @@ class Assembler:
         a map whose batch repeats a key); None when one is not of the type the tree
         declares, for its columns to be built apart. `state` (ArrowTree.absent's): only the
         nodes a batch builds (none inside an absent subtree)."""
-        given = {
-            node: self.leaf(leaf)
-            for node, leaf in program.given
-            if state is None or state[node] == 1
-        }
-        for node, leaf in program.maps:
-            if self._keep.get(leaf.child_group) is not None and (state is None or state[node]):
+        if state is None:
+            given = {node: self.leaf(leaf) for node, leaf in program.given}
+        else:  # (only those the batch builds: a wide plan's given nodes are mostly absent)
+            leaves = program.given_leaves
+            picked = program.given_nodes[state[program.given_nodes] == 1].tolist()
+            given = {node: self.leaf(leaves[node]) for node in picked}
+        for node, leaf in self._deduplicated(program):
+            if state is None or state[node]:
                 given[node] = self.leaf(leaf)  # repeated keys: deduplicated
         for node, arr in given.items():
             if arr.type != program.types[node]:
                 return None
         return given
 
+    def _deduplicated(self, program: _TreeProgram) -> list[tuple[int, MapLeaf]]:
+        """The map nodes of `program` whose batch repeats a key (map_keep found some)."""
+        maps = program.maps_by_group
+        return [
+            found
+            for group, keep in self._keep.items()
+            if keep is not None
+            for found in maps.get(group, ())
+        ]
+
     def _whole_columns(self, program: _TreeProgram) -> dict[int, pa.Array]:
         """The columns of `program` (column index -> array), their arrays over the
         decoder's buffers built in one call (buffers.ArrowTree) instead of one Python call
         per array: that Python runs with the GIL held, while other threads' batches wait."""
         if len(program.rows) >= _SPARSE_PLAN:
-            deduplicated = {
-                node for node, leaf in program.maps if self._keep.get(leaf.child_group) is not None
-            }
+            deduplicated = [node for node, _ in self._deduplicated(program)]
             parts = program.tree.absent(
-                self.counts, self.r.col_valid, [n for n, _ in program.given] + [*deduplicated],
+                self.sizes, self.r.col_valid,
+                program.given_list + deduplicated if deduplicated else program.given_list,
                 _ABSENT_NODES,
-            )
+            )  # fmt: skip
             if parts is not None:
                 return self._sparse_columns(program, *parts)
         given = self._given(program)
@@ -856,18 +878,24 @@ class _Facts:
     # Deepest fan-outs first: their buffers are freed before the broadcast columns (one
     # value per record copied onto every row, the largest outputs) are materialised.
     order: tuple[int, ...]
-    storage_uses: dict[int, int]  # decoder column -> output columns reading it
-    table_uses: dict[tuple[int, int], int]  # (tree, selection) -> output columns reading it
+    # By position in `order`: the decoder columns that column is the last reader of, and
+    # whether it is the last reader of its (non-root) row table.
+    drops: tuple[tuple[int, ...], ...]
+    pops: tuple[bool, ...]
     map_keys: tuple[tuple[int, Leaf], ...]  # (entry group, key leaf) of every map read
+    map_groups: np.ndarray  # their entry groups (int64)
     child_groups: tuple[int, ...]  # groups under a list or map read
     child_groups_array: np.ndarray  # the same, as an int64 array (to pick the non-empty)
     # (column, source) of plan.validity_from with a source, and the columns valid always
     shared_validity: tuple[tuple[int, int], ...]
     always_valid: tuple[int, ...]
+    shared_groups: np.ndarray  # the group of each shared_validity column (int64)
+    always_groups: np.ndarray  # the group of each always_valid column
     strict: tuple[OutputColumn, ...]
     # (column, leaf) whose values can reject a record: well-known temporal types (range,
     # values outside the type), Struct / Value JSON, validated max_depth cuts.
     checked: tuple[tuple[OutputColumn, Leaf], ...]
+    checked_groups: np.ndarray  # by checked: a TemporalLeaf's group, -1 for the others
     # tree -> its columns that read whole records (no fan-out), built as one tree of arrays
     trees: dict[int, _TreeProgram]
     # tree -> its scalar columns, gathered at their row tables when the tree fans out
@@ -880,28 +908,54 @@ class _Facts:
     @staticmethod
     def of(plan: CompiledPlan) -> _Facts:
         columns = plan.columns
+        shared = tuple((c, s) for c, s in plan.validity_from.items() if s >= 0)
         leaves = [x for col in columns for x in _walk(col.leaf)]
+        map_keys = tuple((x.child_group, x.key) for x in leaves if isinstance(x, MapLeaf))
+        checked = tuple(
+            (col, x)
+            for col in columns
+            for x in _walk(col.leaf)
+            if isinstance(x, TemporalLeaf | JsonLeaf) or (isinstance(x, CutLeaf) and x.validate)
+        )
+        always = tuple(c for c, s in plan.validity_from.items() if s < 0)
         order = tuple(
             sorted(range(len(columns)), key=lambda i: -len(columns[i].selection.ancestors()))
         )
+        storage_uses = Counter(c for col in columns for c in _storage(col.leaf))
+        table_uses = Counter((col.tree, col.selection.index) for col in columns)
+        drops: list[tuple[int, ...]] = []
+        pops: list[bool] = []
+        for i in order:
+            col = columns[i]
+            use = (col.tree, col.selection.index)
+            table_uses[use] -= 1
+            pops.append(table_uses[use] == 0 and col.selection.parent is not None)
+            last = []
+            for c in _storage(col.leaf):
+                storage_uses[c] -= 1
+                if storage_uses[c] == 0:
+                    last.append(c)
+            drops.append(tuple(last))
         return _Facts(
             order=order,
-            storage_uses=dict(Counter(c for col in columns for c in _storage(col.leaf))),
-            table_uses=dict(Counter((col.tree, col.selection.index) for col in columns)),
-            map_keys=tuple((x.child_group, x.key) for x in leaves if isinstance(x, MapLeaf)),
+            drops=tuple(drops),
+            pops=tuple(pops),
+            map_keys=map_keys,
+            map_groups=np.array([g for g, _ in map_keys], dtype=np.int64),
             child_groups=tuple(g for col in columns for g in _child_groups(col.leaf)),
             child_groups_array=np.array(
                 [g for col in columns for g in _child_groups(col.leaf)], dtype=np.int64
             ),
-            shared_validity=tuple((c, s) for c, s in plan.validity_from.items() if s >= 0),
-            always_valid=tuple(c for c, s in plan.validity_from.items() if s < 0),
+            shared_validity=shared,
+            always_valid=always,
+            shared_groups=np.array(
+                [plan.column_groups[c] for c, _ in shared], dtype=np.int64
+            ),
+            always_groups=np.array([plan.column_groups[c] for c in always], dtype=np.int64),
             strict=tuple(col for col in columns if col.strict),
-            checked=tuple(
-                (col, x)
-                for col in columns
-                for x in _walk(col.leaf)
-                if isinstance(x, TemporalLeaf | JsonLeaf)
-                or (isinstance(x, CutLeaf) and x.validate)
+            checked=checked,
+            checked_groups=np.array(
+                [x.group if isinstance(x, TemporalLeaf) else -1 for _, x in checked], dtype=np.int64
             ),
             trees=_tree_programs(plan),
             gathers=_gather_programs(plan, order),
@@ -938,6 +992,10 @@ class _TreeProgram:
     types: tuple[pa.DataType, ...]  # by node
     given: tuple[tuple[int, Leaf], ...]  # nodes built in Python (enums, temporal, JSON ...)
     maps: tuple[tuple[int, MapLeaf], ...]  # built in Python when a batch repeats a key
+    maps_by_group: dict[int, tuple[tuple[int, MapLeaf], ...]]  # the same by entry group
+    given_nodes: np.ndarray  # the nodes of `given` (int64), given_list as a list
+    given_list: list[int]
+    given_leaves: dict[int, Leaf]  # node -> leaf of `given`
     roots: tuple[int, ...]  # the node of each column
     # By node, for a batch in which some of them are absent (see _sparse_columns):
     rows: tuple[tuple[int, ...], ...]  # its ArrowTree row (_T_* kind, column, valid, ...)
@@ -1070,8 +1128,14 @@ def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
     )
     children = tuple(tuple(kids[r[6] : r[6] + r[7]]) for r in rows)
     fields = tuple(pa.field(f"n{i}", t) for i, t in enumerate(types))
+    by_group: dict[int, list[tuple[int, MapLeaf]]] = {}
+    for node, leaf in maps:
+        by_group.setdefault(leaf.child_group, []).append((node, leaf))
+    given_list = [node for node, _ in given]
     return _TreeProgram(
-        tree, tuple(columns), tuple(types), tuple(given), tuple(maps), tuple(roots),
+        tree, tuple(columns), tuple(types), tuple(given), tuple(maps),
+        {g: tuple(found) for g, found in by_group.items()},
+        np.array(given_list, dtype=np.int64), given_list, dict(given), tuple(roots),
         tuple(map(tuple, rows)), children, fields, {},
     )  # fmt: skip
 
@@ -1086,12 +1150,26 @@ def _facts(plan: CompiledPlan) -> _Facts:
 def _share_validity(facts: _Facts, result: Result) -> None:
     """Give every derived column the validity bytes of its source (plan.validity_from):
     the decoder does not mark an implicit-presence field whose value is absent (its slot
-    already holds the zero default), so it is valid wherever its message is."""
+    already holds the zero default), so it is valid wherever its message is. A column of
+    an empty group has no slot to mark: a wide plan's thousands of those are left alone
+    (found with numpy), so that the Python run follows the groups the batch holds."""
     valid = result.col_valid
     counts = result.col_counts
-    for column, source in facts.shared_validity:
+    shared, always = facts.shared_validity, facts.always_valid
+    if len(shared) + len(always) > _SPARSE_GROUPS:
+        held = result.group_sizes
+        shared_at = np.flatnonzero(held[facts.shared_groups]).tolist()
+        always_at = np.flatnonzero(held[facts.always_groups]).tolist()
+        for k in shared_at:
+            column, source = shared[k]
+            valid[column] = valid[source]
+        for k in always_at:
+            column = always[k]
+            valid[column] = _all_valid(counts[column])
+        return
+    for column, source in shared:
         valid[column] = valid[source]
-    for column in facts.always_valid:
+    for column in always:
         valid[column] = _all_valid(counts[column])
 
 
