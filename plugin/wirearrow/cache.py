@@ -139,7 +139,7 @@ class _Entry:
         # they are neither grown (copied) nor faulted in twice. One tuple, swapped whole.
         self.sizes: tuple[np.ndarray, np.ndarray] | None = None
 
-    def capacities(self, n: int) -> tuple[list[int], list[int] | None]:
+    def capacities(self, n: int) -> tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray | None]:
         """(elements per group, string bytes per column) to allocate for a batch of n."""
         sizes = self.sizes
         if sizes is None and self.cache.exchange is not None and not self.pulled:
@@ -162,12 +162,17 @@ class _Entry:
                 [int(x * scale) + 64 if x > 0 else 0 for x in bytes_per_record.tolist()],
             )
         # (vectorised: a whole message has a few hundred groups and columns, every batch)
+        # As int64 arrays, which the decoder reads as they are (a list would be converted
+        # back: ~100 instructions an entry, 16,000 columns in a wide recursive plan).
         groups = (per_record * scale).astype(np.int64) + 16
         arena = np.where(bytes_per_record > 0, (bytes_per_record * scale).astype(np.int64) + 64, 0)
-        return groups.tolist(), arena.tolist()
+        return groups, arena
 
     def learn_sizes(
-        self, records: int, group_counts: Sequence[int], arena_bytes: Sequence[int]
+        self,
+        records: int,
+        group_counts: Sequence[int] | np.ndarray,
+        arena_bytes: Sequence[int] | np.ndarray,
     ) -> None:
         """Account one decoded batch: its sizes size the next batch; its counts join the sums
         (and are pushed to the exchange every ``share_every`` records when sharing)."""

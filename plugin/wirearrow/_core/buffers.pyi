@@ -56,7 +56,7 @@ class ArrowTree:
         schema: Any = None,
     ) -> list[Any]: ...
     def absent(
-        self, counts: list[int], col_valid: list[object], given: Iterable[int], threshold: int
+        self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None: ...
 def epoch_outside(
     seconds: _Bytes,

@@ -967,11 +967,7 @@ cdef int export(Ctx* c, Result r) except -1:
     cdef dict views = {}
     for i in range(c.n_groups):
         most = max(most, c.groups[i].count)
-    zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
-                              (most + 1) * 8, allocated)
-    if zeros.data == NULL:
-        raise MemoryError()
-    cdef OwnedBuffer empty = zero_view(zeros, views, 0)
+    cdef OwnedBuffer empty = EMPTY
     # An empty group's parents: the shared empty view (its block, if any, given back).
     cdef list group_parents = [empty] * c.n_groups
     r.group_parents = group_parents
@@ -989,7 +985,7 @@ cdef int export(Ctx* c, Result r) except -1:
         sizes_view[i] = gs.count
         gs.parent = NULL
     r.group_sizes = group_sizes
-    cdef OwnedBuffer empty_offsets = zero_view(zeros, views, 4)   # a bytes column's [0]
+    cdef OwnedBuffer empty_offsets = EMPTY_OFFSETS   # a bytes column's [0]
     cdef list col_values = [empty] * c.n_cols
     cdef list col_valid = [empty] * c.n_cols
     cdef list col_arena = [None] * c.n_cols
@@ -1005,6 +1001,11 @@ cdef int export(Ctx* c, Result r) except -1:
         cs = &c.cols[i]
         count = c.groups[cs.group].count
         if cs.valid == NULL and cs.values == NULL and cs.arena == NULL:
+            if count > 0 and zeros is None:  # (taken only when such a column has elements)
+                zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
+                                          (most + 1) * 8, allocated)
+                if zeros.data == NULL:
+                    raise MemoryError()
             if cs.width == 0:
                 col_values[i] = None
             elif count == 0:
@@ -1036,6 +1037,15 @@ cdef int export(Ctx* c, Result r) except -1:
         cs.valid = NULL
         cs.arena = NULL
     return 0
+
+
+# The entries of a column or group of no elements, shared by every Result: views of a few
+# zero bytes kept for the process (never written: Arrow buffers over them are read-only).
+cdef OwnedBuffer ZERO_BYTES = OwnedBuffer.adopt(<uint8_t*>PyMem_RawCalloc(64, 1), 64, 0)
+if ZERO_BYTES.data == NULL:
+    raise MemoryError()
+cdef OwnedBuffer EMPTY = OwnedBuffer.view(ZERO_BYTES, 0)
+cdef OwnedBuffer EMPTY_OFFSETS = OwnedBuffer.view(ZERO_BYTES, 4)
 
 
 cdef inline OwnedBuffer zero_view(OwnedBuffer zeros, dict views, int64_t size):

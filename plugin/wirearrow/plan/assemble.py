@@ -1129,8 +1129,8 @@ def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
     children = tuple(tuple(kids[r[6] : r[6] + r[7]]) for r in rows)
     fields = tuple(pa.field(f"n{i}", t) for i, t in enumerate(types))
     by_group: dict[int, list[tuple[int, MapLeaf]]] = {}
-    for node, leaf in maps:
-        by_group.setdefault(leaf.child_group, []).append((node, leaf))
+    for at, leaf in maps:
+        by_group.setdefault(leaf.child_group, []).append((at, leaf))
     given_list = [node for node, _ in given]
     return _TreeProgram(
         tree, tuple(columns), tuple(types), tuple(given), tuple(maps),
