@@ -1493,17 +1493,19 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             if st != OK:
                 return st   # (its level, and the inner ones, recorded)
             continue
-        if f.n_clear > 0 and clear_siblings(c, f, node_id):
-            st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
-            if st != OK:
-                break
         el = node_element
-        if f.group >= 0:
-            st = open_element(c, f.group)
-            if st != OK:
-                break
-            opened = f
-            el = c.cur[f.group]
+        # (one test for the common case, a singular field outside any oneof)
+        if (f.n_clear | (f.group + 1)) != 0:   # a oneof member or a repeated field
+            if f.n_clear > 0 and clear_siblings(c, f, node_id):
+                st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+                if st != OK:
+                    break
+            if f.group >= 0:
+                st = open_element(c, f.group)
+                if st != OK:
+                    break
+                opened = f
+                el = c.cur[f.group]
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
             q = p
