@@ -983,7 +983,7 @@ cdef void derive_entry(EncodeEntry* en) noexcept:
 # memory system would mostly drop.
 
 cdef enum:
-    BLOCK = 64          # rows a block
+    BLOCK = 128         # rows a block
 
 
 cdef void list_col(Lines* ls, const ArrowColumn* c, const EncodeEntry* en, int64_t a,
