@@ -780,6 +780,14 @@ def test_null_map_key_and_value(maps: tuple[wa.Schema, type]) -> None:
         wa.EncodeError, match=r"^row 1, column k_int32\[1\]\.value: null map key or value"
     ):
         tc.encode(batch.set_column(i, field.name, values.cast(field.type)))
+    # a map of one entry is written without the key sort: the same error, the same names
+    lone = pa.MapArray.from_arrays(
+        pa.array([0, 1, 2], pa.int32()), entries.field(0), entries.field(1)
+    )
+    with pytest.raises(
+        wa.EncodeError, match=r"^row 1, column k_int32\[0\]\.value: null map key or value"
+    ):
+        tc.encode(batch.set_column(i, field.name, lone.cast(field.type)))
 
 
 def test_enum_name_not_in_enum(rich: tuple[wa.Schema, type]) -> None:

@@ -711,8 +711,9 @@ cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64
 # Each entry carries one derived `op` (Plan.__init__, from its kind, shape, presence, oneof
 # and check): the common field shapes have a handler inline here, specialised so that a
 # field costs one dispatch, one reserve and its stores; everything else (oneofs, checks
-# other than UTF-8, temporal parts, maps, groups, packed fields, columns with a `bad`
-# mask or 64-bit string offsets) takes the general path, `encode_field`.
+# other than UTF-8 and a temporal message's range, groups, packed fields, columns with a
+# `bad` mask or 64-bit string offsets) takes the general path, `encode_field`. Maps have
+# their own op; their entries go through the key sort (put_map) unless a map holds one.
 
 cdef enum EncodeOp:
     O_GENERIC = 0
