@@ -753,6 +753,136 @@ cdef inline int64_t size_of(object obj) except -1:
     return n
 
 
+ctypedef struct Scratch:
+    # What one ArrowTree.build works with besides the tree it hands out: allocated by
+    # scratch_alloc, freed in one place (scratch_free) whichever way the call leaves.
+    const int64_t* roots    # the nodes built as columns
+    int64_t n_roots
+    int64_t m               # slots: the nodes the roots can reach
+    int64_t n_groups
+    int64_t* sizes          # elements per group
+    uint8_t* is_given       # per node: 1 given, 2 given and reached (exported last)
+    int64_t* gather_rows    # per node: rows gathered (rows=), -1 none; NULL: no rows=
+    int64_t* given_width    # per node: a gathered given array's bytes a value
+    int64_t* slot_of        # node -> slot (reached nodes only)
+    int64_t* node_at        # slot -> node
+    int64_t* stack          # slots still to visit
+    int64_t* key_job        # validity key -> its packing job, -1 none yet
+    int64_t* node_job       # slot -> its validity bitmap's job, -1 none
+    int64_t* bits_job       # slot -> its packed bools' job, -1 none
+    const uint8_t** src     # packing jobs: the bytes, how many, how many were 0
+    int64_t* src_n
+    int64_t* zeros
+    int64_t count           # packing jobs planned
+    int64_t used            # slots given out
+    int64_t kid_top         # child pointers given out
+
+
+cdef int scratch_alloc(Scratch* s, int64_t n_nodes, int64_t n_cols, int64_t n_groups,
+                       bint gather) except -1:
+    """s's arrays for a build of s.m slots (s.roots, s.n_roots, s.m set)."""
+    cdef int64_t i, m = s.m
+    s.n_groups = n_groups
+    # (In this order, and freed in the reverse one: glibc's malloc does measurably less
+    # work for it, ~1,700 instructions a call on a 4-column fan-out.)
+    # Packing jobs, run without the GIL once every pointer is known.
+    s.src = <const uint8_t**>PyMem_RawCalloc(2 * m + 1, sizeof(void*))
+    s.src_n = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
+    s.zeros = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
+    s.node_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+    s.bits_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+    s.slot_of = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+    s.node_at = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+    s.key_job = <int64_t*>PyMem_RawMalloc((n_cols + 1) * sizeof(int64_t))
+    s.sizes = <int64_t*>PyMem_RawMalloc((n_groups + 1) * sizeof(int64_t))
+    s.is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
+    if (s.sizes == NULL or s.is_given == NULL or s.slot_of == NULL or s.node_at == NULL
+            or s.key_job == NULL or s.node_job == NULL
+            or s.bits_job == NULL or s.src == NULL or s.src_n == NULL or s.zeros == NULL):
+        raise MemoryError()
+    if gather:
+        s.gather_rows = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
+        s.given_width = <int64_t*>PyMem_RawCalloc(n_nodes + 1, sizeof(int64_t))
+        if s.gather_rows == NULL or s.given_width == NULL:
+            raise MemoryError()
+        for i in range(n_nodes + 1):
+            s.gather_rows[i] = -1
+    s.stack = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
+    if s.stack == NULL:
+        raise MemoryError()
+    for i in range(n_cols + 1):
+        s.key_job[i] = -1
+    for i in range(m + 1):
+        s.node_job[i] = -1
+        s.bits_job[i] = -1
+    return 0
+
+
+cdef void scratch_free(Scratch* s) noexcept:
+    # (PyMem_RawFree(NULL) does nothing: a partial scratch_alloc is freed the same way.)
+    PyMem_RawFree(s.stack)
+    PyMem_RawFree(s.gather_rows)
+    PyMem_RawFree(s.given_width)
+    PyMem_RawFree(s.sizes)
+    PyMem_RawFree(<void*>s.src)
+    PyMem_RawFree(s.src_n)
+    PyMem_RawFree(s.zeros)
+    PyMem_RawFree(s.node_job)
+    PyMem_RawFree(s.bits_job)
+    PyMem_RawFree(s.key_job)
+    PyMem_RawFree(s.node_at)
+    PyMem_RawFree(s.slot_of)
+    PyMem_RawFree(s.is_given)
+
+
+cdef Tree* tree_new(int64_t m, int64_t n_roots, list owners) except NULL:
+    """The block of a batch's m nodes and its root (freed by tree_free, or by the release
+    of its last node once imported), holding `owners` (the Python objects it points into)."""
+    cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
+    if t == NULL:
+        raise MemoryError()
+    t.owners = <PyObject*>owners
+    Py_INCREF(owners)
+    t.nodes = <ArrowArray*>PyMem_RawCalloc(m + 1, sizeof(ArrowArray))
+    t.bufs = <const void**>PyMem_RawCalloc(3 * (m + 1), sizeof(void*))
+    t.kids = <ArrowArray**>PyMem_RawCalloc(m + n_roots + 1, sizeof(ArrowArray*))
+    # Blocks: a bitmap per validity key and bool node, three per gathered root.
+    t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(uint8_t*))
+    t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(int64_t))
+    if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
+            or t.bitmap_alloc == NULL):
+        tree_free(t)
+        raise MemoryError()
+    return t
+
+
+cdef int pack_bitmaps(Tree* t, Scratch* s) except -1:
+    """Bitmap packing: each job's bytes packed into a tree block (allocated with the GIL,
+    the pool's lock being light; packed without), then each node's validity bitmap (or
+    none: no nulls), its null count and its packed bools."""
+    cdef int64_t job, slot
+    cdef ArrowArray* a
+    for job in range(s.count):
+        t.bitmaps[job] = pool_alloc((s.src_n[job] + 7) // 8 + 1, False, &t.bitmap_alloc[job])
+        t.n_bitmaps = job + 1
+        if t.bitmaps[job] == NULL:
+            raise MemoryError()
+    with nogil:
+        for job in range(s.count):
+            s.zeros[job] = pack_into(s.src[job], s.src_n[job], t.bitmaps[job])
+    for slot in range(s.used):
+        a = &t.nodes[slot]
+        if a.release != release_node:
+            continue
+        job = s.node_job[slot]
+        if job >= 0 and s.zeros[job] > 0:
+            a.buffers[0] = t.bitmaps[job]
+            a.null_count = s.zeros[job]
+        if s.bits_job[slot] >= 0:
+            a.buffers[1] = t.bitmaps[s.bits_job[slot]]
+    return 0
+
+
 cdef class ArrowTree:
     """A plan's whole-column arrays as a program of nodes, built per batch in one call.
 
@@ -928,6 +1058,268 @@ cdef class ArrowTree:
         return (np.array(mixed, dtype=np.int64), np.array(full, dtype=np.int64),
                 np.array(absent, dtype=np.int64), state_arr)
 
+    cdef int plan_nodes(self, Tree* t, Scratch* s, object col_values, object col_valid,
+                        object col_arena, dict list_offsets, dict given,
+                        list owners) except -1:
+        """Job planning: every node reached from the roots, without descending into a given
+        node, gets a slot, its struct filled with the decoder's buffers, and its validity
+        and bool bytes a packing job (one job per validity key). The stack holds slots (a
+        node reached twice would get two: never read as the same)."""
+        cdef int64_t i, j, k, node, n, job, kind, col, slot
+        cdef const uint32_t* off
+        cdef ArrowArray* a
+        for i in range(s.n_roots):
+            s.slot_of[s.roots[i]] = s.used
+            s.node_at[s.used] = s.roots[i]
+            s.stack[i] = s.used
+            s.used += 1
+        k = s.n_roots
+        while k > 0:
+            k -= 1
+            slot = s.stack[k]
+            node = s.node_at[slot]
+            kind = self.prog[node, P_KIND]
+            a = &t.nodes[slot]
+            j = self.prog[node, P_GROUP]
+            if not 0 <= j < s.n_groups:
+                raise ValueError(f"ArrowTree: node {node} in no group")
+            n = s.sizes[j]
+            a.length = n
+            a.buffers = &t.bufs[3 * slot]
+            a.private_data = <void*>t
+            if s.gather_rows != NULL and s.gather_rows[node] >= 0:
+                a.length = s.gather_rows[node]  # buffers: gathered below
+                a.n_buffers = 3 if kind == T_BINARY else 2
+                a.release = release_node
+                t.refs += 1
+                continue
+            if kind == T_GIVEN or s.is_given[node]:
+                arr = given[node]
+                if len(arr) != n:
+                    raise AssertionError(f"ArrowTree: node {node} given {len(arr)} values, not {n}")
+                owners.append(arr)
+                s.is_given[node] = 2  # (reached: exported into slot_of[node] below)
+                continue  # exported below, once nothing can fail any more
+            a.release = release_node
+            t.refs += 1
+            col = self.prog[node, P_VALID]
+            if col >= 0:
+                job = s.key_job[self.prog[node, P_KEY]]
+                if job < 0:
+                    job = s.count
+                    s.count += 1
+                    s.key_job[self.prog[node, P_KEY]] = job
+                    valid = col_valid[col]
+                    if size_of(valid) < n:
+                        raise ValueError("ArrowTree: validity shorter than its group")
+                    s.src[job] = buffer_of(valid, owners)
+                    s.src_n[job] = n
+                s.node_job[slot] = job
+            if kind == T_FIXED:
+                a.n_buffers = 2
+                values = col_values[self.prog[node, P_COLUMN]]
+                if size_of(values) < n * self.prog[node, P_BYTES]:
+                    raise ValueError("ArrowTree: values shorter than their group")
+                a.buffers[1] = buffer_of(values, owners)
+            elif kind == T_BOOL:
+                a.n_buffers = 2
+                values = col_values[self.prog[node, P_COLUMN]]
+                if size_of(values) < n:
+                    raise ValueError("ArrowTree: bool values shorter than their group")
+                s.src[s.count] = buffer_of(values, owners)
+                s.src_n[s.count] = n
+                s.bits_job[slot] = s.count  # its buffer: the packed bits, below
+                s.count += 1
+            elif kind == T_BINARY:
+                a.n_buffers = 3
+                col = self.prog[node, P_COLUMN]
+                values = col_values[col]
+                if size_of(values) < (n + 1) * 4:
+                    raise ValueError("ArrowTree: offsets shorter than their group")
+                off = <const uint32_t*>buffer_of(values, owners)
+                arena = col_arena[col]
+                if off[0] != 0 or off[n] > (size_of(arena) if arena is not None else 0):
+                    raise ValueError("ArrowTree: offsets outside the arena")
+                if off[n] > 0x7FFFFFFF:
+                    raise OverflowError(
+                        "a string column exceeds 2 GiB in one batch: use smaller batches")
+                a.buffers[1] = off
+                a.buffers[2] = (buffer_of(arena, owners) if arena is not None
+                                else <const uint8_t*>wa_empty_buffer)
+            elif kind == T_LIST:
+                a.n_buffers = 2
+                j = self.prog[node, P_OFFSETS]
+                offsets = list_offsets.get(j)
+                if offsets is None and 0 <= j < s.n_groups and s.sizes[j] == 0:
+                    # No elements: every list is empty, its offsets zeros.
+                    if t.zeros == NULL:
+                        t.zeros = pool_alloc((max_size(s.sizes, s.n_groups) + 1) * 4, True,
+                                             &t.zeros_alloc)
+                        if t.zeros == NULL:
+                            raise MemoryError()
+                    a.buffers[1] = t.zeros
+                else:
+                    if offsets is None:
+                        raise KeyError(f"ArrowTree: no list offsets of group {j}")
+                    if size_of(offsets) < (n + 1) * 4:
+                        raise ValueError("ArrowTree: list offsets shorter than their group")
+                    a.buffers[1] = buffer_of(offsets, owners)
+            else:  # T_STRUCT, T_ENTRIES
+                a.n_buffers = 1
+            a.n_children = self.prog[node, P_NCHILD]
+            if s.used + a.n_children > s.m:  # (subtree sizes bound the slots)
+                raise ValueError("ArrowTree: the nodes are not a tree")
+            a.children = &t.kids[s.kid_top]
+            s.kid_top += a.n_children
+            for j in range(a.n_children):
+                i = self.kids[self.prog[node, P_CHILD0] + j]
+                s.slot_of[i] = s.used
+                s.node_at[s.used] = i
+                a.children[j] = &t.nodes[s.used]
+                s.stack[k] = s.used
+                k += 1
+                s.used += 1
+        return 0
+
+    cdef int plan_gathers(self, Scratch* s, object rows, object drops,
+                          dict given) except -1:
+        """Roots gathered at their row table (rows=): how many rows each (-1: none, or a
+        table 0 .. n-1, the node as it is), and a given root's bytes a value."""
+        cdef int64_t i, j, node, kind
+        if len(rows) != s.n_roots or (drops is not None and len(drops) != s.n_roots):
+            raise ValueError("ArrowTree: rows= and drops= need one entry a root")
+        for i in range(s.n_roots):
+            table = rows[i]
+            if table is None:
+                continue
+            node = s.roots[i]
+            kind = self.prog[node, P_KIND]
+            if kind == T_GIVEN or s.is_given[node]:
+                s.given_width[node] = fixed_width_of(given.get(node))
+                if s.given_width[node] <= 0:
+                    raise ValueError(
+                        f"ArrowTree: rows= for given node {node}, not a fixed-width array")
+            elif kind not in (T_FIXED, T_BOOL, T_BINARY):
+                raise ValueError(f"ArrowTree: rows= for node {node}, not a scalar")
+            j = self.prog[node, P_GROUP]
+            if not 0 <= j < s.n_groups:
+                raise ValueError(f"ArrowTree: node {node} in no group")
+            # 0 .. n-1 (a fan-out that added no rows here): the node as it is.
+            if not table_is_identity(table, s.sizes[j]):
+                s.gather_rows[node] = len(table)
+        return 0
+
+    cdef int gather_root(self, Tree* t, Scratch* s, int64_t i, object table,
+                         object col_values, object col_valid, object col_arena, dict given,
+                         object allocate, list owners) except -1:
+        """Gathering: root i's values at its row table, into buffers of its own; its
+        sources are held (refs) only while it is gathered."""
+        cdef int64_t node = s.roots[i], rows = s.gather_rows[node]
+        cdef int64_t kind = self.prog[node, P_KIND], width = self.prog[node, P_BYTES]
+        cdef int64_t n = s.sizes[self.prog[node, P_GROUP]], col, nbytes, g_status
+        cdef const uint8_t* g_values
+        cdef const uint8_t* g_valid = NULL
+        cdef const uint8_t* g_bitmap = NULL
+        cdef int64_t g_first = 0
+        cdef const uint8_t* g_arena = <const uint8_t*>wa_empty_buffer
+        cdef int64_t g_arena_size = 0
+        cdef const int32_t* g32 = NULL
+        cdef const int64_t* g64 = NULL
+        cdef uint8_t* g_out = NULL
+        cdef uint8_t* g_bits = NULL
+        refs = []
+        if s.given_width[node] > 0:
+            # A fixed-width array built in Python (a Timestamp's epoch values):
+            # gathered as a T_FIXED column whose validity is its bitmap.
+            arr = given[node]
+            if len(arr) != n:
+                raise AssertionError(
+                    f"ArrowTree: node {node} given {len(arr)} values, not {n}")
+            kind = T_FIXED
+            width = s.given_width[node]
+            g_first = arr.offset
+            validity, values = arr.buffers()
+            if size_of(values) < (g_first + n) * width:
+                raise ValueError("ArrowTree: values shorter than their group")
+            g_values = buffer_of(values, refs) + g_first * width
+            if validity is not None and arr.null_count:
+                if size_of(validity) * 8 < g_first + n:
+                    raise ValueError("ArrowTree: validity shorter than its group")
+                g_bitmap = buffer_of(validity, refs)
+            arr = validity = None
+        else:
+            col = self.prog[node, P_COLUMN]
+            values = col_values[col]
+            nbytes = (n + 1) * 4 if kind == T_BINARY else n * width
+            if kind == T_BOOL:
+                nbytes = n
+            if size_of(values) < nbytes:
+                raise ValueError("ArrowTree: values shorter than their group")
+            g_values = buffer_of(values, refs)
+            if self.prog[node, P_VALID] >= 0:
+                valid = col_valid[self.prog[node, P_VALID]]
+                if size_of(valid) < n:
+                    raise ValueError("ArrowTree: validity shorter than its group")
+                g_valid = buffer_of(valid, refs)
+            if kind == T_BINARY and col_arena[col] is not None:
+                g_arena = buffer_of(col_arena[col], refs)
+                g_arena_size = size_of(col_arena[col])
+        refs.append(table)
+        if table.dtype.itemsize == 4:
+            g32 = <const int32_t*>buffer_of(table, refs)
+        else:
+            g64 = <const int64_t*>buffer_of(table, refs)
+        if allocate is not None and kind != T_BINARY:
+            # Values, then the validity bitmap at the next 64-byte boundary, in
+            # one block: one allocate() call a root, which (pyarrow's) hands the
+            # GIL over twice, letting the other thread's batch in each time.
+            nbytes = rows * width if kind == T_FIXED else (rows + 7) // 8 + 1
+            nbytes = (nbytes + 63) // 64 * 64
+            block = allocate(nbytes + (rows + 7) // 8 + 1)
+            g_out = writable_of(block, owners)
+            g_bits = g_out + nbytes
+            block = None
+        with nogil:
+            g_status = gather_into(t, &t.nodes[i], kind, width, g_values, g_valid,
+                                   g_bitmap, g_first, g_arena, g_arena_size, n,
+                                   g32, g64, rows, g_out, g_bits)
+        refs = values = valid = table = None
+        if g_status == G_MEMORY:
+            raise MemoryError()
+        if g_status == G_INDEX:
+            raise ValueError("ArrowTree: a row table points outside its group")
+        if g_status == G_OFFSETS:
+            raise ValueError("ArrowTree: an offset points outside the arena")
+        if g_status == G_OVERFLOW:
+            raise OverflowError(
+                "a string column exceeds 2 GiB in one batch: use smaller batches")
+        return 0
+
+    cdef ArrowArray* export(self, Tree* t, Scratch* s, int64_t root_len,
+                            dict given) except NULL:
+        """Export: the root, a struct of the columns (returned, for the caller to import
+        as a record batch with our schema); the given arrays exported into their slots
+        last (once exported they belong to the tree, so nothing may fail before)."""
+        cdef int64_t i, slot, m = s.m
+        cdef ArrowArray* a = &t.nodes[m]
+        a.length = root_len if root_len >= 0 else 0
+        a.n_buffers = 1
+        a.buffers = &t.bufs[3 * m]
+        a.n_children = s.n_roots
+        a.children = &t.kids[s.kid_top]
+        for i in range(s.n_roots):
+            a.children[i] = &t.nodes[i]
+        a.private_data = <void*>t
+        a.release = release_node
+        t.refs += 1
+        for node, arr in given.items():
+            if s.is_given[node] == 2:  # reached: its slot (exported once)
+                s.is_given[node] = 1
+                slot = s.slot_of[node]
+                if t.nodes[slot].private_data != NULL and t.nodes[slot].release == NULL:
+                    arr._export_to_c(<uintptr_t>&t.nodes[slot])
+        return a
+
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
               dict given, rows=None, drops=None, allocate=None, roots=None, schema=None):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
@@ -964,372 +1356,54 @@ cdef class ArrowTree:
         cdef int64_t m = 0, r_at
         for r_at in range(n_roots):
             m += self.subtree[root_ids[r_at]]
-        cdef Tree* t = <Tree*>PyMem_RawCalloc(1, sizeof(Tree))
-        if t == NULL:
-            raise MemoryError()
+        cdef Scratch s
+        memset(&s, 0, sizeof(Scratch))
+        s.roots = &root_ids[0] if n_roots > 0 else NULL
+        s.n_roots = n_roots
+        s.m = m
+        cdef ArrowArray* root
+        cdef int64_t i, n, col, root_len = -1
         owners = []
-        t.owners = <PyObject*>owners
-        Py_INCREF(owners)
-        t.nodes = <ArrowArray*>PyMem_RawCalloc(m + 1, sizeof(ArrowArray))
-        t.bufs = <const void**>PyMem_RawCalloc(3 * (m + 1), sizeof(void*))
-        t.kids = <ArrowArray**>PyMem_RawCalloc(m + n_roots + 1, sizeof(ArrowArray*))
-        # Blocks: a bitmap per validity key and bool node, three per gathered root.
-        t.bitmaps = <uint8_t**>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(uint8_t*))
-        t.bitmap_alloc = <int64_t*>PyMem_RawCalloc(2 * m + 3 * n_roots + 1, sizeof(int64_t))
-        # Packing jobs, run without the GIL once every pointer is known.
-        cdef const uint8_t** src = <const uint8_t**>PyMem_RawCalloc(2 * m + 1, sizeof(void*))
-        cdef int64_t* src_n = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
-        cdef int64_t* zeros = <int64_t*>PyMem_RawCalloc(2 * m + 1, sizeof(int64_t))
-        cdef int64_t* node_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
-        cdef int64_t* bits_job = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
-        cdef int64_t* slot_of = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
-        cdef int64_t* node_at = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
-        cdef int64_t slot, used = 0, kid_top = 0
-        cdef int64_t n_cols = len(col_valid)
-        cdef int64_t* key_job = <int64_t*>PyMem_RawMalloc((n_cols + 1) * sizeof(int64_t))
-        cdef int64_t i, j, k, node, n, job, kind, col, nbytes, count = 0, visited = 0
-        cdef int64_t root_len = -1
-        # Group sizes and the given nodes as C arrays: read once per node below.
-        cdef int64_t n_groups = len(counts)
-        cdef int64_t* sizes = <int64_t*>PyMem_RawMalloc((n_groups + 1) * sizeof(int64_t))
-        cdef uint8_t* is_given = <uint8_t*>PyMem_RawCalloc(n_nodes + 1, 1)
-        # Roots gathered at their row table (rows=): how many rows each, -1 elsewhere.
-        cdef int64_t* gather_rows = NULL
-        # Given roots gathered (a fixed-width array built in Python): its bytes a value.
-        cdef int64_t* given_width = NULL
-        cdef const uint8_t* g_bitmap
-        cdef int64_t g_first, width
-        cdef const uint8_t* g_values
-        cdef const uint8_t* g_valid
-        cdef const uint8_t* g_arena
-        cdef const int32_t* g32
-        cdef const int64_t* g64
-        cdef int64_t g_arena_size, g_status
-        cdef uint8_t* g_out
-        cdef uint8_t* g_bits
-        cdef const uint32_t* off
-        cdef int64_t* stack = NULL
-        cdef ArrowArray* a
+        cdef Tree* t = tree_new(m, n_roots, owners)
         try:
-            if sizes == NULL or is_given == NULL:
-                raise MemoryError()
-            for i in range(n_groups):
-                sizes[i] = counts[i]
-            for i in given:
-                if not 0 <= i < n_nodes:
-                    raise ValueError(f"ArrowTree: no node {i}")
-                is_given[i] = 1
-            if rows is not None:
-                if len(rows) != n_roots or (drops is not None and len(drops) != n_roots):
-                    raise ValueError("ArrowTree: rows= and drops= need one entry a root")
-                gather_rows = <int64_t*>PyMem_RawMalloc((n_nodes + 1) * sizeof(int64_t))
-                given_width = <int64_t*>PyMem_RawCalloc(n_nodes + 1, sizeof(int64_t))
-                if gather_rows == NULL or given_width == NULL:
-                    raise MemoryError()
-                for i in range(n_nodes + 1):
-                    gather_rows[i] = -1
+            try:
+                scratch_alloc(&s, n_nodes, len(col_valid), len(counts), rows is not None)
+                for i in range(s.n_groups):
+                    s.sizes[i] = counts[i]
+                for i in given:
+                    if not 0 <= i < n_nodes:
+                        raise ValueError(f"ArrowTree: no node {i}")
+                    s.is_given[i] = 1
+                if rows is not None:
+                    self.plan_gathers(&s, rows, drops, given)
+                self.plan_nodes(t, &s, col_values, col_valid, col_arena, list_offsets,
+                                given, owners)
                 for i in range(n_roots):
-                    table = rows[i]
-                    if table is None:
-                        continue
-                    node = root_ids[i]
-                    kind = self.prog[node, P_KIND]
-                    if kind == T_GIVEN or is_given[node]:
-                        given_width[node] = fixed_width_of(given.get(node))
-                        if given_width[node] <= 0:
-                            raise ValueError(
-                                f"ArrowTree: rows= for given node {node}, not a fixed-width array")
-                    elif kind not in (T_FIXED, T_BOOL, T_BINARY):
-                        raise ValueError(f"ArrowTree: rows= for node {node}, not a scalar")
-                    j = self.prog[node, P_GROUP]
-                    if not 0 <= j < n_groups:
-                        raise ValueError(f"ArrowTree: node {node} in no group")
-                    # 0 .. n-1 (a fan-out that added no rows here): the node as it is.
-                    if not table_is_identity(table, sizes[j]):
-                        gather_rows[node] = len(table)
-            if (t.nodes == NULL or t.bufs == NULL or t.kids == NULL or t.bitmaps == NULL
-                    or t.bitmap_alloc == NULL or src == NULL or src_n == NULL
-                    or zeros == NULL or node_job == NULL or bits_job == NULL
-                    or key_job == NULL or slot_of == NULL or node_at == NULL):
-                raise MemoryError()
-            for i in range(n_cols + 1):
-                key_job[i] = -1
-            for i in range(m + 1):
-                node_job[i] = -1
-                bits_job[i] = -1
-            # Nodes reached from the roots, without descending into a given node; the stack
-            # holds slots (a node reached twice would get two: never read as the same).
-            stack = <int64_t*>PyMem_RawMalloc((m + 1) * sizeof(int64_t))
-            if stack == NULL:
-                raise MemoryError()
-            for i in range(n_roots):
-                slot_of[root_ids[i]] = used
-                node_at[used] = root_ids[i]
-                stack[i] = used
-                used += 1
-            k = n_roots
-            while k > 0:
-                k -= 1
-                slot = stack[k]
-                node = node_at[slot]
-                kind = self.prog[node, P_KIND]
-                a = &t.nodes[slot]
-                j = self.prog[node, P_GROUP]
-                if not 0 <= j < n_groups:
-                    raise ValueError(f"ArrowTree: node {node} in no group")
-                n = sizes[j]
-                a.length = n
-                a.buffers = &t.bufs[3 * slot]
-                a.private_data = <void*>t
-                visited += 1
-                if gather_rows != NULL and gather_rows[node] >= 0:
-                    a.length = gather_rows[node]  # buffers: gathered below
-                    a.n_buffers = 3 if kind == T_BINARY else 2
-                    a.release = release_node
-                    t.refs += 1
-                    continue
-                if kind == T_GIVEN or is_given[node]:
-                    arr = given[node]
-                    if len(arr) != n:
-                        raise AssertionError(f"ArrowTree: node {node} given {len(arr)} values, not {n}")
-                    owners.append(arr)
-                    is_given[node] = 2  # (reached: exported into slot_of[node] below)
-                    continue  # exported below, once nothing can fail any more
-                a.release = release_node
-                t.refs += 1
-                col = self.prog[node, P_VALID]
-                if col >= 0:
-                    job = key_job[self.prog[node, P_KEY]]
-                    if job < 0:
-                        job = count
-                        count += 1
-                        key_job[self.prog[node, P_KEY]] = job
-                        valid = col_valid[col]
-                        if size_of(valid) < n:
-                            raise ValueError("ArrowTree: validity shorter than its group")
-                        src[job] = buffer_of(valid, owners)
-                        src_n[job] = n
-                    node_job[slot] = job
-                if kind == T_FIXED:
-                    a.n_buffers = 2
-                    values = col_values[self.prog[node, P_COLUMN]]
-                    if size_of(values) < n * self.prog[node, P_BYTES]:
-                        raise ValueError("ArrowTree: values shorter than their group")
-                    a.buffers[1] = buffer_of(values, owners)
-                elif kind == T_BOOL:
-                    a.n_buffers = 2
-                    values = col_values[self.prog[node, P_COLUMN]]
-                    if size_of(values) < n:
-                        raise ValueError("ArrowTree: bool values shorter than their group")
-                    src[count] = buffer_of(values, owners)
-                    src_n[count] = n
-                    bits_job[slot] = count  # its buffer: the packed bits, below
-                    count += 1
-                elif kind == T_BINARY:
-                    a.n_buffers = 3
-                    col = self.prog[node, P_COLUMN]
-                    values = col_values[col]
-                    if size_of(values) < (n + 1) * 4:
-                        raise ValueError("ArrowTree: offsets shorter than their group")
-                    off = <const uint32_t*>buffer_of(values, owners)
-                    arena = col_arena[col]
-                    if off[0] != 0 or off[n] > (size_of(arena) if arena is not None else 0):
-                        raise ValueError("ArrowTree: offsets outside the arena")
-                    if off[n] > 0x7FFFFFFF:
-                        raise OverflowError(
-                            "a string column exceeds 2 GiB in one batch: use smaller batches")
-                    a.buffers[1] = off
-                    a.buffers[2] = (buffer_of(arena, owners) if arena is not None
-                                    else <const uint8_t*>wa_empty_buffer)
-                elif kind == T_LIST:
-                    a.n_buffers = 2
-                    j = self.prog[node, P_OFFSETS]
-                    offsets = list_offsets.get(j)
-                    if offsets is None and 0 <= j < n_groups and sizes[j] == 0:
-                        # No elements: every list is empty, its offsets zeros.
-                        if t.zeros == NULL:
-                            t.zeros = pool_alloc((max_size(sizes, n_groups) + 1) * 4, True,
-                                                 &t.zeros_alloc)
-                            if t.zeros == NULL:
-                                raise MemoryError()
-                        a.buffers[1] = t.zeros
-                    else:
-                        if offsets is None:
-                            raise KeyError(f"ArrowTree: no list offsets of group {j}")
-                        if size_of(offsets) < (n + 1) * 4:
-                            raise ValueError("ArrowTree: list offsets shorter than their group")
-                        a.buffers[1] = buffer_of(offsets, owners)
-                else:  # T_STRUCT, T_ENTRIES
-                    a.n_buffers = 1
-                a.n_children = self.prog[node, P_NCHILD]
-                if used + a.n_children > m:  # (subtree sizes bound the slots)
-                    raise ValueError("ArrowTree: the nodes are not a tree")
-                a.children = &t.kids[kid_top]
-                kid_top += a.n_children
-                for j in range(a.n_children):
-                    i = self.kids[self.prog[node, P_CHILD0] + j]
-                    slot_of[i] = used
-                    node_at[used] = i
-                    a.children[j] = &t.nodes[used]
-                    stack[k] = used
-                    k += 1
-                    used += 1
-            for i in range(n_roots):
-                n = t.nodes[i].length
-                if root_len >= 0 and n != root_len:
-                    raise AssertionError("ArrowTree: columns of different lengths")
-                root_len = n
-            # Bitmaps: allocated with the GIL (the pool's lock is light), packed without.
-            for job in range(count):
-                t.bitmaps[job] = pool_alloc((src_n[job] + 7) // 8 + 1, False,
-                                            &t.bitmap_alloc[job])
-                t.n_bitmaps = job + 1
-                if t.bitmaps[job] == NULL:
-                    raise MemoryError()
-            with nogil:
-                for job in range(count):
-                    zeros[job] = pack_into(src[job], src_n[job], t.bitmaps[job])
-            # Each node's bitmap (or none: no nulls), its packed bools, its null count.
-            for slot in range(used):
-                a = &t.nodes[slot]
-                if a.release != release_node:
-                    continue
-                job = node_job[slot]
-                if job >= 0 and zeros[job] > 0:
-                    a.buffers[0] = t.bitmaps[job]
-                    a.null_count = zeros[job]
-                if bits_job[slot] >= 0:
-                    a.buffers[1] = t.bitmaps[bits_job[slot]]
-            # Gathered roots, in the caller's order: a root's sources are held (refs) only
-            # while it is gathered, and its last-read decoder columns dropped right after.
-            for i in range(n_roots if rows is not None else 0):
-                node = root_ids[i]
-                if gather_rows[node] >= 0:
-                    refs = []
-                    kind = self.prog[node, P_KIND]
-                    width = self.prog[node, P_BYTES]
-                    j = self.prog[node, P_GROUP]
-                    n = sizes[j]
-                    g_valid = g_bitmap = NULL
-                    g_first = 0
-                    g_arena = <const uint8_t*>wa_empty_buffer
-                    g_arena_size = 0
-                    if given_width[node] > 0:
-                        # A fixed-width array built in Python (a Timestamp's epoch values):
-                        # gathered as a T_FIXED column whose validity is its bitmap.
-                        arr = given[node]
-                        if len(arr) != n:
-                            raise AssertionError(
-                                f"ArrowTree: node {node} given {len(arr)} values, not {n}")
-                        kind = T_FIXED
-                        width = given_width[node]
-                        g_first = arr.offset
-                        validity, values = arr.buffers()
-                        if size_of(values) < (g_first + n) * width:
-                            raise ValueError("ArrowTree: values shorter than their group")
-                        g_values = buffer_of(values, refs) + g_first * width
-                        if validity is not None and arr.null_count:
-                            if size_of(validity) * 8 < g_first + n:
-                                raise ValueError("ArrowTree: validity shorter than its group")
-                            g_bitmap = buffer_of(validity, refs)
-                        arr = validity = None
-                    else:
-                        col = self.prog[node, P_COLUMN]
-                        values = col_values[col]
-                        nbytes = (n + 1) * 4 if kind == T_BINARY else n * width
-                        if kind == T_BOOL:
-                            nbytes = n
-                        if size_of(values) < nbytes:
-                            raise ValueError("ArrowTree: values shorter than their group")
-                        g_values = buffer_of(values, refs)
-                        if self.prog[node, P_VALID] >= 0:
-                            valid = col_valid[self.prog[node, P_VALID]]
-                            if size_of(valid) < n:
-                                raise ValueError("ArrowTree: validity shorter than its group")
-                            g_valid = buffer_of(valid, refs)
-                        if kind == T_BINARY and col_arena[col] is not None:
-                            g_arena = buffer_of(col_arena[col], refs)
-                            g_arena_size = size_of(col_arena[col])
-                    table = rows[i]
-                    refs.append(table)
-                    g32 = NULL
-                    g64 = NULL
-                    if table.dtype.itemsize == 4:
-                        g32 = <const int32_t*>buffer_of(table, refs)
-                    else:
-                        g64 = <const int64_t*>buffer_of(table, refs)
-                    g_out = g_bits = NULL
-                    if allocate is not None and kind != T_BINARY:
-                        # Values, then the validity bitmap at the next 64-byte boundary, in
-                        # one block: one allocate() call a root, which (pyarrow's) hands the
-                        # GIL over twice, letting the other thread's batch in each time.
-                        nbytes = (gather_rows[node] * width
-                                  if kind == T_FIXED else (gather_rows[node] + 7) // 8 + 1)
-                        nbytes = (nbytes + 63) // 64 * 64
-                        block = allocate(nbytes + (gather_rows[node] + 7) // 8 + 1)
-                        g_out = writable_of(block, owners)
-                        g_bits = g_out + nbytes
-                        block = None
-                    with nogil:
-                        g_status = gather_into(t, &t.nodes[i], kind, width, g_values, g_valid,
-                                               g_bitmap, g_first, g_arena, g_arena_size, n,
-                                               g32, g64, gather_rows[node], g_out, g_bits)
-                    refs = values = valid = table = None
-                    if g_status == G_MEMORY:
-                        raise MemoryError()
-                    if g_status == G_INDEX:
-                        raise ValueError("ArrowTree: a row table points outside its group")
-                    if g_status == G_OFFSETS:
-                        raise ValueError("ArrowTree: an offset points outside the arena")
-                    if g_status == G_OVERFLOW:
-                        raise OverflowError(
-                            "a string column exceeds 2 GiB in one batch: use smaller batches")
-                if type(rows) is list:
-                    rows[i] = None  # (its last reference, when the caller kept no other)
-                if drops is not None:
-                    for col in drops[i]:
-                        col_values[col] = None
-                        col_valid[col] = None
-                        col_arena[col] = None
-        except BaseException:
-            tree_free(t)
-            PyMem_RawFree(slot_of)
-            PyMem_RawFree(is_given)
-            raise
-        finally:  # the scratch arrays, on either path (PyMem_RawFree(NULL) does nothing)
-            PyMem_RawFree(stack)
-            PyMem_RawFree(gather_rows)
-            PyMem_RawFree(given_width)
-            PyMem_RawFree(sizes)
-            PyMem_RawFree(src)
-            PyMem_RawFree(src_n)
-            PyMem_RawFree(zeros)
-            PyMem_RawFree(node_job)
-            PyMem_RawFree(bits_job)
-            PyMem_RawFree(key_job)
-            PyMem_RawFree(node_at)
-        # The root: a struct of the columns, imported as a record batch with our schema.
-        a = &t.nodes[m]
-        a.length = root_len if root_len >= 0 else 0
-        a.n_buffers = 1
-        a.buffers = &t.bufs[3 * m]
-        a.n_children = n_roots
-        a.children = &t.kids[kid_top]
-        for i in range(n_roots):
-            a.children[i] = &t.nodes[i]
-        a.private_data = <void*>t
-        a.release = release_node
-        t.refs += 1
-        # Given arrays last: once exported they belong to the tree.
-        for node, arr in given.items():
-            if is_given[node] == 2:  # reached: its slot (exported once)
-                is_given[node] = 1
-                slot = slot_of[node]
-                if t.nodes[slot].private_data != NULL and t.nodes[slot].release == NULL:
-                    arr._export_to_c(<uintptr_t>&t.nodes[slot])
-        PyMem_RawFree(slot_of)
-        PyMem_RawFree(is_given)
-        batch = self.import_batch(<uintptr_t>a, self.schema if schema is None else schema)
+                    n = t.nodes[i].length
+                    if root_len >= 0 and n != root_len:
+                        raise AssertionError("ArrowTree: columns of different lengths")
+                    root_len = n
+                pack_bitmaps(t, &s)
+                # Gathered roots, in the caller's order, each root's last-read decoder
+                # columns dropped right after it.
+                for i in range(n_roots if rows is not None else 0):
+                    if s.gather_rows[s.roots[i]] >= 0:
+                        self.gather_root(t, &s, i, rows[i], col_values, col_valid,
+                                         col_arena, given, allocate, owners)
+                    if type(rows) is list:
+                        rows[i] = None  # (its last reference, when the caller kept no other)
+                    if drops is not None:
+                        for col in drops[i]:
+                            col_values[col] = None
+                            col_valid[col] = None
+                            col_arena[col] = None
+            except BaseException:
+                tree_free(t)
+                raise
+            root = self.export(t, &s, root_len, given)
+        finally:  # the scratch, whichever way the call leaves
+            scratch_free(&s)
+        batch = self.import_batch(<uintptr_t>root, self.schema if schema is None else schema)
         return batch.columns
 
 
