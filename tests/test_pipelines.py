@@ -81,12 +81,14 @@ def test_beam_job_writes_the_transcoders_rows(tmp_path) -> None:
     times = re.search(r"time: ([\d.]+) s in all: build ([\d.]+) s, run ([\d.]+) s", out.getvalue())
     assert times, out.getvalue()
     total, build, run = map(float, times.groups())
-    assert 0 < build + run <= total
+    # Each figure is printed rounded to 0.01 s: parts can add up to a little over the whole
+    # (0.17 + 0.25 against 0.42 failed once), by at most half a hundredth a figure.
+    assert 0 < build + run <= total + 0.015, out.getvalue()
     steps = re.search(
         r"steps: read and transcode ([\d.]+) s, write ([\d.]+) s, dead letters ([\d.]+) s",
         out.getvalue(),
     )
-    assert steps and 0 < sum(map(float, steps.groups())) <= run, out.getvalue()
+    assert steps and 0 < sum(map(float, steps.groups())) <= run + 0.02, out.getvalue()
 
 
 def test_stage_times() -> None:
