@@ -46,7 +46,7 @@ from wirearrow._core.tables cimport (
     EncodeEntry, EncodeNode, EncodeSpec, EnumSet,
 )
 from wirearrow._core.wire cimport (
-    utf8_valid, utf8_valid_full, varint_size, zigzag32_of, zigzag64_of,
+    copy_short, utf8_valid, utf8_valid_full, varint_size, zigzag32_of, zigzag64_of,
 )
 
 from wirearrow._core import layout
@@ -231,32 +231,6 @@ cdef inline void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n) noexcept
         while n:
             n -= 1
             dst[n] = src[n]
-
-
-cdef inline uint64_t copy_short(uint8_t* dst, const uint8_t* src, size_t n) noexcept nogil:
-    """copy_bytes for n <= 16, returning the OR of the words it moved: no high bit set means
-    the bytes are ASCII, so a string needs no validation pass of its own."""
-    cdef uint64_t a, b
-    cdef uint32_t x, y
-    if n >= 8:
-        memcpy(&a, src, 8)
-        memcpy(&b, src + n - 8, 8)
-        memcpy(dst, &a, 8)
-        memcpy(dst + n - 8, &b, 8)
-        return a | b
-    if n >= 4:
-        memcpy(&x, src, 4)
-        memcpy(&y, src + n - 4, 4)
-        memcpy(dst, &x, 4)
-        memcpy(dst + n - 4, &y, 4)
-        return x | y
-    if n == 0:
-        return 0
-    # 1-3 bytes: the first, the middle and the last cover them all
-    dst[0] = src[0]
-    dst[n >> 1] = src[n >> 1]
-    dst[n - 1] = src[n - 1]
-    return src[0] | src[n >> 1] | src[n - 1]
 
 
 cdef inline int put_string(Enc* e, const uint8_t* src, size_t n, bint utf8) noexcept nogil:
