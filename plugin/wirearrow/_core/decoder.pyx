@@ -287,6 +287,14 @@ cdef class Program:
                 for j in range(fe.clear, fe.clear + fe.n_clear if fe.clear >= 0 else fe.clear):
                     if unvalidated.get(self.clear_cols[j]) == i:
                         self.col_member[self.clear_cols[j]] = i + 1
+        # A scalar that is a oneof member or repeated takes a step before its store (unset
+        # its siblings, open its element): A_PRE in its action, so that the hot loop's one
+        # range test on the action sends it (and the message and skip actions) off the
+        # path of a plain singular scalar, instead of a second test on group and n_clear.
+        for k in range(self.n_entries):
+            fe = &self.entries[k]
+            if fe.action < A_MESSAGE and (fe.n_clear | (fe.group + 1)) != 0:
+                self.entries[k].action = fe.action | A_PRE
         # The hot loop reads a field's entry straight from the dense slot of its number:
         # one dependent load less per field than slot -> index -> entry.
         for i, d in enumerate(dense):
@@ -1377,6 +1385,10 @@ cdef int decode_record(Ctx* c, const uint8_t* p, const uint8_t* end, int64_t ind
 # The entry of a field number no entry has: its wire type matches none (see decode_fields).
 cdef enum:
     NO_WIRE_TYPE = 0xFF
+    # Or'ed into the action of a scalar entry that is a oneof member or repeated (Program):
+    # decode_fields takes its step (siblings unset, element opened) before the store. The
+    # actions are below it; A_NONE is never looked at past the wire type test.
+    A_PRE = 0x40
 cdef FieldEntry NO_ENTRY
 NO_ENTRY.number = 0
 NO_ENTRY.wire_type = NO_WIRE_TYPE
@@ -1471,41 +1483,46 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 return OK
             break
         act = f.action
-        if act >= A_MESSAGE:
-            if act > A_GROUP:
-                # A closed enum, or a map entry upb might keep as an unknown field: the
-                # check comes before the field has any effect (oneof siblings, elements).
-                qx = p
-                st = rare_field(c, node, f, &qx, end, field_start, depth, node_element)
-                p = qx
-                if st == OK:
-                    continue
-                # An error names the element the field opened, as below (rare_field opened
-                # it); an error inside an entry recorded its own level already.
-                if act != A_ENUM:   # a map entry or an Any (one compare, as before Any)
-                    return record_level(c, node_id, fn, element_index(c, f), st)
-                if f.group >= 0:
-                    opened = f
-                break
-            q = p
-            st = sub_message(c, node_id, node, f, &q, end, field_start, fn, depth, node_element)
-            p = q
-            if st != OK:
-                return st   # (its level, and the inner ones, recorded)
-            continue
         el = node_element
-        # (one test for the common case, a singular field outside any oneof)
-        if (f.n_clear | (f.group + 1)) != 0:   # a oneof member or a repeated field
-            if f.n_clear > 0 and clear_siblings(c, f, node_id):
-                st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
-                if st != OK:
+        # One test on the action for the common case, a plain singular scalar; the others
+        # (messages, values only checked, oneof members and repeated scalars) leave here.
+        if act > A_STRING:
+            if act >= A_PRE:
+                # A oneof member or a repeated scalar: its step, then its store below.
+                act = act ^ A_PRE
+                if f.n_clear > 0 and clear_siblings(c, f, node_id):
+                    st = AFTER_MOVED(c, f, node, node_element, field_start, p, end, depth)
+                    if st != OK:
+                        break
+                if f.group >= 0:
+                    st = open_element(c, f.group)
+                    if st != OK:
+                        break
+                    opened = f
+                    el = c.cur[f.group]
+            elif act >= A_MESSAGE:
+                if act > A_GROUP:
+                    # A closed enum, or a map entry upb might keep as an unknown field: the
+                    # check comes before the field has any effect (oneof siblings, elements).
+                    qx = p
+                    st = rare_field(c, node, f, &qx, end, field_start, depth, node_element)
+                    p = qx
+                    if st == OK:
+                        continue
+                    # An error names the element the field opened, as below (rare_field
+                    # opened it); an error inside an entry recorded its own level already.
+                    if act != A_ENUM:   # a map entry or an Any (one compare, as before Any)
+                        return record_level(c, node_id, fn, element_index(c, f), st)
+                    if f.group >= 0:
+                        opened = f
                     break
-            if f.group >= 0:
-                st = open_element(c, f.group)
+                q = p
+                st = sub_message(c, node_id, node, f, &q, end, field_start, fn, depth,
+                                 node_element)
+                p = q
                 if st != OK:
-                    break
-                opened = f
-                el = c.cur[f.group]
+                    return st   # (its level, and the inner ones, recorded)
+                continue
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
             q = p
@@ -2417,7 +2434,7 @@ cdef int after_moved(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
     moved before."""
     cdef const uint8_t* q = p
     cdef int st
-    if f.flags & F_UTF8_OR_UNKNOWN and f.action == A_STRING:
+    if f.flags & F_UTF8_OR_UNKNOWN and (f.action & ~A_PRE) == A_STRING:
         return mark_moved(c, f.column, e)
     if node.unknown < 0:
         return OK
@@ -2601,7 +2618,7 @@ cdef int decode_packed(Ctx* c, const FieldEntry* f, const uint8_t* p,
                        const uint8_t* end, int32_t unknown) noexcept nogil:
     """Packed repeated scalars: one element per value, all inside one length prefix."""
     cdef int st
-    cdef int act = f.action
+    cdef int act = f.action & ~A_PRE   # (a repeated scalar's action carries A_PRE)
     cdef int64_t width, k, first
     cdef uint64_t v
     cdef uint8_t* dst
