@@ -747,17 +747,12 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             if en.presence == P_ALWAYS:
                 return fail(e, E_NULL_ENTRY, en.col, k)
             continue
-        op = en.op if c.bad == NULL else O_GENERIC
+        op = en.op       # (the call's: O_GENERIC where a column has a bad mask or is wide)
         if op == O_GENERIC:
             status = encode_field(e, en, c, k, &oneofs)
             if status:
                 return status
         elif op == O_BYTES:
-            if c.wide:
-                status = encode_field(e, en, c, k, &oneofs)
-                if status:
-                    return status
-                continue
             lo = (<const int32_t*>c.offsets)[p]
             n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
             if n == 0 and en.presence == P_IMPLICIT:
@@ -827,11 +822,6 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 return status
         elif op == O_MAP:
             ec = <const ArrowColumn*>(cols + en.elem_at)
-            if ec.bad != NULL:
-                status = encode_field(e, en, c, k, &oneofs)
-                if status:
-                    return status
-                continue
             span(c, p, &lo, &hi)
             if hi - lo == 1:
                 if ec.validity != NULL and not is_set(ec.validity, lo + ec.offset):
@@ -849,11 +839,6 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                     return status
         else:  # O_REP_BYTES, O_REP_MESSAGE
             ec = <const ArrowColumn*>(cols + en.elem_at)
-            if ec.bad != NULL or (op == O_REP_BYTES and ec.wide):
-                status = encode_field(e, en, c, k, &oneofs)
-                if status:
-                    return status
-                continue
             span(c, p, &lo, &hi)
             j = hi
             if op == O_REP_BYTES:
@@ -923,6 +908,22 @@ cdef uint8_t op_of(const EncodeEntry* en) noexcept:
     if kind == V_MESSAGE and en.check == C_NONE:
         return O_REP_MESSAGE
     return O_GENERIC
+
+
+cdef uint8_t call_op(const EncodeEntry* en, const ArrowColumn* cols) noexcept nogil:
+    """The entry's op for one call's columns: O_GENERIC where a column holds a `bad` mask
+    or 64-bit string offsets (the specialised handlers read neither), decided once a call
+    so that the record loop tests neither per field."""
+    cdef uint8_t op = en.op
+    cdef const ArrowColumn* c = &cols[en.col]
+    cdef const ArrowColumn* ec
+    if op == O_GENERIC or c.bad != NULL or (op == O_BYTES and c.wide):
+        return O_GENERIC
+    if op == O_MAP or op == O_REP_BYTES or op == O_REP_MESSAGE:
+        ec = &cols[en.elem]
+        if ec.bad != NULL or (op == O_REP_BYTES and ec.wide):
+            return O_GENERIC
+    return op
 
 
 cdef void derive_entry(EncodeEntry* en) noexcept:
@@ -1309,9 +1310,24 @@ cdef class Plan:
                                                   &used_allocated)
         if used == NULL:
             raise MemoryError()
+        # The call's entries: the plan's, unless a column holds a `bad` mask or 64-bit
+        # offsets (rare: large types, values Python found unencodable); then a copy whose
+        # ops are specialised to this batch's columns (call_op).
+        cdef int64_t i
+        cdef EncodeEntry* entries = NULL
+        for i in range(self.n_specs):
+            if cols[i].bad != NULL or cols[i].wide:
+                entries = <EncodeEntry*>PyMem_RawMalloc(max(self.n_entries, 1) * sizeof(EncodeEntry))
+                if entries == NULL:
+                    pool_free(<uint8_t*>used, used_allocated)
+                    raise MemoryError()
+                memcpy(entries, self.entries, self.n_entries * sizeof(EncodeEntry))
+                for i in range(self.n_entries):
+                    entries[i].op = call_op(&entries[i], cols)
+                break
         cdef Enc e
         e.cols = cols
-        e.entries = self.entries
+        e.entries = entries if entries != NULL else self.entries
         e.nodes = self.nodes
         e.enum_sets = self.enum_sets
         e.enum_values = self.enum_values
@@ -1354,6 +1370,7 @@ cdef class Plan:
                 used[r] = e.limit - e.ptr
         PyMem_RawFree(ls.at)
         PyMem_RawFree(e.scratch)
+        PyMem_RawFree(entries)
         if status:
             pool_free(e.buf, e.allocated)
             pool_free(<uint8_t*>used, used_allocated)
