@@ -483,8 +483,8 @@ def test_bidrequest_corpus_round_trips(bid_schema: wa.Schema, bid_class: type, b
 
 
 def test_bidrequest_slices_span_blocks(bid_schema: wa.Schema, bid_class: type, bid_corpus) -> None:
-    # Rows are encoded in blocks of 64 and the next block's lines located through every
-    # list's offsets: slices starting and ending inside blocks, over several of them.
+    # Rows are encoded in blocks (of up to 256) and the next block's lines located through
+    # every list's offsets: slices starting and ending inside blocks, over several of them.
     tc = wa.Transcoder(bid_schema)
     batch = tc.transcode(list(bid_corpus))
     expected = [
@@ -1017,6 +1017,20 @@ def test_strings_of_every_short_length_are_copied_and_validated(compile_proto) -
                 err = _encode_error(tc, batch, column, value)
                 assert (err.row, err.path) == (0, path), (n, at)
                 assert err.reason.startswith("invalid UTF-8 in a string field")
+
+
+def test_rows_too_wide_for_a_prefetch_block(compile_proto) -> None:
+    """Rows are encoded in blocks whose cache lines are listed ahead; rows of ~5 KB pass a
+    block's list of lines and shorten the blocks after it: every row is still written."""
+    schema, cls = compile_proto(UTF8, "utf.P")
+    tc = wa.Transcoder(schema)
+    records = [
+        cls(s=f"{i:05d}" * 1000, ss=["y" * (i % 300)], m={str(i): "v"}).SerializeToString(
+            deterministic=True
+        )
+        for i in range(700)
+    ]
+    assert tc.encode(tc.transcode(records)).to_pylist() == records
 
 
 def test_duplicated_column_names_are_errors(maps: tuple[wa.Schema, type]) -> None:

@@ -959,7 +959,8 @@ cdef void derive_entry(EncodeEntry* en) noexcept:
 # memory system would mostly drop.
 
 cdef enum:
-    BLOCK = 128         # rows a block
+    BLOCK = 256         # rows a block at most: the walk of every array runs once a block
+    MIN_BLOCK = 16      # ... and at least, when a block's lines pass MAX_LINES (wide rows)
 
 
 cdef void list_col(Lines* ls, const ArrowColumn* c, const EncodeEntry* en, int64_t a,
@@ -1346,7 +1347,7 @@ cdef class Plan:
         ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
         ls.count = 0
         ls.issued = 0
-        cdef int64_t lo, hi = 0, step = 0
+        cdef int64_t lo, hi = 0, step = 0, block = BLOCK
         with nogil:
             status = grow(&e, <size_t>max(capacity, 4096))
             used[n_rows] = 0
@@ -1356,11 +1357,15 @@ cdef class Plan:
                 if r == lo:
                     # A block starts: rows [lo, r). List what the next one reads.
                     hi = r
-                    lo = max(((r - 1) // BLOCK) * BLOCK, 0)
+                    lo = max(r - block, 0)
                     ls.count = 0
                     ls.issued = 0
                     if ls.at != NULL and lo > 0:
-                        list_node(&ls, &e, 0, max(lo - BLOCK, 0), lo, 0)
+                        list_node(&ls, &e, 0, max(lo - block, 0), lo, 0)
+                        # Rows too wide for a block's lines: the next blocks are shorter
+                        # (the block listed here keeps the lines it has).
+                        if ls.count >= MAX_LINES and block > MIN_BLOCK:
+                            block >>= 1
                     step = (ls.count + (r - lo) - 1) // (r - lo)
                 while ls.issued < ls.count and ls.issued < (hi - r + 1) * step:
                     __builtin_prefetch(ls.at[ls.issued])
