@@ -29,8 +29,11 @@ fi
 SDIST=$(ls "$OUT"/dist/wirearrow-*.tar.gz)
 # The sdist must carry everything either build path needs, for every extension.
 tar tzf "$SDIST" | sed 's|^[^/]*/||' >"$OUT/sdist.txt"
+# (The optional accelerator is C++: its generated source is a .cpp.)
 for pyx in plugin/wirearrow/_core/*.pyx; do
-    for file in "$pyx" "${pyx%.pyx}.c" "${pyx%.pyx}.pyi"; do
+    generated="${pyx%.pyx}.c"
+    [ "$(basename "$pyx")" = accelerator.pyx ] && generated="${pyx%.pyx}.cpp"
+    for file in "$pyx" "$generated" "${pyx%.pyx}.pyi"; do
         grep -qxF "$file" "$OUT/sdist.txt" || { echo "sdist lacks $file" >&2; exit 1; }
     done
 done
@@ -44,7 +47,7 @@ done
     || { tail -30 "$OUT/nocython.log" >&2; exit 1; }
 WHEEL=$(ls "$OUT"/nocython/wirearrow-*.whl)
 for whl in "$OUT"/dist/wirearrow-*.whl "$WHEEL"; do
-    if python3 -m zipfile -l "$whl" | grep -E '\.(c|pyx|pxd) '; then
+    if python3 -m zipfile -l "$whl" | grep -E '\.(c|cpp|pyx|pxd) '; then
         echo "$whl carries C or Cython sources" >&2
         exit 1
     fi

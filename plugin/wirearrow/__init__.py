@@ -9,6 +9,7 @@ batch = tc.transcode(records)          # pa.BinaryArray / list[bytes] -> pa.Reco
 
 from wirearrow import fn
 from wirearrow._core.buffers import buffer_pool
+from wirearrow.accelerator import accelerated, accelerator_status
 from wirearrow.cache import ParserCache
 from wirearrow.config import PlanConfig, load_plan
 from wirearrow.counts import Counts
@@ -50,6 +51,8 @@ __all__ = [
     "TranscodeSpec",
     "Transcoder",
     "WirearrowError",
+    "accelerated",
+    "accelerator_status",
     "buffer_pool",
     "fn",
     "frame_records",

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from wirearrow._core.decoder import ANY_TYPE_LEVEL, POLICY_RAISE, POLICY_SKIP, STATUS_TEXT, decode
+from wirearrow.accelerator import record_batch
 from wirearrow.cache import ParserCache, default_cache
 from wirearrow.carry import (
     RECORD_INDEX,
@@ -266,13 +267,13 @@ class Transcoder:
             )
             versions = self._router.versions
             if versions is None:
-                rows = pa.RecordBatch.from_arrays(columns, schema=self._plan.schema)
+                rows = record_batch(columns, self._plan.schema)
             else:  # the plan's own version, in the superset's columns
                 state = versions.state
                 conform = state.conformers[0]
                 if conform is not None:
                     columns = conform(columns, len(columns[0]) if columns else 0)
-                rows = pa.RecordBatch.from_arrays(columns, schema=state.schema)
+                rows = record_batch(columns, state.schema)
             if positions is not None:
                 row_records = records.index[positions]
                 ids = records.schema_ids[positions] if records.schema_ids is not None else None

@@ -54,7 +54,8 @@ class ArrowTree:
         allocate: Callable[[int], Any] | None = None,
         roots: np.ndarray | None = None,
         schema: Any = None,
-    ) -> list[Any]: ...
+        batch: bool = False,
+    ) -> Any: ...
     def absent(
         self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None: ...

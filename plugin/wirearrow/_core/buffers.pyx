@@ -1321,7 +1321,8 @@ cdef class ArrowTree:
         return a
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
-              dict given, rows=None, drops=None, allocate=None, roots=None, schema=None):
+              dict given, rows=None, drops=None, allocate=None, roots=None, schema=None,
+              bint batch=False):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
         int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
@@ -1341,6 +1342,8 @@ cdef class ArrowTree:
         pool reuses the pages it holds; ours, string roots' blocks, the ones of past batches).
         roots and schema: build these nodes (int64 ids, all of one length) as the columns,
         with this schema, instead of the program's roots (see absent()).
+        batch: return the imported pa.RecordBatch itself, not its columns (the accelerator
+        takes the columns' ArrayData from it: no Python array made per column).
         """
         cdef const int64_t[::1] root_ids = self.roots if roots is None else roots
         if roots is not None and (schema is None or len(schema) != root_ids.shape[0]):
@@ -1403,8 +1406,8 @@ cdef class ArrowTree:
             root = self.export(t, &s, root_len, given)
         finally:  # the scratch, whichever way the call leaves
             scratch_free(&s)
-        batch = self.import_batch(<uintptr_t>root, self.schema if schema is None else schema)
-        return batch.columns
+        imported = self.import_batch(<uintptr_t>root, self.schema if schema is None else schema)
+        return imported if batch else imported.columns
 
 
 

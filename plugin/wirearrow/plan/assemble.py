@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wirearrow import accelerator
 from wirearrow._core.buffers import (
     ArrowTree,
     OwnedBuffer,
@@ -790,6 +791,10 @@ class Assembler:
         counts = self.counts
         rows = program.rows
         arrays: dict[int, pa.Array] = {}
+        # With the accelerator, the nodes are ArrayData in C++: the imported columns taken
+        # from their batch (no Python array each), the nodes above put together without
+        # pyarrow's validation of their subtrees, only the roots made Python arrays.
+        accelerated = accelerator.module.Nodes() if accelerator.module is not None else None
         by_length: dict[int, list[int]] = {}
         for node in full.tolist():
             by_length.setdefault(counts[rows[node][4]], []).append(node)
@@ -798,8 +803,12 @@ class Assembler:
                 self.r.col_values, self.r.col_valid, self.r.col_arena, counts,
                 self._list_offsets, given, roots=np.array(nodes, dtype=np.int64),
                 schema=pa.schema([program.fields[n] for n in nodes]),
+                batch=accelerated is not None,
             )  # fmt: skip
-            arrays.update(zip(nodes, built, strict=True))
+            if accelerated is not None:
+                accelerated.add_batch(built, nodes)
+            else:
+                arrays.update(zip(nodes, built, strict=True))
         cache = program.absent
         for node in absent.tolist():
             n = counts[rows[node][4]]
@@ -808,18 +817,30 @@ class Assembler:
                 arr = pa.nulls(n, program.types[node])
                 if n <= _CACHED_NULLS:  # (an empty or short all-null array, kept)
                     cache[(node, n)] = arr
-            arrays[node] = arr
+            if accelerated is not None:
+                accelerated.add(node, arr)
+            else:
+                arrays[node] = arr
         for node in mixed.tolist():
             kind, _, valid, _, group, offsets_group = rows[node][:6]
             n = counts[group]
-            children = [arrays[k] for k in program.children[node]]
             validity, nulls = self._validity(valid, n)
-            buffers = [validity]
-            if kind == _T_LIST:
-                buffers.append(self.list_offsets(offsets_group))
+            offsets = self.list_offsets(offsets_group) if kind == _T_LIST else None
+            if accelerated is not None:
+                accelerated.put_together(
+                    node, program.types[node], n, validity, offsets, nulls, program.children[node]
+                )
+                continue
+            children = [arrays[k] for k in program.children[node]]
+            buffers = [validity] if offsets is None else [validity, offsets]
             arrays[node] = pa.Array.from_buffers(
                 program.types[node], n, buffers, nulls, children=children
             )
+        if accelerated is not None:
+            return {
+                i: accelerated.array(node)
+                for i, node in zip(program.columns, program.roots, strict=True)
+            }
         return {i: arrays[node] for i, node in zip(program.columns, program.roots, strict=True)}
 
     def _gathered(self, gather: _GatherProgram, table: dict[int, np.ndarray]) -> dict[int, pa.Array]:
