@@ -522,8 +522,10 @@ def test_large_offsets_encode_as_the_plain_types(
     names = batch.schema.names
     for widened in (set(names), {"id", "imp"}, {"site"}):
         schema = pa.schema(
-            [pa.field(f.name, _large(f.type) if f.name in widened else f.type, f.nullable)
-             for f in batch.schema]
+            [
+                pa.field(f.name, _large(f.type) if f.name in widened else f.type, f.nullable)
+                for f in batch.schema
+            ]
         )
         assert schema != batch.schema, widened
         assert tc.encode(batch.cast(schema)).to_pylist() == expected, widened
@@ -797,6 +799,44 @@ def test_null_list_element_names_row_and_path(maps: tuple[wa.Schema, type]) -> N
     i = batch.schema.get_field_index("sign_list")
     with pytest.raises(wa.EncodeError, match=r"^row 4, column sign_list\[1\]: null element"):
         tc.encode(batch.set_column(i, "sign_list", pa.array(signs, pa.list_(pa.int32()))))
+
+
+def test_packed_values_and_a_null_element(rich: tuple[wa.Schema, type]) -> None:
+    # Packed varints are written one by one, packed fixed-width values as one copy of their
+    # slots; a null element anywhere is an error naming it, for each kind.
+    schema, cls = rich
+    tc = wa.Transcoder(schema)
+    values = {
+        "l_double": [1.5, -0.0, 2e300],
+        "l_int32": [-1, 0, 300],
+        "l_uint32": [0, 2**32 - 1, 5],
+        "l_uint64": [2**64 - 1, 0, 1],
+        "l_sint64": [-(2**63), 7, -1],
+        "l_fixed32": [1, 0, 9],
+        "l_sfixed32": [-3, 0, 2**31 - 1],
+        "l_sfixed64": [-(2**63), 0, 1],
+        "l_bool": [True, False, True],
+    }
+    messages = [cls(id=str(i)) for i in range(3)]
+    for name, vs in values.items():
+        getattr(messages[1].lists, name).extend(vs)
+        getattr(messages[2].lists, name).extend(vs[:1])
+    records = [m.SerializeToString(deterministic=True) for m in messages]
+    batch = tc.transcode(records)
+    assert tc.encode(batch).to_pylist() == records
+    assert tc.encode(batch.slice(1)).to_pylist() == records[1:]  # element slots offset
+    lists = batch.column("lists")
+    for name in values:
+        column = lists.field(name)
+        held = column.to_pylist()
+        held[1] = [*held[1][:2], None]
+        children = [
+            pa.array(held, column.type) if f.name == name else lists.field(f.name)
+            for f in lists.type
+        ]
+        replaced = pa.StructArray.from_arrays(children, fields=list(lists.type))
+        err = _encode_error(tc, batch, "lists", replaced)
+        assert (err.row, err.path) == (1, f"lists.{name}[2]"), name
 
 
 def test_null_map_key_and_value(maps: tuple[wa.Schema, type]) -> None:

@@ -685,9 +685,10 @@ cdef int put_repeated(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64
 # Each entry carries one derived `op` (Plan.__init__, from its kind, shape, presence, oneof
 # and check): the common field shapes have a handler inline here, specialised so that a
 # field costs one dispatch, one reserve and its stores; everything else (oneofs, checks
-# other than UTF-8 and a temporal message's range, groups, packed fields, columns with a
-# `bad` mask or 64-bit string offsets) takes the general path, `encode_field`. Maps have
-# their own op; their entries go through the key sort (put_map) unless a map holds one.
+# other than UTF-8 and a temporal message's range, groups, packed temporal parts or closed
+# enums, columns with a `bad` mask or 64-bit string offsets) takes the general path,
+# `encode_field`. Maps have their own op; their entries go through the key sort (put_map)
+# unless a map holds one. Packed fixed-width values are one copy of their Arrow slots.
 
 cdef enum EncodeOp:
     O_GENERIC = 0
@@ -703,6 +704,7 @@ cdef enum EncodeOp:
     O_REP_MESSAGE = 10 # repeated sub-message (not a map)
     O_TIME = 11        # singular part of a temporal slot (a Timestamp's seconds, ...)
     O_MAP = 12         # map: entries as sub-messages, a lone entry without the key sort
+    O_PACKED = 13      # packed integers, bools, fixed-width values (no check)
 
 
 cdef int encode_field(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t k,
@@ -722,6 +724,49 @@ cdef int encode_field(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64
             return fail(e, E_ONEOF, en.col, k)
         oneofs[0] |= bit
     return put_record(e, en, c, k)
+
+
+cdef int put_packed(Enc* e, const EncodeEntry* en, const ArrowColumn* ec, int64_t lo,
+                    int64_t hi) noexcept nogil:
+    """A packed field's elements [lo, hi) (logical, none null), their length and tag.
+    Fixed-width elements are Arrow's little-endian slots as they are: one copy."""
+    cdef int64_t j = hi + ec.offset, end = lo + ec.offset
+    cdef int32_t kind = en.kind
+    cdef size_t n, width, before = e.limit - e.ptr
+    if kind == V_FIXED32 or kind == V_FIXED64:
+        width = 4 if kind == V_FIXED32 else 8
+        n = <size_t>(hi - lo) * width
+        if n > 0x7FFFFFFF:
+            return E_TOO_LARGE
+        if reserve(e, n + 20):
+            return E_NO_MEMORY
+        e.ptr -= n
+        memcpy(e.ptr, ec.values + end * <int64_t>width, n)
+    else:
+        while j > end:
+            j -= 1
+            if reserve(e, 10):
+                return E_NO_MEMORY
+            if kind == V_INT32:
+                put_varint(e, <uint64_t><int64_t>(<const int32_t*>ec.values)[j])
+            elif kind == V_UINT32:
+                put_varint(e, (<const uint32_t*>ec.values)[j])
+            elif kind == V_INT64:
+                put_varint(e, (<const uint64_t*>ec.values)[j])
+            elif kind == V_SINT32:
+                put_varint(e, zigzag32_of((<const int32_t*>ec.values)[j]))
+            elif kind == V_SINT64:
+                put_varint(e, zigzag64_of((<const int64_t*>ec.values)[j]))
+            else:  # V_BOOL
+                put_varint(e, is_set(ec.values, j))
+        n = <size_t>(e.limit - e.ptr) - before
+        if n > 0x7FFFFFFF:
+            return E_TOO_LARGE
+        if reserve(e, 20):
+            return E_NO_MEMORY
+    put_varint(e, n)
+    put_tag_of(e, en)
+    return OK
 
 
 cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
@@ -837,6 +882,20 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 status = put_map(e, en, ec, lo, hi)
                 if status:
                     return status
+        elif op == O_PACKED:
+            ec = <const ArrowColumn*>(cols + en.elem_at)
+            span(c, p, &lo, &hi)
+            if hi == lo:
+                continue
+            if ec.validity != NULL:
+                j = hi
+                while j > lo:
+                    j -= 1
+                    if not is_set(ec.validity, j + ec.offset):
+                        return fail(e, E_NULL_ELEMENT, en.elem, j)
+            status = put_packed(e, en, ec, lo, hi)
+            if status:
+                return status
         else:  # O_REP_BYTES, O_REP_MESSAGE
             ec = <const ArrowColumn*>(cols + en.elem_at)
             span(c, p, &lo, &hi)
@@ -897,6 +956,12 @@ cdef uint8_t op_of(const EncodeEntry* en) noexcept:
         if kind == V_BOOL:
             return O_BOOL
         return O_GENERIC
+    if en.shape == S_PACKED:
+        if en.check == C_NONE and (kind == V_INT32 or kind == V_UINT32 or kind == V_INT64
+                                   or kind == V_SINT32 or kind == V_SINT64 or kind == V_FIXED32
+                                   or kind == V_FIXED64 or kind == V_BOOL):
+            return O_PACKED
+        return O_GENERIC
     if en.shape != S_REPEATED:
         return O_GENERIC
     if en.aux != M_NONE:
@@ -919,7 +984,7 @@ cdef uint8_t call_op(const EncodeEntry* en, const ArrowColumn* cols) noexcept no
     cdef const ArrowColumn* ec
     if op == O_GENERIC or c.bad != NULL or (op == O_BYTES and c.wide):
         return O_GENERIC
-    if op == O_MAP or op == O_REP_BYTES or op == O_REP_MESSAGE:
+    if op == O_MAP or op == O_REP_BYTES or op == O_REP_MESSAGE or op == O_PACKED:
         ec = &cols[en.elem]
         if ec.bad != NULL or (op == O_REP_BYTES and ec.wide):
             return O_GENERIC
