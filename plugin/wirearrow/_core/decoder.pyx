@@ -106,6 +106,13 @@ cdef extern from *:
     bint wa_unlikely(bint x) nogil   # a branch the compiler lays out of the common path
 
 
+cdef extern from *:
+    """
+    #define wa_unreachable() __builtin_unreachable()
+    """
+    void wa_unreachable() nogil   # a switch's default that cannot happen: no range test
+
+
 ctypedef struct Ctx:
     const FieldEntry* entries
     const Node* nodes
@@ -1523,6 +1530,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if st != OK:
                     return st   # (its level, and the inner ones, recorded)
                 continue
+            if act > A_STRING:
+                # A value only checked (no column; a oneof member's too): read and dropped.
+                qx = p
+                st = skip_value(act, &qx, end)
+                p = qx
+                if st != OK:
+                    break
+                continue
         # One dispatch per value, on the entry's precomputed action; stores inline.
         if act == A_VARINT32:
             q = p
@@ -1598,11 +1613,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             memcpy(dst, p, 4)
             p += 4
         else:
-            qx = p
-            st = skip_value(act, &qx, end)
-            p = qx
-            if st != OK:
-                break
+            wa_unreachable()   # (the actions past A_STRING left above: no range test here)
     if st == OK and end_group != 0:
         st = E_UNTERMINATED_GROUP
     if st != OK:
