@@ -113,6 +113,15 @@ cdef extern from *:
     void wa_unreachable() nogil   # a switch's default that cannot happen: no range test
 
 
+cdef extern from *:
+    """
+    #define wa_opaque(x) ({ __typeof__(x) wa_x_ = (x); __asm__("" : "+r"(wa_x_)); wa_x_; })
+    """
+    # The value as computed, which the compiler cannot take apart again: a loop invariant
+    # held as one value instead of the two it was summed from.
+    const FieldEntry* wa_opaque(const FieldEntry* x) nogil
+
+
 ctypedef struct Ctx:
     const FieldEntry* entries
     const Node* nodes
@@ -1446,7 +1455,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint64_t vq
     cdef int64_t nq
     # Loop invariants in locals: the byte stores below could alias anything behind `c`.
-    cdef const FieldEntry* dense = c.dense_entries + node.dense
+    cdef const FieldEntry* dense = wa_opaque(c.dense_entries + node.dense)
     cdef uint32_t dense_len = <uint32_t>node.dense_len
     # node_element: the element of the node's group this message is (fixed while its fields
     # are decoded: a repeated field opens elements in its own group), passed down instead of
