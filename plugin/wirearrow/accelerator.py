@@ -14,6 +14,7 @@ says why.
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 
 import pyarrow as pa
@@ -25,9 +26,15 @@ def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get("WIREARROW_NO_ACCELERATOR") == "1":
         return None, "off: WIREARROW_NO_ACCELERATOR=1"
     try:
-        from wirearrow._core import accelerator as built
-    except ImportError as e:  # not built, or its Arrow library is not this pyarrow's
-        return None, f"off: not built for this installation ({e})"
+        with warnings.catch_warnings():
+            # Cython's check of pyarrow's extension types against the ones compiled in
+            # warns (a larger type) or raises ValueError (a smaller one) when pyarrow is
+            # another release with the same library soname: the version check below says so.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            from wirearrow._core import accelerator as built
+    except Exception as e:  # not built, another Arrow library, another pyarrow
+        # ABI: any failure to load means the pure path, said by accelerator_status())
+        return None, f"off: not loadable in this installation ({type(e).__name__}: {e})"
     if pa.__version__ != built.PYARROW_VERSION:
         return None, (
             f"off: built against pyarrow {built.PYARROW_VERSION}, "
