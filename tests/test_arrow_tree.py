@@ -80,6 +80,22 @@ def test_whole_messages_are_built_over_the_decoders_buffers(bid_schema: wa.Schem
     batch.validate(full=True)
 
 
+def test_a_fan_outs_columns_are_built_in_wirearrows_blocks(bid_schema: wa.Schema) -> None:
+    import corpus
+
+    records = pa.array(corpus.generate(500, seed=4), pa.binary())
+    tc = wa.Transcoder(bid_schema, columns=["id", "imp[*].id", "imp[*].bidfloor", "imp[*].pmp.private_auction",
+                                            "device.geo.country"])
+    expected = tc.transcode(records)
+    before = pa.total_allocated_bytes()
+    batch = tc.transcode(records)
+    # The gathered number and bool columns too (they were Arrow's, whose allocator gave
+    # their pages back between two threads' batches, to be faulted in again).
+    assert pa.total_allocated_bytes() - before < batch.nbytes // 1000
+    batch.validate(full=True)
+    assert batch.num_rows > len(records) and batch.equals(expected)
+
+
 def test_a_child_outlives_its_batch_and_the_reused_pool(bid_schema: wa.Schema) -> None:
     import corpus
 
@@ -130,13 +146,14 @@ def test_rows_gather_each_root_as_arrow_take_would() -> None:
     tree = _gather_tree(types)
     col_values, col_valid, col_arena = _gather_columns()
     leaves = tree.build(*_gather_columns(), [4], {}, {})  # the elements themselves
-    # allocate=: fixed and bool roots written into Arrow's buffers (as its take would).
-    for dtype, allocate in [(np.int32, None), (np.int64, None), (np.int32, pa.allocate_buffer)]:
+    for dtype in (np.int32, np.int64):
         table = np.array([3, 3, -1, 0, 2, 1, 1, 3], dtype=dtype)
         before = pa.total_allocated_bytes()
         got = tree.build(col_values, col_valid, col_arena, [4], {}, {},
-                         rows=[table] * len(types), drops=[()] * len(types), allocate=allocate)
-        assert (pa.total_allocated_bytes() > before) == (allocate is not None)
+                         rows=[table] * len(types), drops=[()] * len(types))
+        # Every root in wirearrow's blocks, none in Arrow's pool (mimalloc: on two threads
+        # it purged them between batches, and each batch faulted them in again).
+        assert pa.total_allocated_bytes() == before
         want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
         for arr, leaf in zip(got, leaves, strict=True):
             arr.validate(full=True)
@@ -147,6 +164,36 @@ def test_rows_gather_each_root_as_arrow_take_would() -> None:
     assert all(a.equals(b) for a, b in zip(got, leaves, strict=True))
     assert got[1].buffers()[1] is not None and got[0].buffers()[1].address == \
         col_values[0].ctypes.data
+
+
+def test_gathered_number_roots_are_pool_blocks_returned_when_arrow_drops_them() -> None:
+    # Large enough for pooled blocks (64 KiB and up): 20,000 rows of int64 and of bools.
+    types = [pa.int64(), pa.bool_(), pa.int16()]
+    tree = _gather_tree(types, [0, 1, 4])
+    table = np.tile(np.array([3, 3, -1, 0, 2, 1, 1, 3], dtype=np.int32), 2500)
+    want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
+    leaves = tree.build(*_gather_columns(), [4], {}, {})
+
+    def gather() -> list[pa.Array]:
+        return tree.build(*_gather_columns(), [4], {}, {}, rows=[table] * 3)
+
+    kept = gather()
+    wanted = [leaf.take(want_indices) for leaf in leaves]
+    dropped = gather()
+    held = wa.buffer_pool()
+    assert all(a.equals(w) for a, w in zip(dropped, wanted, strict=True))
+    del dropped
+    gc.collect()
+    back = wa.buffer_pool()
+    assert back["blocks"] > held["blocks"]  # the int64 root's block went back to the pool
+    for _ in range(3):  # and is handed out again, never a block of a batch still held
+        again = gather()
+        assert wa.buffer_pool()["hits"] > back["hits"]
+        assert all(a.equals(w) for a, w in zip(again, wanted, strict=True))
+        del again
+    for arr, want in zip(kept, wanted, strict=True):
+        arr.validate(full=True)
+        assert arr.equals(want)
 
 
 def test_rows_drop_what_the_last_reader_read_and_refuse_bad_tables() -> None:
@@ -189,14 +236,13 @@ def test_rows_gather_a_given_fixed_width_root_as_arrow_take_would() -> None:
     dates = pa.array([100, 200, 300, 400], types[1])
     table = np.array([3, 3, -1, 0, 2, 1, 1, 0, 3], dtype=np.int32)
     want_indices = pa.array(table.tolist(), pa.int64(), mask=table < 0)
-    for allocate in (None, pa.allocate_buffer):
-        given = {0: stamps, 1: dates}
-        got = tree.build(col_values, col_valid, col_arena, [4], {}, given,
-                         rows=[table, table.astype(np.int64), table], allocate=allocate)
-        for arr, source in zip(got[:2], (stamps, dates), strict=True):
-            arr.validate(full=True)
-            assert arr.type == source.type and arr.equals(source.take(want_indices))
-        assert got[0].null_count == 3 and got[1].null_count == 1  # -1 and the two None reads
+    given = {0: stamps, 1: dates}
+    got = tree.build(col_values, col_valid, col_arena, [4], {}, given,
+                     rows=[table, table.astype(np.int64), table])
+    for arr, source in zip(got[:2], (stamps, dates), strict=True):
+        arr.validate(full=True)
+        assert arr.type == source.type and arr.equals(source.take(want_indices))
+    assert got[0].null_count == 3 and got[1].null_count == 1  # -1 and the two None reads
     # A 0 .. n-1 table: the given array as it is; one not fixed width is refused.
     got = tree.build(col_values, col_valid, col_arena, [4], {}, {0: stamps, 1: dates},
                      rows=[np.arange(4, dtype=np.int32), None, None])

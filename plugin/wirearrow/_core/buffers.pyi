@@ -51,7 +51,6 @@ class ArrowTree:
         given: dict[int, Any],
         rows: Sequence[np.ndarray | None] | None = None,
         drops: Sequence[Sequence[int]] | None = None,
-        allocate: Callable[[int], Any] | None = None,
         roots: np.ndarray | None = None,
         schema: Any = None,
         batch: bool = False,

@@ -731,17 +731,6 @@ cdef inline const uint8_t* buffer_of(object obj, list owners) except? NULL:
     return p if p != NULL else <const uint8_t*>wa_empty_buffer
 
 
-cdef inline uint8_t* writable_of(object obj, list owners) except NULL:
-    """The bytes of a writable buffer (an allocate() block), kept alive by `owners`."""
-    cdef Py_buffer view
-    cdef uint8_t* p
-    owners.append(obj)
-    PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE)
-    p = <uint8_t*>view.buf
-    PyBuffer_Release(&view)
-    return p if p != NULL else <uint8_t*>wa_empty_buffer
-
-
 cdef inline int64_t size_of(object obj) except -1:
     cdef Py_buffer view
     cdef int64_t n
@@ -1210,10 +1199,10 @@ cdef class ArrowTree:
         return 0
 
     cdef int gather_root(self, Tree* t, Scratch* s, int64_t i, object table,
-                         object col_values, object col_valid, object col_arena, dict given,
-                         object allocate, list owners) except -1:
-        """Gathering: root i's values at its row table, into buffers of its own; its
-        sources are held (refs) only while it is gathered."""
+                         object col_values, object col_valid, object col_arena,
+                         dict given) except -1:
+        """Gathering: root i's values at its row table, into pooled tree blocks of its own;
+        its sources are held (refs) only while it is gathered."""
         cdef int64_t node = s.roots[i], rows = s.gather_rows[node]
         cdef int64_t kind = self.prog[node, P_KIND], width = self.prog[node, P_BYTES]
         cdef int64_t n = s.sizes[self.prog[node, P_GROUP]], col, nbytes, g_status
@@ -1225,8 +1214,6 @@ cdef class ArrowTree:
         cdef int64_t g_arena_size = 0
         cdef const int32_t* g32 = NULL
         cdef const int64_t* g64 = NULL
-        cdef uint8_t* g_out = NULL
-        cdef uint8_t* g_bits = NULL
         refs = []
         if s.given_width[node] > 0:
             # A fixed-width array built in Python (a Timestamp's epoch values):
@@ -1269,20 +1256,10 @@ cdef class ArrowTree:
             g32 = <const int32_t*>buffer_of(table, refs)
         else:
             g64 = <const int64_t*>buffer_of(table, refs)
-        if allocate is not None and kind != T_BINARY:
-            # Values, then the validity bitmap at the next 64-byte boundary, in
-            # one block: one allocate() call a root, which (pyarrow's) hands the
-            # GIL over twice, letting the other thread's batch in each time.
-            nbytes = rows * width if kind == T_FIXED else (rows + 7) // 8 + 1
-            nbytes = (nbytes + 63) // 64 * 64
-            block = allocate(nbytes + (rows + 7) // 8 + 1)
-            g_out = writable_of(block, owners)
-            g_bits = g_out + nbytes
-            block = None
         with nogil:
             g_status = gather_into(t, &t.nodes[i], kind, width, g_values, g_valid,
                                    g_bitmap, g_first, g_arena, g_arena_size, n,
-                                   g32, g64, rows, g_out, g_bits)
+                                   g32, g64, rows)
         refs = values = valid = table = None
         if g_status == G_MEMORY:
             raise MemoryError()
@@ -1321,7 +1298,7 @@ cdef class ArrowTree:
         return a
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
-              dict given, rows=None, drops=None, allocate=None, roots=None, schema=None,
+              dict given, rows=None, drops=None, roots=None, schema=None,
               bint batch=False):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
@@ -1337,9 +1314,8 @@ cdef class ArrowTree:
         the three lists) once that root is gathered: their last reader, so that a batch's
         peak memory holds the buffers of the columns still to come only. A list given as
         rows has each entry let go of (set to None) once its root is built, for the same.
-        allocate(nbytes) -> a writable buffer (pyarrow.allocate_buffer): where a gathered
-        fixed or bool root's values and bitmap go, as Arrow's take would put them (Arrow's
-        pool reuses the pages it holds; ours, string roots' blocks, the ones of past batches).
+        A gathered root's buffers are tree blocks from the pool (values and bitmap of a
+        fixed or bool root in one), back to the pool when Arrow releases the tree.
         roots and schema: build these nodes (int64 ids, all of one length) as the columns,
         with this schema, instead of the program's roots (see absent()).
         batch: return the imported pa.RecordBatch itself, not its columns (the accelerator
@@ -1392,7 +1368,7 @@ cdef class ArrowTree:
                 for i in range(n_roots if rows is not None else 0):
                     if s.gather_rows[s.roots[i]] >= 0:
                         self.gather_root(t, &s, i, rows[i], col_values, col_valid,
-                                         col_arena, given, allocate, owners)
+                                         col_arena, given)
                     if type(rows) is list:
                         rows[i] = None  # (its last reference, when the caller kept no other)
                     if drops is not None:
@@ -1514,19 +1490,28 @@ cdef uint8_t* tree_block(Tree* t, int64_t size) noexcept nogil:
 cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
                          const uint8_t* values, const uint8_t* valid, const uint8_t* valid_bits,
                          int64_t first, const uint8_t* arena, int64_t arena_size, int64_t n,
-                         const int32_t* i32, const int64_t* i64, int64_t rows,
-                         uint8_t* given_values, uint8_t* given_bitmap) noexcept nogil:
+                         const int32_t* i32, const int64_t* i64, int64_t rows) noexcept nogil:
     """Node `a` (its length already `rows`) as its n-element scalar column read at rows
     i32 / i64 (-1: null): Arrow's take of the column at the row table, into tree blocks.
     values: T_FIXED slots of `width` bytes, T_BOOL bytes, T_BINARY n + 1 uint32 offsets
     into arena; valid: a byte an element, or valid_bits: an Arrow bitmap whose bit first + k
-    is element k's (both NULL: every element valid). given_values and
-    given_bitmap: where a T_FIXED / T_BOOL node's values and bitmap go (NULL: tree blocks)."""
-    cdef int64_t i, k, nulls = 0, total = 0, nbits = (rows + 7) // 8 + 1
+    is element k's (both NULL: every element valid)."""
+    cdef int64_t i, k, nulls = 0, total = 0, nbits = (rows + 7) // 8 + 1, vbytes
     cdef const uint32_t* off = <const uint32_t*>values
-    cdef uint8_t* bitmap = given_bitmap if given_bitmap != NULL else tree_block(t, nbits)
-    cdef uint8_t* out
+    cdef uint8_t* bitmap
+    cdef uint8_t* out = NULL
     cdef int32_t* out_off
+    if kind == T_BINARY:
+        bitmap = tree_block(t, nbits)
+    else:
+        # A fixed or bool root's values, then its bitmap at the next 64-byte boundary, in
+        # one pooled block. (These went to Arrow's pool, mimalloc, as its take puts them:
+        # on two threads mimalloc purged them between batches (madvise) and the next batch
+        # faulted them in again: 83% of a flat-4 65k batch's faults; benchmarks/README.md,
+        # "Threads".)
+        vbytes = ((rows * width if kind == T_FIXED else nbits) + 63) & ~63
+        out = tree_block(t, vbytes + nbits)
+        bitmap = out + vbytes if out != NULL else NULL
     if bitmap == NULL:
         return G_MEMORY
     memset(bitmap, 0, nbits)
@@ -1546,9 +1531,6 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
     a.null_count = nulls
     a.buffers[0] = bitmap if nulls else NULL
     if kind == T_FIXED:
-        out = given_values if given_values != NULL else tree_block(t, rows * width)
-        if out == NULL:
-            return G_MEMORY
         if width == 8:
             for i in range(rows):
                 k = i32[i] if i32 != NULL else i64[i]
@@ -1568,9 +1550,6 @@ cdef int64_t gather_into(Tree* t, ArrowArray* a, int64_t kind, int64_t width,
                     memset(out + i * width, 0, width)
         a.buffers[1] = out
     elif kind == T_BOOL:
-        out = given_values if given_values != NULL else tree_block(t, nbits)
-        if out == NULL:
-            return G_MEMORY
         memset(out, 0, nbits)
         for i in range(rows):
             k = i32[i] if i32 != NULL else i64[i]

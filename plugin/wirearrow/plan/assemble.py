@@ -859,7 +859,7 @@ class Assembler:
             table.pop(selection)
         arrays = program.tree.build(
             self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
-            self._list_offsets, given, rows=rows, drops=gather.drops, allocate=pa.allocate_buffer,
+            self._list_offsets, given, rows=rows, drops=gather.drops,
         )
         return dict(zip(program.columns, arrays, strict=True))
 
