@@ -36,6 +36,9 @@ import pytest
 import corpus  # benchmarks/, put on sys.path by conftest.py
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where this process imports wirearrow from (the checkout's plugin/ for the editable install,
+# site-packages for the minimal install's wheel): the commands run that one, not the source tree.
+IMPORTED_FROM = Path(importlib.util.find_spec("wirearrow").origin).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 LINKED = ("examples", "benchmarks")
 CORPUS_RECORDS = 200
@@ -170,7 +173,7 @@ def test_page_commands(page: Path, tmp_path: Path) -> None:
         (tmp_path / block.group("name")).write_text(block.group("body"))
     env = dict(os.environ)
     env["PATH"] = f"{_shims(tmp_path)}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "plugin"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORTED_FROM), env.get("PYTHONPATH")]))
     checker = doctest.OutputChecker()
     ran = 0
     for block in CONSOLE_BLOCK.finditer(text):

@@ -7,6 +7,7 @@ plan); for errors, ``wirearrow check`` on the same plan text.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import os
@@ -33,6 +34,9 @@ from wirearrow.playground.server import make_server
 from wirearrow.playground.session import Limits, SchemaSource, Session
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where this process imports wirearrow from (the checkout's plugin/ for the editable install,
+# site-packages for the minimal install's wheel): the commands run that one, not the source tree.
+IMPORTED_FROM = Path(importlib.util.find_spec("wirearrow").origin).resolve().parents[1]
 PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 SCHEMA_DIR = ROOT / "examples" / "schema"
 PROTOS = sorted(str(p.relative_to(SCHEMA_DIR)) for p in SCHEMA_DIR.rglob("*.proto"))
@@ -427,7 +431,7 @@ def test_any_pasted_record_gets_an_answer(client, record) -> None:
 
 
 def test_the_command_prints_its_url_and_serves_the_page(records_file) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugin")}
+    env = {**os.environ, "PYTHONPATH": str(IMPORTED_FROM)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "wirearrow", "playground", str(PLAN), str(records_file[0]),
          "--framing", "u32le", "--sample", "20"],

@@ -11,6 +11,7 @@ page and breaks the plan again (the tree and the last good preview stay).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -26,6 +27,9 @@ import corpus  # benchmarks/, put on sys.path by conftest.py
 import wirearrow as wa
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where this process imports wirearrow from (the checkout's plugin/ for the editable install,
+# site-packages for the minimal install's wheel): the commands run that one, not the source tree.
+IMPORTED_FROM = Path(importlib.util.find_spec("wirearrow").origin).resolve().parents[1]
 PLAN = ROOT / "transforms" / "openrtb_flat.yaml"
 ARTIFACTS = ROOT / "out" / "ci-artifacts"
 CHROMIUM = os.environ.get("WIREARROW_CHROMIUM", "/usr/bin/chromium")
@@ -49,7 +53,7 @@ def _missing() -> str | None:
 
 def _serve(*argv: str):
     """``wirearrow playground ARGV``: yields its URL, stops it after."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugin")}
+    env = {**os.environ, "PYTHONPATH": str(IMPORTED_FROM)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "wirearrow", "playground", *argv],
         stdout=subprocess.PIPE,
