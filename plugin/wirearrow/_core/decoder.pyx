@@ -120,6 +120,7 @@ cdef extern from *:
     # The value as computed, which the compiler cannot take apart again: a loop invariant
     # held as one value instead of the two it was summed from.
     const FieldEntry* wa_opaque(const FieldEntry* x) nogil
+    const FieldEntry** wa_opaque_tags "wa_opaque"(const FieldEntry** x) nogil
 
 
 ctypedef struct Ctx:
@@ -127,6 +128,7 @@ ctypedef struct Ctx:
     const Node* nodes
     const int32_t* dense
     const FieldEntry* dense_entries  # dense, with each entry copied in (A_NONE: no entry)
+    const FieldEntry** tag_entries  # per node, by one-byte tag: its entry (NULL: none)
     const int32_t* default_cols
     const uint8_t* default_values    # 16 bytes per default
     const int32_t* clear_cols
@@ -174,6 +176,7 @@ cdef class Program:
     cdef Node* nodes
     cdef int32_t* dense
     cdef FieldEntry* dense_entries
+    cdef const FieldEntry** tag_entries
     cdef int32_t* default_cols
     cdef uint8_t* default_values
     cdef int32_t* clear_cols
@@ -197,6 +200,7 @@ cdef class Program:
         self.nodes = NULL
         self.dense = NULL
         self.dense_entries = NULL
+        self.tag_entries = NULL
         self.default_cols = NULL
         self.default_values = NULL
         self.clear_cols = NULL
@@ -321,6 +325,29 @@ cdef class Program:
                 # field under another wire type, and the hot loop makes one test, not two)
                 self.dense_entries[i].action = A_NONE
                 self.dense_entries[i].wire_type = NO_WIRE_TYPE
+        self._set_tag_table()
+
+    cdef _set_tag_table(self):
+        # A one-byte tag (most fields') indexes its node's tag table whole: no shift for the
+        # number, no test of the dense length, no wire type compare in the hot loop. A slot
+        # holds the entry whose number and wire type the tag is, else NULL (no entry, another
+        # wire type: packed values, an end-group tag), which takes the general lookup.
+        cdef int32_t i, t, at = 0
+        cdef Node* n
+        cdef const FieldEntry* e
+        for i in range(self.n_nodes):
+            n = &self.nodes[i]
+            n.tags = at
+            n.tag_len = min(n.dense_len, 16) * 8
+            at += n.tag_len
+        self.tag_entries = <const FieldEntry**>PyMem_RawCalloc(max(at, 1), sizeof(FieldEntry*))
+        if self.tag_entries == NULL:
+            raise MemoryError()
+        for i in range(self.n_nodes):
+            n = &self.nodes[i]
+            for t in range(n.tag_len):
+                e = &self.dense_entries[n.dense + (t >> 3)]
+                self.tag_entries[n.tags + t] = e if e.wire_type == (t & 7) else NULL
 
     cdef _set_enums_and_maps(self, enum_sets, map_specs):
         cdef int32_t i
@@ -588,6 +615,7 @@ cdef class Program:
         PyMem_RawFree(self.nodes)
         PyMem_RawFree(self.dense)
         PyMem_RawFree(self.dense_entries)
+        PyMem_RawFree(self.tag_entries)
         PyMem_RawFree(self.default_cols)
         PyMem_RawFree(self.default_values)
         PyMem_RawFree(self.clear_cols)
@@ -855,6 +883,7 @@ cdef Ctx* new_ctx(Program program) noexcept:
     c.nodes = program.nodes
     c.dense = program.dense
     c.dense_entries = program.dense_entries
+    c.tag_entries = program.tag_entries
     c.default_cols = program.default_cols
     c.default_values = program.default_values
     c.clear_cols = program.clear_cols
@@ -1438,9 +1467,11 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     """
     cdef const Node* node = &c.nodes[node_id]
     cdef const FieldEntry* f
-    cdef uint64_t tag, v
-    cdef uint32_t fn = 0
+    cdef uint64_t tag = 0   # (an unreadable tag is 0: it names no field)
+    cdef uint64_t v
+    cdef uint32_t fn
     cdef int wt, st = OK
+    cdef bint miss   # no entry of the tag's number and wire type
     cdef int64_t n
     cdef const uint8_t* field_start = p
     cdef const FieldEntry* opened = NULL   # entry whose element was opened by this field
@@ -1455,8 +1486,8 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint64_t vq
     cdef int64_t nq
     # Loop invariants in locals: the byte stores below could alias anything behind `c`.
-    cdef const FieldEntry* dense = wa_opaque(c.dense_entries + node.dense)
-    cdef uint32_t dense_len = <uint32_t>node.dense_len
+    cdef const FieldEntry** tags = wa_opaque_tags(c.tag_entries + node.tags)
+    cdef uint32_t tag_len = <uint32_t>node.tag_len
     # node_element: the element of the node's group this message is (fixed while its fields
     # are decoded: a repeated field opens elements in its own group), passed down instead of
     # read per value; Program checked that every column is in the group its values are
@@ -1468,24 +1499,36 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     while p < end:
         field_start = p
         opened = NULL
-        fn = 0  # an unreadable tag names no field
-        # (the one-byte tag, most fields', without a status to test)
-        if p[0] < 0x80:
-            tag = p[0]
+        # A one-byte tag (most fields') indexes the node's tag table whole: its slot holds
+        # the entry of that number under that wire type, NULL for any other case.
+        tag = p[0]
+        if tag < tag_len:
             p += 1
+            f = tags[tag]
+            miss = f == NULL
+            if miss:
+                f = &c.dense_entries[node.dense + (tag >> 3)]
         else:
-            q = p
-            st = read_tag(&q, end, &vq)
-            p = q
-            tag = vq
-            if st != OK:
-                break
-        fn = <uint32_t>(tag >> 3)
-        wt = tag & 7
-        f = &dense[fn] if fn < dense_len else sparse_entry(c, node, fn)
-        if wt != f.wire_type:
-            # No entry (NO_ENTRY and the dense table's empty slots match no wire type), or
-            # a known field under another wire type: packed values, or an unknown field.
+            # (a one-byte tag past the table without a status to test)
+            if tag < 0x80:
+                p += 1
+            else:
+                q = p
+                st = read_tag(&q, end, &vq)
+                p = q
+                tag = vq
+                if st != OK:
+                    tag = 0
+                    break
+            fn = <uint32_t>(tag >> 3)
+            f = (&c.dense_entries[node.dense + fn] if fn < <uint32_t>node.dense_len
+                 else sparse_entry(c, node, fn))
+            miss = <int>(tag & 7) != f.wire_type
+        if miss:
+            # No entry (NO_ENTRY and the dense table's empty slots match no wire type), or a
+            # known field under another wire type: packed values, or an unknown field.
+            fn = <uint32_t>(tag >> 3)
+            wt = tag & 7
             q = p
             if wt == 2 and (f.flags & F_PACKABLE) and f.action != A_NONE:
                 st = packed_field(c, f, node, &q, end)
@@ -1528,13 +1571,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     # An error names the element the field opened, as below (rare_field
                     # opened it); an error inside an entry recorded its own level already.
                     if act != A_ENUM:   # a map entry or an Any (one compare, as before Any)
-                        return record_level(c, node_id, fn, element_index(c, f), st)
+                        return record_level(c, node_id, <uint32_t>(tag >> 3),
+                                            element_index(c, f), st)
                     if f.group >= 0:
                         opened = f
                     break
                 q = p
-                st = sub_message(c, node_id, node, f, &q, end, field_start, fn, depth,
-                                 node_element)
+                st = sub_message(c, node_id, node, f, &q, end, field_start,
+                                 <uint32_t>(tag >> 3), depth, node_element)
                 p = q
                 if st != OK:
                     return st   # (its level, and the inner ones, recorded)
@@ -1627,7 +1671,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         st = E_UNTERMINATED_GROUP
     if st != OK:
         c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
-        return record_level(c, node_id, fn,
+        return record_level(c, node_id, <uint32_t>(tag >> 3),
                             element_index(c, opened) if opened != NULL else -1, st)
     return OK
 

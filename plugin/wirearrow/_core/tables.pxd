@@ -95,6 +95,9 @@ ctypedef struct Node:
     int32_t n_defaults  # implicit-presence columns filled with their default on entry
     int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them,
                         # -2 = a map entry: holding one, it is not inserted (decoder.rare_field)
+    # Derived by the decoder's Program, not in layout.DecodeNode (never set by a builder):
+    int32_t tags        # first slot of this node in the one-byte tag table
+    int32_t tag_len     # one-byte tags < tag_len are looked up there by the whole tag
 
 # The declared values of a closed enum: 0..63 as a bit mask, the others sorted.
 ctypedef struct EnumSet:
