@@ -25,6 +25,27 @@ pytestmark = pytest.mark.packaging
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "plugin" / "wirearrow" / "_core"
 EXTENSIONS = sorted(p.stem for p in CORE.glob("*.pyx"))
+# The optional accelerator is C++ (its generated source a .cpp); setup.py builds it only when
+# the pyarrow it runs with has Arrow's C++ headers (and NumPy's), as the test venvs' pyarrow
+# wheels do: the same test as setup.py's, so a machine without them expects the six alone.
+ACCELERATOR = "accelerator"
+C_EXTENSIONS = [e for e in EXTENSIONS if e != ACCELERATOR]
+
+
+def _accelerator_buildable() -> bool:
+    try:
+        import numpy  # noqa: F401
+        import pyarrow
+    except ImportError:
+        return False
+    return (Path(pyarrow.get_include()) / "arrow" / "api.h").is_file()
+
+
+def compiled(core: str = "plugin/wirearrow/_core/", accelerator: bool | None = None) -> list[str]:
+    """The sources build_ext compiles: each C extension's .c, and the accelerator's .cpp."""
+    with_accelerator = _accelerator_buildable() if accelerator is None else accelerator
+    return sorted([f"{core}{e}.c" for e in C_EXTENSIONS]
+                  + ([f"{core}{ACCELERATOR}.cpp"] if with_accelerator else []))
 PXD = sorted(p.name for p in CORE.glob("*.pxd"))
 
 # setup.py with Cython unimportable (a None in sys.modules makes the import fail).
@@ -79,7 +100,8 @@ def test_the_sdist_carries_sources_c_and_stubs_of_every_extension(sdist) -> None
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     core = "plugin/wirearrow/_core/"
     assert EXTENSIONS
-    expected = {f"{core}{e}.{s}" for e in EXTENSIONS for s in ("pyx", "c", "pyi")}
+    expected = {f"{core}{e}.{s}" for e in C_EXTENSIONS for s in ("pyx", "c", "pyi")}
+    expected |= {f"{core}{ACCELERATOR}.{s}" for s in ("pyx", "cpp", "pyi")}
     expected |= {core + p for p in PXD}
     assert sorted(expected - names) == []
     assert {"LICENSE", "pyproject.toml", "setup.py", "plugin/wirearrow/py.typed",
@@ -91,7 +113,7 @@ def test_the_sdist_carries_sources_c_and_stubs_of_every_extension(sdist) -> None
 def test_a_wheel_builds_from_the_sdist_from_its_shipped_c(unpacked, cython) -> None:
     sources, done = extension_sources(unpacked, cython=cython)
     assert done.returncode == 0, done.stderr
-    assert sources == sorted(f"plugin/wirearrow/_core/{e}.c" for e in EXTENSIONS)
+    assert sources == compiled()
     assert "Cythonizing" not in done.stdout + done.stderr
 
 
@@ -106,13 +128,20 @@ def test_from_the_sdist_cythonize_on_request_regenerates_the_c(unpacked, tmp_pat
     assert done.returncode == 0, done.stderr
     assert "Cythonizing plugin/wirearrow/_core/rows.pyx" in done.stdout + done.stderr
     # cythonize hands build_ext the .c it (re)generated from each .pyx.
-    assert sources == shipped == sorted(f"plugin/wirearrow/_core/{e}.c" for e in EXTENSIONS)
+    assert sources == shipped == compiled()
 
 
 def test_in_a_checkout_the_extensions_are_cythonized() -> None:
     sources, done = extension_sources(ROOT)
     assert done.returncode == 0, done.stderr
-    assert sources == sorted(f"plugin/wirearrow/_core/{e}.c" for e in EXTENSIONS)
+    assert sources == compiled()
+
+
+def test_without_the_accelerator_the_rest_builds_and_one_line_says_so() -> None:
+    sources, done = extension_sources(ROOT, env={"WIREARROW_NO_ACCELERATOR": "1"})
+    assert done.returncode == 0, done.stderr
+    assert sources == compiled(accelerator=False)
+    assert "building without the accelerator (WIREARROW_NO_ACCELERATOR=1)" in done.stderr
 
 
 def test_in_a_checkout_without_cython_or_c_the_build_says_what_is_missing(unpacked, tmp_path):
@@ -139,7 +168,7 @@ def test_a_wheel_packs_stubs_but_no_c_or_cython_sources(unpacked, tmp_path) -> N
     assert done.returncode == 0, done.stderr
     core = lib / "wirearrow" / "_core"
     packed = sorted(p.name for p in core.iterdir())
-    assert [n for n in packed if n.endswith((".c", ".pyx", ".pxd"))] == []
+    assert [n for n in packed if n.endswith((".c", ".cpp", ".pyx", ".pxd"))] == []
     assert sorted(e for e in EXTENSIONS if f"{e}.pyi" not in packed) == []
     assert (lib / "wirearrow" / "py.typed").is_file()
     assert (lib / "wirearrow" / "playground" / "static" / "index.html").is_file()
