@@ -132,3 +132,176 @@ def test_the_package_says_whether_it_is_on() -> None:
     assert wa.accelerator_status().startswith("on: " if wa.accelerated else "off: ")
     if os.environ.get("WIREARROW_NO_ACCELERATOR") == "1":
         assert not wa.accelerated
+
+
+def _encode_both(tc: wa.Transcoder, batch: pa.RecordBatch, monkeypatch) -> tuple[object, object]:
+    """tc.encode(batch) with the accelerator's export and with pyarrow's: the bytes, or the
+    EncodeError's text (row and path), each way."""
+
+    def run() -> object:
+        try:
+            return tc.encode(batch).to_pylist()
+        except wa.EncodeError as e:
+            return f"EncodeError: {e}"
+
+    built = accelerator.module
+    fast = run()
+    with monkeypatch.context() as m:
+        m.setattr(accelerator, "module", None)
+        pure = run()
+    assert accelerator.module is built
+    return fast, pure
+
+
+@needs_accelerator
+@pytest.mark.parametrize("n", [1, 16])
+@pytest.mark.parametrize(
+    "name", [pytest.param(s, marks=pytest.mark.slow) if s == "wide" else s for s in shapes.SHAPES]
+)
+def test_encode_with_the_accelerators_export_gives_the_same_bytes(name, n, monkeypatch) -> None:
+    """Every benchmark shape, whole and sliced: the export without the subtrees null in
+    every row encodes to the bytes the full export does, which are the records read."""
+    records = shapes.SHAPES[name].generate(n, seed=7)
+    if name == "large" or name == "large-msg":
+        records = records[:2]
+    tc = _transcoder(name)
+    batch = tc.transcode(pa.array(records, pa.binary()))
+    for part in (batch, batch.slice(1), batch.slice(0, 1)):
+        fast, pure = _encode_both(tc, part, monkeypatch)
+        assert fast == pure
+    assert fast == records[:1]
+
+
+def _recursive_rows(cls) -> list:
+    """Records of _RECURSIVE with nulls at several depths: a child, a child's child, a list
+    of children whose elements hold children, maps, oneofs, and rows that hold nothing."""
+    a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n", child=cls(ids=[7])))
+    a.leaves["k"].key = "v"
+    a.at.seconds = 5
+    a.children.add(name="c").b.key = "x"
+    a.children.add().child.leaf.labels.append("deep")
+    b = cls(name="z")
+    b.a.key = "first"
+    b.child.children.add(rank=3)
+    c = cls()
+    d = cls(child=cls(leaf=cls.DESCRIPTOR.fields_by_name["leaf"].message_type._concrete_class(
+        key="k", labels=["l1", "l2"])))
+    return [a, b, c, d]
+
+
+@needs_accelerator
+def test_encode_export_skips_all_null_subtrees_and_keeps_bytes_and_errors(
+    compile_proto, monkeypatch
+) -> None:
+    """A recursive plan at max_depth 3: every combination of rows (so that subtrees are
+    null in every row of some batches, in some rows of others), whole and sliced (a slice's
+    struct is null in all its rows while its unsliced children hold values), encodes to the
+    records' bytes both ways; a bad value, at several depths, gives the same error (row and
+    path) both ways, and a bad value below a null parent none."""
+    from test_arrow_tree import _RECURSIVE
+
+    schema, cls = compile_proto(_RECURSIVE, "Node")
+    tc = wa.Transcoder(schema, max_depth=3)
+    a, b, c, d = _recursive_rows(cls)
+    for records in ([a], [b], [c], [d], [a, b, c, d], [c, a, c], [c, c], [d, c, b], []):
+        wire = [m.SerializeToString() for m in records]
+        batch = tc.transcode(pa.array(wire, pa.binary()))
+        for lo in range(len(records) + 1):
+            for hi in range(lo, len(records) + 1):
+                fast, pure = _encode_both(tc, batch.slice(lo, hi - lo), monkeypatch)
+                assert fast == pure == wire[lo:hi], (records, lo, hi)
+
+    # Bad values: a null element in a repeated field at depth 0, 1 and 2, and in a list of
+    # messages; the same error either way, and none where the parent is null.
+    batch = tc.transcode(pa.array([m.SerializeToString() for m in (c, a, c, d)], pa.binary()))
+    rows = batch.to_pylist()
+    cases = [
+        (1, lambda r: r.__setitem__("ids", [1, None]), "ids[1]"),
+        (1, lambda r: r["child"].__setitem__("ids", [None]), "child.ids"),
+        (1, lambda r: r["child"]["child"].__setitem__("ids", [None]), "child.child.ids"),
+        (1, lambda r: r["children"].append(None), "children"),
+        (3, lambda r: r["child"]["leaf"].__setitem__("labels", ["x", None]), "labels"),
+    ]
+    for row, spoil, where in cases:
+        bad = [dict(r) for r in rows]
+        bad[row] = _deep_copy(rows[row])
+        spoil(bad[row])
+        broken = pa.RecordBatch.from_pylist(bad, schema=batch.schema)
+        for part, at in ((broken, row), (broken.slice(1), row - 1), (broken.slice(row, 1), 0)):
+            fast, pure = _encode_both(tc, part, monkeypatch)
+            assert fast == pure
+            assert isinstance(fast, str) and f"row {at}," in fast and where in fast, fast
+    # (a bad value under a null parent is never read: rows 0 and 2 hold no child)
+    hidden = [dict(r) for r in rows]
+    hidden[0] = _deep_copy(rows[1])
+    hidden[0]["child"]["ids"] = [None]
+    hidden_batch = pa.RecordBatch.from_pylist(hidden, schema=batch.schema)
+    struct = hidden_batch.column("child")
+    nulled = pa.StructArray.from_arrays(
+        struct.flatten(), fields=list(struct.type), mask=pa.array([True, False, True, False])
+    )
+    masked = hidden_batch.set_column(hidden_batch.schema.get_field_index("child"), "child", nulled)
+    masked = pa.RecordBatch.from_arrays(masked.columns, schema=batch.schema)
+    no_child = cls()
+    no_child.CopyFrom(a)
+    no_child.ClearField("child")
+    fast, pure = _encode_both(tc, masked.slice(0, 1), monkeypatch)
+    assert fast == pure == [no_child.SerializeToString()]
+    fast, pure = _encode_both(tc, masked, monkeypatch)
+    assert fast == pure and isinstance(fast, list) and fast[0] == no_child.SerializeToString()
+
+
+def _deep_copy(row: object) -> object:
+    if isinstance(row, dict):
+        return {k: _deep_copy(v) for k, v in row.items()}
+    if isinstance(row, list):
+        return [_deep_copy(v) for v in row]
+    return row
+
+
+@needs_accelerator
+def test_the_encode_export_leaves_out_only_children_of_arrays_without_values() -> None:
+    """What the export hands the encoder: a struct, list or map null in every slot (or with
+    none) keeps its buffers, not its children; the rest as pyarrow exports it."""
+    from pyarrow.cffi import ffi
+
+    leaf = pa.struct([("x", pa.int64()), ("y", pa.list_(pa.utf8()))])
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "none": pa.array([None, None, None], leaf),
+            "some": pa.StructArray.from_arrays(
+                [pa.array([None, 1, None], pa.int64()), pa.array([None] * 3, pa.list_(pa.utf8()))],
+                fields=list(leaf), mask=pa.array([True, False, True]),
+            ),
+            "lists": pa.array([None, None, None], pa.list_(leaf)),
+            "maps": pa.array([None, [("k", 1)], None], pa.map_(pa.utf8(), pa.int64())),
+            "n": pa.array([1, 2, 3]),
+        }
+    )
+
+    def shape(arr) -> object:
+        return (arr.length, arr.null_count, arr.offset, arr.n_buffers,
+                [shape(arr.children[i]) for i in range(arr.n_children)])
+
+    def exported(part: pa.RecordBatch, fn) -> object:
+        out = ffi.new("struct ArrowArray*")
+        fn(part, int(ffi.cast("uintptr_t", out)))
+        try:
+            return shape(out)
+        finally:
+            out.release(out)
+
+    whole = exported(batch, lambda p, addr: p._export_to_c(addr))
+    pruned = exported(batch, accelerator.module.export_for_encode)
+    none, some, lists, maps, n = pruned[4]
+    assert none == (3, 3, 0, 1, []) and lists == (3, 3, 0, 2, [])
+    # `some` holds a value, so its children are there; its y is null everywhere: pruned.
+    assert some[:4] == whole[4][1][:4] and some[4][0] == whole[4][1][4][0]
+    assert some[4][1] == (3, 3, 0, 2, []) and whole[4][1][4][1][4] != []
+    assert maps == whole[4][3] and n == whole[4][4]
+    # A slice: `some` is null in row 0 only -> pruned; its children keep their own nulls.
+    sliced = exported(batch.slice(2, 1), accelerator.module.export_for_encode)
+    assert sliced[4][1] == (1, 1, 2, 1, [])
+    assert exported(batch.slice(1, 1), accelerator.module.export_for_encode)[4][1][4][0] == (
+        whole[4][1][4][0]
+    )

@@ -8,7 +8,8 @@ Python arrays of a C-interface import cost ~10k instructions a column to wrap: o
 recursive plan (18,560 Arrow nodes at max_depth=3) that made a one-record call cost
 milliseconds whatever the batch held. Here a node is `ArrayData::Make` over its children's
 ArrayData (no validation: wirearrow made every part, and its tests validate them fully), and
-only the columns a caller asks for become Python objects.
+only the columns a caller asks for become Python objects. For the encoder, a batch is exported
+without the subtrees it never reads (export_for_encode).
 
 Built against the Arrow C++ headers and libraries of the pyarrow installed at build time, and
 used only with that very pyarrow (wirearrow.accelerator checks PYARROW_VERSION at import):
@@ -17,7 +18,8 @@ that gives equal arrays (tests/test_accelerator.py).
 """
 
 from cython.operator cimport dereference as deref
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uintptr_t
+from libcpp.string cimport string
 from libcpp.memory cimport shared_ptr
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
@@ -49,6 +51,63 @@ cdef extern from *:
     static const char* wa_pyarrow_version = WIREARROW_PYARROW_VERSION;
     """
     const char* wa_pyarrow_version
+
+cdef extern from *:
+    """
+    #include <arrow/api.h>
+    #include <arrow/c/bridge.h>
+    #include <cstdint>
+    #include <string>
+
+    // The array as the encoder reads it (encoder.pyx, bind): a struct, list or map with no
+    // value in any slot keeps its own buffers but not its children, which the encoder never
+    // reads; elsewhere the children are pruned in turn. Shared, not copied, where nothing
+    // under a node is pruned.
+    static std::shared_ptr<arrow::ArrayData> wa_prune(const std::shared_ptr<arrow::ArrayData>& d) {
+        arrow::Type::type id = d->type->id();
+        if (d->child_data.empty() || (id != arrow::Type::STRUCT && id != arrow::Type::LIST
+                                      && id != arrow::Type::LARGE_LIST
+                                      && id != arrow::Type::MAP)) {
+            return d;
+        }
+        int64_t nulls = d->GetNullCount();
+        if (d->length == 0 || nulls == d->length) {
+            return arrow::ArrayData::Make(d->type, d->length, d->buffers,
+                                          std::vector<std::shared_ptr<arrow::ArrayData>>(),
+                                          nulls, d->offset);
+        }
+        std::vector<std::shared_ptr<arrow::ArrayData>> kids;
+        kids.reserve(d->child_data.size());
+        bool changed = false;
+        for (const auto& c : d->child_data) {
+            kids.push_back(wa_prune(c));
+            changed = changed || kids.back().get() != c.get();
+        }
+        if (!changed) {
+            return d;
+        }
+        return arrow::ArrayData::Make(d->type, d->length, d->buffers, std::move(kids), nulls,
+                                      d->offset);
+    }
+
+    // The batch as RecordBatch._export_to_c exports it (a struct array of its columns, offset
+    // 0), each column pruned: "" or the error.
+    static std::string wa_export_for_encode(const std::shared_ptr<arrow::RecordBatch>& b,
+                                            uintptr_t address) {
+        std::vector<std::shared_ptr<arrow::ArrayData>> kids;
+        kids.reserve(b->num_columns());
+        for (int i = 0; i < b->num_columns(); ++i) {
+            kids.push_back(wa_prune(b->column_data(i)));
+        }
+        auto root = arrow::ArrayData::Make(arrow::struct_(b->schema()->fields()), b->num_rows(),
+                                           {nullptr}, std::move(kids), 0, 0);
+        arrow::Status st = arrow::ExportArray(*arrow::MakeArray(root),
+                                              reinterpret_cast<struct ArrowArray*>(address));
+        return st.ok() ? std::string() : st.ToString();
+    }
+    """
+    string wa_export_for_encode(const shared_ptr[CRecordBatch]& batch, uintptr_t address)
+
 
 cdef extern from *:
     """
@@ -171,3 +230,16 @@ def record_batch(list columns, schema):
             raise TypeError(f"record_batch: column {i}'s type is not the schema's")
         arrays.push_back(a)
     return pyarrow_wrap_batch(CRecordBatch.Make(s, max(rows, 0), arrays))
+
+
+def export_for_encode(batch, uintptr_t address):
+    """batch._export_to_c(address) as the encoder reads it: every struct, list or map whose
+    slots are all null (or that has none) without its children, which the encoder never
+    reads (encoder.pyx, bind). On a wide plan most of the output type's nodes sit in such
+    subtrees, and exporting and releasing a node costs ~1.1k instructions."""
+    cdef shared_ptr[CRecordBatch] b = pyarrow_unwrap_batch(batch)
+    if b.get() == NULL:
+        raise TypeError(f"expected a pyarrow.RecordBatch, got {type(batch).__name__}")
+    cdef string error = wa_export_for_encode(b, address)
+    if error.size():
+        raise ValueError(f"export_for_encode: {error.decode(errors='replace')}")

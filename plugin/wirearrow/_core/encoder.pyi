@@ -39,7 +39,10 @@ class Plan:
     ) -> None: ...
     def tables(self) -> tuple[list[EncodeSpec], list[EncodeEntry], list[EncodeNode]]: ...
     def columns(
-        self, batch: Any, derive: Callable[[int, bool], EncodeColumn | None]
+        self,
+        batch: Any,
+        derive: Callable[[int, bool], EncodeColumn | None],
+        export: Callable[[Any, int], None] | None = None,
     ) -> list[EncodeColumn]: ...
     def encode(
         self,
@@ -47,4 +50,5 @@ class Plan:
         n_rows: int,
         derive: Callable[[int, bool], EncodeColumn | None],
         capacity: int = 0,
+        export: Callable[[Any, int], None] | None = None,
     ) -> tuple[int, int, int, OwnedBuffer | None, int, OwnedBuffer | None, bool]: ...

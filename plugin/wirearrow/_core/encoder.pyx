@@ -16,8 +16,8 @@ that order; loaded into the structs of tables.pxd, which `Plan.tables` hands bac
 - nodes: one per message shape. Node 0 is the root; its columns are the batch's.
 
 Per call, the batch is exported through the Arrow C data interface (one pyarrow call for the
-whole tree) and every spec's buffers are looked up in it without the GIL: a call's fixed
-cost is that walk, not Python per array. Element `k` of an array (its *logical* index, what
+whole tree, or the accelerator's export of what is read: see bind) and every spec's buffers
+are looked up in it without the GIL: a call's fixed cost is that walk, not Python per array. Element `k` of an array (its *logical* index, what
 parents' offsets hold) lives at physical slot `k + offset`, a struct's offset composed into
 its children's. What Python derives per call (enum names, JSON texts, serialized messages
 below a max_depth cut) arrives as given columns.
@@ -159,6 +159,8 @@ ctypedef struct Enc:
     int64_t scratch_top
     int32_t err_col
     int64_t err_index
+    const uint8_t* absent      # per spec: 1 where its array is never read this call (bind;
+                               # last: the record loop's fields keep their offsets)
 
 
 cdef int grow(Enc* e, size_t n) noexcept nogil:
@@ -1062,6 +1064,8 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
         return
     for i in range(nd.first, nd.first + nd.n_entries):
         en = &e.entries[i]
+        if e.absent[en.col]:
+            continue
         c = &e.cols[en.col]
         if en.shape == S_SINGULAR:
             list_col(ls, c, en, a, b)
@@ -1072,6 +1076,8 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
         if c.validity != NULL:
             add_lines(ls, c.validity, (a + c.offset) >> 3, (b + c.offset + 7) >> 3)
         add_lines(ls, c.offsets, (a + c.offset) * w, (b + c.offset + 1) * w)
+        if e.absent[en.elem]:
+            continue
         ea = offset_at(c, a + c.offset)
         eb = offset_at(c, b + c.offset)
         list_col(ls, &e.cols[en.elem], en, ea, eb)
@@ -1082,10 +1088,24 @@ cdef void list_node(Lines* ls, const Enc* e, int32_t node, int64_t a, int64_t b,
 # ---- binding a batch ------------------------------------------------------------------
 
 
+cdef inline bint empty(const ArrowArray* a) noexcept nogil:
+    """No slot of `a` holds a value (null_count is over its own slots, which hold all that
+    is read of it and of its children: a struct's children at its slots, a list's elements
+    within its spans)."""
+    return a.length == 0 or a.null_count == a.length
+
+
 cdef int64_t bind(const EncodeSpec* specs, int64_t n_specs, const ArrowArray* root,
-                  const ArrowArray** arrays, ArrowColumn* cols) noexcept nogil:
+                  const ArrowArray** arrays, ArrowColumn* cols, uint8_t* absent) noexcept nogil:
     """Every spec's array of the exported batch `root` into cols (given specs are left to
-    the caller): -1, or the first spec whose array is not shaped as the spec says."""
+    the caller): -1, or the first spec whose array is not shaped as the spec says.
+
+    A spec under an array with no value in any slot (`empty`) is marked absent and its
+    array is not looked up: the record loop reads a struct's children only at its valid
+    slots (encode_message skips a null entry before its sub-message), a list's elements only
+    within the spans of its valid slots, and the prefetch listing skips absent specs. So an
+    export may leave such arrays' children out (the accelerator's export does: the
+    children of subtrees null in every row are most of a wide plan's nodes)."""
     cdef int64_t i, base
     cdef const EncodeSpec* sp
     cdef const ArrowArray* parent
@@ -1096,6 +1116,20 @@ cdef int64_t bind(const EncodeSpec* specs, int64_t n_specs, const ArrowArray* ro
         sp = &specs[i]
         c = &cols[i]
         arrays[i] = NULL
+        absent[i] = 0
+        if sp.access != A_COLUMN and (absent[sp.parent] or (
+                arrays[sp.parent] != NULL and empty(arrays[sp.parent]))):
+            # (a given spec under an empty array is not absent: it is read at that array's
+            # slots, as its null validity, see Plan._bind)
+            if sp.access != A_GIVEN or absent[sp.parent]:
+                absent[i] = 1
+                c.validity = NULL
+                c.offset = 0
+                c.values = NULL
+                c.offsets = NULL
+                c.bad = NULL
+                c.wide = 0
+                continue
         if sp.access == A_GIVEN:
             continue
         if sp.access == A_COLUMN:
@@ -1272,12 +1306,14 @@ cdef class Plan:
              for i in range(self.n_nodes)],
         )
 
-    cdef ArrowColumn* _bind(self, ArrowArray* root, derive) except NULL:
-        """The columns of one exported batch (the caller frees them and releases root).
+    cdef ArrowColumn* _bind(self, ArrowArray* root, derive, uint8_t* absent) except NULL:
+        """The columns of one exported batch (the caller frees them and releases root), and
+        which specs are absent (`bind`; `absent` holds n_specs bytes).
 
         A given spec's column is asked of `derive(spec, present)`, which returns a
         layout.EncodeColumn, or None when `present` is False (its parent holds no value in
         this batch): the column is then the parent's validity alone, never read past it.
+        An absent given spec (under a subtree with no value) is not asked for.
         """
         cdef ArrowColumn* cols = <ArrowColumn*>PyMem_RawCalloc(max(self.n_specs, 1),
                                                                sizeof(ArrowColumn))
@@ -1292,11 +1328,11 @@ cdef class Plan:
             raise MemoryError()
         try:
             with nogil:
-                bad = bind(self.specs, self.n_specs, root, arrays, cols)
+                bad = bind(self.specs, self.n_specs, root, arrays, cols, absent)
             if bad >= 0:
                 raise ValueError(f"encode: the batch's array {bad} is not shaped as the plan says")
             for i in range(self.n_specs):
-                if self.specs[i].access != A_GIVEN:
+                if self.specs[i].access != A_GIVEN or absent[i]:
                     continue
                 source = arrays[self.specs[i].parent]
                 present = source == NULL or (source.length > 0 and source.null_count != source.length)
@@ -1322,17 +1358,24 @@ cdef class Plan:
             PyMem_RawFree(arrays)
         return cols
 
-    def columns(self, batch, derive):
+    def columns(self, batch, derive, export=None):
         """The columns one batch binds (layout.EncodeColumn records; addresses into the
-        batch's buffers, valid while it lives): what tests/test_layout.py checks."""
+        batch's buffers, valid while it lives; an absent spec's all zero): what
+        tests/test_layout.py checks. `export` as for encode."""
         cdef ArrowArray* root = <ArrowArray*>PyMem_RawCalloc(1, sizeof(ArrowArray))
         cdef ArrowColumn* cols = NULL
+        cdef uint8_t* absent = <uint8_t*>PyMem_RawCalloc(max(self.n_specs, 1), 1)
         cdef Py_ssize_t i
-        if root == NULL:
+        if root == NULL or absent == NULL:
+            PyMem_RawFree(root)
+            PyMem_RawFree(absent)
             raise MemoryError()
         try:
-            batch._export_to_c(<uintptr_t>root)
-            cols = self._bind(root, derive)
+            if export is None:
+                batch._export_to_c(<uintptr_t>root)
+            else:
+                export(batch, <uintptr_t>root)
+            cols = self._bind(root, derive, absent)
             return [layout.EncodeColumn(
                 validity=<uintptr_t>cols[i].validity, offset=cols[i].offset,
                 values=<uintptr_t>cols[i].values, offsets=<uintptr_t>cols[i].offsets,
@@ -1340,13 +1383,16 @@ cdef class Plan:
                 for i in range(self.n_specs)]
         finally:
             PyMem_RawFree(cols)
+            PyMem_RawFree(absent)
             if root.release != NULL:
                 root.release(root)
             PyMem_RawFree(root)
 
-    def encode(self, batch, int64_t n_rows, derive, int64_t capacity=0):
+    def encode(self, batch, int64_t n_rows, derive, int64_t capacity=0, export=None):
         """Encode rows 0..n_rows-1 of `batch` (a RecordBatch of the plan's schema, n_rows
-        long); given specs' columns from `derive` (see _bind).
+        long); given specs' columns from `derive` (see _bind). `export(batch, address)`
+        writes the batch as a struct ArrowArray at address (default: pyarrow's
+        `_export_to_c`; it may leave out the children of arrays with no value: see bind).
 
         Returns (status, error column, error logical index, data, start, offsets, wide): the
         serialized rows are data[start:], row r at offsets[r]..offsets[r + 1] (int32, or int64
@@ -1358,19 +1404,28 @@ cdef class Plan:
         if root == NULL:
             raise MemoryError()
         cdef ArrowColumn* cols = NULL
+        cdef uint8_t* absent = <uint8_t*>PyMem_RawCalloc(max(self.n_specs, 1), 1)
+        if absent == NULL:
+            PyMem_RawFree(root)
+            raise MemoryError()
         try:
-            batch._export_to_c(<uintptr_t>root)
+            if export is None:
+                batch._export_to_c(<uintptr_t>root)
+            else:
+                export(batch, <uintptr_t>root)
             if root.length != n_rows:
                 raise ValueError("encode: the batch does not hold n_rows rows")
-            cols = self._bind(root, derive)
-            return self._run(cols, n_rows, capacity)
+            cols = self._bind(root, derive, absent)
+            return self._run(cols, absent, n_rows, capacity)
         finally:
             PyMem_RawFree(cols)
+            PyMem_RawFree(absent)
             if root.release != NULL:
                 root.release(root)
             PyMem_RawFree(root)
 
-    cdef _run(self, const ArrowColumn* cols, int64_t n_rows, int64_t capacity):
+    cdef _run(self, const ArrowColumn* cols, const uint8_t* absent, int64_t n_rows,
+              int64_t capacity):
         cdef int64_t used_allocated
         cdef int64_t* used = <int64_t*>pool_alloc((n_rows + 1) * sizeof(int64_t), False,
                                                   &used_allocated)
@@ -1393,6 +1448,7 @@ cdef class Plan:
                 break
         cdef Enc e
         e.cols = cols
+        e.absent = absent
         e.entries = entries if entries != NULL else self.entries
         e.nodes = self.nodes
         e.enum_sets = self.enum_sets

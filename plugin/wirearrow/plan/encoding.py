@@ -33,6 +33,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
 
+from wirearrow import accelerator
 from wirearrow._core import encoder as core
 from wirearrow._core.layout import EncodeColumn, EncodeEntry, EncodeNode, EncodeSpec
 from wirearrow.errors import EncodeError
@@ -579,7 +580,7 @@ class EncodingPlan:
             self._check_aligned(batch, arrays, i)
         capacity = int(self._bytes_per_row * n * 1.1) + 4096
         status, err_col, err_index, data, start, offsets, wide = self._core.encode(
-            batch, n, derive, capacity
+            batch, n, derive, capacity, accelerator.encode_export()
         )
         keep.clear()  # the core has read them
         if status:
