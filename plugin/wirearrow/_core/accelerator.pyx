@@ -63,7 +63,10 @@ cdef extern from *:
     // value in any slot keeps its own buffers but not its children, which the encoder never
     // reads; elsewhere the children are pruned in turn. Shared, not copied, where nothing
     // under a node is pruned.
-    static std::shared_ptr<arrow::ArrayData> wa_prune(const std::shared_ptr<arrow::ArrayData>& d) {
+    // A list's element array (`elements`) is pruned only when it has no slot: a map's
+    // entries all null are bound with their keys (the encoder sorts them before it fails).
+    static std::shared_ptr<arrow::ArrayData> wa_prune(const std::shared_ptr<arrow::ArrayData>& d,
+                                                      bool elements) {
         arrow::Type::type id = d->type->id();
         if (d->child_data.empty() || (id != arrow::Type::STRUCT && id != arrow::Type::LIST
                                       && id != arrow::Type::LARGE_LIST
@@ -71,7 +74,7 @@ cdef extern from *:
             return d;
         }
         int64_t nulls = d->GetNullCount();
-        if (d->length == 0 || nulls == d->length) {
+        if (d->length == 0 || (nulls == d->length && !elements)) {
             return arrow::ArrayData::Make(d->type, d->length, d->buffers,
                                           std::vector<std::shared_ptr<arrow::ArrayData>>(),
                                           nulls, d->offset);
@@ -80,7 +83,7 @@ cdef extern from *:
         kids.reserve(d->child_data.size());
         bool changed = false;
         for (const auto& c : d->child_data) {
-            kids.push_back(wa_prune(c));
+            kids.push_back(wa_prune(c, id != arrow::Type::STRUCT));
             changed = changed || kids.back().get() != c.get();
         }
         if (!changed) {
@@ -97,7 +100,7 @@ cdef extern from *:
         std::vector<std::shared_ptr<arrow::ArrayData>> kids;
         kids.reserve(b->num_columns());
         for (int i = 0; i < b->num_columns(); ++i) {
-            kids.push_back(wa_prune(b->column_data(i)));
+            kids.push_back(wa_prune(b->column_data(i), false));
         }
         auto root = arrow::ArrayData::Make(arrow::struct_(b->schema()->fields()), b->num_rows(),
                                            {nullptr}, std::move(kids), 0, 0);

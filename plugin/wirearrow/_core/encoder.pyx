@@ -1100,8 +1100,8 @@ cdef int64_t bind(const EncodeSpec* specs, int64_t n_specs, const ArrowArray* ro
     """Every spec's array of the exported batch `root` into cols (given specs are left to
     the caller): -1, or the first spec whose array is not shaped as the spec says.
 
-    A spec under an array with no value in any slot (`empty`) is marked absent and its
-    array is not looked up: the record loop reads a struct's children only at its valid
+    A spec under an array with no value in any slot (`empty`; for a list's element array,
+    with no slot) is marked absent and its array is not looked up: the record loop reads a struct's children only at its valid
     slots (encode_message skips a null entry before its sub-message), a list's elements only
     within the spans of its valid slots, and the prefetch listing skips absent specs. So an
     export may leave such arrays' children out (the accelerator's export does: the
@@ -1117,8 +1117,12 @@ cdef int64_t bind(const EncodeSpec* specs, int64_t n_specs, const ArrowArray* ro
         c = &cols[i]
         arrays[i] = NULL
         absent[i] = 0
+        # (a list's elements all null but some listed are not `empty` here: put_map reads
+        # the keys of a map's entries before it finds them null, so they are bound)
         if sp.access != A_COLUMN and (absent[sp.parent] or (
-                arrays[sp.parent] != NULL and empty(arrays[sp.parent]))):
+                arrays[sp.parent] != NULL and (
+                    arrays[sp.parent].length == 0
+                    or (specs[sp.parent].access != A_VALUES and empty(arrays[sp.parent]))))):
             # (a given spec under an empty array is not absent: it is read at that array's
             # slots, as its null validity, see Plan._bind)
             if sp.access != A_GIVEN or absent[sp.parent]:
