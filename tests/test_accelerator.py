@@ -72,20 +72,13 @@ def test_sparse_trees_put_together_in_cpp_equal_the_pure_ones(compile_proto, mon
     through the sparse build, each absent subtree as small as 2 nodes: the nodes put together
     over C++ ArrayData are the arrays pa.Array.from_buffers makes."""
     import wirearrow.plan.assemble as assemble
-    from test_arrow_tree import _RECURSIVE
+    from test_arrow_tree import _RECURSIVE, recursive_batches
 
     monkeypatch.setattr(assemble, "_SPARSE_PLAN", 0)
     monkeypatch.setattr(assemble, "_ABSENT_NODES", 2)
     schema, cls = compile_proto(_RECURSIVE, "Node")
-    a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n"))
-    a.leaves["k"].key = "v"
-    a.at.seconds = 5
-    a.children.add(name="c").b.key = "x"
-    b = cls(name="z")
-    b.a.key = "first"
-    c = cls()
     tc = wa.Transcoder(schema, max_depth=3)
-    for records in ([a], [b], [c], [a, b, c], [c, c], []):
+    for records in recursive_batches(cls):
         arr = pa.array([m.SerializeToString() for m in records], pa.binary())
         fast, pure = _both(tc, arr, monkeypatch)
         fast.validate(full=True)

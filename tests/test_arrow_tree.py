@@ -273,6 +273,20 @@ message Node {
 """
 
 
+def recursive_batches(cls) -> list[list]:
+    """Batches of _RECURSIVE's messages (class `cls`) that make every kind of sparse tree:
+    maps, a oneof, a timestamp, lists of messages, absent subtrees, an empty batch."""
+    a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n"))
+    a.leaves["k"].key = "v"
+    a.at.seconds = 5
+    a.children.add(name="c").b.key = "x"
+    b = cls(name="z")
+    b.a.key = "first"
+    b.b.key = "then b"  # (a oneof: `a` is unset again, its fields stay written below it)
+    c = cls()
+    return [[a], [b], [c], [a, b, c], [c, c], []]
+
+
 def test_absent_subtrees_are_arrays_made_once_and_the_output_is_the_same(
     compile_proto, monkeypatch
 ) -> None:
@@ -283,16 +297,8 @@ def test_absent_subtrees_are_arrays_made_once_and_the_output_is_the_same(
 
     monkeypatch.setattr(assemble, "_SPARSE_PLAN", 0)
     schema, cls = compile_proto(_RECURSIVE, "Node")
-    a = cls(name="a", rank=1, ids=[1, 2], child=cls(name="b", note="n"))
-    a.leaves["k"].key = "v"
-    a.at.seconds = 5
-    a.children.add(name="c").b.key = "x"
-    b = cls(name="z")
-    b.a.key = "first"
-    b.b.key = "then b"  # (a oneof: `a` is unset again, its fields stay written below it)
-    c = cls()
     tc = wa.Transcoder(schema, max_depth=3)
-    for records in ([a], [b], [c], [a, b, c], [c, c], []):
+    for records in recursive_batches(cls):
         arr = pa.array([m.SerializeToString() for m in records], pa.binary())
         monkeypatch.setattr(assemble, "_ABSENT_NODES", 10**9)
         whole = tc.transcode(arr)
