@@ -5,10 +5,12 @@ same process, shape by shape. Whether it is on, and why not, is visible and can 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import types
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -302,3 +304,108 @@ def test_the_encode_export_leaves_out_only_children_of_arrays_without_values() -
     assert exported(batch.slice(1, 1), accelerator.module.export_for_encode)[4][1][4][0] == (
         whole[4][1][4][0]
     )
+
+
+def _tree_and_columns(schema: pa.Schema):
+    """A tree of a struct (int32, bool, list of strings), a given dictionary array and a
+    struct absent from the batch (node 6), over numpy 'decoder buffers'."""
+    from test_arrow_tree import BINARY, BOOL, FIXED, GIVEN, LIST, STRUCT, node
+    from wirearrow._core.buffers import ArrowTree
+
+    prog = np.array(
+        [
+            node(STRUCT, 0, valid=3, child0=0, nchild=3),
+            node(FIXED, 0, column=0, valid=0, width=4),
+            node(BOOL, 0, column=1),
+            node(LIST, 0, offsets=1, child0=3, nchild=1),
+            node(BINARY, 1, column=2, valid=2),
+            node(GIVEN, 0),
+            node(STRUCT, 0, valid=4, child0=4, nchild=1),
+            node(FIXED, 0, column=5, valid=5, width=8),
+        ],
+        dtype=np.int64,
+    )
+    tree = ArrowTree(prog, np.array([1, 2, 3, 4, 7], dtype=np.int64), np.array([0, 5, 6]), schema,
+                     pa.RecordBatch._import_from_c)
+    col_values = [
+        np.array([7, 8, 9], dtype=np.int32),
+        np.array([1, 0, 5], dtype=np.uint8),
+        np.array([0, 1, 3, 3, 6], dtype=np.uint32),
+        None,
+        None,
+        np.zeros(3, dtype=np.int64),
+    ]
+    col_valid = [
+        np.array([1, 0, 1], dtype=np.uint8),
+        np.ones(3, dtype=np.uint8),
+        np.array([1, 1, 0, 1], dtype=np.uint8),
+        np.array([1, 1, 0], dtype=np.uint8),
+        np.zeros(3, dtype=np.uint8),
+        np.zeros(3, dtype=np.uint8),
+    ]
+    col_arena = [None, None, np.frombuffer(b"abcdef", dtype=np.uint8), None, None, None]
+    return tree, col_values, col_valid, col_arena
+
+
+@needs_accelerator
+def test_a_tree_taken_as_arraydata_holds_its_buffers_until_its_last_array_goes() -> None:
+    """ArrowTree.build(into=TreeArrays): the C structs become ArrayData without an import,
+    an absent node (absent= state 3) an array of nulls of its type; what the tree points
+    into lives as long as any array made from it (a child kept alone included)."""
+    import weakref
+
+    entry = pa.struct([("a", pa.int32()), ("b", pa.bool_()), ("c", pa.list_(pa.utf8()))])
+    tags = pa.array(["x", None, "y"]).dictionary_encode()
+    gone = pa.struct([("z", pa.int64())])
+    schema = pa.schema([("s", entry), ("t", tags.type), ("u", gone)])
+    tree, col_values, col_valid, col_arena = _tree_and_columns(schema)
+    held = weakref.ref(col_values[0])
+    offsets = {1: pa.py_buffer(np.array([0, 2, 2, 4], dtype=np.int32))}
+    state = tree.absent([3, 4], col_valid, [5], 1)[3]
+    assert state.tolist() == [1, 1, 1, 1, 1, 1, 3, 0]  # (node 7 inside the absent one)
+    take = accelerator.module.TreeArrays(schema)
+    s, t, u = tree.build(col_values, col_valid, col_arena, [3, 4], offsets, {5: tags},
+                         absent=state, into=take)
+    del col_values, col_valid, col_arena, offsets, tags
+    gc.collect()
+    for arr in (s, t, u):
+        arr.validate(full=True)
+    assert s.type == entry and t.type == schema.field("t").type and u.type == gone
+    assert s.to_pylist() == [
+        {"a": 7, "b": True, "c": ["a", "bc"]},
+        {"a": None, "b": False, "c": []},
+        None,
+    ]
+    assert s.field("c").to_pylist() == [["a", "bc"], [], [None, "def"]]
+    assert t.to_pylist() == ["x", None, "y"]
+    assert u.to_pylist() == [None, None, None] and u.null_count == 3
+    a = s.field("a")
+    del s, t, u
+    gc.collect()
+    assert held() is not None  # the child alone keeps the tree
+    assert a.to_pylist() == [7, None, 9]
+    del a
+    gc.collect()
+    assert held() is None  # released with the last array
+
+
+@needs_accelerator
+def test_a_tree_not_taken_is_released_and_absent_needs_a_taker() -> None:
+    import weakref
+
+    entry = pa.struct([("a", pa.int32()), ("b", pa.bool_()), ("c", pa.list_(pa.utf8()))])
+    tags = pa.array(["x", None, "y"]).dictionary_encode()
+    schema = pa.schema([("s", entry), ("t", tags.type), ("u", pa.struct([("z", pa.int64())]))])
+    tree, col_values, col_valid, col_arena = _tree_and_columns(schema)
+    offsets = {1: pa.py_buffer(np.array([0, 2, 2, 4], dtype=np.int32))}
+    state = tree.absent([3, 4], col_valid, [5], 1)[3]
+    with pytest.raises(ValueError, match="into="):
+        tree.build(col_values, col_valid, col_arena, [3, 4], offsets, {5: tags}, absent=state)
+    held = weakref.ref(col_values[0])
+    wrong = accelerator.module.TreeArrays(pa.schema([("s", entry)]))  # one field, not three
+    with pytest.raises(ValueError, match="root"):
+        tree.build(col_values, col_valid, col_arena, [3, 4], offsets, {5: tags},
+                   absent=state, into=wrong)
+    del col_values, col_valid, col_arena
+    gc.collect()
+    assert held() is None  # the tree released on the error

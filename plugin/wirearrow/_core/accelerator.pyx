@@ -6,10 +6,12 @@ Those constructors (`pa.Array.from_buffers`, `StructArray.from_arrays`,
 `RecordBatch.from_arrays`) validate the whole subtree under the node they make, and the
 Python arrays of a C-interface import cost ~10k instructions a column to wrap: on a wide
 recursive plan (18,560 Arrow nodes at max_depth=3) that made a one-record call cost
-milliseconds whatever the batch held. Here a node is `ArrayData::Make` over its children's
-ArrayData (no validation: wirearrow made every part, and its tests validate them fully), and
-only the columns a caller asks for become Python objects. For the encoder, a batch is exported
-without the subtrees it never reads (export_for_encode).
+milliseconds whatever the batch held. Here (TreeArrays) the C structs ArrowTree.build fills
+over the decoder's buffers become `ArrayData` directly (no import through the C data
+interface, no validation: wirearrow made every part, and its tests validate them fully), each
+subtree absent from the batch an array of nulls kept per type and length, and only the
+columns become Python objects. For the encoder, a batch is exported without the subtrees it
+never reads (export_for_encode).
 
 Built against the Arrow C++ headers and libraries of the pyarrow installed at build time, and
 used only with that very pyarrow (wirearrow.accelerator checks PYARROW_VERSION at import):
@@ -17,17 +19,14 @@ Arrow's C++ ABI is not stable across releases. Everything here has a pure-pyarro
 that gives equal arrays (tests/test_accelerator.py).
 """
 
-from cython.operator cimport dereference as deref
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp.string cimport string
 from libcpp.memory cimport shared_ptr
-from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from pyarrow.includes.libarrow cimport (
     CArray,
     CArrayData,
-    CBuffer,
     CDataType,
     CRecordBatch,
     CSchema,
@@ -36,8 +35,6 @@ from pyarrow.includes.libarrow cimport (
 from pyarrow.lib cimport (
     pyarrow_unwrap_array,
     pyarrow_unwrap_batch,
-    pyarrow_unwrap_buffer,
-    pyarrow_unwrap_data_type,
     pyarrow_unwrap_schema,
     pyarrow_wrap_array,
     pyarrow_wrap_batch,
@@ -115,13 +112,6 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <arrow/api.h>
-    static inline std::shared_ptr<arrow::ArrayData> wa_column_data(
-            const std::shared_ptr<arrow::RecordBatch>& batch, int i) {
-        return batch->column_data(i);
-    }
-    static inline int64_t wa_num_columns(const std::shared_ptr<arrow::RecordBatch>& batch) {
-        return batch->num_columns();
-    }
     static inline bool wa_same_type(const std::shared_ptr<arrow::DataType>& a,
                                     const std::shared_ptr<arrow::DataType>& b) {
         // The same object (the schema's own type, as the tree and the plan share it) or an
@@ -136,75 +126,229 @@ cdef extern from *:
         return schema->num_fields();
     }
     """
-    shared_ptr[CArrayData] wa_column_data(const shared_ptr[CRecordBatch]& batch, int i)
-    int64_t wa_num_columns(const shared_ptr[CRecordBatch]& batch)
     bint wa_same_type(const shared_ptr[CDataType]& a, const shared_ptr[CDataType]& b)
     shared_ptr[CDataType] wa_field_type(const shared_ptr[CSchema]& schema, int i)
     int wa_num_fields(const shared_ptr[CSchema]& schema)
+
+
+cdef extern from *:
+    """
+    #include <arrow/api.h>
+    #include <arrow/c/bridge.h>
+    #include <cstdint>
+    #include <string>
+    #include <unordered_map>
+    #include <utility>
+    #include <vector>
+
+    // The tree ArrowTree.build filled (C data interface structs over the decoder's buffers
+    // and the tree's own blocks), taken as Arrow ArrayData without its import: no schema
+    // parsed, no per-node import state, no Python array a column. One owner for the whole
+    // tree, which every buffer made here holds: when the last goes, the root is released
+    // and with it the tree's block and the Python objects it points into.
+    struct WaTreeOwner {
+        struct ArrowArray root;
+        explicit WaTreeOwner(struct ArrowArray* r) : root(*r) { r->release = nullptr; }
+        ~WaTreeOwner() {
+            if (root.release != nullptr) {
+                root.release(&root);
+            }
+        }
+    };
+
+    class WaTreeBuffer : public arrow::Buffer {
+      public:
+        WaTreeBuffer(const void* data, int64_t size, std::shared_ptr<WaTreeOwner> owner)
+            : arrow::Buffer(static_cast<const uint8_t*>(data), size), owner_(std::move(owner)) {}
+
+      private:
+        std::shared_ptr<WaTreeOwner> owner_;
+    };
+
+    // Arrays null in every slot, made once a plan: by type object and length (a wide
+    // recursive plan's absent subtrees repeat the same few lengths).
+    struct WaNullKey {
+        const arrow::DataType* type;
+        int64_t length;
+        bool operator==(const WaNullKey& o) const { return type == o.type && length == o.length; }
+    };
+    struct WaNullKeyHash {
+        size_t operator()(const WaNullKey& k) const {
+            return std::hash<const void*>()(k.type) * 31 + std::hash<int64_t>()(k.length);
+        }
+    };
+    struct WaNulls {
+        std::unordered_map<WaNullKey, std::shared_ptr<arrow::ArrayData>, WaNullKeyHash> cache;
+        int64_t cache_max = 16;
+    };
+
+    struct WaTake {
+        std::shared_ptr<WaTreeOwner> owner;
+        const void* tree;   // the private_data of the nodes ArrowTree made
+        WaNulls* nulls;
+    };
+
+    static inline std::shared_ptr<arrow::Buffer> wa_tree_buffer(WaTake& t, const void* p,
+                                                                int64_t size) {
+        if (p == nullptr) {
+            return nullptr;
+        }
+        return std::make_shared<WaTreeBuffer>(p, size, t.owner);
+    }
+
+    static arrow::Result<std::shared_ptr<arrow::ArrayData>> wa_nulls_of(
+            WaNulls* nulls, const std::shared_ptr<arrow::DataType>& type, int64_t n) {
+        WaNullKey key{type.get(), n};
+        if (n <= nulls->cache_max) {
+            auto found = nulls->cache.find(key);
+            if (found != nulls->cache.end()) {
+                return found->second;
+            }
+        }
+        ARROW_ASSIGN_OR_RAISE(auto arr, arrow::MakeArrayOfNull(type, n));
+        if (n <= nulls->cache_max) {
+            nulls->cache.emplace(key, arr->data());
+        }
+        return arr->data();
+    }
+
+    static arrow::Status wa_expect(const struct ArrowArray* a, int64_t buffers, int64_t children,
+                                   const arrow::DataType& type) {
+        if (a->n_buffers != buffers || a->n_children != children) {
+            return arrow::Status::Invalid("tree node of type ", type.ToString(), ": ",
+                                          a->n_buffers, " buffers, ", a->n_children,
+                                          " children");
+        }
+        return arrow::Status::OK();
+    }
+
+    static arrow::Result<std::shared_ptr<arrow::ArrayData>> wa_take_node(
+            WaTake& t, struct ArrowArray* a, const std::shared_ptr<arrow::DataType>& type) {
+        if (a->release == nullptr) {
+            return arrow::Status::Invalid("tree node released");
+        }
+        if (a->private_data != t.tree) {
+            // A given array (built in Python) exported into its slot by pyarrow: imported.
+            ARROW_ASSIGN_OR_RAISE(auto arr, arrow::ImportArray(a, type));
+            return arr->data();
+        }
+        const int64_t n = a->length, off = a->offset, end = off + n;
+        if (a->n_buffers == 0 && a->n_children == 0) {
+            // Absent (ArrowTree.build's absent=): null in every slot, or no slot.
+            return wa_nulls_of(t.nulls, type, n);
+        }
+        const int64_t bitmap = (end + 7) / 8;
+        std::vector<std::shared_ptr<arrow::Buffer>> bufs;
+        std::vector<std::shared_ptr<arrow::ArrayData>> kids;
+        switch (type->id()) {
+            case arrow::Type::BOOL:
+                ARROW_RETURN_NOT_OK(wa_expect(a, 2, 0, *type));
+                bufs = {wa_tree_buffer(t, a->buffers[0], bitmap),
+                        wa_tree_buffer(t, a->buffers[1], bitmap)};
+                break;
+            case arrow::Type::STRING:
+            case arrow::Type::BINARY: {
+                ARROW_RETURN_NOT_OK(wa_expect(a, 3, 0, *type));
+                const int32_t* offsets = static_cast<const int32_t*>(a->buffers[1]);
+                bufs = {wa_tree_buffer(t, a->buffers[0], bitmap),
+                        wa_tree_buffer(t, offsets, (end + 1) * 4),
+                        wa_tree_buffer(t, a->buffers[2], offsets[end])};
+                break;
+            }
+            case arrow::Type::STRUCT:
+                ARROW_RETURN_NOT_OK(wa_expect(a, 1, type->num_fields(), *type));
+                bufs = {wa_tree_buffer(t, a->buffers[0], bitmap)};
+                break;
+            case arrow::Type::LIST:
+            case arrow::Type::MAP:
+                ARROW_RETURN_NOT_OK(wa_expect(a, 2, 1, *type));
+                bufs = {wa_tree_buffer(t, a->buffers[0], bitmap),
+                        wa_tree_buffer(t, a->buffers[1], (end + 1) * 4)};
+                break;
+            default: {
+                if (!arrow::is_primitive(type->id())
+                        || type->id() == arrow::Type::BOOL
+                        || type->byte_width() <= 0) {
+                    return arrow::Status::NotImplemented("tree node of type ", type->ToString());
+                }
+                ARROW_RETURN_NOT_OK(wa_expect(a, 2, 0, *type));
+                bufs = {wa_tree_buffer(t, a->buffers[0], bitmap),
+                        wa_tree_buffer(t, a->buffers[1], end * type->byte_width())};
+            }
+        }
+        kids.reserve(a->n_children);
+        for (int64_t i = 0; i < a->n_children; ++i) {
+            ARROW_ASSIGN_OR_RAISE(auto kid, wa_take_node(t, a->children[i], type->field(i)->type()));
+            kids.push_back(std::move(kid));
+        }
+        return arrow::ArrayData::Make(type, n, std::move(bufs), std::move(kids), a->null_count,
+                                      off);
+    }
+
+    // The root (a struct of one node a field of `schema`) at `address`, taken: its columns
+    // into `out`; "" or the error. The root is released when nothing made here holds it,
+    // also on an error.
+    static std::string wa_take_tree(uintptr_t address,
+                                    const std::shared_ptr<arrow::Schema>& schema,
+                                    WaNulls* nulls,
+                                    std::vector<std::shared_ptr<arrow::ArrayData>>& out) {
+        WaTake t{std::make_shared<WaTreeOwner>(reinterpret_cast<struct ArrowArray*>(address)),
+                 nullptr, nulls};
+        struct ArrowArray* root = &t.owner->root;
+        t.tree = root->private_data;
+        if (!schema || root->release == nullptr || root->n_children != schema->num_fields()) {
+            return "ArrowTree: the root is not a struct of the schema's fields";
+        }
+        out.reserve(root->n_children);
+        for (int64_t i = 0; i < root->n_children; ++i) {
+            auto got = wa_take_node(t, root->children[i], schema->field(i)->type());
+            if (!got.ok()) {
+                out.clear();
+                return got.status().ToString();
+            }
+            out.push_back(std::move(got).ValueUnsafe());
+        }
+        return std::string();
+    }
+    """
+    cppclass WaNulls:
+        int64_t cache_max
+    string wa_take_tree(uintptr_t address, const shared_ptr[CSchema]& schema, WaNulls* nulls,
+                        vector[shared_ptr[CArrayData]]& out) except +
 
 
 PYARROW_VERSION = wa_pyarrow_version.decode()
 """The pyarrow release this module was compiled against (its C++ ABI)."""
 
 
-cdef shared_ptr[CArrayData] data_of(object arr) except *:
-    cdef shared_ptr[CArray] a = pyarrow_unwrap_array(arr)
-    if a.get() == NULL:
-        raise TypeError(f"expected a pyarrow.Array, got {type(arr).__name__}")
-    return a.get().data()
+cdef class TreeArrays:
+    """A plan's whole-record columns taken from ArrowTree.build (its into=) as Arrow
+    ArrayData, without the C data interface's import: made once per plan (the schema of
+    its roots; arrays null in every slot kept by type and length, up to `cache_max` slots)."""
 
+    cdef shared_ptr[CSchema] schema
+    cdef WaNulls* nulls
 
-cdef class Nodes:
-    """The arrays of one batch's tree nodes, by node id, as C++ ArrayData: imported columns
-    and cached arrays go in, nodes above them are put together over them, and only the
-    arrays asked for with array() are made Python objects."""
+    def __cinit__(self):
+        self.nulls = new WaNulls()
 
-    cdef unordered_map[int64_t, shared_ptr[CArrayData]] data
+    def __init__(self, schema, int64_t cache_max=16):
+        self.schema = pyarrow_unwrap_schema(schema)
+        if self.schema.get() == NULL:
+            raise TypeError(f"expected a pyarrow.Schema, got {type(schema).__name__}")
+        self.nulls.cache_max = cache_max
 
-    def add_batch(self, batch, node_ids):
-        """The columns of `batch` (a pa.RecordBatch) as the nodes `node_ids`, in order."""
-        cdef shared_ptr[CRecordBatch] b = pyarrow_unwrap_batch(batch)
-        if b.get() == NULL:
-            raise TypeError(f"expected a pyarrow.RecordBatch, got {type(batch).__name__}")
-        cdef int i = 0
-        if len(node_ids) != wa_num_columns(b):
-            raise ValueError("Nodes.add_batch: one node id a column")
-        for node in node_ids:
-            self.data[<int64_t>node] = wa_column_data(b, i)
-            i += 1
+    def __dealloc__(self):
+        del self.nulls
 
-    def add(self, int64_t node, arr):
-        """A pa.Array (e.g. one cached per plan) as node `node`."""
-        self.data[node] = data_of(arr)
-
-    def put_together(self, int64_t node, type, int64_t length, validity, offsets,
-                     int64_t null_count, children):
-        """Node `node`: a struct (offsets None) or list / map over the nodes `children`,
-        already here, with this validity bitmap (a pa.Buffer or None) and, for a list, its
-        int32 offsets buffer. As pa.Array.from_buffers makes it, without its validation."""
-        cdef shared_ptr[CDataType] t = pyarrow_unwrap_data_type(type)
-        if t.get() == NULL:
-            raise TypeError(f"expected a pyarrow.DataType, got {type!r}")
-        cdef vector[shared_ptr[CBuffer]] buffers
-        buffers.push_back(pyarrow_unwrap_buffer(validity) if validity is not None
-                          else shared_ptr[CBuffer]())
-        if offsets is not None:
-            buffers.push_back(pyarrow_unwrap_buffer(offsets))
-        cdef vector[shared_ptr[CArrayData]] kids
-        cdef unordered_map[int64_t, shared_ptr[CArrayData]].iterator found
-        for k in children:
-            found = self.data.find(<int64_t>k)
-            if found == self.data.end():
-                raise KeyError(f"Nodes.put_together: node {k} is not built")
-            kids.push_back(deref(found).second)
-        self.data[node] = CArrayData.MakeWithChildren(t, length, buffers, kids, null_count, 0)
-
-    def array(self, int64_t node):
-        """Node `node` as a pa.Array."""
-        cdef unordered_map[int64_t, shared_ptr[CArrayData]].iterator found = self.data.find(node)
-        if found == self.data.end():
-            raise KeyError(f"Nodes.array: node {node} is not built")
-        return pyarrow_wrap_array(MakeArray(deref(found).second))
+    def take(self, uintptr_t address):
+        """The columns (pa.Arrays) of the tree whose root ArrowTree.build exported at
+        `address`: taken over (released when the arrays are gone, or here on an error)."""
+        cdef vector[shared_ptr[CArrayData]] out
+        cdef string error = wa_take_tree(address, self.schema, self.nulls, out)
+        if error.size():
+            raise ValueError(f"TreeArrays.take: {error.decode(errors='replace')}")
+        return [pyarrow_wrap_array(MakeArray(d)) for d in out]
 
 
 def record_batch(list columns, schema):

@@ -53,7 +53,8 @@ class ArrowTree:
         drops: Sequence[Sequence[int]] | None = None,
         roots: np.ndarray | None = None,
         schema: Any = None,
-        batch: bool = False,
+        absent: np.ndarray | None = None,
+        into: Any = None,  # the accelerator's TreeArrays
     ) -> Any: ...
     def absent(
         self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int

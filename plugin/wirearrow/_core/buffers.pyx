@@ -752,6 +752,7 @@ ctypedef struct Scratch:
     int64_t* sizes          # elements per group
     uint8_t* is_given       # per node: 1 given, 2 given and reached (exported last)
     int64_t* gather_rows    # per node: rows gathered (rows=), -1 none; NULL: no rows=
+    const uint8_t* state    # per node: ArrowTree.absent's state (3: absent), NULL: none
     int64_t* given_width    # per node: a gathered given array's bytes a value
     int64_t* slot_of        # node -> slot (reached nodes only)
     int64_t* node_at        # slot -> node
@@ -944,7 +945,8 @@ cdef class ArrowTree:
 
     def absent(self, counts, col_valid, given, int64_t threshold):
         """The nested nodes of one batch that are empty (no elements) or null in every slot,
-        of a subtree of at least `threshold` nodes: built from arrays made once per plan
+        of a subtree of at least `threshold` nodes (threshold 1: the scalar nodes too, for
+        the accelerator, whose arrays of nulls cost less than any node): built from arrays made once per plan
         instead of node by node (a wide recursive plan has thousands of nodes, most of them
         absent from a small batch). `given`: the nodes built in Python (never looked into).
 
@@ -988,7 +990,8 @@ cdef class ArrowTree:
                 state[node] = 1
                 continue
             state[node] = 1
-            if kind != T_STRUCT and kind != T_LIST and kind != T_ENTRIES:
+            if kind != T_STRUCT and kind != T_LIST and kind != T_ENTRIES and (
+                    threshold > 1 or kind == T_GIVEN):
                 continue
             gone = False
             if self.subtree[node] >= threshold:
@@ -1091,6 +1094,11 @@ cdef class ArrowTree:
                 continue  # exported below, once nothing can fail any more
             a.release = release_node
             t.refs += 1
+            if s.state != NULL and s.state[node] == 3:
+                # Absent (null in every slot, or none): no buffers and no children, for
+                # the taker (build's into=) to put its array of nulls here.
+                a.null_count = n
+                continue
             col = self.prog[node, P_VALID]
             if col >= 0:
                 job = s.key_job[self.prog[node, P_KEY]]
@@ -1299,7 +1307,7 @@ cdef class ArrowTree:
 
     def build(self, col_values, col_valid, col_arena, counts, dict list_offsets,
               dict given, rows=None, drops=None, roots=None, schema=None,
-              bint batch=False):
+              absent=None, into=None):
         """The root columns of one batch. Result_*: the decoder Result's col_values,
         col_valid and col_arena lists; counts: elements per group; list_offsets: group ->
         int32 offsets buffer of each list group; given: node -> pa.Array for the nodes
@@ -1318,8 +1326,13 @@ cdef class ArrowTree:
         fixed or bool root in one), back to the pool when Arrow releases the tree.
         roots and schema: build these nodes (int64 ids, all of one length) as the columns,
         with this schema, instead of the program's roots (see absent()).
-        batch: return the imported pa.RecordBatch itself, not its columns (the accelerator
-        takes the columns' ArrayData from it: no Python array made per column).
+        into: instead of importing the tree through pyarrow, return into.take(address) of
+        its root (the accelerator's TreeArrays: Arrow ArrayData made from the structs
+        directly), which takes the tree over (releases it).
+        absent (with into= only): absent()'s state of every node (a uint8 array); the
+        nodes in state 3 are left without buffers or children (null_count = length), for
+        `into` to put an array of nulls in their place: the whole tree in one call, the
+        absent subtrees not walked.
         """
         cdef const int64_t[::1] root_ids = self.roots if roots is None else roots
         if roots is not None and (schema is None or len(schema) != root_ids.shape[0]):
@@ -1328,18 +1341,34 @@ cdef class ArrowTree:
             if not 0 <= r < self.n_nodes:
                 raise ValueError(f"ArrowTree: no node {r}")
         cdef int64_t n_nodes = self.n_nodes, n_roots = root_ids.shape[0]
+        cdef const uint8_t[::1] state
+        if absent is not None:
+            if into is None:
+                raise ValueError("ArrowTree: absent= needs into= (no array import takes it)")
+            state = absent
+            if state.shape[0] != n_nodes:
+                raise ValueError("ArrowTree: absent= needs one state a node")
         # Every struct and scratch array below is sized by the nodes these roots can reach
         # (their subtrees), not by the plan: a wide recursive plan has ~18,000 nodes, of
         # which a small batch builds a few hundred at a time (absent()). A reached node
         # gets the next slot; slot_of / node_at translate (only reached nodes are read).
         cdef int64_t m = 0, r_at
-        for r_at in range(n_roots):
-            m += self.subtree[root_ids[r_at]]
+        if absent is not None:
+            # The nodes absent() looked at (none inside an absent subtree): this call
+            # reaches those only (plan_nodes refuses to go past m slots).
+            if roots is not None:
+                raise ValueError("ArrowTree: absent= builds the program's roots")
+            for r_at in range(n_nodes):
+                m += 1 <= state[r_at] <= 3  # (4: a given node not reached)
+        else:
+            for r_at in range(n_roots):
+                m += self.subtree[root_ids[r_at]]
         cdef Scratch s
         memset(&s, 0, sizeof(Scratch))
         s.roots = &root_ids[0] if n_roots > 0 else NULL
         s.n_roots = n_roots
         s.m = m
+        s.state = &state[0] if absent is not None and n_nodes > 0 else NULL
         cdef ArrowArray* root
         cdef int64_t i, n, col, root_len = -1
         owners = []
@@ -1382,8 +1411,9 @@ cdef class ArrowTree:
             root = self.export(t, &s, root_len, given)
         finally:  # the scratch, whichever way the call leaves
             scratch_free(&s)
-        imported = self.import_batch(<uintptr_t>root, self.schema if schema is None else schema)
-        return imported if batch else imported.columns
+        if into is not None:
+            return into.take(<uintptr_t>root)
+        return self.import_batch(<uintptr_t>root, self.schema if schema is None else schema).columns
 
 
 

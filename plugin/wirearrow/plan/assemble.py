@@ -762,7 +762,8 @@ class Assembler:
             parts = program.tree.absent(
                 self.sizes, self.r.col_valid,
                 program.given_list + deduplicated if deduplicated else program.given_list,
-                _ABSENT_NODES,
+                _ABSENT_NODES if program.take is None or accelerator.module is None
+                else _ABSENT_NODES_ACCELERATED,
             )  # fmt: skip
             if parts is not None:
                 return self._sparse_columns(program, *parts)
@@ -784,17 +785,23 @@ class Assembler:
         arrays made once per plan; the subtrees with none absent are built by the tree as
         columns of their own, one call per length; the nodes above an absent one are put
         together from their children's arrays, one pyarrow call each. The cost follows the
-        nodes the batch holds, not the plan's."""
+        nodes the batch holds, not the plan's. With the accelerator, the whole tree is one
+        build whose absent nodes the accelerator fills (TreeArrays)."""
         given = self._given(program, state)
         if given is None:
             return {}
+        if program.take is not None and accelerator.module is not None:
+            # The whole tree in one build, its absent nodes left empty for the accelerator
+            # to put its (cached) arrays of nulls in: no import, no node put together in
+            # Python, no Python array but the columns'.
+            taken = program.tree.build(
+                self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
+                self._list_offsets, given, absent=state, into=program.take,
+            )  # fmt: skip
+            return dict(zip(program.columns, taken, strict=True))
         counts = self.counts
         rows = program.rows
         arrays: dict[int, pa.Array] = {}
-        # With the accelerator, the nodes are ArrayData in C++: the imported columns taken
-        # from their batch (no Python array each), the nodes above put together without
-        # pyarrow's validation of their subtrees, only the roots made Python arrays.
-        accelerated = accelerator.module.Nodes() if accelerator.module is not None else None
         by_length: dict[int, list[int]] = {}
         for node in full.tolist():
             by_length.setdefault(counts[rows[node][4]], []).append(node)
@@ -803,12 +810,8 @@ class Assembler:
                 self.r.col_values, self.r.col_valid, self.r.col_arena, counts,
                 self._list_offsets, given, roots=np.array(nodes, dtype=np.int64),
                 schema=pa.schema([program.fields[n] for n in nodes]),
-                batch=accelerated is not None,
             )  # fmt: skip
-            if accelerated is not None:
-                accelerated.add_batch(built, nodes)
-            else:
-                arrays.update(zip(nodes, built, strict=True))
+            arrays.update(zip(nodes, built, strict=True))
         cache = program.absent
         for node in absent.tolist():
             n = counts[rows[node][4]]
@@ -817,30 +820,17 @@ class Assembler:
                 arr = pa.nulls(n, program.types[node])
                 if n <= _CACHED_NULLS:  # (an empty or short all-null array, kept)
                     cache[(node, n)] = arr
-            if accelerated is not None:
-                accelerated.add(node, arr)
-            else:
-                arrays[node] = arr
+            arrays[node] = arr
         for node in mixed.tolist():
             kind, _, valid, _, group, offsets_group = rows[node][:6]
             n = counts[group]
             validity, nulls = self._validity(valid, n)
             offsets = self.list_offsets(offsets_group) if kind == _T_LIST else None
-            if accelerated is not None:
-                accelerated.put_together(
-                    node, program.types[node], n, validity, offsets, nulls, program.children[node]
-                )
-                continue
             children = [arrays[k] for k in program.children[node]]
             buffers = [validity] if offsets is None else [validity, offsets]
             arrays[node] = pa.Array.from_buffers(
                 program.types[node], n, buffers, nulls, children=children
             )
-        if accelerated is not None:
-            return {
-                i: accelerated.array(node)
-                for i, node in zip(program.columns, program.roots, strict=True)
-            }
         return {i: arrays[node] for i, node in zip(program.columns, program.roots, strict=True)}
 
     def _gathered(self, gather: _GatherProgram, table: dict[int, np.ndarray]) -> dict[int, pa.Array]:
@@ -997,6 +987,9 @@ _NODE_FIELDS = 9
 # A subtree of at least this many nodes absent from a batch is one array made once per plan
 # (a pyarrow call costs about what importing ~10 nodes does); one at most this long is kept.
 _ABSENT_NODES = 16
+# With the accelerator an absent node costs a lookup in its cache of arrays of nulls, less
+# than building any node: every node null in every slot is absent, scalars included.
+_ABSENT_NODES_ACCELERATED = 1
 _CACHED_NULLS = 16
 # Plans of fewer nodes are built whole (looking for absent subtrees would cost more than it
 # saves: an OpenRTB message has ~80 nodes, the wide recursive shape 18,560).
@@ -1024,6 +1017,9 @@ class _TreeProgram:
     fields: tuple[pa.Field, ...]  # a node built as a column of its own: its field
     # Arrays made once per plan: an absent node's, empty (node) or all null (node, length)
     absent: dict[tuple[int, int], pa.Array]
+    # With the accelerator: the tree's columns taken as Arrow ArrayData (ArrowTree.build's
+    # into=), absent nodes' arrays of nulls kept in C++ per type and length; None without.
+    take: object = None
 
 
 def _tree_programs(plan: CompiledPlan) -> dict[int, _TreeProgram]:
@@ -1158,6 +1154,7 @@ def _tree_program(plan: CompiledPlan, columns: list[int]) -> _TreeProgram:
         {g: tuple(found) for g, found in by_group.items()},
         np.array(given_list, dtype=np.int64), given_list, dict(given), tuple(roots),
         tuple(map(tuple, rows)), children, fields, {},
+        accelerator.module.TreeArrays(schema, _CACHED_NULLS) if accelerator.module is not None else None,
     )  # fmt: skip
 
 
