@@ -1,5 +1,5 @@
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 from typing_extensions import Buffer, disjoint_base
@@ -56,9 +56,16 @@ class ArrowTree:
         absent: np.ndarray | None = None,
         into: Any = None,  # the accelerator's TreeArrays
     ) -> Any: ...
+    @overload
     def absent(
-        self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int
+        self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int,
+        state_only: Literal[False] = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None: ...
+    @overload
+    def absent(
+        self, counts: list[int] | np.ndarray, col_valid: list[object], given: Iterable[int], threshold: int,
+        state_only: Literal[True],
+    ) -> np.ndarray | None: ...
 def epoch_outside(
     seconds: _Bytes,
     nanos: _Bytes,

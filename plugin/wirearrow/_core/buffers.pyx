@@ -5,6 +5,8 @@ The decoder keeps one byte per slot for validity and bools (a byte store on the 
 cheaper than a read-modify-write of a bit); packing them into Arrow bitmaps happens once per
 batch here.
 """
+
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
@@ -302,6 +304,11 @@ def buffer_pool(limit=None):
             "blocks": pool_count, "hits": pool_hits, "misses": pool_misses}
 
 
+# Not tracked by the cyclic GC: its one object field (`base`) is another OwnedBuffer made
+# before it, never itself or a container, so no cycle runs through it. A wide plan's
+# decode hands out ~1,400 of them a call; tracked, each batch's pushed the collector over
+# its threshold and every collection walked the Result's lists of ~16,000 columns.
+@cython.no_gc
 cdef class OwnedBuffer:
     def __cinit__(self):
         self.data = NULL
@@ -943,7 +950,7 @@ cdef class ArrowTree:
                                self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
                     self.subtree[node] += self.subtree[self.kids[j]]
 
-    def absent(self, counts, col_valid, given, int64_t threshold):
+    def absent(self, counts, col_valid, given, int64_t threshold, bint state_only=False):
         """The nested nodes of one batch that are empty (no elements) or null in every slot,
         of a subtree of at least `threshold` nodes (threshold 1: the scalar nodes too, for
         the accelerator, whose arrays of nulls cost less than any node): built from arrays made once per plan
@@ -955,12 +962,13 @@ cdef class ArrowTree:
         arrays are put together from their children's); full, the roots and children of
         mixed nodes with none (build(roots=...) builds them); absent, the roots and children
         of mixed nodes that are absent; and the state of every node, a uint8 array: 0 not
-        looked at (inside an absent subtree), 1 built, 2 mixed, 3 absent."""
+        looked at (inside an absent subtree), 1 built, 2 mixed, 3 absent. state_only: that
+        state alone (or None), mixed nodes left as 1 (what build(absent=...) reads)."""
         cdef int64_t n_nodes = self.n_nodes, n_groups = len(counts), n_cols = len(col_valid)
         cdef int64_t n_roots = self.roots.shape[0]
         cdef int64_t i, j, k, node, kind, n, col, top = 0, visited = 0
         cdef const uint8_t* v
-        cdef bint gone
+        cdef bint gone, any_absent = False
         cdef Py_buffer view
         state_arr = np.zeros(n_nodes, dtype=np.uint8)   # 1 full, 2 mixed, 3 absent
         order_arr = np.empty(n_nodes, dtype=np.int64)   # preorder
@@ -1014,12 +1022,14 @@ cdef class ArrowTree:
                             PyBuffer_Release(&view)
             if gone:
                 state[node] = 3
+                any_absent = True
                 continue
             for j in range(self.prog[node, P_CHILD0], self.prog[node, P_CHILD0] + self.prog[node, P_NCHILD]):
                 stack[top] = self.kids[j]
                 top += 1
+        if state_only:
+            return state_arr if any_absent else None
         mixed = []
-        any_absent = False
         for i in range(visited - 1, -1, -1):   # children before parents
             node = order[i]
             if state[node] != 1:

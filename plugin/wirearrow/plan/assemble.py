@@ -759,14 +759,17 @@ class Assembler:
         per array: that Python runs with the GIL held, while other threads' batches wait."""
         if len(program.rows) >= _SPARSE_PLAN:
             deduplicated = [node for node, _ in self._deduplicated(program)]
-            parts = program.tree.absent(
-                self.sizes, self.r.col_valid,
-                program.given_list + deduplicated if deduplicated else program.given_list,
-                _ABSENT_NODES if program.take is None or accelerator.module is None
-                else _ABSENT_NODES_ACCELERATED,
-            )  # fmt: skip
-            if parts is not None:
-                return self._sparse_columns(program, *parts)
+            leaves = program.given_list + deduplicated if deduplicated else program.given_list
+            if program.take is not None and accelerator.module is not None:
+                state = program.tree.absent(
+                    self.sizes, self.r.col_valid, leaves, _ABSENT_NODES_ACCELERATED, state_only=True
+                )
+                if state is not None:
+                    return self._taken_columns(program, state)
+            else:
+                parts = program.tree.absent(self.sizes, self.r.col_valid, leaves, _ABSENT_NODES)
+                if parts is not None:
+                    return self._sparse_columns(program, *parts)
         given = self._given(program)
         if given is None:
             return {}
@@ -785,20 +788,10 @@ class Assembler:
         arrays made once per plan; the subtrees with none absent are built by the tree as
         columns of their own, one call per length; the nodes above an absent one are put
         together from their children's arrays, one pyarrow call each. The cost follows the
-        nodes the batch holds, not the plan's. With the accelerator, the whole tree is one
-        build whose absent nodes the accelerator fills (TreeArrays)."""
+        nodes the batch holds, not the plan's (without the accelerator: _taken_columns)."""
         given = self._given(program, state)
         if given is None:
             return {}
-        if program.take is not None and accelerator.module is not None:
-            # The whole tree in one build, its absent nodes left empty for the accelerator
-            # to put its (cached) arrays of nulls in: no import, no node put together in
-            # Python, no Python array but the columns'.
-            taken = program.tree.build(
-                self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
-                self._list_offsets, given, absent=state, into=program.take,
-            )  # fmt: skip
-            return dict(zip(program.columns, taken, strict=True))
         counts = self.counts
         rows = program.rows
         arrays: dict[int, pa.Array] = {}
@@ -832,6 +825,21 @@ class Assembler:
                 program.types[node], n, buffers, nulls, children=children
             )
         return {i: arrays[node] for i, node in zip(program.columns, program.roots, strict=True)}
+
+    def _taken_columns(self, program: _TreeProgram, state: np.ndarray) -> dict[int, pa.Array]:
+        """_sparse_columns with the accelerator: the whole tree in one build, its absent
+        nodes (every node null in every slot) left empty for the accelerator to put its
+        cached arrays of nulls in, the rest taken as Arrow ArrayData (TreeArrays): no
+        import through the C data interface, no node put together in Python, no Python
+        array but the columns'."""
+        given = self._given(program, state)
+        if given is None:
+            return {}
+        taken = program.tree.build(
+            self.r.col_values, self.r.col_valid, self.r.col_arena, self.counts,
+            self._list_offsets, given, absent=state, into=program.take,
+        )  # fmt: skip
+        return dict(zip(program.columns, taken, strict=True))
 
     def _gathered(self, gather: _GatherProgram, table: dict[int, np.ndarray]) -> dict[int, pa.Array]:
         """The scalar columns of an expanded fan-out tree (column index -> array), each its
