@@ -360,3 +360,22 @@ def test_columns_no_record_writes_take_no_memory(compile_proto) -> None:
 
 def _column_groups(program) -> list[int]:
     return [program.column(i).group for i in range(program.n_cols)]
+
+
+def test_copy_entries_copies_in_order_and_refuses_indexes_outside() -> None:
+    """Assembly's shared validity in C: a chain (2 <- 1 <- 0) sees each copy before the next."""
+    import pytest
+
+    from wirearrow._core.buffers import copy_entries
+
+    values: list[object] = ["a", "b", "c", "d"]
+    copy_entries(values, np.array([1, 2, 3], dtype=np.int64), np.array([0, 1, 0], dtype=np.int64))
+    assert values == ["a", "a", "a", "a"]
+    values = ["a", "b"]
+    with pytest.raises(IndexError):
+        copy_entries(values, np.array([2], dtype=np.int64), np.array([0], dtype=np.int64))
+    with pytest.raises(IndexError):
+        copy_entries(values, np.array([0], dtype=np.int64), np.array([-1], dtype=np.int64))
+    with pytest.raises(ValueError):
+        copy_entries(values, np.array([0, 1], dtype=np.int64), np.array([0], dtype=np.int64))
+    assert values == ["a", "b"]

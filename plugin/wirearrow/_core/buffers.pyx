@@ -1427,6 +1427,17 @@ cdef class ArrowTree:
 
 
 
+def copy_entries(list values, const int64_t[::1] into, const int64_t[::1] source):
+    """values[into[i]] = values[source[i]] for each i, in order (assembly's shared validity:
+    thousands of list entries a call on a wide plan, ~10x the Python loop's cost)."""
+    cdef Py_ssize_t i, n = len(values)
+    if into.shape[0] != source.shape[0]:
+        raise ValueError("copy_entries: into and source differ in length")
+    for i in range(into.shape[0]):
+        if not (0 <= into[i] < n and 0 <= source[i] < n):
+            raise IndexError("copy_entries: an index outside the list")
+        values[into[i]] = values[source[i]]
+
 cdef int64_t max_size(const int64_t* sizes, int64_t n) noexcept nogil:
     cdef int64_t i, m = 0
     for i in range(n):

@@ -24,6 +24,7 @@ from wirearrow import accelerator
 from wirearrow._core.buffers import (
     ArrowTree,
     OwnedBuffer,
+    copy_entries,
     epoch_outside,
     epoch_values,
     gather_strings,
@@ -909,6 +910,8 @@ class _Facts:
     shared_validity: tuple[tuple[int, int], ...]
     always_valid: tuple[int, ...]
     shared_groups: np.ndarray  # the group of each shared_validity column (int64)
+    shared_columns: np.ndarray  # shared_validity's (column, source) as two int64 arrays
+    shared_sources: np.ndarray
     always_groups: np.ndarray  # the group of each always_valid column
     strict: tuple[OutputColumn, ...]
     # (column, leaf) whose values can reject a record: well-known temporal types (range,
@@ -970,6 +973,8 @@ class _Facts:
             shared_groups=np.array(
                 [plan.column_groups[c] for c, _ in shared], dtype=np.int64
             ),
+            shared_columns=np.array([c for c, _ in shared], dtype=np.int64),
+            shared_sources=np.array([s for _, s in shared], dtype=np.int64),
             always_groups=np.array([plan.column_groups[c] for c in always], dtype=np.int64),
             strict=tuple(col for col in columns if col.strict),
             checked=checked,
@@ -1184,11 +1189,10 @@ def _share_validity(facts: _Facts, result: Result) -> None:
     shared, always = facts.shared_validity, facts.always_valid
     if len(shared) + len(always) > _SPARSE_GROUPS:
         held = result.group_sizes
-        shared_at = np.flatnonzero(held[facts.shared_groups]).tolist()
+        shared_at = np.flatnonzero(held[facts.shared_groups])
         always_at = np.flatnonzero(held[facts.always_groups]).tolist()
-        for k in shared_at:
-            column, source = shared[k]
-            valid[column] = valid[source]
+        # (in C: a wide plan's one record shares ~2,700 columns' validity)
+        copy_entries(valid, facts.shared_columns[shared_at], facts.shared_sources[shared_at])
         for k in always_at:
             column = always[k]
             valid[column] = _all_valid(counts[column])
