@@ -1,4 +1,4 @@
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 
 cdef extern from *:
@@ -54,6 +54,9 @@ cdef inline void add_lines(Lines* ls, const uint8_t* base, int64_t lo, int64_t h
 # what pool_free takes back (with any PyMem_Raw* block, grown by realloc or not).
 cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil
 cdef void pool_free(uint8_t* data, int64_t allocated) noexcept nogil
+# pool_alloc for one named buffer (`key` != 0: e.g. a decoder column's values for a plan):
+# the block that buffer had last comes back to it first, written as far as it writes.
+cdef uint8_t* pool_take(int64_t size, bint zero, int64_t* allocated, uint64_t key) noexcept nogil
 # The same, told that the first `written` bytes were written (an exported buffer's size):
 # the pool prefers blocks already written as far as a request needs.
 cdef void pool_give(uint8_t* data, int64_t allocated, int64_t written) noexcept nogil

@@ -21,7 +21,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from wirearrow._core.buffers cimport (
-    MAX_LINES, Lines, OwnedBuffer, PoolUser, add_lines, pool_alloc, pool_free,
+    MAX_LINES, Lines, OwnedBuffer, PoolUser, add_lines, pool_alloc, pool_free, pool_give,
+    pool_take,
 )
 import numpy as np
 
@@ -173,6 +174,7 @@ ctypedef struct Ctx:
                                      # message: not_stored)
     const int32_t* col_member        # a oneof member's column: its node + 1, else 0
     int64_t* arena_want              # per column: bytes its arena's first block gets
+    uint64_t pool_key                # the plan's name for its buffers in the pool (buffer_key)
 
 
 cdef class Program:
@@ -903,6 +905,9 @@ cdef Ctx* new_ctx(Program program) noexcept:
     c.any_types = program.any_types
     c.any_names = program.any_names
     c.max_nesting = program.max_nesting
+    # The plan's tables' address names its buffers in the pool (a hint: a plan freed and
+    # another built at the same address costs at most a fault, never a wrong byte).
+    c.pool_key = <uint64_t><size_t>program.entries
     for i in range(program.n_cols):
         c.col_moved[i] = -1
         c.cols[i].bytes = program.col_bytes[i]
@@ -957,26 +962,73 @@ cdef int first_block(Ctx* c, ColumnStore* cs) noexcept nogil:
     cdef int64_t cap = cs.want
     # Zeroed: a slot never written is a null (and a zero value) of its element.
     # Offsets are all written (see store_string), so they need no zeroing.
-    cs.valid = take_block(c, cap, True, &cs.valid_alloc)
+    cdef int64_t col = cs - c.cols
+    cs.valid = take_block(c, cap, True, &cs.valid_alloc, buffer_id(col, K_VALID))
     if cs.valid == NULL:
         return E_NO_MEMORY
     if cs.bytes:
-        cs.values = take_block(c, (cap + 1) * 4, False, &cs.values_alloc)
+        cs.values = take_block(c, (cap + 1) * 4, False, &cs.values_alloc,
+                               buffer_id(col, K_VALUES))
         if cs.values != NULL:
             memset(cs.values, 0, 4)
     elif cs.width > 0:
-        cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc)
+        cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc,
+                               buffer_id(col, K_VALUES))
     if cs.width > 0 and cs.values == NULL:
         return E_NO_MEMORY
     cs.capacity = cap
     return OK
 
 
-cdef uint8_t* take_block(Ctx* c, int64_t size, bint zero, int64_t* allocated) noexcept nogil:
-    """A buffer of at least size bytes; *allocated = the size behind it (at least size)."""
+cdef enum:
+    POOL_MIN = 65536   # buffers.pyx: smaller requests are malloc's, not the pool's
+    # Which of a column's buffers, or a group's, a pool key names (buffer_key).
+    K_VALID = 1
+    K_VALUES = 2
+    K_ARENA = 3
+    K_PARENT = 4
+
+
+cdef inline int64_t buffer_id(int64_t index, int kind) noexcept nogil:
+    """One buffer of the plan: a column's (its index) or a group's (its index, K_PARENT)."""
+    return index * 8 + kind
+
+
+cdef inline uint64_t buffer_key(const Ctx* c, int64_t buffer) noexcept nogil:
+    """The pool's name for one buffer (buffer_id) of this plan. Batch after batch the block
+    the buffer had last comes back to it, written as far as it writes (buffers.pyx,
+    pool_take). Made only for a pooled request (a small batch's blocks are not)."""
+    return c.pool_key + <uint64_t>buffer * <uint64_t>0x9E3779B97F4A7C15
+
+
+cdef uint8_t* take_block(Ctx* c, int64_t size, bint zero, int64_t* allocated,
+                         int64_t buffer) noexcept nogil:
+    """A buffer of at least size bytes for `buffer` (buffer_id); *allocated = the size
+    behind it (at least size)."""
     if c.pooled:
-        return pool_alloc(size, zero, allocated)
+        return pool_take(size, zero, allocated,
+                         buffer_key(c, buffer) if size >= POOL_MIN else 0)
     cdef uint8_t* p = <uint8_t*>(PyMem_RawCalloc(size, 1) if zero else PyMem_RawMalloc(size))
+    allocated[0] = size if p != NULL else 0
+    return p
+
+
+cdef uint8_t* grow_block(Ctx* c, uint8_t* old, int64_t old_alloc, int64_t used, int64_t size,
+                         int64_t* allocated, int64_t buffer) noexcept nogil:
+    """old (old_alloc bytes behind it, the first `used` of them kept) moved to a block of at
+    least size bytes; *allocated = the size behind it; NULL when out of memory (old kept).
+    Pooled, a large one is a pool block and old goes back to the pool: realloc'd, the
+    grown block left the pool's reach (no name, no written extent) and realloc's fresh
+    tail was faulted in anew by every batch that grew past its learned size."""
+    cdef uint8_t* p
+    if c.pooled and size >= POOL_MIN:
+        p = pool_take(size, False, allocated, buffer_key(c, buffer))
+        if p != NULL:
+            if used > 0:
+                memcpy(p, old, used)
+            pool_give(old, old_alloc, used)
+        return p
+    p = <uint8_t*>PyMem_RawRealloc(old, size)
     allocated[0] = size if p != NULL else 0
     return p
 
@@ -1151,28 +1203,30 @@ cdef int grow_column(Ctx* c, ColumnStore* cs, int64_t slot) noexcept nogil:
         cap = 64
     if cap <= slot:
         cap = slot + 1
-    cdef uint8_t* valid = <uint8_t*>PyMem_RawRealloc(cs.valid, cap)
+    cdef int64_t col = cs - c.cols
+    cdef uint8_t* valid = grow_block(c, cs.valid, cs.valid_alloc, cs.capacity, cap,
+                                     &cs.valid_alloc, buffer_id(col, K_VALID))
     if valid == NULL:
         return E_NO_MEMORY
     cs.valid = valid
-    cs.valid_alloc = cap
     memset(valid + cs.capacity, 0, cap - cs.capacity)
     cdef uint8_t* values
     if cs.bytes:
         # capacity + 1 offsets; those past `filled` are written before they are read.
-        values = <uint8_t*>PyMem_RawRealloc(cs.values, (cap + 1) * 4)
+        values = grow_block(c, cs.values, cs.values_alloc,
+                            (cs.filled + 1) * 4 if cs.values != NULL else 0, (cap + 1) * 4,
+                            &cs.values_alloc, buffer_id(col, K_VALUES))
         if values == NULL:
             return E_NO_MEMORY
         if cs.values == NULL:
             memset(values, 0, 4)
         cs.values = values
-        cs.values_alloc = (cap + 1) * 4
     elif cs.width > 0:
-        values = <uint8_t*>PyMem_RawRealloc(cs.values, cap * cs.width)
+        values = grow_block(c, cs.values, cs.values_alloc, cs.capacity * cs.width,
+                            cap * cs.width, &cs.values_alloc, buffer_id(col, K_VALUES))
         if values == NULL:
             return E_NO_MEMORY
         cs.values = values
-        cs.values_alloc = cap * cs.width
         memset(values + cs.capacity * cs.width, 0, (cap - cs.capacity) * cs.width)
     cs.capacity = cap
     return OK
@@ -1231,19 +1285,21 @@ cdef int grow_group(Ctx* c, GroupStore* gs, int64_t count) noexcept nogil:
     cdef int64_t cap = gs.capacity * 2 if gs.capacity >= 64 else 64
     cdef int64_t* parent
     cdef int64_t allocated
+    cdef int64_t buffer = buffer_id(gs - c.groups, K_PARENT)
     if gs.capacity == 0 and gs.want >= count:
-        gs.parent = <int64_t*>take_block(c, <int64_t>gs.want * 8, False, &allocated)
+        gs.parent = <int64_t*>take_block(c, <int64_t>gs.want * 8, False, &allocated, buffer)
         if gs.parent == NULL:
             return E_NO_MEMORY
         gs.capacity = allocated // 8
         return OK
     while cap < count:
         cap *= 2
-    parent = <int64_t*>PyMem_RawRealloc(gs.parent, cap * 8)
+    parent = <int64_t*>grow_block(c, <uint8_t*>gs.parent, gs.capacity * 8, gs.count * 8,
+                                  cap * 8, &allocated, buffer)
     if parent == NULL:
         return E_NO_MEMORY
     gs.parent = parent
-    gs.capacity = cap
+    gs.capacity = allocated // 8
     return OK
 
 
@@ -2631,7 +2687,8 @@ cdef int arena_reserve(Ctx* c, ColumnStore* cs, int64_t n) noexcept nogil:
         return E_MOVED   # poisoned by move_string
     want = c.arena_want[cs - c.cols]
     if cs.arena == NULL and want >= n:
-        cs.arena = take_block(c, want, False, &cs.arena_alloc)
+        cs.arena = take_block(c, want, False, &cs.arena_alloc,
+                              buffer_id(cs - c.cols, K_ARENA))
         if cs.arena == NULL:
             return E_NO_MEMORY
         cs.arena_cap = min(cs.arena_alloc, ARENA_MAX)
@@ -2643,12 +2700,12 @@ cdef int arena_reserve(Ctx* c, ColumnStore* cs, int64_t n) noexcept nogil:
         if cs.arena_len + n > ARENA_MAX:
             return E_TOO_LARGE
         cap = ARENA_MAX
-    grown = <uint8_t*>PyMem_RawRealloc(cs.arena, cap)
+    grown = grow_block(c, cs.arena, cs.arena_alloc, cs.arena_len, cap, &cs.arena_alloc,
+                       buffer_id(cs - c.cols, K_ARENA))
     if grown == NULL:
         return E_NO_MEMORY
     cs.arena = grown
-    cs.arena_cap = cap
-    cs.arena_alloc = cap
+    cs.arena_cap = min(cs.arena_alloc, ARENA_MAX)
     return OK
 
 
