@@ -912,35 +912,37 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             status = put_packed(e, en, ec, lo, hi)
             if status:
                 return status
-        else:  # O_REP_BYTES, O_REP_MESSAGE
+        elif op == O_REP_BYTES:
             ec = <const ArrowColumn*>(cols + en.elem_at)
             span(c, p, &lo, &hi)
             j = hi
-            if op == O_REP_BYTES:
-                offs = <const int32_t*>ec.offsets
-                while j > lo:
-                    j -= 1
-                    q = j + ec.offset
-                    if ec.validity != NULL and not is_set(ec.validity, q):
-                        return fail(e, E_NULL_ELEMENT, en.elem, j)
-                    slo = offs[q]
-                    n = <size_t>(offs[q + 1] - slo)
-                    status = put_string(e, ec.values + slo, n, en.check == C_UTF8)
-                    if status:
-                        return fail(e, status, en.elem, j) if status == E_BAD_VALUE else status
-                    put_tag_of(e, en)
-            else:
-                while j > lo:
-                    j -= 1
-                    if ec.validity != NULL and not is_set(ec.validity, j + ec.offset):
-                        return fail(e, E_NULL_ELEMENT, en.elem, j)
-                    before = e.limit - e.ptr
-                    status = encode_message(e, en.child, j)
-                    if status:
-                        return status
-                    status = put_length_tag(e, before, en)
-                    if status:
-                        return status
+            offs = <const int32_t*>ec.offsets
+            while j > lo:
+                j -= 1
+                q = j + ec.offset
+                if ec.validity != NULL and not is_set(ec.validity, q):
+                    return fail(e, E_NULL_ELEMENT, en.elem, j)
+                slo = offs[q]
+                n = <size_t>(offs[q + 1] - slo)
+                status = put_string(e, ec.values + slo, n, en.check == C_UTF8)
+                if status:
+                    return fail(e, status, en.elem, j) if status == E_BAD_VALUE else status
+                put_tag_of(e, en)
+        else:  # O_REP_MESSAGE
+            ec = <const ArrowColumn*>(cols + en.elem_at)
+            span(c, p, &lo, &hi)
+            j = hi
+            while j > lo:
+                j -= 1
+                if ec.validity != NULL and not is_set(ec.validity, j + ec.offset):
+                    return fail(e, E_NULL_ELEMENT, en.elem, j)
+                before = e.limit - e.ptr
+                status = encode_message(e, en.child, j)
+                if status:
+                    return status
+                status = put_length_tag(e, before, en)
+                if status:
+                    return status
     return OK
 
 
