@@ -175,6 +175,14 @@ ctypedef struct Ctx:
     const int32_t* col_member        # a oneof member's column: its node + 1, else 0
     int64_t* arena_want              # per column: bytes its arena's first block gets
     uint64_t pool_key                # the plan's name for its buffers in the pool (buffer_key)
+    # The columns whose store left its initial state this call, in the order first written
+    # (touch): a Ctx is kept with its Program and reused, and reset_ctx puts back only
+    # these (a wide recursive plan has ~16,000 columns, a small batch writes a few hundred).
+    int32_t* touched
+    uint8_t* is_touched              # per column: 1 when in `touched`
+    int32_t n_touched
+    bint presized                    # presize set every column's want (reset: all of them)
+    bint arena_wanted                # arena_want was set from arena_capacity
 
 
 cdef class Program:
@@ -205,8 +213,12 @@ cdef class Program:
     cdef uint8_t* any_names
     cdef readonly int32_t n_entries, n_nodes, n_cols, n_groups, n_defaults, max_nesting
     cdef readonly int32_t n_enum_sets, n_map_specs, n_any_specs
+    # A decode call's working state, kept between calls (take_ctx / give_back_ctx): one
+    # call at a time takes it, under the GIL; a call that finds it taken makes its own.
+    cdef Ctx* spare
 
     def __cinit__(self):
+        self.spare = NULL
         self.entries = NULL
         self.nodes = NULL
         self.dense = NULL
@@ -621,7 +633,33 @@ cdef class Program:
             column=self.default_cols[i],
             value=(<const char*>self.default_values + 16 * i)[:16])
 
+    def _spare_state(self):
+        """For tests: None without a spare; else the columns and groups whose store is not
+        as new_ctx leaves it (both empty when reset_ctx put everything back)."""
+        cdef Ctx* c = self.spare
+        cdef int32_t i
+        cdef ColumnStore* cs
+        if c == NULL:
+            return None
+        cols = []
+        for i in range(c.n_cols):
+            cs = &c.cols[i]
+            if (cs.values != NULL or cs.valid != NULL or cs.arena != NULL or cs.arena_len
+                    or cs.arena_cap or cs.filled or cs.capacity or cs.arena_alloc
+                    or cs.values_alloc or cs.valid_alloc or cs.want or c.col_moved[i] != -1
+                    or c.arena_want[i] or c.is_touched[i]
+                    or cs.group != self.col_group[i] or cs.bytes != self.col_bytes[i]):
+                cols.append(i)
+        groups = [i for i in range(c.n_groups)
+                  if c.groups[i].parent != NULL or c.groups[i].count or c.groups[i].capacity
+                  or c.groups[i].want or c.cur[i]]
+        if c.n_touched or c.moved or c.err_depth:
+            groups.append(-1)
+        return cols, groups
+
     def __dealloc__(self):
+        free_ctx(self.spare)
+        self.spare = NULL
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
         PyMem_RawFree(self.dense)
@@ -736,7 +774,8 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     # One owner for the call's working state: whichever way this function leaves (a
     # MemoryError, a bad argument, an exception while exporting), it is freed once, there.
     cdef Context own = Context.__new__(Context)
-    cdef Ctx* c = new_ctx(program)
+    own.program = program
+    cdef Ctx* c = take_ctx(program)
     if c == NULL:
         raise MemoryError()
     own.c = c
@@ -772,6 +811,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
         if own.caps != NULL:
             presize(c, own.caps)
         if own.arena_caps != NULL:
+            c.arena_wanted = True
             for i in range(program.n_cols):
                 if c.cols[i].bytes:
                     c.arena_want[i] = own.arena_caps[i]
@@ -850,6 +890,7 @@ cdef class Context:
     export() hands over to the Result; any it has not are freed with it), the per-group
     checkpoint of the record being decoded, the sizes given and the prefetch lists."""
     cdef Ctx* c
+    cdef Program program       # whose spare c goes back to (give_back_ctx)
     cdef int64_t* checkpoint   # per group: its count before the record being decoded
     cdef int64_t* caps         # the capacities given, per group (NULL: none)
     cdef int64_t* arena_caps   # the arena sizes given, per column (NULL: none)
@@ -863,7 +904,8 @@ cdef class Context:
         self.ls.issued = 0
 
     def __dealloc__(self):
-        free_ctx(self.c)
+        give_back_ctx(self.program, self.c)
+        self.c = NULL
         PyMem_RawFree(self.checkpoint)
         PyMem_RawFree(self.caps)
         PyMem_RawFree(self.arena_caps)
@@ -885,8 +927,10 @@ cdef Ctx* new_ctx(Program program) noexcept:
     c.cur = <int64_t*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(int64_t))
     c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
     c.arena_want = <int64_t*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(int64_t))
+    c.touched = <int32_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int32_t))
+    c.is_touched = <uint8_t*>PyMem_RawCalloc(max(program.n_cols, 1), 1)
     if (c.cols == NULL or c.groups == NULL or c.cur == NULL or c.col_moved == NULL
-            or c.arena_want == NULL):
+            or c.arena_want == NULL or c.touched == NULL or c.is_touched == NULL):
         free_ctx(c)
         return NULL
     c.col_member = program.col_member
@@ -916,6 +960,85 @@ cdef Ctx* new_ctx(Program program) noexcept:
     for i in range(program.n_groups):
         c.groups[i].parent_group = program.group_parent[i]
     return c
+
+
+cdef Ctx* take_ctx(Program program) noexcept:
+    """The program's spare Ctx, or a new one when another call holds it (NULL when out of
+    memory). Called with the GIL held: taking it is one step no other thread interleaves."""
+    cdef Ctx* c = program.spare
+    if c != NULL:
+        program.spare = NULL
+        return c
+    return new_ctx(program)
+
+
+cdef void give_back_ctx(Program program, Ctx* c) noexcept:
+    """c, reset, back as the program's spare (freed if the program has one already).
+    Called with the GIL held (Context.__dealloc__)."""
+    if c == NULL:
+        return
+    if program is None or program.spare != NULL:
+        free_ctx(c)
+        return
+    reset_ctx(c)
+    program.spare = c
+
+
+cdef void reset_ctx(Ctx* c) noexcept:
+    """c as new_ctx made it: the stores of the touched columns (and every group's) freed
+    and emptied, so that the next call sees nothing of this one."""
+    cdef int32_t i, col
+    cdef ColumnStore* cs
+    cdef int32_t width, group
+    cdef uint8_t is_bytes
+    for i in range(c.n_touched):
+        col = c.touched[i]
+        cs = &c.cols[col]
+        pool_free(cs.values, pool_size(c, cs.values_alloc))
+        pool_free(cs.valid, pool_size(c, cs.valid_alloc))
+        pool_free(cs.arena, pool_size(c, cs.arena_alloc))
+        width = cs.width
+        group = cs.group
+        is_bytes = cs.bytes
+        memset(cs, 0, sizeof(ColumnStore))
+        cs.width = width
+        cs.group = group
+        cs.bytes = is_bytes
+        c.col_moved[col] = -1
+        c.is_touched[col] = 0
+    c.n_touched = 0
+    if c.presized:
+        for i in range(c.n_cols):
+            c.cols[i].want = 0
+        c.presized = False
+    if c.arena_wanted:
+        memset(c.arena_want, 0, max(c.n_cols, 1) * sizeof(int64_t))
+        c.arena_wanted = False
+    for i in range(c.n_groups):
+        pool_free(<uint8_t*>c.groups[i].parent, pool_size(c, c.groups[i].capacity * 8))
+        c.groups[i].parent = NULL
+        c.groups[i].count = 0
+        c.groups[i].capacity = 0
+        c.groups[i].want = 0
+    memset(c.cur, 0, max(c.n_groups, 1) * sizeof(int64_t))
+    c.data = NULL
+    c.record = NULL
+    c.pooled = False
+    c.err_status = 0
+    c.err_offset = 0
+    c.err_depth = 0
+    c.resume = NULL
+    c.rejected = 0
+    c.moved = 0
+
+
+cdef inline void touch(Ctx* c, ColumnStore* cs) noexcept nogil:
+    """The column's store is about to leave its initial state: listed for reset_ctx."""
+    cdef int64_t col = cs - c.cols
+    if not c.is_touched[col]:
+        c.is_touched[col] = 1
+        c.touched[c.n_touched] = <int32_t>col
+        c.n_touched += 1
 
 
 cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
@@ -950,6 +1073,7 @@ cdef void presize(Ctx* c, const int64_t* capacity) noexcept nogil:
     """The slots each group's and column's first block gets (see ColumnStore.want)."""
     cdef int32_t i
     cdef int64_t cap
+    c.presized = True
     for i in range(c.n_groups):
         c.groups[i].want = <int32_t>min(capacity[i], 0x7FFFFFFF)
     for i in range(c.n_cols):
@@ -1062,6 +1186,8 @@ cdef void free_ctx(Ctx* c) noexcept:
     PyMem_RawFree(c.cur)
     PyMem_RawFree(c.col_moved)
     PyMem_RawFree(c.arena_want)
+    PyMem_RawFree(c.touched)
+    PyMem_RawFree(c.is_touched)
     PyMem_RawFree(c)
 
 
@@ -1170,10 +1296,12 @@ cdef inline OwnedBuffer zero_view(OwnedBuffer zeros, dict views, int64_t size):
 
 
 cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
-    cdef int32_t i
+    # Only the touched columns: a column no store has reached is as new_ctx left it.
+    cdef int32_t i, k
     cdef ColumnStore* cs
     cdef int64_t keep, stop
-    for i in range(c.n_cols):
+    for k in range(c.n_touched):
+        i = c.touched[k]
         cs = &c.cols[i]
         keep = checkpoint[cs.group]
         stop = c.groups[cs.group].count
@@ -1196,6 +1324,7 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
 # ---- storage -------------------------------------------------------------------------
 
 cdef int grow_column(Ctx* c, ColumnStore* cs, int64_t slot) noexcept nogil:
+    touch(c, cs)
     if cs.capacity == 0 and cs.want > slot:
         return first_block(c, cs)
     cdef int64_t cap = cs.capacity * 2
@@ -2597,6 +2726,7 @@ cdef int move_string(Ctx* c, const FieldEntry* f, const Node* node, int64_t e,
     (an empty value, valid 0): the mark store_string and clear_siblings see."""
     cdef ColumnStore* cs = &c.cols[f.column]
     cdef GroupStore* gs
+    touch(c, cs)
     if f.group >= 0:
         gs = &c.groups[f.group]
         gs.count -= 1   # the newest element: nothing else was written into it
@@ -2685,6 +2815,7 @@ cdef int arena_reserve(Ctx* c, ColumnStore* cs, int64_t n) noexcept nogil:
         return OK
     if cs.arena_cap < 0:
         return E_MOVED   # poisoned by move_string
+    touch(c, cs)
     want = c.arena_want[cs - c.cols]
     if cs.arena == NULL and want >= n:
         cs.arena = take_block(c, want, False, &cs.arena_alloc,
