@@ -309,17 +309,13 @@ def test_the_encode_export_leaves_out_only_children_of_arrays_without_values() -
 def _tree_and_columns(schema: pa.Schema):
     """A tree of a struct (int32, bool, list of strings), a given dictionary array and a
     struct absent from the batch (node 6), over numpy 'decoder buffers'."""
-    from test_arrow_tree import BINARY, BOOL, FIXED, GIVEN, LIST, STRUCT, node
+    from test_arrow_tree import FIXED, STRUCT, node, struct_list_string_bool_given
     from wirearrow._core.buffers import ArrowTree
 
+    rows, col_values, col_valid, col_arena = struct_list_string_bool_given()
     prog = np.array(
         [
-            node(STRUCT, 0, valid=3, child0=0, nchild=3),
-            node(FIXED, 0, column=0, valid=0, width=4),
-            node(BOOL, 0, column=1),
-            node(LIST, 0, offsets=1, child0=3, nchild=1),
-            node(BINARY, 1, column=2, valid=2),
-            node(GIVEN, 0),
+            *rows,
             node(STRUCT, 0, valid=4, child0=4, nchild=1),
             node(FIXED, 0, column=5, valid=5, width=8),
         ],
@@ -327,23 +323,9 @@ def _tree_and_columns(schema: pa.Schema):
     )
     tree = ArrowTree(prog, np.array([1, 2, 3, 4, 7], dtype=np.int64), np.array([0, 5, 6]), schema,
                      pa.RecordBatch._import_from_c)
-    col_values = [
-        np.array([7, 8, 9], dtype=np.int32),
-        np.array([1, 0, 5], dtype=np.uint8),
-        np.array([0, 1, 3, 3, 6], dtype=np.uint32),
-        None,
-        None,
-        np.zeros(3, dtype=np.int64),
-    ]
-    col_valid = [
-        np.array([1, 0, 1], dtype=np.uint8),
-        np.ones(3, dtype=np.uint8),
-        np.array([1, 1, 0, 1], dtype=np.uint8),
-        np.array([1, 1, 0], dtype=np.uint8),
-        np.zeros(3, dtype=np.uint8),
-        np.zeros(3, dtype=np.uint8),
-    ]
-    col_arena = [None, None, np.frombuffer(b"abcdef", dtype=np.uint8), None, None, None]
+    col_values += [None, np.zeros(3, dtype=np.int64)]
+    col_valid += [np.zeros(3, dtype=np.uint8), np.zeros(3, dtype=np.uint8)]
+    col_arena += [None, None]
     return tree, col_values, col_valid, col_arena
 
 

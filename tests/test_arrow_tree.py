@@ -20,23 +20,17 @@ def node(kind: int, group: int, column: int = -1, valid: int = -1, offsets: int 
     return [kind, column, valid, valid, group, offsets, child0, nchild, width]
 
 
-def test_tree_of_struct_list_string_bool_and_a_given_array() -> None:
-    entry = pa.struct([("a", pa.int32()), ("b", pa.bool_()), ("c", pa.list_(pa.utf8()))])
-    tags = pa.array(["x", None, "y"]).dictionary_encode()
-    schema = pa.schema([("s", entry), ("t", tags.type)])
-    prog = np.array(
-        [
-            node(STRUCT, 0, valid=3, child0=0, nchild=3),
-            node(FIXED, 0, column=0, valid=0, width=4),
-            node(BOOL, 0, column=1),
-            node(LIST, 0, offsets=1, child0=3, nchild=1),
-            node(BINARY, 1, column=2, valid=2),
-            node(GIVEN, 0),
-        ],
-        dtype=np.int64,
-    )
-    tree = ArrowTree(prog, np.array([1, 2, 3, 4], dtype=np.int64), np.array([0, 5]), schema,
-                     pa.RecordBatch._import_from_c)
+def struct_list_string_bool_given() -> tuple[list[list[int]], list, list, list]:
+    """The nodes of a struct (int32, bool, list of strings) and a given array (node 5), and
+    the decoder buffers of its four columns for three rows (test_accelerator builds on them)."""
+    rows = [
+        node(STRUCT, 0, valid=3, child0=0, nchild=3),
+        node(FIXED, 0, column=0, valid=0, width=4),
+        node(BOOL, 0, column=1),
+        node(LIST, 0, offsets=1, child0=3, nchild=1),
+        node(BINARY, 1, column=2, valid=2),
+        node(GIVEN, 0),
+    ]
     col_values = [
         np.array([7, 8, 9], dtype=np.int32),
         np.array([1, 0, 5], dtype=np.uint8),  # any non-zero byte is True
@@ -50,6 +44,17 @@ def test_tree_of_struct_list_string_bool_and_a_given_array() -> None:
         np.array([1, 1, 0], dtype=np.uint8),
     ]
     col_arena = [None, None, np.frombuffer(b"abcdef", dtype=np.uint8), None]
+    return rows, col_values, col_valid, col_arena
+
+
+def test_tree_of_struct_list_string_bool_and_a_given_array() -> None:
+    entry = pa.struct([("a", pa.int32()), ("b", pa.bool_()), ("c", pa.list_(pa.utf8()))])
+    tags = pa.array(["x", None, "y"]).dictionary_encode()
+    schema = pa.schema([("s", entry), ("t", tags.type)])
+    rows, col_values, col_valid, col_arena = struct_list_string_bool_given()
+    prog = np.array(rows, dtype=np.int64)
+    tree = ArrowTree(prog, np.array([1, 2, 3, 4], dtype=np.int64), np.array([0, 5]), schema,
+                     pa.RecordBatch._import_from_c)
     offsets = {1: pa.py_buffer(np.array([0, 2, 2, 4], dtype=np.int32))}
     s, t = tree.build(col_values, col_valid, col_arena, [3, 4], offsets, {5: tags})
     del col_values, col_valid, col_arena, offsets, tags  # the arrays keep what they read

@@ -789,7 +789,7 @@ class Assembler:
         arrays made once per plan; the subtrees with none absent are built by the tree as
         columns of their own, one call per length; the nodes above an absent one are put
         together from their children's arrays, one pyarrow call each. The cost follows the
-        nodes the batch holds, not the plan's (without the accelerator: _taken_columns)."""
+        nodes the batch holds, not the plan's (with the accelerator: _taken_columns)."""
         given = self._given(program, state)
         if given is None:
             return {}
