@@ -1661,7 +1661,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     """
     cdef const Node* node = &c.nodes[node_id]
     cdef const FieldEntry* f
-    cdef uint64_t tag = 0   # (an unreadable tag is 0: it names no field)
+    cdef uint64_t tag   # (dead past the dispatch: errors read it again, see number_at)
     cdef uint64_t v
     cdef uint32_t fn
     cdef int wt, st = OK
@@ -1712,8 +1712,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 p = q
                 tag = vq
                 if st != OK:
-                    tag = 0
-                    break
+                    break   # (number_at names no field: the tag cannot be read)
             fn = <uint32_t>(tag >> 3)
             f = (&c.dense_entries[node.dense + fn] if fn < <uint32_t>node.dense_len
                  else sparse_entry(c, node, fn))
@@ -1765,14 +1764,14 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                     # An error names the element the field opened, as below (rare_field
                     # opened it); an error inside an entry recorded its own level already.
                     if act != A_ENUM:   # a map entry or an Any (one compare, as before Any)
-                        return record_level(c, node_id, <uint32_t>(tag >> 3),
+                        return record_level(c, node_id, number_at(field_start, end),
                                             element_index(c, f), st)
                     if f.group >= 0:
                         opened = f
                     break
                 q = p
-                st = sub_message(c, node_id, node, f, &q, end, field_start,
-                                 <uint32_t>(tag >> 3), depth, node_element)
+                st = sub_message(c, node_id, node, f, &q, end, field_start, depth,
+                                 node_element)
                 p = q
                 if st != OK:
                     return st   # (its level, and the inner ones, recorded)
@@ -1865,9 +1864,19 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
         st = E_UNTERMINATED_GROUP
     if st != OK:
         c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
-        return record_level(c, node_id, <uint32_t>(tag >> 3),
+        return record_level(c, node_id, number_at(field_start, end),
                             element_index(c, opened) if opened != NULL else -1, st)
     return OK
+
+
+cdef uint32_t number_at(const uint8_t* p, const uint8_t* end) noexcept nogil:
+    """The field number of the tag at p (0 if none can be read there: it names no field).
+    Errors read the failed field's tag again from its start, so that decode_fields does
+    not keep the tag live (in a stack slot, stored every field) past its dispatch."""
+    cdef uint64_t tag
+    if p >= end or read_tag(&p, end, &tag) != OK:
+        return 0
+    return <uint32_t>(tag >> 3)
 
 
 cdef inline int unplanned_field(Ctx* c, const Node* node, const uint8_t** pp,
@@ -1927,11 +1936,13 @@ cdef inline int packed_field(Ctx* c, const FieldEntry* f, const Node* node,
 
 cdef inline int sub_message(Ctx* c, int32_t node_id, const Node* node, const FieldEntry* f,
                             const uint8_t** pp, const uint8_t* end,
-                            const uint8_t* field_start, uint32_t fn, int depth,
+                            const uint8_t* field_start, int depth,
                             int64_t node_element) noexcept nogil:
     """A_MESSAGE / A_GROUP: a sub-message (or group) of element node_element of node_id,
     decoded as the element its repeated field opens, or as node_element. On failure its
-    level is recorded (the inner ones recorded themselves) and the status returned."""
+    level is recorded (the inner ones recorded themselves) and the status returned. The
+    field's number is read again from field_start where it is used (a group's end, errors),
+    not passed: the common case, a message, needs none."""
     cdef const uint8_t* p = pp[0]
     cdef const FieldEntry* opened = NULL   # the entry whose element this field opened
     cdef int64_t el = node_element, n
@@ -1953,15 +1964,18 @@ cdef inline int sub_message(Ctx* c, int32_t node_id, const Node* node, const Fie
                 if st == OK:
                     pp[0] = p + n
                     return OK
-                return record_level(c, node_id, fn, element_index(c, f), st)
+                return record_level(c, node_id, number_at(field_start, end),
+                                    element_index(c, f), st)
         else:
-            st = decode_fields(c, f.child, p, end, fn, depth + 1, el)
+            st = decode_fields(c, f.child, p, end, number_at(field_start, end), depth + 1, el)
             if st == OK:
                 pp[0] = c.resume
                 return OK
-            return record_level(c, node_id, fn, element_index(c, f), st)
+            return record_level(c, node_id, number_at(field_start, end),
+                                element_index(c, f), st)
     c.err_offset = (p if st == E_UNTERMINATED_GROUP else field_start) - c.record
-    return record_level(c, node_id, fn, element_index(c, opened) if opened != NULL else -1, st)
+    return record_level(c, node_id, number_at(field_start, end),
+                        element_index(c, opened) if opened != NULL else -1, st)
 
 
 # ---- closed enums and map entries (upb's unknown-field rules) ---------------------------
