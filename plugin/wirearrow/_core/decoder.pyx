@@ -2589,17 +2589,26 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     cdef uint64_t a, b, x, y, acc = 0
     cdef int64_t k
     cdef int st
-    if e < cs.filled:
-        # e holds a value already (a field repeated on the wire, last one wins): as the
-        # newest element, its value is the arena's tail, which is dropped.
-        if e + 1 != cs.filled:
-            return E_INTERNAL
-        if c.col_moved[col] == e:
-            return E_MOVED   # a value of this field was moved to the unknown fields
-        cs.filled = e
-        cs.arena_len = (<uint32_t*>cs.values)[e]
-    elif e >= cs.capacity and grow_column(c, cs, e) != OK:
+    # The common case is the next element (e == filled) with room: one test each. The
+    # others leave the offsets closed up to e (filled == e) before the value is copied.
+    if e >= cs.capacity and grow_column(c, cs, e) != OK:   # (filled <= capacity)
         return E_NO_MEMORY
+    if e != cs.filled:
+        off = <uint32_t*>cs.values
+        if e < cs.filled:
+            # e holds a value already (a field repeated on the wire, last one wins): as the
+            # newest element, its value is the arena's tail, which is dropped.
+            if e + 1 != cs.filled:
+                return E_INTERNAL
+            if c.col_moved[col] == e:
+                return E_MOVED   # a value of this field was moved to the unknown fields
+            cs.arena_len = off[e]
+        else:
+            k = cs.filled
+            while k < e:      # elements in between have no value: empty (null by `valid`)
+                k += 1
+                off[k] = <uint32_t>cs.arena_len
+        cs.filled = e
     if cs.arena_len + n > cs.arena_cap:
         st = arena_reserve(c, cs, n)
         if st != OK:
@@ -2647,10 +2656,6 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     if utf8 and (acc & 0x8080808080808080ULL) and not utf8_valid_full(s, n):
         return E_UTF8
     off = <uint32_t*>cs.values
-    k = cs.filled
-    while k < e:          # elements in between have no value: empty (null by `valid`)
-        k += 1
-        off[k] = <uint32_t>cs.arena_len
     cs.valid[e] = 1
     cs.arena_len += n
     off[e + 1] = <uint32_t>cs.arena_len
