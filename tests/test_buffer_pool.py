@@ -285,3 +285,47 @@ def test_threads_share_a_fanned_out_plan_and_its_stats(
     assert shared.stats.records_in == rounds * one.stats.records_in
     assert shared.stats.rows_out == rounds * one.stats.rows_out
     assert shared.stats.bytes_in == rounds * one.stats.bytes_in
+
+
+def test_each_row_table_gets_its_own_block_back_on_either_thread(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], pool_limit: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A flat plan's row tables (row -> element of each selection: an int per output row,
+    # several per fan-out) are a batch's largest temporaries. From malloc, each thread's
+    # came from its own arena, whose pages went back and faulted in again (issue 34 item
+    # 5: flat-4, 65k records, 3.3 faults a batch on two threads, 0.1 on one). From the
+    # pool, each table is handed the block it had last, whichever thread asks, and gives
+    # it back when dropped.
+    import threading
+
+    from wirearrow.plan import assemble
+
+    records = pa.concat_arrays([big_corpora[0]] * 6)  # 18,000: every table over 64 KiB
+    tc = wa.Transcoder(bid_schema, columns=["id", "imp[*].id", "imp[*].bidfloor"])
+    seen: list[dict[int, int]] = []
+    rows = assemble.Assembler.rows
+
+    def spy(self: Any, selections: Any) -> Any:
+        table, expanded = rows(self, selections)
+        seen.append({k: t.__array_interface__["data"][0] for k, t in table.items()
+                     if t.nbytes >= 64 * 1024})
+        return table, expanded
+
+    monkeypatch.setattr(assemble.Assembler, "rows", spy)
+    wa.buffer_pool(limit=0)
+    wa.buffer_pool(limit=256 << 20)
+
+    def run() -> None:
+        assert tc.transcode(records).num_rows > len(records)  # a fan-out: every table made
+
+    for on_thread in (False, True, False, True):
+        if on_thread:
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+        else:
+            run()
+    assert len(seen[0]) >= 2
+    for now in seen[1:]:
+        assert now == seen[0]

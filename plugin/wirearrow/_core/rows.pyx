@@ -7,9 +7,51 @@ elements of parent p. A selection picks, for each parent, some of those elements
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memset
 
-from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free
+from wirearrow._core.buffers cimport OwnedBuffer, pool_alloc, pool_free, pool_take
 
 import numpy as np
+
+
+# Row tables are a flat plan's largest per-batch temporaries (an int32 or int64 per output
+# row, several per fan-out). From malloc, each batch's were fresh pages on a thread whose
+# arena had given its last ones back (measured: flat-4, 65,536 records, two threads, 3.3
+# minor faults a batch against 0.1 on one, in expand / gather_rows / group_offsets). So a
+# large one is a block of the buffer pool named by the caller (`key`: which table of which
+# plan, see pool_take): batch after batch the same table gets the block it had last,
+# already written as far as it writes, on either thread. The array is a read-only numpy
+# view of the block (no copy), which goes back to the pool when the array is dropped.
+cdef enum:
+    POOL_MIN = 65536   # buffers.pyx: smaller blocks are malloc's (reused from its free lists)
+
+
+cdef inline uint64_t table_key(uint64_t key) noexcept nogil:
+    # A caller's name (plan, table) spread over the pool's key space (decoder keys too).
+    return key * <uint64_t>0xD6E8FEB86659FD93 + <uint64_t>0x632BE59BD9B4E019 if key else 0
+
+
+cdef object row_table(int64_t n, bint wide, uint64_t key, bint zero, void** data):
+    """n int32 (int64 if wide) slots, zeroed if asked, at *data: a pool block named key
+    when large (a read-only numpy view that gives it back when dropped), else np.empty."""
+    cdef int64_t size = n * (8 if wide else 4), allocated
+    cdef uint8_t* p
+    cdef object arr
+    cdef int32_t[::1] v32
+    cdef int64_t[::1] v64
+    if size < POOL_MIN or key == 0:
+        arr = (np.zeros if zero else np.empty)(n, dtype=np.int64 if wide else np.int32)
+        data[0] = NULL
+        if n > 0 and wide:
+            v64 = arr
+            data[0] = &v64[0]
+        elif n > 0:
+            v32 = arr
+            data[0] = &v32[0]
+        return arr
+    p = pool_take(size, zero, &allocated, table_key(key))
+    if p == NULL:
+        raise MemoryError()
+    data[0] = p
+    return np.frombuffer(OwnedBuffer.adopt(p, size, allocated), np.int64 if wide else np.int32)
 
 
 cdef inline int64_t clamp_bound(int64_t v, bint given, int64_t length, int64_t lower,
@@ -98,15 +140,16 @@ cdef bint count_children(const int64_t* par, int64_t n, int64_t n_parent,
     return True
 
 
-def group_offsets(const int64_t[::1] parents, int64_t n_parent):
-    """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing)."""
+def group_offsets(const int64_t[::1] parents, int64_t n_parent, uint64_t key=0):
+    """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing).
+    `key` (0: none) names the table for the pool (see row_table)."""
     cdef int64_t n = parents.shape[0]
-    out = np.zeros(n_parent + 1, dtype=np.int64)
-    cdef int64_t[::1] ov = out
+    cdef void* ov
+    out = row_table(n_parent + 1, True, key, True, &ov)
     cdef const int64_t* par = &parents[0] if n > 0 else NULL
     cdef bint ok
     with nogil:
-        ok = count_children(par, n, n_parent, &ov[0])
+        ok = count_children(par, n, n_parent, <int64_t*>ov)
     if not ok:
         raise ValueError("group parents must be sorted and in range")
     return out
@@ -136,13 +179,31 @@ ctypedef fused index_t:
     int64_t
 
 
-def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off):
+def numbering(int64_t n, bint wide, uint64_t key=0):
+    """0, 1, ..., n - 1 as int32 (int64 if wide): a root's row table, or every element of a
+    group selected; `key` (0: none) names it for the pool (see row_table)."""
+    cdef void* out
+    cdef int64_t i
+    arr = row_table(n, wide, key, False, &out)
+    with nogil:
+        if wide:
+            for i in range(n):
+                (<int64_t*>out)[i] = i
+        else:
+            for i in range(n):
+                (<int32_t*>out)[i] = <int32_t>i
+    return arr
+
+
+def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off,
+           uint64_t key=0):
     """Fan a row table out over one selection (SQL UNNEST with a left join).
 
     rows[r] is the parent element of row r (-1: none). Each row becomes one row per selected
     element under its parent, or one row with no element (-1) when there are none.
     Returns (owner, element): the source row of every new row, and its element; int32 when
-    both fit (row tables are the largest temporaries of a batch), else int64.
+    both fit (row tables are the largest temporaries of a batch), else int64. `key` (0:
+    none) names the two tables for the pool (key and key + 1: see row_table).
     """
     cdef int64_t n = rows.shape[0], r, k, e, count, total = 0, pos = 0
     cdef int64_t n_off = sel_off.shape[0]
@@ -158,18 +219,14 @@ def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] s
     if outside:
         raise ValueError("row element outside the selection's parents")
     narrow = total < 0x7FFFFFFF and sel.shape[0] < 0x7FFFFFFF
-    owner = np.empty(total, dtype=np.int32 if narrow else np.int64)
-    element = np.empty(total, dtype=np.int32 if narrow else np.int64)
-    cdef int32_t[::1] o32, e32
-    cdef int64_t[::1] o64, e64
+    cdef void* o
+    cdef void* el
+    owner = row_table(total, not narrow, key, False, &o)
+    element = row_table(total, not narrow, key + 1 if key else 0, False, &el)
     if narrow:
-        o32 = owner
-        e32 = element
-        _expand_into(rows, sel, sel_off, o32, e32)
+        _expand_into(rows, sel, sel_off, <int32_t*>o, <int32_t*>el)
     else:
-        o64 = owner
-        e64 = element
-        _expand_into(rows, sel, sel_off, o64, e64)
+        _expand_into(rows, sel, sel_off, <int64_t*>o, <int64_t*>el)
     return owner, element
 
 
@@ -179,7 +236,7 @@ ctypedef fused out_t:
 
 
 cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
-                       const int64_t[::1] sel_off, out_t[::1] o, out_t[::1] el) noexcept:
+                       const int64_t[::1] sel_off, out_t* o, out_t* el) noexcept:
     cdef int64_t n = rows.shape[0], r, k, e, count, pos = 0
     with nogil:
         for r in range(n):
@@ -196,14 +253,16 @@ cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
                 pos += 1
 
 
-def gather_rows(const index_t[::1] values, const out_t[::1] owner):
+def gather_rows(const index_t[::1] values, const out_t[::1] owner, uint64_t key=0):
     """values[owner] (values' dtype): a row table carried onto the rows a fan-out made
     (`owner` from expand). numpy's own fancy indexing first casts an int32 index to intp,
-    with the GIL held: this is the largest array work of a flat plan's row tables."""
+    with the GIL held: this is the largest array work of a flat plan's row tables. `key`
+    (0: none) names the table for the pool (see row_table)."""
     cdef int64_t n = owner.shape[0], n_values = values.shape[0], i, o
     cdef bint outside = False
-    out = np.empty(n, dtype=np.int32 if index_t is int32_t else np.int64)
-    cdef index_t[::1] dst = out
+    cdef void* out_data
+    out = row_table(n, index_t is int64_t, key, False, &out_data)
+    cdef index_t* dst = <index_t*>out_data
     with nogil:
         for i in range(n):
             o = owner[i]

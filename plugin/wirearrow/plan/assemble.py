@@ -37,6 +37,7 @@ from wirearrow._core.rows import (
     group_offsets,
     keys_unique,
     list_offsets,
+    numbering,
     select_slice,
     take_indices,
 )
@@ -97,6 +98,13 @@ class Assembler:
         self.precision_lost = 0
         _share_validity(self.facts, result)
 
+        # The buffer pool's name for this plan's per-batch row tables, to which each table
+        # adds which it is (`+ (index << 4 | _T_*)`): batch after batch, on any thread, a
+        # table gets the block it had last (rows.row_table). A hint: two tables sharing a
+        # name cost at most a page fault, never a wrong value. (Inline arithmetic, not a
+        # method: a 1-record call paid ~1,500 instructions a table for one.)
+        self._pool_name = id(plan) << 16
+
     # -- groups -------------------------------------------------------------------------
 
     def parents(self, group: int) -> np.ndarray:
@@ -111,7 +119,9 @@ class Assembler:
         off = self._offsets.get(group)
         if off is None:
             n_parent = self.counts[self.plan.group_parents[group]]
-            off = self._offsets[group] = group_offsets(self.parents(group), n_parent)
+            off = self._offsets[group] = group_offsets(
+                self.parents(group), n_parent, self._pool_name + (group << 4 | _T_OFFSETS)
+            )
         return off
 
     def list_offsets(self, group: int) -> pa.Buffer:
@@ -408,7 +418,7 @@ class Assembler:
         if s.kind == "all":
             keep = self.map_keep(s.group, s.dedupe) if s.dedupe is not None else None
             if keep is None:
-                return np.arange(self.counts[s.group], dtype=np.int64), off
+                return numbering(self.counts[s.group], True, self._pool_name + (s.index << 4 | _T_ALL)), off
             return np.flatnonzero(keep).astype(np.int64), _kept_offsets(keep, off)
         if s.kind == "filter":
             keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
@@ -446,7 +456,9 @@ class Assembler:
         """Row -> element index of every selection of one fan-out tree (root first); and
         whether any fan-out added rows."""
         root_n = self.counts[0]
-        root: np.ndarray = np.arange(root_n, dtype=_index_dtype(root_n))
+        root: np.ndarray = numbering(
+            root_n, _index_dtype(root_n) is np.int64, self._pool_name + _T_ROOT
+        )
         table: dict[int, np.ndarray] = {selections[0].index: root}
         expanded = False
         for s in selections[1:]:
@@ -457,13 +469,19 @@ class Assembler:
                 table[s.index] = np.where(e >= 0, picked[safe] if len(picked) else -1, -1)
                 continue
             sel, sel_off = self._fanout(s)
-            owner, element = expand(e, sel, sel_off)
+            owner, element = expand(e, sel, sel_off, self._pool_name + (s.index << 4 | _T_EXPAND))
             if len(owner) != len(e):
                 expanded = True
                 for k in table:
                     # The root's table is 0..n-1 until a fan-out: its rows are the owners.
                     same = table[k] is root and owner.dtype == root.dtype
-                    table[k] = owner if same else gather_rows(table[k], owner)
+                    table[k] = (
+                        owner
+                        if same
+                        else gather_rows(
+                            table[k], owner, self._pool_name + ((s.index << 6 | k) << 4 | _T_GATHER)
+                        )
+                    )
             table[s.index] = element
         return table, expanded
 
@@ -1262,6 +1280,10 @@ def _kept_offsets(keep: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(keep, out=kept_before[1:])
     return kept_before[offsets]
+
+
+# Which row table a pool name is for (Assembler._pool_name; expand's element table is +1).
+_T_OFFSETS, _T_ALL, _T_ROOT, _T_EXPAND, _T_GATHER = 1, 3, 5, 7, 9
 
 
 def _index_dtype(n: int) -> type:
