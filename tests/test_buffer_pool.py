@@ -329,3 +329,28 @@ def test_each_row_table_gets_its_own_block_back_on_either_thread(
     assert len(seen[0]) >= 2
     for now in seen[1:]:
         assert now == seen[0]
+
+
+def test_a_growing_stream_of_flat_batches_takes_no_new_large_block(
+    bid_schema: wa.Schema, pool_limit: None
+) -> None:
+    # A stream's batches grow and shrink a little. Every large block a flat plan's batch
+    # takes -- the decoder's buffers, the row tables, the gathered columns of its Arrow
+    # tree (unnamed) -- was made with room over its first request, so batches a little
+    # larger than the first keep fitting the blocks they gave back. Unnamed blocks made at
+    # their size class alone missed whenever a batch crossed the class (issue 34 item 5:
+    # flat-4, 16k records, two threads, a fresh block and its pages faulted in).
+    import corpus
+
+    records = corpus.generate(3060, seed=2)
+    tc = wa.Transcoder(bid_schema, columns=["id", "imp[*].id", "imp[*].bidfloor"])
+    wa.buffer_pool(limit=0)
+    wa.buffer_pool(limit=256 << 20)
+    for _ in range(2):
+        tc.transcode(pa.array(records[:3000], pa.binary()))
+    before = wa.buffer_pool()
+    for n in range(3006, 3061, 6):  # 0.2% more each batch, 2% in all
+        tc.transcode(pa.array(records[:n], pa.binary()))
+    after = wa.buffer_pool()
+    assert after["hits"] > before["hits"]
+    assert after["misses"] == before["misses"]
