@@ -452,6 +452,38 @@ def test_a_struct_sent_twice_is_merged() -> None:
     assert_round_trip(whole, wire, [_exact(cls, wire[0])])
 
 
+def test_struct_children_null_inside_and_only_with_their_struct() -> None:
+    """A struct child null exactly where its struct is (the decoder's output: the encoder
+    then skips the child's bit test) and one with nulls of its own inside valid structs
+    (those fields are left out), over word and byte boundaries and from sliced batches."""
+    schema, cls = _schema("roundtrip.proto", "wirearrow.tests.roundtrip.Tree")
+    tc = wa.Transcoder(schema, max_depth=2)
+    n = 150
+    values = []
+    for i in range(n):
+        m = cls(v=i)
+        if i % 3:
+            m.left.v = i + 1
+        values.append(m)
+    batch = tc.transcode([m.SerializeToString() for m in values])
+    assert tc.encode(batch).to_pylist() == [m.SerializeToString(deterministic=True) for m in values]
+    left = batch.column("left")
+    own = [i % 3 != 0 and i % 7 == 1 for i in range(n)]  # v null inside a valid `left`
+    v = pa.array([None if i % 3 == 0 or own[i] else i + 1 for i in range(n)], pa.int32())
+    children = [v if f.name == "v" else left.field(f.name) for f in left.type]
+    mask = pa.array([i % 3 == 0 for i in range(n)])
+    changed = pa.StructArray.from_arrays(children, fields=list(left.type), mask=mask)
+    batch = batch.set_column(batch.schema.get_field_index("left"), batch.schema.field("left"), changed)
+    for i in range(n):
+        if own[i]:
+            values[i].left.v = 0
+            values[i].left.SetInParent()
+    expected = [m.SerializeToString(deterministic=True) for m in values]
+    assert sum(own) > 10
+    for lo in (0, 1, 8, 64, 69):
+        assert tc.encode(batch.slice(lo)).to_pylist() == expected[lo:], lo
+
+
 def _with_unknown(tree: Any) -> Any:
     """A copy of a Tree whose every node also holds unknown field 100 (varint 7)."""
     copy = type(tree)()
