@@ -173,7 +173,8 @@ ctypedef struct Ctx:
                                      # arena_cap is then -1 until a value of another
                                      # message: not_stored)
     const int32_t* col_member        # a oneof member's column: its node + 1, else 0
-    int64_t* arena_want              # per column: bytes its arena's first block gets
+    const int64_t* arena_want        # per column: bytes its arena's first block gets, as
+                                     # given (NULL: none); read clamped (arena_reserve)
     uint64_t pool_key                # the plan's name for its buffers in the pool (buffer_key)
     # The columns whose store left its initial state this call, in the order first written
     # (touch): a Ctx is kept with its Program and reused, and reset_ctx puts back only
@@ -181,8 +182,6 @@ ctypedef struct Ctx:
     int32_t* touched
     uint8_t* is_touched              # per column: 1 when in `touched`
     int32_t n_touched
-    bint presized                    # presize set every column's want (reset: all of them)
-    bint arena_wanted                # arena_want was set from arena_capacity
 
 
 cdef class Program:
@@ -216,9 +215,19 @@ cdef class Program:
     # A decode call's working state, kept between calls (take_ctx / give_back_ctx): one
     # call at a time takes it, under the GIL; a call that finds it taken makes its own.
     cdef Ctx* spare
+    # What export() starts a Result from, made once (templates()): each group's columns
+    # (group_cols[group_cols_at[g] .. group_cols_at[g + 1]]), and the Result's lists as
+    # they are for a batch of no elements, copied whole (a wide recursive plan has
+    # ~16,000 columns; a small batch fills a few hundred entries).
+    cdef int32_t* group_cols_at
+    cdef int32_t* group_cols
+    cdef list empty_col_values, empty_col_valid, empty_col_arena, empty_col_counts
+    cdef list empty_group_parents, empty_group_counts
 
     def __cinit__(self):
         self.spare = NULL
+        self.group_cols_at = NULL
+        self.group_cols = NULL
         self.entries = NULL
         self.nodes = NULL
         self.dense = NULL
@@ -646,20 +655,63 @@ cdef class Program:
             cs = &c.cols[i]
             if (cs.values != NULL or cs.valid != NULL or cs.arena != NULL or cs.arena_len
                     or cs.arena_cap or cs.filled or cs.capacity or cs.arena_alloc
-                    or cs.values_alloc or cs.valid_alloc or cs.want or c.col_moved[i] != -1
-                    or c.arena_want[i] or c.is_touched[i]
+                    or cs.values_alloc or cs.valid_alloc or c.col_moved[i] != -1
+                    or c.is_touched[i]
                     or cs.group != self.col_group[i] or cs.bytes != self.col_bytes[i]):
                 cols.append(i)
         groups = [i for i in range(c.n_groups)
                   if c.groups[i].parent != NULL or c.groups[i].count or c.groups[i].capacity
                   or c.groups[i].want or c.cur[i]]
-        if c.n_touched or c.moved or c.err_depth:
+        if c.n_touched or c.moved or c.err_depth or c.arena_want != NULL:
             groups.append(-1)
         return cols, groups
+
+    cdef int templates(self) except -1:
+        """Make what export() starts from (once; under the GIL, so two calls that both
+        find it missing make the same thing, and the last one made is kept)."""
+        cdef int32_t i, g
+        if self.empty_group_counts is not None:
+            return 0
+        cdef int32_t* at = <int32_t*>PyMem_RawCalloc(self.n_groups + 1, sizeof(int32_t))
+        cdef int32_t* cols = <int32_t*>PyMem_RawMalloc(max(self.n_cols, 1) * sizeof(int32_t))
+        if at == NULL or cols == NULL:
+            PyMem_RawFree(at)
+            PyMem_RawFree(cols)
+            raise MemoryError()
+        for i in range(self.n_cols):
+            at[self.col_group[i] + 1] += 1
+        for g in range(self.n_groups):
+            at[g + 1] += at[g]
+        for i in range(self.n_cols):   # (at[g] counts up to g's end, then is put back)
+            g = self.col_group[i]
+            cols[at[g]] = i
+            at[g] += 1
+        for g in range(self.n_groups, 0, -1):
+            at[g] = at[g - 1]
+        at[0] = 0
+        PyMem_RawFree(self.group_cols_at)
+        PyMem_RawFree(self.group_cols)
+        self.group_cols_at = at
+        self.group_cols = cols
+        # A column of no elements: no values (presence only: None), a bytes column's one
+        # offset, else the empty view; no validity, no arena, count 0.
+        self.empty_col_values = [
+            None if self.col_width[i] == 0 and not self.col_bytes[i]
+            else EMPTY_OFFSETS if self.col_bytes[i] else EMPTY
+            for i in range(self.n_cols)
+        ]
+        self.empty_col_valid = [EMPTY] * self.n_cols
+        self.empty_col_arena = [None] * self.n_cols
+        self.empty_col_counts = [0] * self.n_cols
+        self.empty_group_parents = [EMPTY] * self.n_groups
+        self.empty_group_counts = [0] * self.n_groups
+        return 0
 
     def __dealloc__(self):
         free_ctx(self.spare)
         self.spare = NULL
+        PyMem_RawFree(self.group_cols_at)
+        PyMem_RawFree(self.group_cols)
         PyMem_RawFree(self.entries)
         PyMem_RawFree(self.nodes)
         PyMem_RawFree(self.dense)
@@ -797,30 +849,25 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             raise MemoryError()
         for i in range(program.n_groups):
             own.caps[i] = max(0, min(given[i], <int64_t>1 << 40))
+    cdef const int64_t[::1] arena_given   # (read where used, clamped: see arena_reserve)
     if arena_capacity is not None:
-        given = np.ascontiguousarray(arena_capacity, dtype=np.int64)
-        own.arena_caps = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-        if own.arena_caps == NULL:
-            raise MemoryError()
-        for i in range(program.n_cols):
-            own.arena_caps[i] = min(max(0, given[i]), ARENA_MAX)
+        arena_given = np.ascontiguousarray(arena_capacity, dtype=np.int64)
     # The sizes are what a column's or group's first block gets, taken when a record
     # first writes there (a plan's columns no record touches cost nothing: a wide
-    # recursive plan has thousands, most of them empty in a small batch).
+    # recursive plan has thousands, most of them empty in a small batch). A column's
+    # slots are its group's; its arena's bytes are read from the sizes given when its
+    # first string comes (no loop over the plan's columns a call).
     with nogil:
         if own.caps != NULL:
             presize(c, own.caps)
-        if own.arena_caps != NULL:
-            c.arena_wanted = True
-            for i in range(program.n_cols):
-                if c.cols[i].bytes:
-                    c.arena_want[i] = own.arena_caps[i]
+    if arena_capacity is not None:
+        c.arena_want = &arena_given[0] if program.n_cols > 0 else NULL
 
     # Prefetching the writes: with sizes known (from the previous batch or a profile), the
     # elements and string bytes each block of records adds to every column are known ahead.
     cdef Lines* ls = &own.ls
     cdef int64_t step = 0, block_left = 0, issue_to = 0, issued = 0
-    if own.caps != NULL and own.arena_caps != NULL and n >= 2 * BLOCK:
+    if own.caps != NULL and arena_capacity is not None and n >= 2 * BLOCK:
         ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
         own.block_elems = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
         own.block_bytes = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
@@ -831,7 +878,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             for i in range(program.n_groups):
                 own.block_elems[i] = (own.caps[i] * BLOCK + n - 1) // n
             for i in range(program.n_cols):
-                own.block_bytes[i] = own.arena_caps[i] * BLOCK // n
+                own.block_bytes[i] = min(max(0, arena_given[i]), ARENA_MAX) * BLOCK // n
 
     errors = []
     cdef int status = OK
@@ -876,8 +923,9 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
             i += 1
             if policy == POLICY_RAISE:
                 break
+    c.arena_want = NULL   # (arena_given's: not read past the records)
     cdef Result result = Result.__new__(Result)
-    export(c, result)
+    export(c, program, result)
     result.errors = errors
     result.records = i
     result.moved = c.moved
@@ -893,7 +941,6 @@ cdef class Context:
     cdef Program program       # whose spare c goes back to (give_back_ctx)
     cdef int64_t* checkpoint   # per group: its count before the record being decoded
     cdef int64_t* caps         # the capacities given, per group (NULL: none)
-    cdef int64_t* arena_caps   # the arena sizes given, per column (NULL: none)
     cdef Lines ls              # the cache lines of the next block (ls.at NULL: none)
     cdef int64_t* block_elems  # per group: elements a block of records adds
     cdef int64_t* block_bytes  # per column: string bytes a block of records adds
@@ -908,7 +955,6 @@ cdef class Context:
         self.c = NULL
         PyMem_RawFree(self.checkpoint)
         PyMem_RawFree(self.caps)
-        PyMem_RawFree(self.arena_caps)
         PyMem_RawFree(self.ls.at)
         PyMem_RawFree(self.block_elems)
         PyMem_RawFree(self.block_bytes)
@@ -926,11 +972,10 @@ cdef Ctx* new_ctx(Program program) noexcept:
     c.groups = <GroupStore*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(GroupStore))
     c.cur = <int64_t*>PyMem_RawCalloc(max(program.n_groups, 1), sizeof(int64_t))
     c.col_moved = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-    c.arena_want = <int64_t*>PyMem_RawCalloc(max(program.n_cols, 1), sizeof(int64_t))
     c.touched = <int32_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int32_t))
     c.is_touched = <uint8_t*>PyMem_RawCalloc(max(program.n_cols, 1), 1)
     if (c.cols == NULL or c.groups == NULL or c.cur == NULL or c.col_moved == NULL
-            or c.arena_want == NULL or c.touched == NULL or c.is_touched == NULL):
+            or c.touched == NULL or c.is_touched == NULL):
         free_ctx(c)
         return NULL
     c.col_member = program.col_member
@@ -1007,16 +1052,11 @@ cdef void reset_ctx(Ctx* c) noexcept:
         c.col_moved[col] = -1
         c.is_touched[col] = 0
     c.n_touched = 0
-    if c.presized:
-        for i in range(c.n_cols):
-            c.cols[i].want = 0
-        c.presized = False
-    if c.arena_wanted:
-        memset(c.arena_want, 0, max(c.n_cols, 1) * sizeof(int64_t))
-        c.arena_wanted = False
+    c.arena_want = NULL
     for i in range(c.n_groups):
-        pool_free(<uint8_t*>c.groups[i].parent, pool_size(c, c.groups[i].capacity * 8))
-        c.groups[i].parent = NULL
+        if c.groups[i].parent != NULL:
+            pool_free(<uint8_t*>c.groups[i].parent, pool_size(c, c.groups[i].capacity * 8))
+            c.groups[i].parent = NULL
         c.groups[i].count = 0
         c.groups[i].capacity = 0
         c.groups[i].want = 0
@@ -1070,20 +1110,15 @@ cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
 
 
 cdef void presize(Ctx* c, const int64_t* capacity) noexcept nogil:
-    """The slots each group's and column's first block gets (see ColumnStore.want)."""
+    """The slots each group's first block gets, and each of its columns' (GroupStore.want)."""
     cdef int32_t i
-    cdef int64_t cap
-    c.presized = True
     for i in range(c.n_groups):
         c.groups[i].want = <int32_t>min(capacity[i], 0x7FFFFFFF)
-    for i in range(c.n_cols):
-        cap = capacity[c.cols[i].group]
-        c.cols[i].want = <int32_t>min(cap, 0x7FFFFFFF)
 
 
 cdef int first_block(Ctx* c, ColumnStore* cs) noexcept nogil:
-    """A column's first block, of cs.want slots, when a record first writes to it."""
-    cdef int64_t cap = cs.want
+    """A column's first block, of its group's `want` slots, when a record first writes to it."""
+    cdef int64_t cap = c.groups[cs.group].want
     # Zeroed: a slot never written is a null (and a zero value) of its element.
     # Offsets are all written (see store_string), so they need no zeroing.
     cdef int64_t col = cs - c.cols
@@ -1185,51 +1220,51 @@ cdef void free_ctx(Ctx* c) noexcept:
     PyMem_RawFree(c.groups)
     PyMem_RawFree(c.cur)
     PyMem_RawFree(c.col_moved)
-    PyMem_RawFree(c.arena_want)
     PyMem_RawFree(c.touched)
     PyMem_RawFree(c.is_touched)
     PyMem_RawFree(c)
 
 
-cdef int export(Ctx* c, Result r) except -1:
+cdef int export(Ctx* c, Program program, Result r) except -1:
     # Ownership of every store moves into OwnedBuffers; the ctx keeps NULLs. A column no
-    # record wrote to (no block: see ColumnStore.want) is read as zeros: null values,
+    # record wrote to (no block: see GroupStore.want) is read as zeros: null values,
     # empty strings. Such columns share one zeroed block, each through a view of its exact
     # size (a view per group and size, not an allocation per column). The lists start as
-    # the entries of a column of no elements (a wide recursive plan has ~16,000 columns,
-    # a small batch writes a few hundred): only the columns of a non-empty group, or
-    # written, are looked at one by one, so that a call costs what the batch holds.
-    cdef int32_t i
+    # copies of the program's entries for a batch of no elements (Program.templates): only
+    # the columns of a non-empty group (the program's list of each group's columns) and
+    # the columns the call wrote (c.touched) are looked at, so that a call costs what the
+    # batch holds, not the plan's ~16,000 columns of a wide recursive plan.
+    cdef int32_t i, g, k
     cdef GroupStore* gs
     cdef ColumnStore* cs
-    cdef int64_t count, most = 0, allocated = 0
-    cdef OwnedBuffer zeros = None
-    cdef dict views = {}
-    for i in range(c.n_groups):
-        most = max(most, c.groups[i].count)
-    cdef OwnedBuffer empty = EMPTY
-    # An empty group's parents: the shared empty view (its block, if any, given back).
-    cdef list group_parents = [empty] * c.n_groups
-    r.group_parents = group_parents
-    r.group_counts = []
-    group_sizes = np.empty(c.n_groups, dtype=np.int64)
+    cdef int64_t count, most = 0
+    program.templates()
+    cdef list group_parents = list(program.empty_group_parents)
+    cdef list group_counts = list(program.empty_group_counts)
+    group_sizes = np.zeros(c.n_groups, dtype=np.int64)
     cdef int64_t[::1] sizes_view = group_sizes
+    r.group_parents = group_parents
+    r.group_counts = group_counts
+    r.group_sizes = group_sizes
     for i in range(c.n_groups):
         gs = &c.groups[i]
         if gs.count > 0:
+            # An empty group's parents: the shared empty view (its block, if any, given back).
             group_parents[i] = OwnedBuffer.adopt(<uint8_t*>gs.parent, gs.count * 8,
                                                  pool_size(c, gs.capacity * 8))
+            group_counts[i] = gs.count
+            sizes_view[i] = gs.count
+            most = max(most, gs.count)
         elif gs.parent != NULL:
             pool_free(<uint8_t*>gs.parent, pool_size(c, gs.capacity * 8))
-        r.group_counts.append(gs.count)
-        sizes_view[i] = gs.count
         gs.parent = NULL
-    r.group_sizes = group_sizes
-    cdef OwnedBuffer empty_offsets = EMPTY_OFFSETS   # a bytes column's [0]
-    cdef list col_values = [empty] * c.n_cols
-    cdef list col_valid = [empty] * c.n_cols
-    cdef list col_arena = [None] * c.n_cols
-    cdef list col_counts = [0] * c.n_cols
+    cdef ExportZeros zeros = ExportZeros.__new__(ExportZeros)
+    zeros.most = most
+    zeros.views = {}
+    cdef list col_values = list(program.empty_col_values)
+    cdef list col_valid = list(program.empty_col_valid)
+    cdef list col_arena = list(program.empty_col_arena)
+    cdef list col_counts = list(program.empty_col_counts)
     arena_bytes = np.zeros(c.n_cols, dtype=np.int64)
     cdef int64_t[::1] arena_view = arena_bytes
     r.col_values = col_values
@@ -1237,45 +1272,99 @@ cdef int export(Ctx* c, Result r) except -1:
     r.col_arena = col_arena
     r.col_counts = col_counts
     r.arena_bytes = arena_bytes
-    for i in range(c.n_cols):
-        cs = &c.cols[i]
-        count = c.groups[cs.group].count
-        if cs.valid == NULL and cs.values == NULL and cs.arena == NULL:
-            if count > 0 and zeros is None:  # (taken only when such a column has elements)
-                zeros = OwnedBuffer.adopt(pool_alloc((most + 1) * 8, True, &allocated),
-                                          (most + 1) * 8, allocated)
-                if zeros.data == NULL:
-                    raise MemoryError()
-            if cs.width == 0:
-                col_values[i] = None
-            elif count == 0:
-                if cs.bytes:
-                    col_values[i] = empty_offsets
-            else:
-                col_values[i] = zero_view(zeros, views, (count + cs.bytes) * cs.width)
-            if count > 0:
-                col_valid[i] = zero_view(zeros, views, count)
-                col_counts[i] = count
+    # Every column of a group that holds elements: written, or zeros (a wide record's
+    # groups hold ~4,000 columns, most of them unwritten: each such column's entries are
+    # the group's views, made once a group) ...
+    cdef object n_obj, valid_view, view_1, view_4, view_8, view_offsets
+    for g in range(c.n_groups):
+        count = c.groups[g].count
+        if count == 0:
             continue
-        # Slots past the capacity were never written: grow so that every element has one.
-        if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
-                grow_column(c, cs, max(count - 1, 0)) != OK:
-            raise MemoryError()
-        if cs.bytes:
-            close_offsets(cs, count)
-        col_values[i] = (OwnedBuffer.adopt(cs.values, (count + cs.bytes) * cs.width,
-                                           pool_size(c, cs.values_alloc))
-                         if cs.width > 0 else None)
-        if cs.width == 0:
-            pool_free(cs.values, pool_size(c, cs.values_alloc))
-        col_valid[i] = OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc))
-        if cs.arena != NULL:
-            col_arena[i] = OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
-            arena_view[i] = cs.arena_len
-        col_counts[i] = count
-        cs.values = NULL
-        cs.valid = NULL
-        cs.arena = NULL
+        n_obj = count
+        valid_view = view_1 = view_4 = view_8 = view_offsets = None   # (made when needed)
+        for k in range(program.group_cols_at[g], program.group_cols_at[g + 1]):
+            i = program.group_cols[k]
+            cs = &c.cols[i]
+            if cs.valid != NULL or cs.values != NULL or cs.arena != NULL:
+                export_column(c, i, count, col_values, col_valid, col_arena,
+                              col_counts, arena_view)
+                continue
+            if valid_view is None:
+                valid_view = view_1 = zeros.view(count)
+            if cs.bytes:
+                if view_offsets is None:
+                    view_offsets = zeros.view((count + 1) * 4)
+                col_values[i] = view_offsets
+            elif cs.width == 1:
+                col_values[i] = view_1
+            elif cs.width == 4:
+                if view_4 is None:
+                    view_4 = zeros.view(count * 4)
+                col_values[i] = view_4
+            elif cs.width == 8:
+                if view_8 is None:
+                    view_8 = zeros.view(count * 8)
+                col_values[i] = view_8
+            col_valid[i] = valid_view
+            col_counts[i] = n_obj
+    # ... and the columns written in a group left empty (its records rolled back): their
+    # blocks are handed over as a column of no elements, as any written column's.
+    for k in range(c.n_touched):
+        i = c.touched[k]
+        cs = &c.cols[i]
+        if c.groups[cs.group].count == 0 and (
+                cs.valid != NULL or cs.values != NULL or cs.arena != NULL):
+            export_column(c, i, 0, col_values, col_valid, col_arena, col_counts,
+                          arena_view)
+    return 0
+
+
+cdef class ExportZeros:
+    """The zeroed block the unwritten columns of one export() share, taken when the first
+    of them is met (most + 1 eight-byte slots: the largest group's), and its views by size."""
+    cdef OwnedBuffer block
+    cdef int64_t most
+    cdef dict views
+
+    cdef OwnedBuffer view(self, int64_t size):
+        """A view of `size` zero bytes (one per size)."""
+        cdef int64_t allocated = 0
+        if self.block is None:
+            self.block = OwnedBuffer.adopt(
+                pool_alloc((self.most + 1) * 8, True, &allocated), (self.most + 1) * 8,
+                allocated)
+            if self.block.data == NULL:
+                raise MemoryError()
+        return zero_view(self.block, self.views, size)
+
+
+cdef int export_column(Ctx* c, int32_t i, int64_t count, list col_values,
+                       list col_valid, list col_arena, list col_counts,
+                       int64_t[::1] arena_view) except -1:
+    """A written column's entries of the Result (its blocks handed over), its group
+    holding `count` elements."""
+    cdef ColumnStore* cs = &c.cols[i]
+    if cs.valid == NULL and cs.values == NULL and cs.arena == NULL:
+        return 0   # (a column of no elements: the program's empty entries)
+    # Slots past the capacity were never written: grow so that every element has one.
+    if (cs.capacity < count or (cs.bytes and cs.values == NULL)) and \
+            grow_column(c, cs, max(count - 1, 0)) != OK:
+        raise MemoryError()
+    if cs.bytes:
+        close_offsets(cs, count)
+    col_values[i] = (OwnedBuffer.adopt(cs.values, (count + cs.bytes) * cs.width,
+                                       pool_size(c, cs.values_alloc))
+                     if cs.width > 0 else None)
+    if cs.width == 0:
+        pool_free(cs.values, pool_size(c, cs.values_alloc))
+    col_valid[i] = OwnedBuffer.adopt(cs.valid, count, pool_size(c, cs.valid_alloc))
+    if cs.arena != NULL:
+        col_arena[i] = OwnedBuffer.adopt(cs.arena, cs.arena_len, pool_size(c, cs.arena_alloc))
+        arena_view[i] = cs.arena_len
+    col_counts[i] = count
+    cs.values = NULL
+    cs.valid = NULL
+    cs.arena = NULL
     return 0
 
 
@@ -1325,7 +1414,7 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
 
 cdef int grow_column(Ctx* c, ColumnStore* cs, int64_t slot) noexcept nogil:
     touch(c, cs)
-    if cs.capacity == 0 and cs.want > slot:
+    if cs.capacity == 0 and c.groups[cs.group].want > slot:
         return first_block(c, cs)
     cdef int64_t cap = cs.capacity * 2
     if cap < 64:
@@ -2835,7 +2924,8 @@ cdef int arena_reserve(Ctx* c, ColumnStore* cs, int64_t n) noexcept nogil:
     if cs.arena_cap < 0:
         return E_MOVED   # poisoned by move_string
     touch(c, cs)
-    want = c.arena_want[cs - c.cols]
+    want = (min(max(0, c.arena_want[cs - c.cols]), ARENA_MAX)
+            if c.arena_want != NULL and cs.bytes else 0)
     if cs.arena == NULL and want >= n:
         cs.arena = take_block(c, want, False, &cs.arena_alloc,
                               buffer_id(cs - c.cols, K_ARENA))

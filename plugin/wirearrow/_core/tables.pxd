@@ -157,9 +157,8 @@ ctypedef struct ColumnStore:
     int64_t values_alloc
     int64_t valid_alloc
     uint8_t bytes       # string / bytes values, copied into `arena`
-    int32_t want        # slots its first block gets (the capacity learned from earlier
-                        # batches): allocated when the column is first written, so that a
-                        # column no record of the batch touches costs no memory at all
+    # (the slots its first block gets are its group's `want`: allocated when the column
+    # is first written, so that a column no record of the batch touches costs no memory)
     # (F_UTF8_OR_UNKNOWN's per-column state is in decoder.pyx's Ctx, col_moved and
     # col_member: the size of this struct is in the address of every store)
 
@@ -168,7 +167,8 @@ ctypedef struct GroupStore:
     int64_t count
     int64_t capacity
     int32_t parent_group
-    int32_t want        # elements its first block gets (as ColumnStore.want)
+    int32_t want        # elements its first block gets, and each of its columns' (the
+                        # capacity learned from earlier batches; 0: grown from empty)
 
 
 # ---- encoder ----
