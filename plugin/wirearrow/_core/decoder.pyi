@@ -104,6 +104,12 @@ class Context:
     # dropped inside decode(), never handed out.
     ...
 
+@disjoint_base
+class ExportZeros:
+    # The zeroed block and its views that one export() shares among the unwritten columns
+    # (C fields only): made and dropped inside decode(), never handed out.
+    ...
+
 def decode(
     program: Program,
     data: _Bytes,
