@@ -1305,6 +1305,8 @@ cdef int export(Ctx* c, Program program, Result r) except -1:
                 if view_8 is None:
                     view_8 = zeros.view(count * 8)
                 col_values[i] = view_8
+            elif cs.width > 0:   # (no other width today: kept right if one comes)
+                col_values[i] = zeros.view(count * cs.width)
             col_valid[i] = valid_view
             col_counts[i] = n_obj
     # ... and the columns written in a group left empty (its records rolled back): their
