@@ -85,6 +85,21 @@ def test_sibling_fanouts_cross_join_first_outermost(root) -> None:
     ]
 
 
+def test_fanouts_under_a_pick_are_ordered_among_its_siblings(root) -> None:
+    """docs/paths.md rule 5: a pick (imps[0]) adds no rows, so the fan-outs below it are
+    ordered by first use among the fan-outs beside it, not right after one another."""
+    schema, Root = root
+    m = Root(cur=["USD", "EUR"])
+    i0 = m.imps.add(id="i0")
+    i0.deals.add(id="d1")
+    i0.deals.add(id="d2")
+    columns = ["imps[0].deals[*].id", "cur[*]", "imps[0].deals[:2].id"]
+    rows = wa.Transcoder(schema, columns=columns).transcode([m.SerializeToString()]).to_pylist()
+    assert [tuple(r[c] for c in columns) for r in rows] == [
+        (a, cur, b) for a in ("d1", "d2") for cur in ("USD", "EUR") for b in ("d1", "d2")
+    ]
+
+
 def test_empty_message_yields_one_row_of_nulls_and_defaults(root) -> None:
     schema, _ = root
     tc = wa.Transcoder(

@@ -560,7 +560,23 @@ class _Resolver:
 
         def walk(s: Selection) -> None:
             out.append(s)
+            # A pick (imp[0], a key, a filter on a singular message) adds no rows: the
+            # fan-outs below it are ordered among its siblings, not right after it
+            # (docs/paths.md, rule 5: only a fan-out's own nested fan-outs follow it).
+            # The pick itself comes first: its children read its table.
+            loops: list[Selection] = []
+
+            def lift(c: Selection) -> None:
+                if c.fans_out:
+                    loops.append(c)
+                    return
+                out.append(c)
+                for grandchild in c.children:
+                    lift(grandchild)
+
             for child in sorted(s.children, key=lambda c: order.get(c.index, 1 << 62)):
+                lift(child)
+            for child in sorted(loops, key=lambda c: order.get(c.index, 1 << 62)):
                 walk(child)
 
         walk(root)
