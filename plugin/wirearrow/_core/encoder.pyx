@@ -56,6 +56,13 @@ cdef extern from *:
     void __builtin_prefetch(const void* addr) nogil
 
 
+cdef extern from *:
+    """
+    #define wa_unreachable() __builtin_unreachable()
+    """
+    void wa_unreachable() nogil   # a switch's default that cannot happen: no range test
+
+
 KIND = {
     "int32": V_INT32, "uint32": V_UINT32, "int64": V_INT64, "sint32": V_SINT32,
     "sint64": V_SINT64, "fixed32": V_FIXED32, "fixed64": V_FIXED64, "bool": V_BOOL,
@@ -928,7 +935,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 if status:
                     return fail(e, status, en.elem, j) if status == E_BAD_VALUE else status
                 put_tag_of(e, en)
-        else:  # O_REP_MESSAGE
+        elif op == O_REP_MESSAGE:
             ec = <const ArrowColumn*>(cols + en.elem_at)
             span(c, p, &lo, &hi)
             j = hi
@@ -943,6 +950,10 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 status = put_length_tag(e, before, en)
                 if status:
                     return status
+        else:
+            # (ops are O_GENERIC..O_PACKED, set by op_of / call_op: the jump table needs
+            # no range test)
+            wa_unreachable()
     return OK
 
 
