@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wirearrow._core.rows import expand, gather_rows
+from wirearrow._core.rows import expand, gather_rows, group_offsets, list_offsets
 
 DTYPES = (np.int32, np.int64)
 
@@ -44,3 +44,36 @@ def test_a_second_fan_out_carries_the_earlier_tables() -> None:
     assert second.tolist() == [-1, 0, 1, -1]
     assert gather_rows(owner, owner2).tolist() == [0, 0, 0, 1]
     assert gather_rows(first, owner2).tolist() == [0, 1, 1, -1]
+
+
+@given(st.lists(st.integers(0, 5), max_size=40), st.integers(0, 3))
+def test_list_offsets_are_numpys_counts_summed(children: list[int], childless_tail: int) -> None:
+    # parents[i]: the parent of element i, sorted (the decoder's order); some parents have
+    # none, the last ones too. Elements are counted four at a time and then one by one.
+    n_parent = len(children) + childless_tail
+    parents = np.repeat(np.arange(len(children), dtype=np.int64), children)
+    expected = np.concatenate([[0], np.cumsum(np.bincount(parents, minlength=n_parent))])
+    assert np.frombuffer(list_offsets(parents, n_parent), np.int32).tolist() == expected.tolist()
+    assert group_offsets(parents, n_parent).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize(("n", "at"), [(n, at) for n in (4, 5, 8, 9) for at in range(n)])
+@pytest.mark.parametrize("bad", ["descending", "past the parents", "negative"])
+def test_list_offsets_refuse_parents_out_of_order_or_range(n: int, at: int, bad: str) -> None:
+    # One bad parent at each place of a block of four and of the tail after the blocks.
+    parents = np.arange(n, dtype=np.int64) // 2 + 1  # sorted, in range of n_parent
+    n_parent = int(parents[-1]) + 1
+    if bad == "descending":  # below the one before it (the first: above the next one)
+        if at:
+            parents[at] = parents[at - 1] - 1
+        else:
+            parents[0] = parents[1] + 1
+    elif bad == "past the parents":
+        parents[at:] = n_parent
+    else:
+        parents[at] = -1
+    assert np.any(np.diff(parents) < 0) or parents.min() < 0 or parents.max() >= n_parent
+    with pytest.raises(ValueError, match="sorted and in range"):
+        list_offsets(parents, n_parent)
+    with pytest.raises(ValueError, match="sorted and in range"):
+        group_offsets(parents, n_parent)
