@@ -202,27 +202,34 @@ cdef inline int reserve(Enc* e, size_t n) noexcept nogil:
     return grow(e, n)
 
 
-cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
-    """Base-128 varint, low group first, continuation bit on all but the last byte."""
+cdef inline uint8_t* varint_at(uint8_t* end, uint64_t v) noexcept nogil:
+    """Base-128 varint, low group first, continuation bit on all but the last byte,
+    written to end just below `end`: its start.
+
+    (A field's writes go through a local pointer stored to e.ptr once at the end: a store
+    through a uint8_t* may alias e.ptr, so writing through e.ptr itself made the compiler
+    store it and load it again between the value and the tag.)"""
     cdef uint8_t* p
     if v < 0x80:
-        e.ptr -= 1
-        e.ptr[0] = <uint8_t>v
-        return
+        (end - 1)[0] = <uint8_t>v
+        return end - 1
     if v < 0x4000:
         # two bytes: sub-message lengths, strings of 128 bytes and more, sizes in pixels
-        e.ptr -= 2
-        p = e.ptr
-        p[0] = <uint8_t>(v | 0x80)
-        p[1] = <uint8_t>(v >> 7)
-        return
-    e.ptr -= varint_size(v)
-    p = e.ptr
+        (end - 2)[0] = <uint8_t>(v | 0x80)
+        (end - 1)[0] = <uint8_t>(v >> 7)
+        return end - 2
+    end -= varint_size(v)
+    p = end
     while v >= 0x80:
         p[0] = <uint8_t>(v | 0x80)
         p += 1
         v >>= 7
     p[0] = <uint8_t>v
+    return end
+
+
+cdef inline void put_varint(Enc* e, uint64_t v) noexcept nogil:
+    e.ptr = varint_at(e.ptr, v)
 
 
 cdef inline void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n) noexcept nogil:
@@ -242,20 +249,29 @@ cdef inline void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n) noexcept
             dst[n] = src[n]
 
 
-cdef inline int put_string(Enc* e, const uint8_t* src, size_t n, bint utf8) noexcept nogil:
-    """Bytes and their length prefix (room for 8 bytes more reserved below them, for a
-    tag): OK, E_BAD_VALUE when `utf8` and they are not valid UTF-8, or E_NO_MEMORY."""
+cdef inline uint8_t* tag_at(uint8_t* end, const EncodeEntry* en) noexcept nogil:
+    """The entry's tag, pre-encoded, just below `end`: one 8-byte store whose top tag_len
+    bytes are the tag (the bytes below it are free room: the caller reserved 8 more than
+    it wrote). Returns its start."""
+    memcpy(end - 8, &en.tag_bytes, 8)
+    return end - en.tag_len
+
+
+cdef inline int put_string_field(Enc* e, const EncodeEntry* en, const uint8_t* src, size_t n,
+                                 bint utf8) noexcept nogil:
+    """Bytes, their length prefix and the entry's tag: OK, E_BAD_VALUE when `utf8` and
+    they are not valid UTF-8, or E_NO_MEMORY."""
     if reserve(e, n + 20):
         return E_NO_MEMORY
-    e.ptr -= n
+    cdef uint8_t* p = e.ptr - n
     if n <= 16:
-        if (copy_short(e.ptr, src, n) & 0x8080808080808080ULL) and utf8 and not utf8_valid_full(src, n):
+        if (copy_short(p, src, n) & 0x8080808080808080ULL) and utf8 and not utf8_valid_full(src, n):
             return E_BAD_VALUE
     else:
         if utf8 and not utf8_valid(src, n):
             return E_BAD_VALUE
-        memcpy(e.ptr, src, n)
-    put_varint(e, n)
+        memcpy(p, src, n)
+    e.ptr = tag_at(varint_at(p, n), en)
     return OK
 
 
@@ -496,10 +512,7 @@ cdef int put_record(Enc* e, const EncodeEntry* en, const ArrowColumn* c, int64_t
 
 
 cdef inline void put_tag_of(Enc* e, const EncodeEntry* en) noexcept nogil:
-    """The entry's tag, pre-encoded: one 8-byte store whose top tag_len bytes are the tag
-    (the bytes below it are free room: the caller reserved 8 more than it wrote)."""
-    memcpy(e.ptr - 8, &en.tag_bytes, 8)
-    e.ptr -= en.tag_len
+    e.ptr = tag_at(e.ptr, en)
 
 
 cdef inline int put_length_tag(Enc* e, size_t used_before, const EncodeEntry* en) noexcept nogil:
@@ -509,8 +522,7 @@ cdef inline int put_length_tag(Enc* e, size_t used_before, const EncodeEntry* en
         return E_TOO_LARGE
     if reserve(e, 20):
         return E_NO_MEMORY
-    put_varint(e, n)
-    put_tag_of(e, en)
+    e.ptr = tag_at(varint_at(e.ptr, n), en)
     return OK
 
 
@@ -518,8 +530,7 @@ cdef inline int put_varint_field(Enc* e, const EncodeEntry* en, uint64_t v) noex
     """A singular varint field's value and pre-encoded tag: OK or E_NO_MEMORY."""
     if reserve(e, 20):
         return E_NO_MEMORY
-    put_varint(e, v)
-    put_tag_of(e, en)
+    e.ptr = tag_at(varint_at(e.ptr, v), en)
     return OK
 
 
@@ -820,10 +831,9 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             n = <size_t>((<const int32_t*>c.offsets)[p + 1] - lo)
             if n == 0 and en.presence == P_IMPLICIT:
                 continue
-            status = put_string(e, c.values + lo, n, en.check == C_UTF8)
+            status = put_string_field(e, en, c.values + lo, n, en.check == C_UTF8)
             if status:
                 return fail(e, status, en.col, k) if status == E_BAD_VALUE else status
-            put_tag_of(e, en)
         elif op == O_INT32:
             # (one case per width: a second test of op inside a shared case cost 2-4
             # instructions a field)
@@ -850,27 +860,24 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                 continue
             if reserve(e, 16):
                 return E_NO_MEMORY
-            e.ptr -= 8
-            memcpy(e.ptr, &v, 8)
-            put_tag_of(e, en)
+            memcpy(e.ptr - 8, &v, 8)
+            e.ptr = tag_at(e.ptr - 8, en)
         elif op == O_FIXED32:
             memcpy(&v32, c.values + 4 * p, 4)
             if v32 == 0 and en.presence == P_IMPLICIT:
                 continue
             if reserve(e, 12):
                 return E_NO_MEMORY
-            e.ptr -= 4
-            memcpy(e.ptr, &v32, 4)
-            put_tag_of(e, en)
+            memcpy(e.ptr - 4, &v32, 4)
+            e.ptr = tag_at(e.ptr - 4, en)
         elif op == O_BOOL:
             v = is_set(c.values, p)
             if v == 0 and en.presence == P_IMPLICIT:
                 continue
             if reserve(e, 9):
                 return E_NO_MEMORY
-            e.ptr -= 1
-            e.ptr[0] = <uint8_t>v
-            put_tag_of(e, en)
+            (e.ptr - 1)[0] = <uint8_t>v
+            e.ptr = tag_at(e.ptr - 1, en)
         elif op == O_TIME:
             v = <uint64_t>time_part(c, en.aux, en.scale, p)
             if v == 0 and en.presence == P_IMPLICIT:
@@ -931,10 +938,9 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
                     return fail(e, E_NULL_ELEMENT, en.elem, j)
                 slo = offs[q]
                 n = <size_t>(offs[q + 1] - slo)
-                status = put_string(e, ec.values + slo, n, en.check == C_UTF8)
+                status = put_string_field(e, en, ec.values + slo, n, en.check == C_UTF8)
                 if status:
                     return fail(e, status, en.elem, j) if status == E_BAD_VALUE else status
-                put_tag_of(e, en)
         elif op == O_REP_MESSAGE:
             ec = <const ArrowColumn*>(cols + en.elem_at)
             span(c, p, &lo, &hi)
