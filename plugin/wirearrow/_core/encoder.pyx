@@ -155,6 +155,7 @@ ctypedef struct Enc:
     uint8_t* buf
     uint8_t* ptr               # next byte is written at ptr - 1
     uint8_t* limit             # end of the buffer: the output is [ptr, limit)
+    uint8_t* low               # buf + SMALL: room for a small write while ptr >= low
     int64_t allocated          # bytes behind buf (given back to the pool with it)
     const ArrowColumn* cols
     const EncodeEntry* entries
@@ -168,6 +169,11 @@ ctypedef struct Enc:
     int64_t err_index
     const uint8_t* absent      # per spec: 1 where its array is never read this call (bind;
                                # last: the record loop's fields keep their offsets)
+
+
+cdef enum:
+    SMALL = 32      # bytes reserve_small makes room for: a varint field (20), a length
+                    # prefix and tag (20), a fixed-width field and its tag store (16)
 
 
 cdef int grow(Enc* e, size_t n) noexcept nogil:
@@ -193,6 +199,7 @@ cdef int grow(Enc* e, size_t n) noexcept nogil:
     e.allocated = allocated
     e.limit = grown + new_cap
     e.ptr = e.limit - used
+    e.low = grown + SMALL
     return OK
 
 
@@ -200,6 +207,14 @@ cdef inline int reserve(Enc* e, size_t n) noexcept nogil:
     if <size_t>(e.ptr - e.buf) >= n:
         return OK
     return grow(e, n)
+
+
+cdef inline int reserve_small(Enc* e) noexcept nogil:
+    """reserve(e, SMALL), as one comparison of the write position with e.low (the
+    record loop's scalar fields and sub-message lengths: most writes of a record)."""
+    if e.ptr >= e.low:
+        return OK
+    return grow(e, SMALL)
 
 
 cdef inline uint8_t* varint_at(uint8_t* end, uint64_t v) noexcept nogil:
@@ -520,7 +535,7 @@ cdef inline int put_length_tag(Enc* e, size_t used_before, const EncodeEntry* en
     cdef size_t n = <size_t>(e.limit - e.ptr) - used_before
     if n > 0x7FFFFFFF:
         return E_TOO_LARGE
-    if reserve(e, 20):
+    if reserve_small(e):
         return E_NO_MEMORY
     e.ptr = tag_at(varint_at(e.ptr, n), en)
     return OK
@@ -528,7 +543,7 @@ cdef inline int put_length_tag(Enc* e, size_t used_before, const EncodeEntry* en
 
 cdef inline int put_varint_field(Enc* e, const EncodeEntry* en, uint64_t v) noexcept nogil:
     """A singular varint field's value and pre-encoded tag: OK or E_NO_MEMORY."""
-    if reserve(e, 20):
+    if reserve_small(e):
         return E_NO_MEMORY
     e.ptr = tag_at(varint_at(e.ptr, v), en)
     return OK
@@ -858,7 +873,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             memcpy(&v, c.values + 8 * p, 8)
             if v == 0 and en.presence == P_IMPLICIT:
                 continue
-            if reserve(e, 16):
+            if reserve_small(e):
                 return E_NO_MEMORY
             memcpy(e.ptr - 8, &v, 8)
             e.ptr = tag_at(e.ptr - 8, en)
@@ -866,7 +881,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             memcpy(&v32, c.values + 4 * p, 4)
             if v32 == 0 and en.presence == P_IMPLICIT:
                 continue
-            if reserve(e, 12):
+            if reserve_small(e):
                 return E_NO_MEMORY
             memcpy(e.ptr - 4, &v32, 4)
             e.ptr = tag_at(e.ptr - 4, en)
@@ -874,7 +889,7 @@ cdef int encode_message(Enc* e, int32_t node, int64_t k) noexcept nogil:
             v = is_set(c.values, p)
             if v == 0 and en.presence == P_IMPLICIT:
                 continue
-            if reserve(e, 9):
+            if reserve_small(e):
                 return E_NO_MEMORY
             (e.ptr - 1)[0] = <uint8_t>v
             e.ptr = tag_at(e.ptr - 1, en)
@@ -1554,6 +1569,7 @@ cdef class Plan:
         e.buf = NULL
         e.ptr = NULL
         e.limit = NULL
+        e.low = NULL    # (set by the first grow, before any write)
         e.allocated = 0
         cdef int status = OK
         cdef int64_t r, total
