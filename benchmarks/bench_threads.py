@@ -19,8 +19,8 @@ on a time.
 Beside the times, each way's deterministic counts: minor page faults and large-block
 allocations (buffer-pool misses) per batch, averaged over its runs (``getrusage`` and
 ``wirearrow.buffer_pool()``: they do not swing with the machine's load as wall time does).
-Two threads must not cost more of either per batch than one: the buffer pool holds its
-limit once per thread decoding at once (docs/memory.md). ``munmap`` calls are counted from
+Two threads must not cost more of either per batch than one: each thread that decodes has
+a buffer pool of its own (docs/memory.md). ``munmap`` calls are counted from
 outside: ``strace -f -c -e trace=munmap,mmap python benchmarks/bench_threads.py ...``.
 
 Two references are measured among each plan's ways, interleaved with them, over the same

@@ -61,7 +61,7 @@ cdef uint8_t* pool_take(int64_t size, bint zero, int64_t* allocated, uint64_t ke
 # the pool prefers blocks already written as far as a request needs.
 cdef void pool_give(uint8_t* data, int64_t allocated, int64_t written) noexcept nogil
 
-# Held by each decode call while it runs: the pool's limit is per thread decoding at once.
+# Made by each decode call: a thread's first one gives it a pool of its own (buffers.pyx).
 cdef class PoolUser:
     pass
 

@@ -21,7 +21,7 @@ def gather_strings(
 def buffer_pool(limit: int | None = None) -> dict[str, int]: ...
 
 class PoolUser:
-    """Held by a decode call while it runs (the pool's limit is per thread decoding at once)."""
+    """Made by each decode call (a thread's first one gives it a pool of its own)."""
 def epoch_values(
     seconds: _Bytes,
     nanos: _Bytes,

@@ -42,11 +42,11 @@ cdef enum:
 # a page fault on its first write: a third of a 50k-record nested decode. So large blocks
 # are kept here, up to a byte limit, and handed out again to the first request they fit.
 #
-# The limit is per thread decoding at once (the most decode calls seen running together):
-# two threads each transcoding a batch need two batches' blocks, and a pool holding one
-# batch's worth handed every other block back to the kernel, to be faulted in again
-# (measured: 65k-record whole messages, 2 threads, ~1,100 faults and 0.3 munmap a batch
-# against 76 and 0 on one thread; benchmarks/README.md, "Threads").
+# The limit is per thread that decodes (each has a pool of its own, below): two threads each
+# transcoding a batch need two batches' blocks, and a pool holding one batch's worth handed
+# every other block back to the kernel, to be faulted in again (measured: 65k-record whole
+# messages, 2 threads, ~1,100 faults and 0.3 munmap a batch against 76 and 0 on one
+# thread; benchmarks/README.md, "Threads").
 #
 # Which block a request gets decides what it costs: a pooled block is in memory only as far
 # as it was ever written (malloc's fresh pages are mapped on first write), and a request
@@ -67,27 +67,67 @@ cdef enum:
 # buffer it is for (`key`: the decoder's column or group and which of its buffers), and a
 # block goes back to the buffer it served last before thread or written extent count: it
 # is written as far as that buffer ever wrote, on either thread.
+#
+# And each thread that decodes has a pool of its own: a block goes back to the pool of the
+# thread that took it (whichever thread frees it), and a thread takes only its own blocks
+# (then shared ones, below), never another live thread's. With one pool for all, how many
+# blocks of a kind existed followed how the threads had interleaved so far: two threads
+# that had never needed a block at the same moment shared one, and the first batch in which
+# they did made a second and faulted its pages in, whenever that came (measured: flat-4
+# 16k records, two threads, 0.1, 12.8 and 0.2 faults a batch in three runs; the gathered
+# strings' block, made on the first overlap of the two threads' gathers). Per thread, each
+# thread's blocks are what its own batches need, made in its first batch and reused after,
+# as on one thread alone, however the threads run. Blocks of a thread that ended, and those
+# given back by threads that never decoded, are shared: anyone may take them.
 
 cdef enum:
     POOL_MIN = 64 * 1024    # smaller blocks: malloc reuses them from its own free lists
     POOL_SLOTS = 2048
+    POOL_OWNERS = 64        # pools: 0 the shared one, then one per thread that decodes
 
 cdef uint8_t* pool_data[POOL_SLOTS]
 cdef int64_t pool_size[POOL_SLOTS]
 cdef int64_t pool_touched[POOL_SLOTS]   # bytes from its start the block is known written to
-cdef unsigned long pool_owner[POOL_SLOTS]  # the thread that last took or gave it back
+cdef int pool_owner[POOL_SLOTS]         # the pool it belongs to (0: shared)
 cdef uint64_t pool_key[POOL_SLOTS]      # the buffer it served last (pool_take's key; 0: none)
 cdef int pool_count = 0
 cdef int64_t pool_bytes = 0
 cdef int64_t pool_limit = 256 << 20
 cdef int64_t pool_hits = 0
 cdef int64_t pool_misses = 0
-cdef int64_t pool_active = 0   # decode calls running now
-cdef int64_t pool_threads = 1  # the most decode calls that ever ran at once: the limit's factor
+cdef bint owner_live[POOL_OWNERS]       # a thread holds this pool (slot 0: never)
+cdef int64_t owner_bytes[POOL_OWNERS]   # bytes held in each pool
+cdef int pool_live = 0                  # threads with a pool of their own
 cdef PyThread_type_lock pool_lock = PyThread_allocate_lock()
 # Buffers from this size on are given back without the GIL (smaller: the hand-off of the
 # GIL would cost more than the free).
 cdef int64_t FREE_NOGIL = 256 * 1024
+
+# The calling thread's pool: 0 until its first decode call, then its slot (-1: none free,
+# it uses the shared pool). Thread-local in C: read on every large take and give, without
+# the GIL.
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    static __declspec(thread) int wa_pool_slot = 0;
+    #else
+    static __thread int wa_pool_slot = 0;
+    #endif
+    static inline int wa_pool_slot_get(void) { return wa_pool_slot; }
+    static inline void wa_pool_slot_set(int s) { wa_pool_slot = s; }
+    """
+    int wa_pool_slot_get() noexcept nogil
+    void wa_pool_slot_set(int s) noexcept nogil
+
+cdef extern from "Python.h":
+    PyObject* PyThreadState_GetDict()
+    int PyDict_SetItemString(PyObject* d, const char* key, object value) except -1
+
+
+cdef inline int pool_me() noexcept nogil:
+    cdef int s = wa_pool_slot_get()
+    return s if s > 0 else 0
+
 
 # Blocks out on loan from the pool: how far each was written when it left (its pages stay
 # in memory with it), found again by address when it comes back. An open-addressing table;
@@ -100,7 +140,7 @@ cdef enum:
 cdef uintptr_t lent_data[LENT_SLOTS]
 cdef int64_t lent_size[LENT_SLOTS]
 cdef int64_t lent_touched[LENT_SLOTS]
-cdef unsigned long lent_owner[LENT_SLOTS]
+cdef int lent_owner[LENT_SLOTS]
 cdef uint64_t lent_key[LENT_SLOTS]
 cdef int lent_count = 0
 
@@ -109,7 +149,7 @@ cdef inline int lent_home(uintptr_t p) noexcept nogil:
     return <int>(((p >> 4) * <uint64_t>0x9E3779B97F4A7C15) >> (64 - LENT_BITS))
 
 
-cdef void lent_put(uint8_t* data, int64_t size, int64_t touched, unsigned long owner,
+cdef void lent_put(uint8_t* data, int64_t size, int64_t touched, int owner,
                    uint64_t key) noexcept nogil:
     global lent_count
     cdef int i
@@ -128,11 +168,10 @@ cdef void lent_put(uint8_t* data, int64_t size, int64_t touched, unsigned long o
     lent_key[i] = key
 
 
-cdef int64_t lent_take(uint8_t* data, int64_t size, unsigned long* owner,
-                       uint64_t* key) noexcept nogil:
+cdef int64_t lent_take(uint8_t* data, int64_t size, int* owner, uint64_t* key) noexcept nogil:
     """How far the block at data (of size bytes) was written when lent, or -1 when not
-    known, and (in *owner, *key) the thread and buffer it was lent to; its entry leaves the table
-    (backward-shift deletion keeps the probes whole)."""
+    known, and (in *owner, *key) the pool and buffer it was lent to; its entry leaves the
+    table (backward-shift deletion keeps the probes whole)."""
     global lent_count
     cdef int i = lent_home(<uintptr_t>data), j, k
     cdef int64_t touched
@@ -168,12 +207,39 @@ cdef inline void pool_remove(int i) noexcept nogil:
     # Slot i leaves the pool (its block is the caller's now); the last slot takes its place.
     global pool_count, pool_bytes
     pool_bytes -= pool_size[i]
+    owner_bytes[pool_owner[i]] -= pool_size[i]
     pool_count -= 1
     pool_data[i] = pool_data[pool_count]
     pool_size[i] = pool_size[pool_count]
     pool_touched[i] = pool_touched[pool_count]
     pool_owner[i] = pool_owner[pool_count]
     pool_key[i] = pool_key[pool_count]
+
+
+cdef inline int64_t pool_cap() noexcept nogil:
+    # All pools together: the limit once per thread with a pool of its own (at least once).
+    return pool_limit * (pool_live if pool_live > 1 else 1)
+
+
+cdef void pool_trim() noexcept nogil:
+    """Free blocks (lock held) until every pool holds at most the limit and all of them
+    together at most pool_cap(): shared blocks first, then the largest."""
+    cdef int i, best
+    cdef bint over_all
+    while pool_count > 0:
+        over_all = pool_bytes > pool_cap()
+        best = -1
+        for i in range(pool_count):
+            if not (over_all or owner_bytes[pool_owner[i]] > pool_limit):
+                continue
+            if best < 0 or (pool_owner[i] == 0) > (pool_owner[best] == 0) or (
+                    (pool_owner[i] == 0) == (pool_owner[best] == 0)
+                    and pool_size[i] > pool_size[best]):
+                best = i
+        if best < 0:
+            return
+        PyMem_RawFree(pool_data[best])
+        pool_remove(best)
 
 
 cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept nogil:
@@ -185,25 +251,24 @@ cdef uint8_t* pool_alloc(int64_t size, bint zero, int64_t* allocated) noexcept n
 cdef uint8_t* pool_take(int64_t size, bint zero, int64_t* allocated, uint64_t key) noexcept nogil:
     """pool_alloc for the buffer named `key` (0: none): a pooled block that served the same
     buffer last comes first."""
-    cdef int i, best = -1
+    cdef int i, best = -1, me
     cdef int64_t unwritten, best_unwritten = 0, touched
     cdef bint other, best_other = True, stranger, best_stranger = True
     cdef uint8_t* p = NULL
-    cdef unsigned long me
     global pool_hits, pool_misses
     if size < 1:
         size = 1
     if size >= POOL_MIN:
-        me = PyThread_get_thread_ident()
+        me = pool_me()
         PyThread_acquire_lock(pool_lock, WAIT_LOCK)
-        # Never a block more than twice the request (memory held for a column must stay
+        # Of this thread's own blocks and the shared ones (never another live thread's:
+        # above), never one more than twice the request (memory held for a column must stay
         # proportional to what it stores); of those, one that served the same buffer last
         # (written as far as that buffer writes; keyless requests prefer keyless blocks),
-        # then one this thread had last (the blocks of its own last batch, as one thread
-        # alone gets them back), then the one written furthest into the request's size
-        # (its fresh pages fault), then the smallest.
+        # then its own over a shared one, then the one written furthest into the request's
+        # size (its fresh pages fault), then the smallest.
         for i in range(pool_count):
-            if size <= pool_size[i] <= 2 * size:
+            if size <= pool_size[i] <= 2 * size and (pool_owner[i] == me or pool_owner[i] == 0):
                 stranger = pool_key[i] != key
                 other = pool_owner[i] != me
                 unwritten = size - pool_touched[i] if pool_touched[i] < size else 0
@@ -242,9 +307,9 @@ cdef uint8_t* pool_take(int64_t size, bint zero, int64_t* allocated, uint64_t ke
         size = size_class(size + (size >> 4))
         p = <uint8_t*>(PyMem_RawCalloc(<size_t>size, 1) if zero else PyMem_RawMalloc(<size_t>size))
         allocated[0] = size if p != NULL else 0
-        if p != NULL and key != 0:
-            # Lent like a pooled block, so that it comes back to its buffer (written: none
-            # known; calloc's fresh pages are not written).
+        if p != NULL and (key != 0 or me != 0):
+            # Lent like a pooled block, so that it comes back to its buffer and its thread's
+            # pool (written: none known; calloc's fresh pages are not written).
             PyThread_acquire_lock(pool_lock, WAIT_LOCK)
             lent_put(p, size, 0, me, key)
             PyThread_release_lock(pool_lock)
@@ -277,17 +342,17 @@ cdef void pool_give(uint8_t* data, int64_t allocated, int64_t written) noexcept 
 
 
 cdef void pool_keep(uint8_t* data, int64_t allocated, int64_t written) noexcept nogil:
-    """Keep a large block (or free it past the limit)."""
+    """Keep a large block in the pool it was lent from (or free it past the limit)."""
     global pool_count, pool_bytes
     cdef int64_t touched
-    cdef unsigned long owner
+    cdef int owner = pool_me()   # a block not lent by the pool: the freeing thread's
     cdef uint64_t key = 0
     PyThread_acquire_lock(pool_lock, WAIT_LOCK)
-    owner = PyThread_get_thread_ident()   # a block not lent by the pool: the freeing thread's
     touched = lent_take(data, allocated, &owner, &key)
     if touched < written:
         touched = written
-    if pool_count < POOL_SLOTS and pool_bytes + allocated <= pool_limit * pool_threads:
+    if (pool_count < POOL_SLOTS and owner_bytes[owner] + allocated <= pool_limit
+            and pool_bytes + allocated <= pool_cap()):
         pool_data[pool_count] = data
         pool_size[pool_count] = allocated
         pool_touched[pool_count] = min(touched, allocated)
@@ -295,72 +360,103 @@ cdef void pool_keep(uint8_t* data, int64_t allocated, int64_t written) noexcept 
         pool_key[pool_count] = key
         pool_count += 1
         pool_bytes += allocated
+        owner_bytes[owner] += allocated
         data = NULL
     PyThread_release_lock(pool_lock)
     PyMem_RawFree(data)
 
 
 # Called through a pointer so that the compiler keeps it out of pool_give: inlined, its
-# frame was set up for every small block freed too (callgrind, 1-record whole messages:
+# frame was set up for every small free too (callgrind, 1-record whole messages:
 # ~4,500 instructions a call).
 cdef void (*pool_keep_large)(uint8_t*, int64_t, int64_t) noexcept nogil
 pool_keep_large = pool_keep
 
 
-cdef void pool_enter() noexcept nogil:
-    """A decode call starts: the pool's limit scales with the most that ran at once."""
-    global pool_active, pool_threads
-    PyThread_acquire_lock(pool_lock, WAIT_LOCK)
-    pool_active += 1
-    if pool_active > pool_threads:
-        pool_threads = pool_active
-    PyThread_release_lock(pool_lock)
+@cython.no_gc
+cdef class PoolOwner:
+    """A thread's hold on its pool, kept in the thread's state dict: Python clears that dict
+    when the thread ends, and this gives the thread's blocks (pooled, or still out on loan)
+    to the shared pool, where any thread may take them."""
+    cdef int slot
+    cdef unsigned long ident
+
+    def __dealloc__(self):
+        global pool_live
+        cdef int i
+        PyThread_acquire_lock(pool_lock, WAIT_LOCK)
+        for i in range(pool_count):
+            if pool_owner[i] == self.slot:
+                pool_owner[i] = 0
+        owner_bytes[0] += owner_bytes[self.slot]
+        owner_bytes[self.slot] = 0
+        for i in range(LENT_SLOTS):
+            if lent_data[i] != 0 and lent_owner[i] == self.slot:
+                lent_owner[i] = 0
+        owner_live[self.slot] = False
+        pool_live -= 1
+        pool_trim()
+        PyThread_release_lock(pool_lock)
+        if PyThread_get_thread_ident() == self.ident:
+            wa_pool_slot_set(0)   # (a thread state deleted while its thread goes on)
 
 
-cdef void pool_leave() noexcept nogil:
-    global pool_active
+cdef void pool_register() except *:
+    """The calling thread gets a pool of its own (the shared one when all slots are taken
+    or it has no thread state dict)."""
+    global pool_live
+    cdef int s, found = -1
+    cdef PoolOwner hold
+    cdef PyObject* d = PyThreadState_GetDict()
+    if d == NULL:
+        wa_pool_slot_set(-1)
+        return
     PyThread_acquire_lock(pool_lock, WAIT_LOCK)
-    pool_active -= 1
+    for s in range(1, POOL_OWNERS):
+        if not owner_live[s]:
+            found = s
+            owner_live[s] = True
+            pool_live += 1
+            break
     PyThread_release_lock(pool_lock)
+    if found < 0:
+        wa_pool_slot_set(-1)
+        return
+    hold = PoolOwner.__new__(PoolOwner)
+    hold.slot = found
+    hold.ident = PyThread_get_thread_ident()
+    wa_pool_slot_set(found)
+    PyDict_SetItemString(d, "wirearrow.buffer_pool", hold)
 
 
 cdef class PoolUser:
-    """Held by a decode call for its duration (released on return or exception alike)."""
+    """Made by each decode call: a thread's first one gives it a pool of its own."""
 
     def __cinit__(self):
-        pool_enter()
-
-    def __dealloc__(self):
-        pool_leave()
+        if wa_pool_slot_get() == 0:
+            pool_register()
 
 
 def buffer_pool(limit=None):
     """Statistics of the pool of large column buffers, after setting its byte limit if given.
 
-    wirearrow keeps the large buffers of dropped batches (up to `limit` bytes per thread
-    decoding at once, 256 MiB by default) for the next batch to reuse, instead of returning
-    them to the system and paying a page fault per 4 KiB when writing fresh ones. limit=0
-    frees them all and disables it. Returns a dict: limit (per thread), threads (the most
-    decode calls that ran at once: the pool holds up to limit * threads), bytes and blocks
-    held, hits and misses of large requests so far.
+    wirearrow keeps the large buffers of dropped batches (up to `limit` bytes for each
+    thread that decodes, 256 MiB by default) for the next batch to reuse, instead of
+    returning them to the system and paying a page fault per 4 KiB when writing fresh ones.
+    Each thread that decodes reuses its own blocks; a thread's blocks are shared once it
+    ends. limit=0 frees them all and disables it. Returns a dict: limit (per thread),
+    threads (live threads with a pool of their own: the pools hold up to limit * threads
+    together), bytes and blocks held, hits and misses of large requests so far.
     """
     global pool_limit
-    cdef int i, best
     if limit is not None:
         if limit < 0:
             raise ValueError("buffer_pool: limit must be >= 0")
         PyThread_acquire_lock(pool_lock, WAIT_LOCK)
         pool_limit = limit
-        # Shrink to the new limit, largest blocks first.
-        while pool_count > 0 and pool_bytes > pool_limit * pool_threads:
-            best = 0
-            for i in range(pool_count):
-                if pool_size[i] > pool_size[best]:
-                    best = i
-            PyMem_RawFree(pool_data[best])
-            pool_remove(best)
+        pool_trim()   # to the new limit, largest blocks first
         PyThread_release_lock(pool_lock)
-    return {"limit": pool_limit, "threads": pool_threads, "bytes": pool_bytes,
+    return {"limit": pool_limit, "threads": pool_live, "bytes": pool_bytes,
             "blocks": pool_count, "hits": pool_hits, "misses": pool_misses}
 
 
