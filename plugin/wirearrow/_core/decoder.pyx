@@ -882,7 +882,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 
     errors = []
     cdef int status = OK
-    cdef int64_t g, start, end, moved = 0
+    cdef int64_t start, end, moved = 0
     cdef const int64_t* ps = &starts[0] if n > 0 else NULL
     cdef const int64_t* pe = &ends[0] if n > 0 else NULL
     cdef int64_t* checkpoint = own.checkpoint
@@ -904,8 +904,6 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
                     while issued < issue_to:
                         __builtin_prefetch(ls.at[issued], 1)
                         issued += 1
-                for g in range(c.n_groups):
-                    checkpoint[g] = c.groups[g].count
                 start = ps[i]
                 end = pe[i]
                 c.record = c.data + start
@@ -913,6 +911,7 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
                 moved = c.moved
                 status = decode_record(c, c.data + start, c.data + end, index_base + i)
                 if status != OK:
+                    record_counts(c, index_base + i, checkpoint)
                     rollback(c, checkpoint)
                     c.moved = moved
                     break
@@ -936,10 +935,10 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 cdef class Context:
     """The working state of one decode() call, and its one owner: the Ctx (whose buffers
     export() hands over to the Result; any it has not are freed with it), the per-group
-    checkpoint of the record being decoded, the sizes given and the prefetch lists."""
+    counts of a bad record's rollback, the sizes given and the prefetch lists."""
     cdef Ctx* c
     cdef Program program       # whose spare c goes back to (give_back_ctx)
-    cdef int64_t* checkpoint   # per group: its count before the record being decoded
+    cdef int64_t* checkpoint   # per group: its count before a bad record (record_counts)
     cdef int64_t* caps         # the capacities given, per group (NULL: none)
     cdef Lines ls              # the cache lines of the next block (ls.at NULL: none)
     cdef int64_t* block_elems  # per group: elements a block of records adds
@@ -1384,6 +1383,25 @@ cdef inline OwnedBuffer zero_view(OwnedBuffer zeros, dict views, int64_t size):
     if v is None:
         v = views[size] = OwnedBuffer.view(zeros, size)
     return <OwnedBuffer>v
+
+
+cdef void record_counts(Ctx* c, int64_t index, int64_t* counts) noexcept nogil:
+    """Each group's count before record `index` (the one being decoded), derived after it
+    failed instead of copied before every record: a group's elements are in the order of
+    their parents (every element is opened under its parent group's newest one), so the
+    record's are a suffix, found from the end: the root group's by their parent (the record
+    index, increasing), every other group's by a parent past its parent group's count
+    (parents precede their children). A bad record costs its own elements, no more."""
+    cdef int32_t g
+    cdef int64_t k, keep
+    cdef GroupStore* gs
+    for g in range(c.n_groups):
+        gs = &c.groups[g]
+        k = gs.count
+        keep = index if g == 0 else counts[gs.parent_group]
+        while k > 0 and gs.parent[k - 1] >= keep:
+            k -= 1
+        counts[g] = k
 
 
 cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
