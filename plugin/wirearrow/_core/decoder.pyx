@@ -21,7 +21,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from wirearrow._core.buffers cimport (
-    MAX_LINES, Lines, OwnedBuffer, PoolUser, add_lines, pool_alloc, pool_free, pool_give,
+    MAX_LINES, OwnedBuffer, PoolUser, pool_alloc, pool_free, pool_give,
     pool_take,
 )
 import numpy as np
@@ -182,6 +182,17 @@ ctypedef struct Ctx:
     int32_t* touched
     uint8_t* is_touched              # per column: 1 when in `touched`
     int32_t n_touched
+
+
+ctypedef struct Run:
+    const uint8_t* at      # the first line (64-byte aligned)
+    int64_t lines          # consecutive lines from there, 1 at least
+
+
+ctypedef struct Ahead:
+    Run* runs              # min(3 * columns + groups, MAX_LINES) runs, or NULL: no prefetching
+    int64_t n_runs
+    int64_t lines          # in all runs: MAX_LINES at most (beyond: not prefetched)
 
 
 cdef class Program:
@@ -865,15 +876,19 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
 
     # Prefetching the writes: with sizes known (from the previous batch or a profile), the
     # elements and string bytes each block of records adds to every column are known ahead.
-    cdef Lines* ls = &own.ls
-    cdef int64_t step = 0, block_left = 0, issue_to = 0, issued = 0
+    cdef Ahead* ah = &own.ahead
+    cdef int64_t step = 0, block_left = 0, left = 0, run = 0, run_left = 0, k, m
+    cdef const uint8_t* line = NULL
+    cdef const uint8_t* stop
     if own.caps != NULL and arena_capacity is not None and n >= 2 * BLOCK:
-        ls.at = <const uint8_t**>PyMem_RawMalloc(MAX_LINES * sizeof(uint8_t*))
+        # (a run has a line at least, and a block lists MAX_LINES at most)
+        ah.runs = <Run*>PyMem_RawMalloc(
+            min(3 * <int64_t>program.n_cols + program.n_groups, MAX_LINES) * sizeof(Run))
         own.block_elems = <int64_t*>PyMem_RawMalloc(max(program.n_groups, 1) * sizeof(int64_t))
         own.block_bytes = <int64_t*>PyMem_RawMalloc(max(program.n_cols, 1) * sizeof(int64_t))
-        if ls.at == NULL or own.block_elems == NULL or own.block_bytes == NULL:
-            PyMem_RawFree(ls.at)
-            ls.at = NULL   # (no prefetching: not an error)
+        if ah.runs == NULL or own.block_elems == NULL or own.block_bytes == NULL:
+            PyMem_RawFree(ah.runs)
+            ah.runs = NULL   # (no prefetching: not an error)
         else:
             for i in range(program.n_groups):
                 own.block_elems[i] = (own.caps[i] * BLOCK + n - 1) // n
@@ -890,20 +905,32 @@ def decode(Program program, const uint8_t[::1] data, const int64_t[::1] starts,
     while i < n:
         with nogil:
             while i < n:
-                if ls.at != NULL:
-                    # A block's lines are listed at its start and issued a share a record
-                    # (counted down: no division per record).
+                if ah.runs != NULL:
+                    # A block's lines are listed at its start, as runs of consecutive
+                    # lines, and issued a share a record (counted down: no division per
+                    # record), from the run where the last record's share stopped.
                     if block_left == 0:
-                        list_writes(c, ls, own.block_elems, own.block_bytes)
-                        step = (ls.count + BLOCK - 1) // BLOCK
-                        issued = 0
-                        issue_to = 0
+                        list_writes(c, ah, own.block_elems, own.block_bytes)
+                        step = (ah.lines + BLOCK - 1) // BLOCK
+                        left = ah.lines
+                        run = 0
+                        run_left = 0
                         block_left = BLOCK
                     block_left -= 1
-                    issue_to = min(issue_to + step, ls.count)
-                    while issued < issue_to:
-                        __builtin_prefetch(ls.at[issued], 1)
-                        issued += 1
+                    k = step if step < left else left
+                    left -= k
+                    while k > 0:
+                        if run_left == 0:   # (left counts only lines the runs hold)
+                            line = ah.runs[run].at
+                            run_left = ah.runs[run].lines
+                            run += 1
+                        m = k if k < run_left else run_left
+                        k -= m
+                        run_left -= m
+                        stop = line + m * 64
+                        while line < stop:
+                            __builtin_prefetch(line, 1)
+                            line += 64
                 start = ps[i]
                 end = pe[i]
                 c.record = c.data + start
@@ -940,21 +967,21 @@ cdef class Context:
     cdef Program program       # whose spare c goes back to (give_back_ctx)
     cdef int64_t* checkpoint   # per group: its count before a bad record (record_counts)
     cdef int64_t* caps         # the capacities given, per group (NULL: none)
-    cdef Lines ls              # the cache lines of the next block (ls.at NULL: none)
+    cdef Ahead ahead           # the cache lines of the next block (runs NULL: none)
     cdef int64_t* block_elems  # per group: elements a block of records adds
     cdef int64_t* block_bytes  # per column: string bytes a block of records adds
 
     def __cinit__(self):
-        self.ls.at = NULL
-        self.ls.count = 0
-        self.ls.issued = 0
+        self.ahead.runs = NULL
+        self.ahead.n_runs = 0
+        self.ahead.lines = 0
 
     def __dealloc__(self):
         give_back_ctx(self.program, self.c)
         self.c = NULL
         PyMem_RawFree(self.checkpoint)
         PyMem_RawFree(self.caps)
-        PyMem_RawFree(self.ls.at)
+        PyMem_RawFree(self.ahead.runs)
         PyMem_RawFree(self.block_elems)
         PyMem_RawFree(self.block_bytes)
 
@@ -1080,32 +1107,53 @@ cdef inline void touch(Ctx* c, ColumnStore* cs) noexcept nogil:
         c.n_touched += 1
 
 
-cdef void list_writes(Ctx* c, Lines* ls, const int64_t* block_elems,
+cdef inline void add_run(Run* runs, int64_t* n_runs, int64_t* lines, const uint8_t* base,
+                         int64_t lo, int64_t hi) noexcept nogil:
+    """The cache lines of bytes [lo, hi) of base, as one run."""
+    cdef int64_t a, count
+    if base == NULL or hi <= lo:
+        return
+    a = lo & ~(<int64_t>63)
+    count = min((hi - a + 63) >> 6, MAX_LINES - lines[0])
+    if count <= 0:
+        return
+    runs[n_runs[0]].at = base + a
+    runs[n_runs[0]].lines = count
+    n_runs[0] += 1
+    lines[0] += count
+
+
+cdef void list_writes(Ctx* c, Ahead* ah, const int64_t* block_elems,
                       const int64_t* block_bytes) noexcept nogil:
-    """The cache lines the next block of records will write, by the sizes expected: a column's slots past its group's count, its arena past its length. Asked
-    for a few per record (with write intent), they are in cache when the stores come:
-    ~170 output streams are more than the hardware prefetcher follows."""
+    """The cache lines the next block of records will write, by the sizes expected: a
+    column's slots past its group's count, its arena past its length. Asked for a few per
+    record (with write intent), they are in cache when the stores come: ~170 output
+    streams are more than the hardware prefetcher follows. Listed as runs (a stream's
+    lines are consecutive): a line costs its prefetch, not a list entry as well."""
     cdef int32_t col, g
     cdef ColumnStore* cs
     cdef int64_t a, b
-    ls.count = 0
+    cdef Run* runs = ah.runs
+    cdef int64_t n_runs = 0, lines = 0   # (locals: the runs' stores cannot alias them)
     for col in range(c.n_cols):
         cs = &c.cols[col]
         g = cs.group
         a = c.groups[g].count + block_elems[g]
         b = min(a + block_elems[g], cs.capacity)
         if a < b:
-            add_lines(ls, cs.valid, a, b)
+            add_run(runs, &n_runs, &lines, cs.valid, a, b)
             if cs.width > 0:
-                add_lines(ls, cs.values, a * cs.width, b * cs.width)
+                add_run(runs, &n_runs, &lines, cs.values, a * cs.width, b * cs.width)
         if cs.arena != NULL and block_bytes[col] > 0:
             a = cs.arena_len + block_bytes[col]
-            add_lines(ls, cs.arena, a, min(a + block_bytes[col], cs.arena_cap))
+            add_run(runs, &n_runs, &lines, cs.arena, a, min(a + block_bytes[col], cs.arena_cap))
     for g in range(c.n_groups):
         a = c.groups[g].count + block_elems[g]
         b = min(a + block_elems[g], c.groups[g].capacity)
         if a < b:
-            add_lines(ls, <const uint8_t*>c.groups[g].parent, a * 8, b * 8)
+            add_run(runs, &n_runs, &lines, <const uint8_t*>c.groups[g].parent, a * 8, b * 8)
+    ah.n_runs = n_runs
+    ah.lines = lines
 
 
 cdef void presize(Ctx* c, const int64_t* capacity) noexcept nogil:
