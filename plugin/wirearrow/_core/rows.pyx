@@ -4,6 +4,7 @@
 A group's elements are stored parent by parent, so `offsets[p]:offsets[p + 1]` are the
 elements of parent p. A selection picks, for each parent, some of those elements in order.
 """
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memset
 
@@ -20,13 +21,33 @@ import numpy as np
 # plan, see pool_take): batch after batch the same table gets the block it had last,
 # already written as far as it writes, on either thread. The array is a read-only numpy
 # view of the block (no copy), which goes back to the pool when the array is dropped.
+#
+# A table's name is composed here, in one place, from the caller's `name` (its plan's: the
+# assembler passes id(plan) << 16; 0: none, plain numpy arrays) and which table it is: the
+# selection's or group's index and the kind below (expand's element table is +1). A hint:
+# two tables sharing a name cost at most a page fault, never a wrong value.
 cdef enum:
     POOL_MIN = 65536   # buffers.pyx: smaller blocks are malloc's (reused from its free lists)
+    T_OFFSETS = 1
+    T_ALL = 3
+    T_ROOT = 5
+    T_EXPAND = 7
+    T_GATHER = 9
 
 
-cdef inline uint64_t table_key(uint64_t key) noexcept nogil:
-    # A caller's name (plan, table) spread over the pool's key space (decoder keys too).
-    return key * <uint64_t>0xD6E8FEB86659FD93 + <uint64_t>0x632BE59BD9B4E019 if key else 0
+cdef inline uint64_t table_key(uint64_t name, uint64_t which) noexcept nogil:
+    # A caller's table (plan, which) spread over the pool's key space (decoder keys too).
+    return ((name + which) * <uint64_t>0xD6E8FEB86659FD93 + <uint64_t>0x632BE59BD9B4E019
+            if name else 0)
+
+
+# Looked up once: a small batch's tables are numpy arrays, made several times a call, and
+# two module attribute lookups and a typed memoryview a table cost more than the array
+# (callgrind, 1-record flat-4: ~3,600 instructions a table).
+cdef object np_empty = np.empty
+cdef object np_zeros = np.zeros
+cdef object int32_dtype = np.dtype(np.int32)
+cdef object int64_dtype = np.dtype(np.int64)
 
 
 cdef object row_table(int64_t n, bint wide, uint64_t key, bint zero, void** data):
@@ -35,19 +56,16 @@ cdef object row_table(int64_t n, bint wide, uint64_t key, bint zero, void** data
     cdef int64_t size = n * (8 if wide else 4), allocated
     cdef uint8_t* p
     cdef object arr
-    cdef int32_t[::1] v32
-    cdef int64_t[::1] v64
+    cdef Py_buffer view
     if size < POOL_MIN or key == 0:
-        arr = (np.zeros if zero else np.empty)(n, dtype=np.int64 if wide else np.int32)
+        arr = (np_zeros if zero else np_empty)(n, int64_dtype if wide else int32_dtype)
         data[0] = NULL
-        if n > 0 and wide:
-            v64 = arr
-            data[0] = &v64[0]
-        elif n > 0:
-            v32 = arr
-            data[0] = &v32[0]
+        if n > 0:
+            PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE)
+            data[0] = view.buf
+            PyBuffer_Release(&view)   # (the array, returned, keeps the memory)
         return arr
-    p = pool_take(size, zero, &allocated, table_key(key))
+    p = pool_take(size, zero, &allocated, key)
     if p == NULL:
         raise MemoryError()
     data[0] = p
@@ -176,12 +194,14 @@ cdef bint count_children(const int64_t* par, int64_t n, int64_t n_parent,
     return True
 
 
-def group_offsets(const int64_t[::1] parents, int64_t n_parent, uint64_t key=0):
+def group_offsets(const int64_t[::1] parents, int64_t n_parent, uint64_t name=0,
+                  int64_t group=0):
     """offsets[p]:offsets[p + 1] = elements whose parent is p (parents are non-decreasing).
-    `key` (0: none) names the table for the pool (see row_table)."""
+    `name` (0: none) and `group` name the table for the pool (see row_table)."""
     cdef int64_t n = parents.shape[0]
     cdef void* ov
-    out = row_table(n_parent + 1, True, key, True, &ov)
+    out = row_table(n_parent + 1, True, table_key(name, <uint64_t>group << 4 | T_OFFSETS), True,
+                    &ov)
     cdef const int64_t* par = &parents[0] if n > 0 else NULL
     cdef bint ok
     with nogil:
@@ -215,12 +235,14 @@ ctypedef fused index_t:
     int64_t
 
 
-def numbering(int64_t n, bint wide, uint64_t key=0):
-    """0, 1, ..., n - 1 as int32 (int64 if wide): a root's row table, or every element of a
-    group selected; `key` (0: none) names it for the pool (see row_table)."""
+def numbering(int64_t n, bint wide, uint64_t name=0, int64_t index=-1):
+    """0, 1, ..., n - 1 as int32 (int64 if wide): the root's row table (index -1), or every
+    element of a group selected (index: the selection's); `name` (0: none) and index name
+    it for the pool (see row_table)."""
     cdef void* out
     cdef int64_t i
-    arr = row_table(n, wide, key, False, &out)
+    arr = row_table(n, wide, table_key(name, <uint64_t>index << 4 | T_ALL if index >= 0
+                                       else T_ROOT), False, &out)
     with nogil:
         if wide:
             for i in range(n):
@@ -232,14 +254,14 @@ def numbering(int64_t n, bint wide, uint64_t key=0):
 
 
 def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] sel_off,
-           uint64_t key=0):
+           uint64_t name=0, int64_t index=0):
     """Fan a row table out over one selection (SQL UNNEST with a left join).
 
     rows[r] is the parent element of row r (-1: none). Each row becomes one row per selected
     element under its parent, or one row with no element (-1) when there are none.
     Returns (owner, element): the source row of every new row, and its element; int32 when
-    both fit (row tables are the largest temporaries of a batch), else int64. `key` (0:
-    none) names the two tables for the pool (key and key + 1: see row_table).
+    both fit (row tables are the largest temporaries of a batch), else int64. `name` (0:
+    none) and `index` (the selection's) name the two tables for the pool (see row_table).
     """
     cdef int64_t n = rows.shape[0], r, k, e, count, total = 0, pos = 0
     cdef int64_t n_off = sel_off.shape[0]
@@ -257,8 +279,9 @@ def expand(const index_t[::1] rows, const int64_t[::1] sel, const int64_t[::1] s
     narrow = total < 0x7FFFFFFF and sel.shape[0] < 0x7FFFFFFF
     cdef void* o
     cdef void* el
-    owner = row_table(total, not narrow, key, False, &o)
-    element = row_table(total, not narrow, key + 1 if key else 0, False, &el)
+    cdef uint64_t which = <uint64_t>index << 4 | T_EXPAND
+    owner = row_table(total, not narrow, table_key(name, which), False, &o)
+    element = row_table(total, not narrow, table_key(name, which + 1), False, &el)
     if narrow:
         _expand_into(rows, sel, sel_off, <int32_t*>o, <int32_t*>el)
     else:
@@ -289,15 +312,19 @@ cdef void _expand_into(const index_t[::1] rows, const int64_t[::1] sel,
                 pos += 1
 
 
-def gather_rows(const index_t[::1] values, const out_t[::1] owner, uint64_t key=0):
+def gather_rows(const index_t[::1] values, const out_t[::1] owner, uint64_t name=0,
+                int64_t index=0, int64_t table=0):
     """values[owner] (values' dtype): a row table carried onto the rows a fan-out made
     (`owner` from expand). numpy's own fancy indexing first casts an int32 index to intp,
-    with the GIL held: this is the largest array work of a flat plan's row tables. `key`
-    (0: none) names the table for the pool (see row_table)."""
+    with the GIL held: this is the largest array work of a flat plan's row tables. `name`
+    (0: none), `index` (the fan-out's selection) and `table` (the selection whose table is
+    carried) name it for the pool (see row_table)."""
     cdef int64_t n = owner.shape[0], n_values = values.shape[0], i, o
     cdef bint outside = False
     cdef void* out_data
-    out = row_table(n, index_t is int64_t, key, False, &out_data)
+    out = row_table(n, index_t is int64_t,
+                    table_key(name, (<uint64_t>index << 6 | <uint64_t>table) << 4 | T_GATHER),
+                    False, &out_data)
     cdef index_t* dst = <index_t*>out_data
     with nogil:
         for i in range(n):

@@ -96,6 +96,9 @@ class Assembler:
         self._json_texts: dict[int, pa.Array] = {}  # rendered by problems(), by leaf id
         # Timestamp / Duration values whose nanos the column's unit cannot hold (truncated).
         self.precision_lost = 0
+        # The buffer pool's name for this batch's row tables (rows.pyx adds which table):
+        # the plan's, so that batch after batch, on its thread, a table gets its block back.
+        self.rows_name = id(plan) << 16
         _share_validity(self.facts, result)
 
     # -- groups -------------------------------------------------------------------------
@@ -112,11 +115,8 @@ class Assembler:
         off = self._offsets.get(group)
         if off is None:
             n_parent = self.counts[self.plan.group_parents[group]]
-            name = id(self.plan) << 16 if self.counts[0] >= _POOLED_ROWS else 0
-            off = self._offsets[group] = (
-                group_offsets(self.parents(group), n_parent, name + (group << 4 | _T_OFFSETS))
-                if name
-                else group_offsets(self.parents(group), n_parent)
+            off = self._offsets[group] = group_offsets(
+                self.parents(group), n_parent, self.rows_name, group
             )
         return off
 
@@ -414,10 +414,7 @@ class Assembler:
         if s.kind == "all":
             keep = self.map_keep(s.group, s.dedupe) if s.dedupe is not None else None
             if keep is None:
-                name = id(self.plan) << 16 if self.counts[0] >= _POOLED_ROWS else 0
-                if name:
-                    return numbering(self.counts[s.group], True, name + (s.index << 4 | _T_ALL)), off
-                return np.arange(self.counts[s.group], dtype=np.int64), off
+                return numbering(self.counts[s.group], True, self.rows_name, s.index), off
             return np.flatnonzero(keep).astype(np.int64), _kept_offsets(keep, off)
         if s.kind == "filter":
             keep = self.mask(s.predicate, self.counts[s.group])  # type: ignore[arg-type]
@@ -455,12 +452,8 @@ class Assembler:
         """Row -> element index of every selection of one fan-out tree (root first); and
         whether any fan-out added rows."""
         root_n = self.counts[0]
-        name = id(self.plan) << 16 if root_n >= _POOLED_ROWS else 0
-        root: np.ndarray = (
-            numbering(root_n, _index_dtype(root_n) is np.int64, name + _T_ROOT)
-            if name
-            else np.arange(root_n, dtype=_index_dtype(root_n))
-        )
+        name = self.rows_name
+        root: np.ndarray = numbering(root_n, root_n >= _INT32_ROWS, name)
         table: dict[int, np.ndarray] = {selections[0].index: root}
         expanded = False
         for s in selections[1:]:
@@ -471,23 +464,13 @@ class Assembler:
                 table[s.index] = np.where(e >= 0, picked[safe] if len(picked) else -1, -1)
                 continue
             sel, sel_off = self._fanout(s)
-            owner, element = (
-                expand(e, sel, sel_off, name + (s.index << 4 | _T_EXPAND))
-                if name
-                else expand(e, sel, sel_off)
-            )
+            owner, element = expand(e, sel, sel_off, name, s.index)
             if len(owner) != len(e):
                 expanded = True
                 for k in table:
                     # The root's table is 0..n-1 until a fan-out: its rows are the owners.
                     same = table[k] is root and owner.dtype == root.dtype
-                    table[k] = (
-                        owner
-                        if same
-                        else gather_rows(table[k], owner, name + ((s.index << 6 | k) << 4 | _T_GATHER))
-                        if name
-                        else gather_rows(table[k], owner)
-                    )
+                    table[k] = owner if same else gather_rows(table[k], owner, name, s.index, k)
             table[s.index] = element
         return table, expanded
 
@@ -1288,21 +1271,8 @@ def _kept_offsets(keep: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return kept_before[offsets]
 
 
-# The buffer pool's name for a plan's per-batch row tables is id(plan) << 16, to which
-# each table adds which it is (`+ (index << 4 | _T_*)`; expand's element table is +1):
-# batch after batch, on any thread, a table gets the block it had last (rows.row_table).
-# A hint: two tables sharing a name cost at most a page fault, never a wrong value.
-# (Inline arithmetic, not a method or an attribute: a method cost a 1-record call ~1,500
-# instructions a table, an attribute ~1,900 a call.)
-_T_OFFSETS, _T_ALL, _T_ROOT, _T_EXPAND, _T_GATHER = 1, 3, 5, 7, 9
-# Batches from this many records name their row tables (name 0: plain numpy arrays, as
-# before). A smaller batch's tables are under the pool's 64 KiB floor anyway, and it keeps
-# the cheap calls (named, a 1-record flat-4 call cost 1.7% more instructions).
-_POOLED_ROWS = 1024
-
-
-def _index_dtype(n: int) -> type:
-    return np.int32 if n < 2**31 - 1 else np.int64
+# From this many rows on, a row table is int64 (below, int32: half the memory).
+_INT32_ROWS = 2**31 - 1
 
 
 # Leaves are immutable and compared by identity: what these find is kept (a whole-message
