@@ -22,6 +22,11 @@ def buffer_pool(limit: int | None = None) -> dict[str, int]: ...
 
 class PoolUser:
     """Made by each decode call (a thread's first one gives it a pool of its own)."""
+
+@disjoint_base
+class PoolOwner:
+    """A thread's hold on its pool, kept in its thread state dict until the thread ends."""
+
 def epoch_values(
     seconds: _Bytes,
     nanos: _Bytes,
