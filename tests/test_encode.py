@@ -1063,20 +1063,23 @@ def test_invalid_utf8_in_a_checked_string_is_an_error(compile_proto) -> None:
 
 def test_strings_of_every_short_length_are_copied_and_validated(compile_proto) -> None:
     """The encoder copies and checks short strings by overlapping words (1-3, 4-7, 8-16
-    bytes) and longer ones in a pass: every length, a non-ASCII character or an invalid
-    byte at its start, middle and end, singular, repeated and map values alike."""
+    bytes), longer ones up to 256 bytes by 16-byte pairs whose last overlaps, and longer
+    still in a pass and a memcpy: every length to 40 and those around the pairs' and the
+    threshold's edges, a non-ASCII character or an invalid byte at its start, middle and
+    end, singular, repeated and map values alike."""
     schema, cls = compile_proto(UTF8, "utf.P")
     tc = wa.Transcoder(schema)
+    lengths = [*range(41), 47, 48, 49, 63, 64, 65, 100, 255, 256, 257, 300]
     texts = []
-    for n in range(41):
-        texts.append("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH"[:n])
+    for n in lengths:
+        texts.append(("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH" * 7)[:n])
         for at in {0, n // 2, max(n - 2, 0)} if n >= 2 else ():
             texts.append(texts[-1][:at] + "\u00e9" + texts[-1][at + 2 :])
     messages = [cls(s=t, ss=[t, t[::-1]], m={t: t[::-1]}) for t in texts]
     records = [m.SerializeToString(deterministic=True) for m in messages]
     assert tc.encode(tc.transcode(records)).to_pylist() == records
     batch = tc.transcode([b""])
-    for n in range(1, 41):
+    for n in lengths[1:]:
         for at in {0, n // 2, n - 1}:
             raw = bytearray(b"x" * n)
             raw[at] = 0xFF

@@ -272,6 +272,34 @@ cdef inline uint8_t* tag_at(uint8_t* end, const EncodeEntry* en) noexcept nogil:
     return end - en.tag_len
 
 
+cdef enum:
+    COPY_WORDS = 256    # strings up to this long are copied by copy_words, longer by memcpy
+
+
+cdef inline uint64_t copy_words(uint8_t* dst, const uint8_t* src, size_t n) noexcept nogil:
+    """Copies n > 16 bytes 16 at a time (the last 16 overlapping the ones before) and
+    returns the OR of what it moved, as copy_short does: one pass where a separate ASCII
+    pass and a memcpy call cost about twice as much on the 17-256 byte strings of a record
+    (URLs, user agents, JSON texts: ~10 of OpenRTB's ~45 strings a record)."""
+    cdef uint64_t a, b, acc_a = 0, acc_b = 0
+    cdef size_t j = 0
+    # (two accumulators, one a word of the pair: the compiler keeps the pair as one
+    # 16-byte register, loaded, stored and OR'd whole)
+    while j + 16 < n:
+        memcpy(&a, src + j, 8)
+        memcpy(&b, src + j + 8, 8)
+        memcpy(dst + j, &a, 8)
+        memcpy(dst + j + 8, &b, 8)
+        acc_a |= a
+        acc_b |= b
+        j += 16
+    memcpy(&a, src + n - 16, 8)
+    memcpy(&b, src + n - 8, 8)
+    memcpy(dst + n - 16, &a, 8)
+    memcpy(dst + n - 8, &b, 8)
+    return acc_a | a | acc_b | b
+
+
 cdef inline int put_string_field(Enc* e, const EncodeEntry* en, const uint8_t* src, size_t n,
                                  bint utf8) noexcept nogil:
     """Bytes, their length prefix and the entry's tag: OK, E_BAD_VALUE when `utf8` and
@@ -281,6 +309,9 @@ cdef inline int put_string_field(Enc* e, const EncodeEntry* en, const uint8_t* s
     cdef uint8_t* p = e.ptr - n
     if n <= 16:
         if (copy_short(p, src, n) & 0x8080808080808080ULL) and utf8 and not utf8_valid_full(src, n):
+            return E_BAD_VALUE
+    elif n <= COPY_WORDS:
+        if (copy_words(p, src, n) & 0x8080808080808080ULL) and utf8 and not utf8_valid_full(src, n):
             return E_BAD_VALUE
     else:
         if utf8 and not utf8_valid(src, n):
