@@ -281,9 +281,11 @@ ctypedef struct EncodeEntry:
     int32_t check              # Check of each value
     int32_t aux                # V_TIME: part | width << 8; C_ENUM: enum set; maps: MapKeys
     # Derived by encoder.Plan from the fields above (not in layout.EncodeEntry's row); with
-    # tag_bytes the entry stays 80 bytes:
+    # tag_bytes the entry is 88 bytes:
     int32_t col_at             # col and elem as byte offsets into the call's columns
     int32_t elem_at
+    int32_t child_at           # messages, groups, map entries: the child node's first entry
+    int32_t child_end_at       # and the end of its entries, as byte offsets from this entry
     uint8_t tag_len
     uint8_t op                 # encoder's EncodeOp: the hot loop's one dispatch
 
