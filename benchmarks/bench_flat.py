@@ -21,6 +21,7 @@ Run ``python benchmarks/bench_flat.py --help``; see benchmarks/README.md for how
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -625,11 +626,33 @@ def _maxrss() -> int:
     return kb if sys.platform == "darwin" else kb * 1024  # Linux reports KiB, macOS bytes
 
 
+def _settle_memory() -> None:
+    """Before the baseline: the allocators' free memory given back, the thread on one CPU.
+
+    Otherwise the figure swung with things outside the call (flat-4, the same build, fresh
+    processes: 1.27-1.45x the output): (1) how much free memory glibc's heap happened to
+    hold before the call, pages the call's buffers reuse without growing the RSS; it is
+    left by the setup, whose dict and set sizes follow the string hash seed (with
+    PYTHONHASHSEED fixed, 1.28-1.32x; the allocations of the call were the same in every
+    run); (2) the kernel's peak RSS is kept from per-CPU counters that each lag by up to
+    31 pages (on 2 CPUs, +-0.25 MB). Emptied (``malloc_trim``, Arrow's pool
+    ``release_unused``) and pinned, every page the call writes counts and the figure
+    repeats within ~0.01x (benchmarks/README.md, "Threads")."""
+    import ctypes
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim this way
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def _probe_memory(key: str, corpus_path: str) -> dict[str, Any]:
     """Child-process side: peak memory of one call, on top of the loaded corpus.
 
-    The baseline is taken after the input is loaded and the transcoder built and warmed
-    up, so the figure is what one call adds: its output plus its transient working memory.
+    The baseline is taken after the input is loaded, the transcoder built and warmed up and
+    the allocators' free memory given back (_settle_memory), so the figure is what one call
+    adds: its output plus its transient working memory, every page it writes counted.
     On Linux the peak is VmHWM, reset just before the call. ru_maxrss is the fallback only:
     Linux carries the *parent's* peak RSS into a forked child's ru_maxrss, so under a
     benchmark parent holding the corpus every child would report a peak of 0.
@@ -639,6 +662,7 @@ def _probe_memory(key: str, corpus_path: str) -> dict[str, Any]:
     bench.setup(c.head(min(c.n, 64)))()  # warm-up: lazy imports and one-off tables
     run = bench.setup(c)
     gc.collect()
+    _settle_memory()
     if _reset_peak_rss() and (before := _proc_status_bytes("VmRSS")) is not None:
         out = run()
         after, source = _proc_status_bytes("VmHWM") or 0, "VmHWM"

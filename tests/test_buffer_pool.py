@@ -390,3 +390,55 @@ def test_a_growing_stream_of_flat_batches_takes_no_new_large_block(
     after = wa.buffer_pool()
     assert after["hits"] > before["hits"]
     assert after["misses"] == before["misses"]
+
+
+# -- what a flat call holds while its output is built (bench_flat.py's peak memory) ----
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_an_arrays_records_hold_one_bounds_buffer_and_no_index_until_read(
+    bid_schema: wa.Schema, wide: bool
+) -> None:
+    # Held through the whole call: starts and ends are two views of one buffer of n + 1
+    # bounds, and the records' index (0 .. n-1 without nulls) is made only when read.
+    import numpy as np
+
+    from wirearrow.sources.records import RecordReader
+
+    messages = [b"ab", b"", b"cde", b"f", b"gh", b"ijk"]
+    arr = pa.array(messages, pa.large_binary() if wide else pa.binary()).slice(1, 4)
+    records = RecordReader(bid_schema).read(arr, wa.RecordFormat())
+    assert np.shares_memory(records.starts, records.ends)
+    assert records.given_index is None and records.n_in == 4
+    got = [bytes(records.data[s:e]) for s, e in zip(records.starts, records.ends, strict=True)]
+    assert got == messages[1:5]
+    assert records.index.tolist() == [0, 1, 2, 3]
+    # A null record is refused: the others keep their positions in the input.
+    nulls = pa.array([b"ab", None, b"cde", b""], pa.large_binary() if wide else pa.binary())
+    records = RecordReader(bid_schema).read(nulls, wa.RecordFormat())
+    assert records.index.tolist() == [0, 2, 3] and records.n_in == 4
+    got = [bytes(records.data[s:e]) for s, e in zip(records.starts, records.ends, strict=True)]
+    assert got == [b"ab", b"cde", b""]
+    empty = RecordReader(bid_schema).read(pa.array([], pa.binary()), wa.RecordFormat())
+    assert len(empty.starts) == len(empty.ends) == len(empty.index) == empty.n_in == 0
+
+
+def test_a_flat_plan_lets_its_selection_offsets_go_before_gathering(
+    bid_schema: wa.Schema, big_corpora: list[pa.Array], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fan-out's offsets (an int64 a parent element) are read by the row tables and the
+    # plan's checks only: held through the gathers, they lifted the call's peak memory.
+    from wirearrow.plan.assemble import Assembler
+
+    held: list[int] = []
+    gathered = Assembler._gathered
+
+    def spy(self: Any, gather: Any, table: Any) -> Any:
+        held.append(len(self._offsets))
+        return gathered(self, gather, table)
+
+    monkeypatch.setattr(Assembler, "_gathered", spy)
+    tc = wa.Transcoder(bid_schema, columns=["id", "imp[*].id", "imp[*].bidfloor", "device.geo.country"])
+    expected = copied(tc.transcode(big_corpora[0]))
+    assert held == [0]
+    assert tc.transcode(big_corpora[0]).equals(expected)

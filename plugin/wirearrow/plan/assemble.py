@@ -726,6 +726,11 @@ class Assembler:
             held = facts.child_groups_array[picked].tolist()
         for g in held:
             self.list_offsets(g)
+        # The selections' offsets too (read by rows() and problems() only, both done): an
+        # int64 a parent element, held to the end of the call they lifted its peak (flat-4:
+        # the record group's 400 KB beside its largest column's gather; benchmarks/README.md,
+        # "Threads"); back in the pool, that gather's buffers take their block.
+        self._offsets.clear()
         self._parents = []
         self.r.group_parents[:] = [None] * len(self.r.group_parents)  # the decoder's buffers:
         # freed here, not at the end

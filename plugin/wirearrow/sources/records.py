@@ -45,16 +45,31 @@ class Records:
     ``failures``: the records refused before decoding. With Confluent prefixes,
     ``raw_starts`` is where each record's prefix starts (its dead letter keeps it, its
     offsets count from it), ``schema_ids`` its schema id and ``lookup`` the schema of each.
+    ``given_index``: ``index`` as given, None for 0 .. n-1 (made when first read: an
+    Arrow array's records, none refused, need it only for errors and record positions,
+    and it is an int64 a record held through the whole call; benchmarks/README.md,
+    "Threads").
     """
 
     data: memoryview
     starts: np.ndarray
     ends: np.ndarray
-    index: np.ndarray
+    given_index: np.ndarray | None
     failures: list[Failure] = field(default_factory=list)
     raw_starts: np.ndarray | None = None
     schema_ids: np.ndarray | None = None
     lookup: SchemaIds | None = None
+
+    @property
+    def index(self) -> np.ndarray:
+        """Each record's position in the input."""
+        if self.given_index is None:
+            self.given_index = np.arange(len(self.starts), dtype=np.int64)
+        return self.given_index
+
+    @index.setter
+    def index(self, index: np.ndarray) -> None:
+        self.given_index = index
 
     def subset(self, mask: np.ndarray) -> Records:
         """The records where ``mask`` is true, as a batch of their own (no failures)."""
@@ -72,11 +87,11 @@ class Records:
     @property
     def n_in(self) -> int:
         """Records given: those to decode and those refused."""
-        return len(self.index) + len(self.failures)
+        return len(self.starts) + len(self.failures)
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the records where ``mask`` is true (the others are accounted for)."""
-        self.starts, self.ends, self.index = self.starts[mask], self.ends[mask], self.index[mask]
+        self.starts, self.ends, self.given_index = self.starts[mask], self.ends[mask], self.index[mask]
         if self.raw_starts is not None:
             self.raw_starts = self.raw_starts[mask]
         if self.schema_ids is not None:
@@ -252,13 +267,12 @@ def _array_records(messages: pa.Array, wide: bool) -> Records:
     """The records of a binary or string array, read where they lie (nulls refused)."""
     _, offsets_buf, data_buf = messages.buffers()
     data = memoryview(data_buf if data_buf is not None else b"").cast("B")
-    starts, ends, index = array_bounds(offsets_buf, messages.offset, len(messages), wide)
-    records = Records(
-        data,
-        np.frombuffer(memoryview(starts), dtype=np.int64),
-        np.frombuffer(memoryview(ends), dtype=np.int64),
-        np.frombuffer(memoryview(index), dtype=np.int64),
+    bounds = np.frombuffer(
+        memoryview(array_bounds(offsets_buf, messages.offset, len(messages), wide)), dtype=np.int64
     )
+    if not len(bounds):  # (no records: no bounds either)
+        bounds = np.zeros(1, dtype=np.int64)
+    records = Records(data, bounds[:-1], bounds[1:], None)
     if messages.null_count:
         valid = np.asarray(messages.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         for i in np.flatnonzero(~valid):
