@@ -2750,7 +2750,8 @@ cdef inline int store_string(Ctx* c, int32_t col, int64_t e, const uint8_t* s, i
     # others leave the offsets closed up to e (filled == e) before the value is copied.
     if e >= cs.capacity and grow_column(c, cs, e) != OK:   # (filled <= capacity)
         return E_NO_MEMORY
-    if e != cs.filled:
+    # (unlikely: laid out aside, GCC jumped out to a block and back on the common path)
+    if wa_unlikely(e != cs.filled):
         off = <uint32_t*>cs.values
         if e < cs.filled:
             # e holds a value already (a field repeated on the wire, last one wins): as the
