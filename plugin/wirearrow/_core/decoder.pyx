@@ -380,17 +380,20 @@ cdef class Program:
         cdef const FieldEntry* e
         for i in range(self.n_nodes):
             n = &self.nodes[i]
-            n.tags = at
             n.tag_len = min(n.dense_len, 16) * 8
             at += n.tag_len
         self.tag_entries = <const FieldEntry**>PyMem_RawCalloc(max(at, 1), sizeof(FieldEntry*))
         if self.tag_entries == NULL:
             raise MemoryError()
+        at = 0
         for i in range(self.n_nodes):
             n = &self.nodes[i]
+            n.tags = self.tag_entries + at
+            n.dense_at = self.dense_entries + n.dense
+            at += n.tag_len
             for t in range(n.tag_len):
-                e = &self.dense_entries[n.dense + (t >> 3)]
-                self.tag_entries[n.tags + t] = e if e.wire_type == (t & 7) else NULL
+                e = &n.dense_at[t >> 3]
+                n.tags[t] = e if e.wire_type == (t & 7) else NULL
 
     cdef _set_enums_and_maps(self, enum_sets, map_specs):
         cdef int32_t i
@@ -1837,7 +1840,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
     cdef uint64_t vq
     cdef int64_t nq
     # Loop invariants in locals: the byte stores below could alias anything behind `c`.
-    cdef const FieldEntry** tags = wa_opaque_tags(c.tag_entries + node.tags)
+    cdef const FieldEntry** tags = wa_opaque_tags(<const FieldEntry**>node.tags)
     cdef uint32_t tag_len = <uint32_t>node.tag_len
     # node_element: the element of the node's group this message is (fixed while its fields
     # are decoded: a repeated field opens elements in its own group), passed down instead of
@@ -1858,7 +1861,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
             f = tags[tag]
             miss = f == NULL
             if miss:
-                f = &c.dense_entries[node.dense + (tag >> 3)]
+                f = &node.dense_at[tag >> 3]
         else:
             # (a one-byte tag past the table without a status to test)
             if tag < 0x80:
@@ -1871,7 +1874,7 @@ cdef int decode_fields(Ctx* c, int32_t node_id, const uint8_t* p, const uint8_t*
                 if st != OK:
                     break   # (number_at names no field: the tag cannot be read)
             fn = <uint32_t>(tag >> 3)
-            f = (&c.dense_entries[node.dense + fn] if fn < <uint32_t>node.dense_len
+            f = (&node.dense_at[fn] if fn < <uint32_t>node.dense_len
                  else sparse_entry(c, node, fn))
             miss = <int>(tag & 7) != f.wire_type
         if miss:

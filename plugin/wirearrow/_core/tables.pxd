@@ -96,8 +96,11 @@ ctypedef struct Node:
     int32_t unknown     # K_BYTES-width column collecting the raw unknown fields, -1 = skip them,
                         # -2 = a map entry: holding one, it is not inserted (decoder.rare_field)
     # Derived by the decoder's Program, not in layout.DecodeNode (never set by a builder):
-    int32_t tags        # first slot of this node in the one-byte tag table
     int32_t tag_len     # one-byte tags < tag_len are looked up there by the whole tag
+    const FieldEntry** tags        # this node's slots of the one-byte tag table
+    const FieldEntry* dense_at     # this node's first slot of the dense table
+    int64_t reserved    # (64 bytes: a node's address is a shift and an add, as a
+                        # sub-message enters one; its tables one load each)
 
 # The declared values of a closed enum: 0..63 as a bit mask, the others sorted.
 ctypedef struct EnumSet:
