@@ -94,6 +94,7 @@ POLICY_SKIP = 1
 cdef enum:
     MAX_STACK = 1024
     BLOCK = 64          # records a prefetch block (see list_writes)
+    ZERO_AHEAD = 256    # slots a column's first block is zeroed by at a time (zero_ahead)
 
 
 cdef extern from *:
@@ -1142,11 +1143,14 @@ cdef void list_writes(Ctx* c, Ahead* ah, const int64_t* block_elems,
         cs = &c.cols[col]
         g = cs.group
         a = c.groups[g].count + block_elems[g]
-        b = min(a + block_elems[g], cs.capacity)
+        # (bounded by the blocks, not the capacity: zero_ahead zeroes the lines listed here
+        # when the stores reach them, a few slots past the capacity each time)
+        b = min(a + block_elems[g], cs.valid_alloc)
         if a < b:
             add_run(runs, &n_runs, &lines, cs.valid, a, b)
             if cs.width > 0:
-                add_run(runs, &n_runs, &lines, cs.values, a * cs.width, b * cs.width)
+                add_run(runs, &n_runs, &lines, cs.values, a * cs.width,
+                        min(b * cs.width, cs.values_alloc))
         if cs.arena != NULL and block_bytes[col] > 0:
             a = cs.arena_len + block_bytes[col]
             add_run(runs, &n_runs, &lines, cs.arena, a, min(a + block_bytes[col], cs.arena_cap))
@@ -1167,12 +1171,12 @@ cdef void presize(Ctx* c, const int64_t* capacity) noexcept nogil:
 
 
 cdef int first_block(Ctx* c, ColumnStore* cs) noexcept nogil:
-    """A column's first block, of its group's `want` slots, when a record first writes to it."""
+    """A column's first block, of its group's `want` slots, when a record first writes to it.
+    Not zeroed here: zero_ahead() zeroes it a few slots at a time as the stores reach them."""
     cdef int64_t cap = c.groups[cs.group].want
-    # Zeroed: a slot never written is a null (and a zero value) of its element.
     # Offsets are all written (see store_string), so they need no zeroing.
     cdef int64_t col = cs - c.cols
-    cs.valid = take_block(c, cap, True, &cs.valid_alloc, buffer_id(col, K_VALID))
+    cs.valid = take_block(c, cap, False, &cs.valid_alloc, buffer_id(col, K_VALID))
     if cs.valid == NULL:
         return E_NO_MEMORY
     if cs.bytes:
@@ -1181,12 +1185,25 @@ cdef int first_block(Ctx* c, ColumnStore* cs) noexcept nogil:
         if cs.values != NULL:
             memset(cs.values, 0, 4)
     elif cs.width > 0:
-        cs.values = take_block(c, cap * cs.width, True, &cs.values_alloc,
+        cs.values = take_block(c, cap * cs.width, False, &cs.values_alloc,
                                buffer_id(col, K_VALUES))
     if cs.width > 0 and cs.values == NULL:
         return E_NO_MEMORY
+    return OK   # (capacity stays 0 until zero_ahead)
+
+
+cdef inline void zero_ahead(ColumnStore* cs, int64_t slot, int64_t room) noexcept nogil:
+    """Zero the slots from cs.capacity past `slot` (ZERO_AHEAD more, at most `room`, the
+    slots the blocks hold) and make them the capacity: a slot never written is a null (and
+    a zero value) of its element. Zeroing the whole first block up front (a pooled block
+    holds the last batch's bytes) wrote every line of it once more, long before the stores
+    came back to it, out of cache by then for a large batch: zeroed here, just ahead of the
+    stores, the lines are written while the list_writes prefetches have them in cache."""
+    cdef int64_t cap = min(max(slot + 1, cs.capacity + ZERO_AHEAD), room)
+    memset(cs.valid + cs.capacity, 0, cap - cs.capacity)
+    if cs.width > 0 and not cs.bytes:
+        memset(cs.values + cs.capacity * cs.width, 0, (cap - cs.capacity) * cs.width)
     cs.capacity = cap
-    return OK
 
 
 cdef enum:
@@ -1486,7 +1503,13 @@ cdef void rollback(Ctx* c, const int64_t* checkpoint) noexcept nogil:
 cdef int grow_column(Ctx* c, ColumnStore* cs, int64_t slot) noexcept nogil:
     touch(c, cs)
     if cs.capacity == 0 and c.groups[cs.group].want > slot:
-        return first_block(c, cs)
+        if first_block(c, cs) != OK:
+            return E_NO_MEMORY
+    cdef int64_t room = slots_held(cs)
+    if slot < room:
+        # (the first block's slots, zeroed a few at a time: zero_ahead)
+        zero_ahead(cs, slot, room)
+        return OK
     cdef int64_t cap = cs.capacity * 2
     if cap < 64:
         cap = 64
@@ -1530,6 +1553,16 @@ cdef inline uint8_t* slot(Ctx* c, int32_t col) noexcept nogil:
     cs.valid[e] = 1
     # Presence-only columns have no values: hand back the validity byte as the non-NULL "ok".
     return wa_nonnull(cs.values + e * cs.width if cs.width > 0 else cs.valid + e)
+
+
+cdef inline int64_t slots_held(const ColumnStore* cs) noexcept nogil:
+    """The slots a column's blocks hold (its capacity: those of them zeroed so far)."""
+    cdef int64_t room = cs.valid_alloc if cs.valid != NULL else 0
+    if cs.bytes:
+        room = min(room, cs.values_alloc // 4 - 1)
+    elif cs.width > 0:
+        room = min(room, cs.values_alloc // cs.width)
+    return room
 
 
 cdef inline uint8_t* value_slot(Ctx* c, int32_t col, int64_t width) noexcept nogil:

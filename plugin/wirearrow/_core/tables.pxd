@@ -153,7 +153,8 @@ ctypedef struct ColumnStore:
     int64_t arena_cap   # bytes usable (offsets are uint32)
     int64_t filled      # bytes column: offsets[0 .. filled] are written and
                         # offsets[filled] == arena_len (the elements after are still open)
-    int64_t capacity    # slots allocated (zero-filled beyond the group's count)
+    int64_t capacity    # slots usable, zero-filled beyond the group's count (the blocks may
+                        # hold more: decoder.pyx's zero_ahead zeroes them as stores come)
     int32_t width       # 0 (presence only), 1, 4 or 8 (a bytes column: 4, one offset)
     int32_t group
     int64_t arena_alloc # bytes allocated behind arena, values and valid (for the pool)
