@@ -283,7 +283,7 @@ def _array_records(messages: pa.Array, wide: bool) -> Records:
 
 def _framed(view: memoryview, framing: str, broken: str | None = None) -> Records:
     starts, ends, consumed, problem, corrupt = split_framed_prefix(view, framing)
-    records = Records(view, starts, ends, np.arange(len(starts), dtype=np.int64))
+    records = Records(view, starts, ends, None)
     if len(corrupt):
         # Framed soundly but failing its checksum (TFRecord): a bad record of its own.
         frame_at = np.concatenate(([0], ends[:-1] + TRAILERS[framing]))
@@ -315,7 +315,7 @@ def _from_python(messages: object) -> Records:
         raise TypeError(f"records must be bytes-like: {err}") from None
     starts = np.frombuffer(memoryview(starts_buf), dtype=np.int64)
     ends = np.frombuffer(memoryview(ends_buf), dtype=np.int64)
-    records = Records(memoryview(data), starts, ends, np.arange(len(starts), dtype=np.int64))
+    records = Records(memoryview(data), starts, ends, None)
     if nulls:
         for i in nulls:
             records.failures.append((_refusal("null record", int(i)), None))
